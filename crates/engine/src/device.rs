@@ -1,0 +1,309 @@
+//! Data devices: where object blocks live. One trait, three backends: a preallocated regular file and a raw
+//! block device (both O_DIRECT), and a simulated in-memory device that can crash, for the crash tests.
+//!
+//! The engine never overwrites a block referenced by durable metadata (copy-on-write), so a device only
+//! needs plain positional reads and writes plus a flush that makes every completed write durable.
+
+use crate::aligned::{IO_ALIGN_BYTES, assert_io_aligned};
+use parking_lot::Mutex;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// A block device as the engine sees it. Offsets and lengths are multiples of [`IO_ALIGN_BYTES`] and
+/// buffers are aligned; implementations assert it.
+pub trait Device: Send + Sync + 'static {
+    fn size_bytes(&self) -> u64;
+    fn read_at(&self, buf: &mut [u8], offset_bytes: u64) -> io::Result<()>;
+    fn write_at(&self, buf: &[u8], offset_bytes: u64) -> io::Result<()>;
+    /// Makes every write that completed before this call durable.
+    fn flush(&self) -> io::Result<()>;
+    /// Tells the device that a range holds no live data (TRIM). Advisory.
+    fn discard(&self, _offset_bytes: u64, _len_bytes: u64) -> io::Result<()> {
+        Ok(())
+    }
+    fn kind(&self) -> &'static str;
+}
+
+/// A regular file used with O_DIRECT, preallocated with fallocate so that block writes never allocate
+/// file-system extents on the data path.
+pub struct FileDevice {
+    file: File,
+    size_bytes: u64,
+    kind: &'static str,
+}
+
+impl FileDevice {
+    /// Creates (or grows) `path` to `size_bytes` and opens it.
+    pub fn create(path: &Path, size_bytes: u64) -> io::Result<Self> {
+        assert!(size_bytes.is_multiple_of(IO_ALIGN_BYTES as u64), "device size must be aligned");
+        let file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path)?;
+        preallocate(&file, size_bytes)?;
+        file.sync_all()?;
+        drop(file);
+        Self::open(path)
+    }
+
+    /// Opens an existing file or block device with O_DIRECT.
+    pub fn open(path: &Path) -> io::Result<Self> {
+        let file = open_direct(path)?;
+        let meta = file.metadata()?;
+        use std::os::unix::fs::FileTypeExt;
+        let (size_bytes, kind) = if meta.file_type().is_block_device() {
+            (block_device_size(&file)?, "block")
+        } else {
+            (meta.len(), "file")
+        };
+        let size_bytes = size_bytes - size_bytes % IO_ALIGN_BYTES as u64;
+        Ok(FileDevice { file, size_bytes, kind })
+    }
+}
+
+fn open_direct(path: &Path) -> io::Result<File> {
+    let direct = OpenOptions::new().read(true).write(true).custom_flags(libc::O_DIRECT).open(path);
+    match direct {
+        Ok(f) => Ok(f),
+        // tmpfs and some overlay file systems refuse O_DIRECT; buffered IO plus fdatasync is still durable.
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+            tracing::warn!(path = %path.display(), "O_DIRECT unsupported here; using buffered IO");
+            OpenOptions::new().read(true).write(true).open(path)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+fn preallocate(file: &File, size_bytes: u64) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: plain syscall on an owned fd.
+    let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, size_bytes as libc::off_t) };
+    if rc == 0 {
+        return Ok(());
+    }
+    let err = io::Error::last_os_error();
+    if err.raw_os_error() == Some(libc::EOPNOTSUPP) {
+        return file.set_len(size_bytes);
+    }
+    Err(err)
+}
+
+fn block_device_size(file: &File) -> io::Result<u64> {
+    use std::io::{Seek, SeekFrom};
+    let mut f = file;
+    f.seek(SeekFrom::End(0))
+}
+
+impl Device for FileDevice {
+    fn size_bytes(&self) -> u64 {
+        self.size_bytes
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset_bytes: u64) -> io::Result<()> {
+        assert_io_aligned(buf, offset_bytes);
+        check_bounds(offset_bytes, buf.len(), self.size_bytes)?;
+        self.file.read_exact_at(buf, offset_bytes)
+    }
+
+    fn write_at(&self, buf: &[u8], offset_bytes: u64) -> io::Result<()> {
+        assert_io_aligned(buf, offset_bytes);
+        check_bounds(offset_bytes, buf.len(), self.size_bytes)?;
+        self.file.write_all_at(buf, offset_bytes)
+    }
+
+    fn flush(&self) -> io::Result<()> {
+        self.file.sync_data()
+    }
+
+    fn discard(&self, offset_bytes: u64, len_bytes: u64) -> io::Result<()> {
+        if self.kind != "file" {
+            return Ok(());
+        }
+        use std::os::fd::AsRawFd;
+        let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+        // SAFETY: plain syscall on an owned fd. Punching a hole frees the file system's blocks; the range
+        // reads back as zeros and holds no live data.
+        let rc = unsafe {
+            libc::fallocate(self.file.as_raw_fd(), mode, offset_bytes as libc::off_t, len_bytes as libc::off_t)
+        };
+        if rc != 0 {
+            let err = io::Error::last_os_error();
+            if err.raw_os_error() != Some(libc::EOPNOTSUPP) {
+                return Err(err);
+            }
+        }
+        Ok(())
+    }
+
+    fn kind(&self) -> &'static str {
+        self.kind
+    }
+}
+
+fn check_bounds(offset_bytes: u64, len_bytes: usize, size_bytes: u64) -> io::Result<()> {
+    match offset_bytes.checked_add(len_bytes as u64) {
+        Some(end) if end <= size_bytes => Ok(()),
+        _ => Err(io::Error::new(io::ErrorKind::InvalidInput, "IO past the end of the device")),
+    }
+}
+
+/// What a simulated crash does to writes issued after the last flush.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CrashMode {
+    /// Every unflushed write is lost.
+    DropUnflushed,
+    /// Unflushed writes are lost except a prefix (in 512-byte sectors) of one of them, chosen by the seed.
+    TearOne { seed: u64 },
+}
+
+struct SimState {
+    durable: Vec<u8>,
+    current: Vec<u8>,
+    pending: Vec<(u64, usize)>,
+    /// Armed crash: after this many more writes or flushes the device loses power.
+    crash_countdown: Option<(u64, CrashMode)>,
+}
+
+/// An in-memory device that remembers which writes were flushed, so a test can crash it.
+#[derive(Clone)]
+pub struct SimDevice {
+    state: Arc<Mutex<SimState>>,
+    failing: Arc<AtomicBool>,
+    size_bytes: u64,
+}
+
+impl SimDevice {
+    pub fn new(size_bytes: u64) -> Self {
+        assert!(size_bytes.is_multiple_of(IO_ALIGN_BYTES as u64));
+        let image = vec![0u8; size_bytes as usize];
+        SimDevice {
+            state: Arc::new(Mutex::new(SimState {
+                durable: image.clone(),
+                current: image,
+                pending: Vec::new(),
+                crash_countdown: None,
+            })),
+            failing: Arc::new(AtomicBool::new(false)),
+            size_bytes,
+        }
+    }
+
+    /// Simulates power loss: the device's content becomes what was durable, per `mode`.
+    pub fn crash(&self, mode: CrashMode) {
+        let mut s = self.state.lock();
+        Self::crash_locked(&mut s, mode);
+    }
+
+    /// Arms a power loss after `ios` more writes or flushes: that IO and every later one fail (as a
+    /// dead device would) until `revive`, and the content is what was durable at that moment.
+    pub fn arm_crash(&self, ios: u64, mode: CrashMode) {
+        self.state.lock().crash_countdown = Some((ios, mode));
+    }
+
+    /// Power is back: IO succeeds again on the crashed image.
+    pub fn revive(&self) {
+        self.state.lock().crash_countdown = None;
+        self.failing.store(false, Ordering::SeqCst);
+    }
+
+    /// Counts one IO against an armed crash; true if the device is (now) dead.
+    fn tick(&self, s: &mut SimState) -> bool {
+        if let Some((left, mode)) = s.crash_countdown {
+            if left == 0 {
+                s.crash_countdown = None;
+                Self::crash_locked(s, mode);
+                self.failing.store(true, Ordering::SeqCst);
+                return true;
+            }
+            s.crash_countdown = Some((left - 1, mode));
+        }
+        false
+    }
+
+    fn crash_locked(s: &mut SimState, mode: CrashMode) {
+        let mut image = s.durable.clone();
+        if let CrashMode::TearOne { seed } = mode
+            && !s.pending.is_empty()
+        {
+            let (off, len) = s.pending[(seed as usize) % s.pending.len()];
+            let sectors = len / 512;
+            let keep = (seed as usize / 7) % (sectors + 1) * 512;
+            let off = off as usize;
+            let src = s.current[off..off + keep].to_vec();
+            image[off..off + keep].copy_from_slice(&src);
+        }
+        s.current = image.clone();
+        s.durable = image;
+        s.pending.clear();
+    }
+
+    /// Makes every later IO fail with EIO (or succeed again).
+    pub fn set_failing(&self, failing: bool) {
+        self.failing.store(failing, Ordering::SeqCst);
+    }
+
+    /// Flips one byte in place, durably: for corruption tests.
+    pub fn corrupt_byte(&self, offset_bytes: u64) {
+        let mut s = self.state.lock();
+        let i = offset_bytes as usize;
+        s.current[i] ^= 0xA5;
+        s.durable[i] ^= 0xA5;
+    }
+
+    fn check_failing(&self) -> io::Result<()> {
+        if self.failing.load(Ordering::SeqCst) {
+            return Err(io::Error::other("simulated device failure"));
+        }
+        Ok(())
+    }
+}
+
+impl Device for SimDevice {
+    fn size_bytes(&self) -> u64 {
+        self.size_bytes
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset_bytes: u64) -> io::Result<()> {
+        assert_io_aligned(buf, offset_bytes);
+        check_bounds(offset_bytes, buf.len(), self.size_bytes)?;
+        self.check_failing()?;
+        let s = self.state.lock();
+        let off = offset_bytes as usize;
+        buf.copy_from_slice(&s.current[off..off + buf.len()]);
+        Ok(())
+    }
+
+    fn write_at(&self, buf: &[u8], offset_bytes: u64) -> io::Result<()> {
+        assert_io_aligned(buf, offset_bytes);
+        check_bounds(offset_bytes, buf.len(), self.size_bytes)?;
+        self.check_failing()?;
+        let mut s = self.state.lock();
+        if self.tick(&mut s) {
+            return Err(io::Error::other("simulated power loss"));
+        }
+        let off = offset_bytes as usize;
+        s.current[off..off + buf.len()].copy_from_slice(buf);
+        s.pending.push((offset_bytes, buf.len()));
+        Ok(())
+    }
+
+    fn flush(&self) -> io::Result<()> {
+        self.check_failing()?;
+        let mut s = self.state.lock();
+        if self.tick(&mut s) {
+            return Err(io::Error::other("simulated power loss"));
+        }
+        let SimState { durable, current, pending, .. } = &mut *s;
+        for &(off, len) in pending.iter() {
+            let off = off as usize;
+            durable[off..off + len].copy_from_slice(&current[off..off + len]);
+        }
+        pending.clear();
+        Ok(())
+    }
+
+    fn kind(&self) -> &'static str {
+        "sim"
+    }
+}

@@ -1,0 +1,766 @@
+//! The object drive: opening and formatting, the commit pipeline (group commit), staging of whole blocks,
+//! and background work (lazy sync, deferred frees). Planning of individual operations lives in `plan.rs`,
+//! reads in `reader.rs`.
+
+use crate::aligned::AlignedBuf;
+use crate::alloc::{Allocator, Extent, Placement};
+use crate::device::Device;
+use crate::error::{EngineError, Result};
+use crate::keys::*;
+use crate::overlay::{Overlay, View};
+use crate::plan::{FragDelta, Planner, TxnState};
+use crate::stats::{Counters, EngineStats};
+use crate::superblock::{FORMAT_VERSION, SUPERBLOCK_BYTES, Superblock};
+use crate::txn::{Op, Outcome, Priority, Staged, Transaction};
+use parking_lot::{Condvar, Mutex};
+use rocksdb::{DB, WriteBatch, WriteOptions};
+use std::collections::{BTreeMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+
+pub const BLOCK_SIZE_BYTES: u64 = 4096;
+/// The first 1 MiB of the device holds the superblock and room for its successors.
+pub const DATA_START_BLOCK: u64 = 256;
+/// Largest object the engine accepts: S3's 5 TiB.
+pub const MAX_OBJECT_BYTES: u64 = 5 << 40;
+
+/// How unaligned writes are handled: the fragment log of paper 001, or the classic read-modify-write kept
+/// as the ablation baseline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriteMode {
+    FragmentLog,
+    Rmw,
+}
+
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    /// Objects up to this size that have no data blocks live wholly in the KV store.
+    pub inline_max_bytes: u64,
+    /// Lazy sync merges a block once it has this many fragments...
+    pub lazy_sync_frag_count: u32,
+    /// ...or this many fragment bytes.
+    pub lazy_sync_frag_bytes: u64,
+    /// Total fragment bytes above which lazy sync runs regardless of the per-block thresholds.
+    pub frag_budget_bytes: u64,
+    pub write_mode: WriteMode,
+    /// Run the lazy-sync thread. Off only in tests that want fragments to stay.
+    pub lazy_sync: bool,
+    pub group_max_txns: usize,
+    pub queue_max_txns: usize,
+    pub kv_block_cache_bytes: usize,
+    pub kv_write_buffer_bytes: usize,
+    /// Discard (TRIM / punch hole) freed extents in batches.
+    pub discard: bool,
+    /// Largest data carried inline in one Write/Append op; bigger writes must be staged.
+    pub max_op_data_bytes: usize,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            inline_max_bytes: 16 * 1024,
+            lazy_sync_frag_count: 8,
+            lazy_sync_frag_bytes: BLOCK_SIZE_BYTES,
+            frag_budget_bytes: 64 << 20,
+            write_mode: WriteMode::FragmentLog,
+            lazy_sync: true,
+            group_max_txns: 128,
+            queue_max_txns: 4096,
+            kv_block_cache_bytes: 64 << 20,
+            kv_write_buffer_bytes: 32 << 20,
+            discard: false,
+            max_op_data_bytes: 64 << 20,
+        }
+    }
+}
+
+struct Pending {
+    txn: Transaction,
+    reply: mpsc::SyncSender<Result<Outcome>>,
+}
+
+#[derive(Default)]
+struct Queues {
+    classes: [VecDeque<Pending>; 3],
+    len: usize,
+    shutdown: bool,
+}
+
+/// Per-block fragment accounting for lazy sync.
+#[derive(Default)]
+pub(crate) struct FragIndex {
+    pub(crate) blocks: BTreeMap<(Nid, u64), (u32, u64)>,
+    pub(crate) total_count: u64,
+    pub(crate) total_bytes: u64,
+}
+
+impl FragIndex {
+    fn apply(&mut self, d: &FragDelta) {
+        match *d {
+            FragDelta::Add(nid, lb, bytes) => {
+                let e = self.blocks.entry((nid, lb)).or_default();
+                e.0 += 1;
+                e.1 += bytes;
+                self.total_count += 1;
+                self.total_bytes += bytes;
+            }
+            FragDelta::ClearBlock(nid, lb) => {
+                if let Some((c, b)) = self.blocks.remove(&(nid, lb)) {
+                    self.total_count -= c as u64;
+                    self.total_bytes -= b;
+                }
+            }
+            FragDelta::ClearObject(nid) | FragDelta::ClearFrom(nid, _) => {
+                let first = if let FragDelta::ClearFrom(_, lb) = *d { lb } else { 0 };
+                let keys: Vec<_> = self.blocks.range((nid, first)..=(nid, u64::MAX)).map(|(k, _)| *k).collect();
+                for k in keys {
+                    let (c, b) = self.blocks.remove(&k).expect("present");
+                    self.total_count -= c as u64;
+                    self.total_bytes -= b;
+                }
+            }
+        }
+    }
+}
+
+pub(crate) struct Inner {
+    pub(crate) db: Arc<DB>,
+    pub(crate) db_opts: rocksdb::Options,
+    pub(crate) device: Arc<dyn Device>,
+    pub(crate) sb: Superblock,
+    pub(crate) cfg: EngineConfig,
+    pub(crate) alloc: Arc<Mutex<Allocator>>,
+    pub(crate) counters: Counters,
+    pub(crate) next_nid: AtomicU64,
+    pub(crate) next_frag_seq: AtomicU64,
+    pub(crate) frag_index: Mutex<FragIndex>,
+    /// Commit epoch: incremented after every durable group.
+    pub(crate) epoch: AtomicU64,
+    /// Active readers by the epoch they started in.
+    pub(crate) readers: Mutex<BTreeMap<u64, usize>>,
+    /// Extents freed by a committed group, waiting for older readers to finish.
+    deferred_free: Mutex<Vec<(u64, Extent)>>,
+    queues: Mutex<Queues>,
+    queue_not_empty: Condvar,
+    queue_not_full: Condvar,
+    failed: Mutex<Option<String>>,
+    shutdown: AtomicBool,
+    /// Wakes the background worker early (shutdown, fragment pressure).
+    bg_wake: (Mutex<bool>, Condvar),
+    pub(crate) dir: PathBuf,
+}
+
+/// One object drive. Cheap to clone; every clone is the same drive.
+#[derive(Clone)]
+pub struct Engine {
+    pub(crate) inner: Arc<Inner>,
+    threads: Arc<Mutex<Vec<JoinHandle<()>>>>,
+}
+
+fn kv_path(dir: &Path) -> PathBuf {
+    dir.join("kv")
+}
+
+impl Engine {
+    /// Formats `device` and creates the metadata database in `dir/kv`.
+    pub fn format(dir: &Path, device: Arc<dyn Device>, cfg: EngineConfig) -> Result<Engine> {
+        let kv = kv_path(dir);
+        if kv.exists() && std::fs::read_dir(&kv)?.next().is_some() {
+            return Err(EngineError::InvalidArgument(format!("{} already holds a database", kv.display())));
+        }
+        let total_blocks = device.size_bytes() / BLOCK_SIZE_BYTES;
+        if total_blocks < DATA_START_BLOCK + 16 {
+            return Err(EngineError::InvalidArgument("the data device is too small (minimum 1088 KiB)".into()));
+        }
+        let sb = Superblock {
+            format_version: FORMAT_VERSION,
+            uuid: *uuid::Uuid::new_v4().as_bytes(),
+            block_size_bytes: BLOCK_SIZE_BYTES as u32,
+            device_size_bytes: total_blocks * BLOCK_SIZE_BYTES,
+            data_start_block: DATA_START_BLOCK,
+        };
+        std::fs::create_dir_all(&kv)?;
+        let (db, _opts) = crate::kv::open(&kv, true, &kv_options(&cfg))?;
+        let alloc = Allocator::new(total_blocks, DATA_START_BLOCK);
+        let mut batch = WriteBatch::default();
+        batch.put(META_UUID, sb.uuid);
+        batch.put(META_FORMAT, FORMAT_VERSION.to_be_bytes());
+        let acf = crate::kv::cf(&db, CF_ALLOC)?;
+        for (g, raw) in alloc.all_groups() {
+            batch.put_cf(acf, g.to_be_bytes(), raw);
+        }
+        db.write_opt(batch, &sync_write())?;
+        drop(db);
+        // The superblock goes last: a device with a superblock always has a complete database.
+        let mut buf = AlignedBuf::zeroed(SUPERBLOCK_BYTES);
+        buf.as_mut_slice().copy_from_slice(&sb.encode());
+        device.write_at(buf.as_slice(), 0)?;
+        device.flush()?;
+        Self::open(dir, device, cfg)
+    }
+
+    /// Opens a formatted drive: checks the superblock against the database and rebuilds in-memory state.
+    pub fn open(dir: &Path, device: Arc<dyn Device>, cfg: EngineConfig) -> Result<Engine> {
+        let mut buf = AlignedBuf::zeroed(SUPERBLOCK_BYTES);
+        device.read_at(buf.as_mut_slice(), 0)?;
+        let sb = Superblock::decode(buf.as_slice())?;
+        if sb.device_size_bytes > device.size_bytes() {
+            return Err(EngineError::Corrupt("the data device is smaller than its superblock says".into()));
+        }
+        let kv = kv_path(dir);
+        if !kv.exists() {
+            return Err(EngineError::NotADrive(format!("{} is missing", kv.display())));
+        }
+        let (db, db_opts) = crate::kv::open(&kv, false, &kv_options(&cfg))?;
+        match db.get(META_UUID)? {
+            Some(u) if u.as_slice() == sb.uuid => {}
+            _ => return Err(EngineError::NotADrive("the database belongs to another device".into())),
+        }
+        let total_blocks = sb.device_size_bytes / BLOCK_SIZE_BYTES;
+        let mut groups = Vec::new();
+        for item in db.iterator_cf(crate::kv::cf(&db, CF_ALLOC)?, rocksdb::IteratorMode::Start) {
+            let (k, v) = item?;
+            groups.push((u64_at(&k, 0)?, v.to_vec()));
+        }
+        let alloc = Allocator::from_groups(total_blocks, sb.data_start_block, &groups);
+        let next_nid = match db.iterator_cf(crate::kv::cf(&db, CF_ONODES)?, rocksdb::IteratorMode::End).next() {
+            Some(item) => u64_at(&item?.0, 0)? + 1,
+            None => 1,
+        };
+        let mut frag_index = FragIndex::default();
+        let mut max_seq = 0;
+        let mut inline_cache: Option<(Nid, bool)> = None;
+        for item in db.iterator_cf(crate::kv::cf(&db, CF_FRAGS)?, rocksdb::IteratorMode::Start) {
+            let (k, v) = item?;
+            let (nid, lb, seq) = (u64_at(&k, 0)?, u64_at(&k, 8)?, u64_at(&k, 16)?);
+            max_seq = max_seq.max(seq);
+            let inline = match inline_cache {
+                Some((n, i)) if n == nid => i,
+                _ => {
+                    let i = is_inline_in_db(&db, nid, cfg.inline_max_bytes)?;
+                    inline_cache = Some((nid, i));
+                    i
+                }
+            };
+            // Fragments of objects that live wholly in the KV store are not lazy-sync work.
+            if !inline {
+                frag_index.apply(&FragDelta::Add(nid, lb, v.len().saturating_sub(8) as u64));
+            }
+        }
+        let inner = Arc::new(Inner {
+            db: Arc::new(db),
+            db_opts,
+            device,
+            sb,
+            cfg,
+            alloc: Arc::new(Mutex::new(alloc)),
+            counters: Counters::default(),
+            next_nid: AtomicU64::new(next_nid),
+            next_frag_seq: AtomicU64::new(max_seq + 1),
+            frag_index: Mutex::new(frag_index),
+            epoch: AtomicU64::new(1),
+            readers: Mutex::new(BTreeMap::new()),
+            deferred_free: Mutex::new(Vec::new()),
+            queues: Mutex::new(Queues::default()),
+            queue_not_empty: Condvar::new(),
+            queue_not_full: Condvar::new(),
+            failed: Mutex::new(None),
+            shutdown: AtomicBool::new(false),
+            bg_wake: (Mutex::new(false), Condvar::new()),
+            dir: dir.to_path_buf(),
+        });
+        let mut threads = Vec::new();
+        let i = inner.clone();
+        threads.push(std::thread::Builder::new().name("mosaic-commit".into()).spawn(move || committer(i))?);
+        let i = inner.clone();
+        threads.push(std::thread::Builder::new().name("mosaic-bg".into()).spawn(move || background(i))?);
+        tracing::info!(dir = %dir.display(), device = inner.device.kind(), blocks = total_blocks, "drive open");
+        Ok(Engine { inner, threads: Arc::new(Mutex::new(threads)) })
+    }
+
+    /// The drive's uuid from its superblock.
+    pub fn uuid(&self) -> [u8; 16] {
+        self.inner.sb.uuid
+    }
+
+    pub fn block_size_bytes(&self) -> u64 {
+        BLOCK_SIZE_BYTES
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.inner.cfg
+    }
+
+    /// Applies a transaction atomically; returns once it is durable.
+    pub fn submit(&self, txn: Transaction) -> Result<Outcome> {
+        self.check_writable()?;
+        let class = txn.priority.unwrap_or(Priority::Foreground) as usize;
+        let (tx, rx) = mpsc::sync_channel(1);
+        {
+            let mut q = self.inner.queues.lock();
+            while q.len >= self.inner.cfg.queue_max_txns && !q.shutdown {
+                self.inner.queue_not_full.wait(&mut q);
+            }
+            if q.shutdown {
+                return Err(EngineError::ShuttingDown);
+            }
+            q.classes[class].push_back(Pending { txn, reply: tx });
+            q.len += 1;
+            self.inner.counters.queue_depth[class].fetch_add(1, Ordering::Relaxed);
+        }
+        self.inner.queue_not_empty.notify_one();
+        rx.recv().map_err(|_| EngineError::ShuttingDown)?
+    }
+
+    /// Writes whole blocks of `data` (a multiple of the block size) to fresh device blocks, for a later
+    /// `Op::WriteStaged`. Runs on the caller's thread, so many writers stream data in parallel.
+    pub fn stage(&self, data: &[u8], sequential: bool) -> Result<Staged> {
+        self.check_writable()?;
+        let bs = BLOCK_SIZE_BYTES as usize;
+        if data.is_empty() || !data.len().is_multiple_of(bs) {
+            return Err(EngineError::InvalidArgument("staged data must be whole blocks".into()));
+        }
+        let blocks = (data.len() / bs) as u64;
+        let placement = if sequential || blocks >= 16 { Placement::Large } else { Placement::Cold };
+        let extents = self.allocate(blocks, placement)?;
+        let mut staged = Staged {
+            extents,
+            crcs: Vec::with_capacity(blocks as usize),
+            len_bytes: data.len() as u64,
+            released: false,
+            alloc: self.inner.alloc.clone(),
+        };
+        staged.crcs.extend(data.chunks_exact(bs).map(crate::checksum::crc32c));
+        let mut done = 0usize;
+        for e in staged.extents.clone() {
+            let len = (e.len * BLOCK_SIZE_BYTES) as usize;
+            // On error `staged` drops and its blocks go back to the allocator.
+            self.inner.write_blocks(e.start, &data[done..done + len])?;
+            done += len;
+        }
+        Ok(staged)
+    }
+
+    pub(crate) fn allocate(&self, blocks: u64, placement: Placement) -> Result<Vec<Extent>> {
+        self.inner.allocate(blocks, placement)
+    }
+
+    /// A consistent read view of the drive.
+    pub fn reader(&self) -> crate::reader::Reader {
+        crate::reader::Reader::new(self.inner.clone())
+    }
+
+    pub fn stats(&self) -> EngineStats {
+        let i = &self.inner;
+        let mut s = crate::stats::load(&i.counters);
+        use rocksdb::statistics::Ticker;
+        s.kv_wal_bytes = i.db_opts.get_ticker_count(Ticker::WalFileBytes);
+        s.kv_flush_bytes = i.db_opts.get_ticker_count(Ticker::FlushWriteBytes);
+        s.kv_compaction_bytes = i.db_opts.get_ticker_count(Ticker::CompactWriteBytes);
+        {
+            let f = i.frag_index.lock();
+            s.fragments_outstanding = f.total_count;
+            s.fragment_bytes_outstanding = f.total_bytes;
+        }
+        let a = i.alloc.lock();
+        s.free_blocks = a.free_blocks();
+        s.total_blocks = a.total_blocks();
+        s.free_extents = a.free_extent_count() as u64;
+        s
+    }
+
+    /// Runs lazy sync until no block is over its thresholds (with `all`: until no indexed fragment is
+    /// left). Every merge clears its block from the index, so this ends. For benches and tests.
+    pub fn sync_fragments(&self, all: bool) -> Result<u64> {
+        let mut merged = 0;
+        loop {
+            let candidates = self.inner.lazy_sync_candidates(256, all);
+            if candidates.is_empty() {
+                return Ok(merged);
+            }
+            merged += candidates.len() as u64;
+            let mut txn = Transaction::new().with_priority(Priority::Background);
+            for (nid, lb) in candidates {
+                txn.push(Op::MergeBlock { nid, lblock: lb });
+            }
+            self.submit(txn)?;
+        }
+    }
+
+    /// Whether the drive is open and accepting writes.
+    pub fn is_healthy(&self) -> bool {
+        self.inner.failed.lock().is_none() && !self.inner.shutdown.load(Ordering::SeqCst)
+    }
+
+    pub fn failure(&self) -> Option<String> {
+        self.inner.failed.lock().clone()
+    }
+
+    fn check_writable(&self) -> Result<()> {
+        if let Some(why) = self.inner.failed.lock().clone() {
+            return Err(EngineError::ReadOnly(why));
+        }
+        if self.inner.shutdown.load(Ordering::SeqCst) {
+            return Err(EngineError::ShuttingDown);
+        }
+        Ok(())
+    }
+
+    /// Stops accepting work, finishes queued transactions, flushes the database and joins the threads.
+    pub fn close(&self) -> Result<()> {
+        {
+            let mut q = self.inner.queues.lock();
+            q.shutdown = true;
+        }
+        self.inner.shutdown.store(true, Ordering::SeqCst);
+        self.inner.queue_not_empty.notify_all();
+        self.inner.queue_not_full.notify_all();
+        {
+            let (m, c) = &self.inner.bg_wake;
+            *m.lock() = true;
+            c.notify_all();
+        }
+        let threads: Vec<_> = std::mem::take(&mut *self.threads.lock());
+        for t in threads {
+            let _ = t.join();
+        }
+        self.inner.db.flush_wal(true)?;
+        Ok(())
+    }
+
+    /// Path of the drive's directory.
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    #[doc(hidden)]
+    pub fn debug_device(&self) -> Arc<dyn Device> {
+        self.inner.device.clone()
+    }
+}
+
+fn is_inline_in_db(db: &DB, nid: Nid, inline_max_bytes: u64) -> Result<bool> {
+    let size = match db.get_cf(crate::kv::cf(db, CF_ONODES)?, nid_key(nid))? {
+        Some(raw) => Onode::decode(&raw)?.size_bytes,
+        None => return Ok(false),
+    };
+    let has_blocks = db
+        .iterator_cf(
+            crate::kv::cf(db, CF_BLOCKS)?,
+            rocksdb::IteratorMode::From(&nid_key(nid), rocksdb::Direction::Forward),
+        )
+        .next()
+        .transpose()?
+        .is_some_and(|(k, _)| k.starts_with(&nid_key(nid)));
+    Ok(size <= inline_max_bytes && !has_blocks)
+}
+
+fn kv_options(cfg: &EngineConfig) -> crate::kv::KvOptions {
+    crate::kv::KvOptions { block_cache_bytes: cfg.kv_block_cache_bytes, write_buffer_bytes: cfg.kv_write_buffer_bytes }
+}
+
+pub(crate) fn sync_write() -> WriteOptions {
+    let mut w = WriteOptions::default();
+    w.set_sync(true);
+    w
+}
+
+impl Inner {
+    pub(crate) fn allocate(&self, blocks: u64, placement: Placement) -> Result<Vec<Extent>> {
+        let mut a = self.alloc.lock();
+        a.allocate(blocks, placement)
+            .ok_or(EngineError::NoSpace { needed_blocks: blocks, free_blocks: a.free_blocks() })
+    }
+
+    /// Writes whole blocks starting at physical block `start`.
+    pub(crate) fn write_blocks(&self, start: u64, data: &[u8]) -> Result<()> {
+        debug_assert!((data.len() as u64).is_multiple_of(BLOCK_SIZE_BYTES));
+        debug_assert!(start >= self.sb.data_start_block);
+        // Copy into an aligned buffer in pieces of at most 4 MiB.
+        const CHUNK: usize = 4 << 20;
+        let mut buf = AlignedBuf::zeroed(CHUNK.min(data.len()));
+        let mut done = 0;
+        while done < data.len() {
+            let n = (data.len() - done).min(CHUNK);
+            buf.as_mut_slice()[..n].copy_from_slice(&data[done..done + n]);
+            let off = start * BLOCK_SIZE_BYTES + done as u64;
+            if let Err(e) = self.device.write_at(&buf.as_slice()[..n], off) {
+                self.fail(format!("device write failed at byte {off}: {e}"));
+                return Err(e.into());
+            }
+            self.counters.record_write(n as u64);
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// Reads whole blocks starting at physical block `start` into `out` (a multiple of the block size).
+    pub(crate) fn read_blocks(&self, start: u64, out: &mut [u8]) -> Result<()> {
+        const CHUNK: usize = 4 << 20;
+        let mut buf = AlignedBuf::zeroed(CHUNK.min(out.len()));
+        let mut done = 0;
+        while done < out.len() {
+            let n = (out.len() - done).min(CHUNK);
+            let off = start * BLOCK_SIZE_BYTES + done as u64;
+            self.device.read_at(&mut buf.as_mut_slice()[..n], off)?;
+            self.counters.record_read(n as u64);
+            out[done..done + n].copy_from_slice(&buf.as_slice()[..n]);
+            done += n;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn fail(&self, why: String) {
+        let mut f = self.failed.lock();
+        if f.is_none() {
+            tracing::error!(reason = %why, "drive is now read-only");
+            *f = Some(why);
+        }
+    }
+
+    fn lazy_sync_candidates(&self, max: usize, all: bool) -> Vec<(Nid, u64)> {
+        let f = self.frag_index.lock();
+        let over_budget = f.total_bytes > self.cfg.frag_budget_bytes;
+        f.blocks
+            .iter()
+            .filter(|(_, (c, b))| {
+                // A lone fragment (typically an object's tail) stays unless space pressure says otherwise.
+                all || over_budget
+                    || *c >= self.cfg.lazy_sync_frag_count
+                    || (*c > 1 && *b >= self.cfg.lazy_sync_frag_bytes)
+            })
+            .take(max)
+            .map(|(k, _)| *k)
+            .collect()
+    }
+
+    /// Moves deferred frees whose epoch no active reader can still see into the allocator.
+    fn release_deferred(&self) {
+        let oldest_reader = self.readers.lock().keys().next().copied().unwrap_or(u64::MAX);
+        let ready: Vec<Extent> = {
+            let mut d = self.deferred_free.lock();
+            let (ready, wait): (Vec<_>, Vec<_>) = d.drain(..).partition(|(e, _)| *e <= oldest_reader);
+            *d = wait;
+            ready.into_iter().map(|(_, x)| x).collect()
+        };
+        if ready.is_empty() {
+            return;
+        }
+        if self.cfg.discard {
+            for e in &ready {
+                if self.device.discard(e.start * BLOCK_SIZE_BYTES, e.len * BLOCK_SIZE_BYTES).is_ok() {
+                    self.counters.discarded_blocks.fetch_add(e.len, Ordering::Relaxed);
+                }
+            }
+        }
+        let mut a = self.alloc.lock();
+        for e in ready {
+            a.release(e);
+        }
+    }
+
+    fn take_group(&self) -> Option<Vec<Pending>> {
+        let mut q = self.queues.lock();
+        while q.len == 0 {
+            if q.shutdown {
+                return None;
+            }
+            self.queue_not_empty.wait(&mut q);
+        }
+        let max = self.cfg.group_max_txns;
+        let mut group = Vec::new();
+        // Highest class first; background work gets at most one slot per group while foreground waits.
+        for class in [Priority::ForegroundHigh, Priority::Foreground] {
+            while group.len() < max {
+                match q.classes[class as usize].pop_front() {
+                    Some(p) => {
+                        self.counters.queue_depth[class as usize].fetch_sub(1, Ordering::Relaxed);
+                        group.push(p)
+                    }
+                    None => break,
+                }
+            }
+        }
+        let bg_slots = if group.is_empty() { max } else { 1 };
+        for _ in 0..bg_slots {
+            match q.classes[Priority::Background as usize].pop_front() {
+                Some(p) => {
+                    self.counters.queue_depth[0].fetch_sub(1, Ordering::Relaxed);
+                    group.push(p)
+                }
+                None => break,
+            }
+        }
+        q.len -= group.len();
+        drop(q);
+        self.queue_not_full.notify_all();
+        Some(group)
+    }
+
+    fn commit_group(&self, group: Vec<Pending>) {
+        let mut group_ov = Overlay::default();
+        let mut results: Vec<(mpsc::SyncSender<Result<Outcome>>, Result<Outcome>)> = Vec::new();
+        let mut marks: Vec<(Extent, bool)> = Vec::new();
+        let mut frees: Vec<Extent> = Vec::new();
+        let mut deltas: Vec<FragDelta> = Vec::new();
+        let mut needs_flush = false;
+        let mut user_bytes = 0;
+        for p in group {
+            let mut ts = TxnState::default();
+            let mut view = View::new(&self.db, &group_ov);
+            let r = Planner { inner: self, view: &mut view, ts: &mut ts }.plan(p.txn);
+            let top = std::mem::take(&mut view.top);
+            drop(view);
+            match r {
+                Ok(outcome) => {
+                    group_ov.absorb(top);
+                    marks.append(&mut ts.marks);
+                    frees.append(&mut ts.frees);
+                    deltas.append(&mut ts.frag_deltas);
+                    needs_flush |= ts.device_written;
+                    user_bytes += ts.user_bytes;
+                    for s in ts.staged.iter_mut() {
+                        s.released = true;
+                    }
+                    results.push((p.reply, Ok(outcome)));
+                }
+                Err(e) => {
+                    // Nothing of a failed transaction is referenced: give its fresh blocks back now.
+                    let mut a = self.alloc.lock();
+                    for x in ts.fresh.drain(..) {
+                        a.release(x);
+                    }
+                    drop(a);
+                    // Staged blocks of the failed transaction go back when `ts` drops.
+                    results.push((p.reply, Err(e)));
+                }
+            }
+        }
+        let committed = self.make_durable(group_ov, &marks, needs_flush);
+        match committed {
+            Ok(()) => {
+                let epoch = self.epoch.fetch_add(1, Ordering::SeqCst) + 1;
+                self.deferred_free.lock().extend(frees.into_iter().map(|e| (epoch, e)));
+                {
+                    let mut f = self.frag_index.lock();
+                    for d in &deltas {
+                        f.apply(d);
+                    }
+                }
+                self.release_deferred();
+                let ok = results.iter().filter(|r| r.1.is_ok()).count() as u64;
+                self.counters.transactions_committed.fetch_add(ok, Ordering::Relaxed);
+                self.counters.groups_committed.fetch_add(1, Ordering::Relaxed);
+                self.counters.user_bytes_written.fetch_add(user_bytes, Ordering::Relaxed);
+                for (reply, r) in results {
+                    let _ = reply.send(r);
+                }
+            }
+            Err(e) => {
+                self.fail(format!("commit failed: {e}"));
+                for (reply, r) in results {
+                    let _ = reply.send(r.and(Err(EngineError::ReadOnly(e.to_string()))));
+                }
+            }
+        }
+    }
+
+    /// Device flush (if data was written) and then one synchronous KV batch: the group's commit point.
+    fn make_durable(&self, group_ov: Overlay, marks: &[(Extent, bool)], needs_flush: bool) -> Result<()> {
+        if needs_flush {
+            self.device.flush()?;
+            self.counters.device_flushes.fetch_add(1, Ordering::Relaxed);
+        }
+        let mut batch = WriteBatch::default();
+        group_ov.into_batch(&self.db, &mut batch)?;
+        {
+            let mut a = self.alloc.lock();
+            for (e, used) in marks {
+                a.mark(*e, *used);
+            }
+            let acf = crate::kv::cf(&self.db, CF_ALLOC)?;
+            for (g, raw) in a.take_dirty_groups() {
+                batch.put_cf(acf, g.to_be_bytes(), raw);
+            }
+        }
+        if batch.is_empty() {
+            return Ok(());
+        }
+        self.db.write_opt(batch, &sync_write())?;
+        Ok(())
+    }
+}
+
+fn committer(inner: Arc<Inner>) {
+    while let Some(group) = inner.take_group() {
+        inner.commit_group(group);
+        let pressure = inner.frag_index.lock().total_bytes > inner.cfg.frag_budget_bytes;
+        if pressure {
+            let (m, c) = &inner.bg_wake;
+            *m.lock() = true;
+            c.notify_one();
+        }
+    }
+}
+
+/// Background work at the lowest priority: lazy sync and deferred frees. It yields whenever foreground
+/// transactions are queued.
+fn background(inner: Arc<Inner>) {
+    let engine_like = |txn: Transaction| -> Result<Outcome> {
+        let (tx, rx) = mpsc::sync_channel(1);
+        {
+            let mut q = inner.queues.lock();
+            if q.shutdown {
+                return Err(EngineError::ShuttingDown);
+            }
+            q.classes[0].push_back(Pending { txn, reply: tx });
+            q.len += 1;
+            inner.counters.queue_depth[0].fetch_add(1, Ordering::Relaxed);
+        }
+        inner.queue_not_empty.notify_one();
+        rx.recv().map_err(|_| EngineError::ShuttingDown)?
+    };
+    loop {
+        {
+            let (m, c) = &inner.bg_wake;
+            let mut woken = m.lock();
+            if !*woken {
+                c.wait_for(&mut woken, std::time::Duration::from_millis(50));
+            }
+            *woken = false;
+        }
+        if inner.shutdown.load(Ordering::SeqCst) {
+            return;
+        }
+        inner.release_deferred();
+        if !inner.cfg.lazy_sync || inner.failed.lock().is_some() {
+            continue;
+        }
+        // Yield to foreground work: only merge while the queue has no foreground transactions.
+        loop {
+            let busy = {
+                let q = inner.queues.lock();
+                !q.classes[1].is_empty() || !q.classes[2].is_empty()
+            };
+            let over_budget = inner.frag_index.lock().total_bytes > inner.cfg.frag_budget_bytes;
+            if busy && !over_budget {
+                break;
+            }
+            let candidates = inner.lazy_sync_candidates(32, false);
+            if candidates.is_empty() || inner.shutdown.load(Ordering::SeqCst) {
+                break;
+            }
+            let mut txn = Transaction::new().with_priority(Priority::Background);
+            for (nid, lb) in candidates {
+                txn.push(Op::MergeBlock { nid, lblock: lb });
+            }
+            if let Err(e) = engine_like(txn) {
+                tracing::warn!(error = %e, "lazy sync failed");
+                break;
+            }
+        }
+    }
+}

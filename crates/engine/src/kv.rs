@@ -1,0 +1,44 @@
+//! Opening the RocksDB index with Mosaic's column families and options.
+
+use crate::error::{EngineError, Result};
+use crate::keys::ALL_CFS;
+use rocksdb::{ColumnFamily, ColumnFamilyDescriptor, DB, Options};
+use std::path::Path;
+
+pub fn cf<'a>(db: &'a DB, name: &str) -> Result<&'a ColumnFamily> {
+    db.cf_handle(name).ok_or_else(|| EngineError::Corrupt(format!("column family {name} is missing")))
+}
+
+pub struct KvOptions {
+    pub block_cache_bytes: usize,
+    pub write_buffer_bytes: usize,
+}
+
+pub fn db_options(create: bool) -> Options {
+    let mut o = Options::default();
+    o.create_if_missing(create);
+    o.create_missing_column_families(create);
+    o.enable_statistics();
+    o.set_max_background_jobs(2);
+    o.set_bytes_per_sync(1 << 20);
+    o.set_keep_log_file_num(4);
+    o.set_max_total_wal_size(256 << 20);
+    o
+}
+
+pub fn open(path: &Path, create: bool, kv: &KvOptions) -> Result<(DB, Options)> {
+    let opts = db_options(create);
+    let cache = rocksdb::Cache::new_lru_cache(kv.block_cache_bytes);
+    let cfs = ALL_CFS.iter().map(|name| {
+        let mut c = Options::default();
+        let mut bbo = rocksdb::BlockBasedOptions::default();
+        bbo.set_block_cache(&cache);
+        bbo.set_bloom_filter(10.0, false);
+        c.set_block_based_table_factory(&bbo);
+        c.set_write_buffer_size(kv.write_buffer_bytes);
+        c.set_compression_type(rocksdb::DBCompressionType::Lz4);
+        ColumnFamilyDescriptor::new(*name, c)
+    });
+    let db = DB::open_cf_descriptors(&opts, path, cfs)?;
+    Ok((db, opts))
+}

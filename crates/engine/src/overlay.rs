@@ -1,0 +1,196 @@
+//! Uncommitted KV changes layered over the database. The committer plans every transaction of a group
+//! against "database + changes of the group so far + changes of this transaction", so transactions of one
+//! group never conflict, and a transaction that fails leaves nothing behind.
+
+use crate::error::Result;
+use crate::keys::prefix_end;
+use rocksdb::{DB, Direction, IteratorMode, WriteBatch};
+use std::collections::BTreeMap;
+
+#[derive(Default, Clone)]
+pub struct CfChanges {
+    /// Final state of each touched key: Some(value) = put, None = delete.
+    points: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    /// Range deletes [start, end) by start, kept disjoint (overlapping ones are merged) so that a lookup
+    /// is one map search; applied before the points.
+    ranges: BTreeMap<Vec<u8>, Vec<u8>>,
+}
+
+#[derive(Default, Clone)]
+pub struct Overlay {
+    cfs: BTreeMap<&'static str, CfChanges>,
+}
+
+impl Overlay {
+    pub fn put(&mut self, cf: &'static str, key: &[u8], value: Vec<u8>) {
+        self.cfs.entry(cf).or_default().points.insert(key.to_vec(), Some(value));
+    }
+
+    pub fn delete(&mut self, cf: &'static str, key: &[u8]) {
+        self.cfs.entry(cf).or_default().points.insert(key.to_vec(), None);
+    }
+
+    pub fn delete_range(&mut self, cf: &'static str, start: &[u8], end: &[u8]) {
+        if start >= end {
+            return;
+        }
+        let c = self.cfs.entry(cf).or_default();
+        let doomed: Vec<Vec<u8>> = c.points.range(start.to_vec()..end.to_vec()).map(|(k, _)| k.clone()).collect();
+        for k in doomed {
+            c.points.remove(&k);
+        }
+        // Merge with every range that overlaps or touches [start, end).
+        let mut s = start.to_vec();
+        let mut e = end.to_vec();
+        if let Some((ps, pe)) = c.ranges.range(..=s.clone()).next_back().map(|(a, b)| (a.clone(), b.clone()))
+            && pe >= s
+        {
+            c.ranges.remove(&ps);
+            s = ps;
+            if pe > e {
+                e = pe;
+            }
+        }
+        let covered: Vec<Vec<u8>> = c.ranges.range(s.clone()..=e.clone()).map(|(a, _)| a.clone()).collect();
+        for k in covered {
+            let ke = c.ranges.remove(&k).expect("present");
+            if ke > e {
+                e = ke;
+            }
+        }
+        c.ranges.insert(s, e);
+    }
+
+    /// Moves `newer`'s changes on top of these.
+    pub fn absorb(&mut self, newer: Overlay) {
+        for (cf, c) in newer.cfs {
+            for (s, e) in &c.ranges {
+                self.delete_range(cf, s, e);
+            }
+            let mine = self.cfs.entry(cf).or_default();
+            mine.points.extend(c.points);
+        }
+    }
+
+    /// Looks a key up in the overlays only, for keys the database cannot hold (objects created in this
+    /// group): Some(v) or None.
+    pub fn lookup_owned(&self, cf: &str, key: &[u8]) -> Option<Option<Vec<u8>>> {
+        self.lookup(cf, key).map(|v| v.cloned())
+    }
+
+    /// Looks a key up in this overlay only: Some(Some(v)) put, Some(None) deleted, None untouched.
+    fn lookup(&self, cf: &str, key: &[u8]) -> Option<Option<&Vec<u8>>> {
+        let c = self.cfs.get(cf)?;
+        if let Some(v) = c.points.get(key) {
+            return Some(v.as_ref());
+        }
+        if c.ranges.range(..=key.to_vec()).next_back().is_some_and(|(_, e)| key < e.as_slice()) {
+            return Some(None);
+        }
+        None
+    }
+
+    /// Writes every change into `batch`: range deletes first, then the final state of each point.
+    pub fn into_batch(self, db: &DB, batch: &mut WriteBatch) -> Result<usize> {
+        let mut bytes = 0;
+        for (cf, c) in self.cfs {
+            let h = crate::kv::cf(db, cf)?;
+            for (s, e) in &c.ranges {
+                batch.delete_range_cf(h, s, e);
+                bytes += s.len() + e.len();
+            }
+            for (k, v) in c.points {
+                bytes += k.len();
+                match v {
+                    Some(v) => {
+                        bytes += v.len();
+                        batch.put_cf(h, &k, &v)
+                    }
+                    None => batch.delete_cf(h, &k),
+                }
+            }
+        }
+        Ok(bytes)
+    }
+}
+
+/// Database plus overlays, newest last.
+pub struct View<'a> {
+    pub db: &'a DB,
+    pub layers: Vec<&'a Overlay>,
+    pub top: Overlay,
+}
+
+impl<'a> View<'a> {
+    pub fn new(db: &'a DB, group: &'a Overlay) -> Self {
+        View { db, layers: vec![group], top: Overlay::default() }
+    }
+
+    /// Like `get`, but without asking the database: for keys of objects created in this group.
+    pub fn get_overlay_only(&self, cf: &'static str, key: &[u8]) -> Option<Vec<u8>> {
+        if let Some(v) = self.top.lookup_owned(cf, key) {
+            return v;
+        }
+        for l in self.layers.iter().rev() {
+            if let Some(v) = l.lookup_owned(cf, key) {
+                return v;
+            }
+        }
+        None
+    }
+
+    pub fn get(&self, cf: &'static str, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        if let Some(v) = self.top.lookup(cf, key) {
+            return Ok(v.cloned());
+        }
+        for l in self.layers.iter().rev() {
+            if let Some(v) = l.lookup(cf, key) {
+                return Ok(v.cloned());
+            }
+        }
+        Ok(self.db.get_cf(crate::kv::cf(self.db, cf)?, key)?)
+    }
+
+    /// Every live (key, value) in [start, end), in key order, with at most `limit` results.
+    pub fn scan(&self, cf: &'static str, start: &[u8], end: &[u8], limit: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let mut merged: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+        let mut all_layers: Vec<&Overlay> = self.layers.clone();
+        all_layers.push(&self.top);
+        // Keys from the database that no overlay deletes or replaces.
+        let h = crate::kv::cf(self.db, cf)?;
+        let it = self.db.iterator_cf(h, IteratorMode::From(start, Direction::Forward));
+        let touched = |k: &[u8]| all_layers.iter().any(|l| l.lookup(cf, k).is_some());
+        let mut db_taken = 0usize;
+        for item in it {
+            let (k, v) = item?;
+            if k.as_ref() >= end {
+                break;
+            }
+            if touched(&k) {
+                continue;
+            }
+            merged.insert(k.to_vec(), v.to_vec());
+            db_taken += 1;
+            if db_taken >= limit {
+                break;
+            }
+        }
+        // Puts of the overlays, newest wins: resolve each touched key through the view.
+        for l in &all_layers {
+            if let Some(c) = l.cfs.get(cf) {
+                for (k, _) in c.points.range(start.to_vec()..end.to_vec()) {
+                    match self.get(cf, k)? {
+                        Some(v) => merged.insert(k.clone(), v),
+                        None => merged.remove(k),
+                    };
+                }
+            }
+        }
+        Ok(merged.into_iter().take(limit).collect())
+    }
+
+    pub fn scan_prefix(&self, cf: &'static str, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let end = prefix_end(prefix).unwrap_or_else(|| vec![0xFF; prefix.len() + 1]);
+        self.scan(cf, prefix, &end, usize::MAX)
+    }
+}

@@ -1,0 +1,719 @@
+//! Planning: turns one transaction's operations into KV changes (in the transaction's overlay), device
+//! writes of fresh blocks, allocator marks and deferred frees. Runs only on the committer thread, so the
+//! view it reads (database + group overlay + transaction overlay) cannot change under it.
+//!
+//! The write path of paper 001 is here: every write is split into whole blocks (copy-on-write to fresh
+//! blocks) and pieces inside a block (fragments in the KV store, no read). Only `WriteMode::Rmw` (the
+//! ablation baseline) and lazy sync (`MergeBlock`) read a block to merge into it.
+
+use crate::alloc::{Extent, Placement};
+use crate::engine::{BLOCK_SIZE_BYTES, Inner, MAX_OBJECT_BYTES, WriteMode};
+use crate::error::{EngineError, Result};
+use crate::keys::*;
+use crate::overlay::View;
+use crate::txn::{Op, Outcome, Staged, Transaction};
+use std::sync::atomic::Ordering;
+
+/// Registry namespace mapping collection id -> collection name.
+const REVERSE_REGISTRY: CollectionId = u32::MAX;
+pub const MAX_NAME_BYTES: usize = 4096;
+pub const MAX_ATTR_KEY_BYTES: usize = 1024;
+pub const MAX_ATTR_VALUE_BYTES: usize = 64 * 1024;
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum FragDelta {
+    Add(Nid, u64, u64),
+    ClearBlock(Nid, u64),
+    ClearObject(Nid),
+    /// Every block from this logical block on.
+    ClearFrom(Nid, u64),
+}
+
+#[derive(Default)]
+pub(crate) struct TxnState {
+    pub(crate) marks: Vec<(Extent, bool)>,
+    pub(crate) frees: Vec<Extent>,
+    /// Blocks allocated while planning: returned to the allocator if the transaction fails.
+    pub(crate) fresh: Vec<Extent>,
+    pub(crate) staged: Vec<Staged>,
+    pub(crate) frag_deltas: Vec<FragDelta>,
+    pub(crate) device_written: bool,
+    pub(crate) user_bytes: u64,
+    /// Objects created by this transaction: the database holds nothing of them yet.
+    pub(crate) fresh_nids: std::collections::HashSet<Nid>,
+}
+
+pub(crate) struct Planner<'a, 'v> {
+    pub(crate) inner: &'a Inner,
+    pub(crate) view: &'a mut View<'v>,
+    pub(crate) ts: &'a mut TxnState,
+}
+
+fn now_ns() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
+}
+
+pub(crate) fn reverse_registry_key(coll: CollectionId) -> Vec<u8> {
+    name_key(REVERSE_REGISTRY, &coll.to_be_bytes())
+}
+
+impl Planner<'_, '_> {
+    pub(crate) fn plan(mut self, txn: Transaction) -> Result<Outcome> {
+        let mut out = Outcome::default();
+        for op in txn.ops {
+            self.op(op, &mut out)?;
+        }
+        Ok(out)
+    }
+
+    fn op(&mut self, op: Op, out: &mut Outcome) -> Result<()> {
+        match op {
+            Op::CreateCollection { name } => out.created_collections.push(self.create_collection(&name)?),
+            Op::RemoveCollection { name } => self.remove_collection(&name)?,
+            Op::Create { coll, name } => {
+                if self.lookup(coll, &name)?.is_some() {
+                    return Err(EngineError::AlreadyExists);
+                }
+                self.create_object(coll, &name)?;
+            }
+            Op::Reset { coll, name } => {
+                if let Some((nid, _)) = self.lookup(coll, &name)? {
+                    self.destroy(nid)?;
+                }
+                self.create_object(coll, &name)?;
+            }
+            Op::Write { coll, name, offset, data } => {
+                self.check_data_len(data.len())?;
+                let (nid, onode) = self.lookup_or_create(coll, &name)?;
+                self.write(nid, onode, offset, &data)?;
+            }
+            Op::WriteStaged { coll, name, offset, staged } => {
+                let (nid, onode) = self.lookup_or_create(coll, &name)?;
+                self.write_staged(nid, onode, offset, staged)?;
+            }
+            Op::Append { coll, name, data, expected_offset } => {
+                self.check_data_len(data.len())?;
+                let (nid, onode) = self.lookup_or_create(coll, &name)?;
+                if let Some(expected) = expected_offset
+                    && expected != onode.size_bytes
+                {
+                    return Err(EngineError::OffsetMismatch { expected, actual: onode.size_bytes });
+                }
+                let offset = onode.size_bytes;
+                let end = offset + data.len() as u64;
+                self.write(nid, onode, offset, &data)?;
+                out.append_sizes.push(end);
+            }
+            Op::Truncate { coll, name, size_bytes } => {
+                let (nid, onode) = self.lookup(coll, &name)?.ok_or(EngineError::NotFound)?;
+                self.truncate(nid, onode, size_bytes)?;
+            }
+            Op::Remove { coll, name } => {
+                let (nid, _) = self.lookup(coll, &name)?.ok_or(EngineError::NotFound)?;
+                self.destroy(nid)?;
+            }
+            Op::Rename { coll, from, to_coll, to } => self.rename(coll, &from, to_coll, &to)?,
+            Op::Clone { coll, from, to_coll, to } => self.clone_object(coll, &from, to_coll, &to)?,
+            Op::CloneRange { src_coll, src, src_offset, len, dst_coll, dst, dst_offset } => {
+                self.clone_range(src_coll, &src, src_offset, len, dst_coll, &dst, dst_offset)?
+            }
+            Op::SetAttr { coll, name, key, value } => {
+                check_attr(&key, Some(&value))?;
+                let (nid, _) = self.lookup(coll, &name)?.ok_or(EngineError::NotFound)?;
+                self.view.top.put(CF_ATTRS, &nid_sub_key(nid, &key), value);
+            }
+            Op::RemoveAttr { coll, name, key } => {
+                check_attr(&key, None)?;
+                let (nid, _) = self.lookup(coll, &name)?.ok_or(EngineError::NotFound)?;
+                self.view.top.delete(CF_ATTRS, &nid_sub_key(nid, &key));
+            }
+            Op::OmapSet { coll, name, key, value } => {
+                check_attr(&key, Some(&value))?;
+                let (nid, _) = self.lookup(coll, &name)?.ok_or(EngineError::NotFound)?;
+                self.view.top.put(CF_OMAP, &nid_sub_key(nid, &key), value);
+            }
+            Op::OmapRemove { coll, name, key } => {
+                check_attr(&key, None)?;
+                let (nid, _) = self.lookup(coll, &name)?.ok_or(EngineError::NotFound)?;
+                self.view.top.delete(CF_OMAP, &nid_sub_key(nid, &key));
+            }
+            Op::SetPriority { coll, name, high } => {
+                let (nid, mut onode) = self.lookup(coll, &name)?.ok_or(EngineError::NotFound)?;
+                if high {
+                    onode.flags |= ONODE_FLAG_PRIORITY;
+                } else {
+                    onode.flags &= !ONODE_FLAG_PRIORITY;
+                }
+                self.put_onode(nid, &onode);
+            }
+            Op::AssertAttr { coll, name, key, expected } => {
+                let actual = match self.lookup(coll, &name)? {
+                    Some((nid, _)) => self.view.get(CF_ATTRS, &nid_sub_key(nid, &key))?,
+                    None => None,
+                };
+                if actual != expected {
+                    return Err(EngineError::AssertionFailed);
+                }
+            }
+            Op::MergeBlock { nid, lblock } => self.merge_block(nid, lblock)?,
+        }
+        Ok(())
+    }
+
+    fn check_data_len(&self, len: usize) -> Result<()> {
+        if len > self.inner.cfg.max_op_data_bytes {
+            return Err(EngineError::Limit(format!(
+                "{len} bytes in one write op (maximum {}); stage larger writes",
+                self.inner.cfg.max_op_data_bytes
+            )));
+        }
+        Ok(())
+    }
+
+    // ---- collections -------------------------------------------------------------------------------
+
+    fn create_collection(&mut self, name: &str) -> Result<CollectionId> {
+        if name.is_empty() || name.len() > MAX_NAME_BYTES {
+            return Err(EngineError::InvalidArgument("collection names are 1 to 4096 bytes".into()));
+        }
+        let key = name_key(REGISTRY_COLLECTION, name.as_bytes());
+        if self.view.get(CF_NAMES, &key)?.is_some() {
+            return Err(EngineError::CollectionExists(name.to_string()));
+        }
+        let existing = self.view.scan_prefix(CF_NAMES, &collection_prefix(REVERSE_REGISTRY))?;
+        let mut id = 1;
+        for (k, _) in existing {
+            id = id.max(u32_at(&k, 4)? + 1);
+        }
+        if id == REVERSE_REGISTRY {
+            return Err(EngineError::Limit("too many collections".into()));
+        }
+        self.view.top.put(CF_NAMES, &key, id.to_be_bytes().to_vec());
+        self.view.top.put(CF_NAMES, &reverse_registry_key(id), name.as_bytes().to_vec());
+        Ok(id)
+    }
+
+    fn remove_collection(&mut self, name: &str) -> Result<()> {
+        let key = name_key(REGISTRY_COLLECTION, name.as_bytes());
+        let raw = self.view.get(CF_NAMES, &key)?.ok_or_else(|| EngineError::CollectionNotFound(name.to_string()))?;
+        let id = u32_at(&raw, 0)?;
+        let prefix = collection_prefix(id);
+        let end = prefix_end(&prefix).expect("id below u32::MAX");
+        if !self.view.scan(CF_NAMES, &prefix, &end, 1)?.is_empty() {
+            return Err(EngineError::CollectionNotEmpty(name.to_string()));
+        }
+        self.view.top.delete(CF_NAMES, &key);
+        self.view.top.delete(CF_NAMES, &reverse_registry_key(id));
+        Ok(())
+    }
+
+    fn check_collection(&self, coll: CollectionId) -> Result<()> {
+        if coll == REGISTRY_COLLECTION || coll == REVERSE_REGISTRY {
+            return Err(EngineError::InvalidArgument("reserved collection id".into()));
+        }
+        if self.view.get(CF_NAMES, &reverse_registry_key(coll))?.is_none() {
+            return Err(EngineError::CollectionNotFound(coll.to_string()));
+        }
+        Ok(())
+    }
+
+    // ---- objects -----------------------------------------------------------------------------------
+
+    fn lookup(&self, coll: CollectionId, name: &[u8]) -> Result<Option<(Nid, Onode)>> {
+        self.check_collection(coll)?;
+        if name.len() > MAX_NAME_BYTES {
+            return Err(EngineError::InvalidArgument(format!("object names are at most {MAX_NAME_BYTES} bytes")));
+        }
+        let Some(raw) = self.view.get(CF_NAMES, &name_key(coll, name))? else { return Ok(None) };
+        let nid = u64_at(&raw, 0)?;
+        let onode = self.view.get(CF_ONODES, &nid_key(nid))?.ok_or_else(|| {
+            EngineError::Corrupt(format!("name {} points at missing object {nid}", String::from_utf8_lossy(name)))
+        })?;
+        Ok(Some((nid, Onode::decode(&onode)?)))
+    }
+
+    fn lookup_or_create(&mut self, coll: CollectionId, name: &[u8]) -> Result<(Nid, Onode)> {
+        match self.lookup(coll, name)? {
+            Some(found) => Ok(found),
+            None => self.create_object(coll, name),
+        }
+    }
+
+    fn create_object(&mut self, coll: CollectionId, name: &[u8]) -> Result<(Nid, Onode)> {
+        self.check_collection(coll)?;
+        if name.is_empty() || name.len() > MAX_NAME_BYTES {
+            return Err(EngineError::InvalidArgument(format!("object names are 1 to {MAX_NAME_BYTES} bytes")));
+        }
+        let nid = self.inner.next_nid.fetch_add(1, Ordering::Relaxed);
+        self.ts.fresh_nids.insert(nid);
+        let onode = Onode {
+            size_bytes: 0,
+            mtime_ns: now_ns(),
+            write_count: 0,
+            flags: 0,
+            collection: coll,
+            name: name.to_vec(),
+        };
+        self.view.top.put(CF_NAMES, &name_key(coll, name), nid.to_be_bytes().to_vec());
+        self.put_onode(nid, &onode);
+        Ok((nid, onode))
+    }
+
+    fn put_onode(&mut self, nid: Nid, onode: &Onode) {
+        self.view.top.put(CF_ONODES, &nid_key(nid), onode.encode());
+    }
+
+    /// Removes an object's name, onode, blocks, fragments, attributes and omap.
+    fn destroy(&mut self, nid: Nid) -> Result<()> {
+        let onode = Onode::decode(&self.view.get(CF_ONODES, &nid_key(nid))?.ok_or(EngineError::NotFound)?)?;
+        self.view.top.delete(CF_NAMES, &name_key(onode.collection, &onode.name));
+        self.view.top.delete(CF_ONODES, &nid_key(nid));
+        for (_, entry) in self.blocks_from(nid, 0)? {
+            self.free_block(entry.physical_block)?;
+        }
+        let (start, end) = (nid_key(nid), nid_key(nid + 1));
+        self.view.top.delete_range(CF_BLOCKS, &start, &end);
+        self.view.top.delete_range(CF_FRAGS, &start, &end);
+        self.view.top.delete_range(CF_ATTRS, &start, &end);
+        self.view.top.delete_range(CF_OMAP, &start, &end);
+        self.ts.frag_deltas.push(FragDelta::ClearObject(nid));
+        Ok(())
+    }
+
+    fn rename(&mut self, coll: CollectionId, from: &[u8], to_coll: CollectionId, to: &[u8]) -> Result<()> {
+        let (nid, mut onode) = self.lookup(coll, from)?.ok_or(EngineError::NotFound)?;
+        if coll == to_coll && from == to {
+            return Ok(());
+        }
+        if to.is_empty() || to.len() > MAX_NAME_BYTES {
+            return Err(EngineError::InvalidArgument("object names are 1 to 4096 bytes".into()));
+        }
+        if let Some((dst, _)) = self.lookup(to_coll, to)? {
+            self.destroy(dst)?;
+        }
+        self.view.top.delete(CF_NAMES, &name_key(coll, from));
+        self.view.top.put(CF_NAMES, &name_key(to_coll, to), nid.to_be_bytes().to_vec());
+        onode.collection = to_coll;
+        onode.name = to.to_vec();
+        self.put_onode(nid, &onode);
+        Ok(())
+    }
+
+    fn clone_object(&mut self, coll: CollectionId, from: &[u8], to_coll: CollectionId, to: &[u8]) -> Result<()> {
+        let (src, src_onode) = self.lookup(coll, from)?.ok_or(EngineError::NotFound)?;
+        if coll == to_coll && from == to {
+            return Ok(());
+        }
+        if let Some((dst, _)) = self.lookup(to_coll, to)? {
+            self.destroy(dst)?;
+        }
+        let (dst, _) = self.create_object(to_coll, to)?;
+        let inline = self.is_inline(src, &src_onode)?;
+        for (lb, entry) in self.blocks_from(src, 0)? {
+            self.share_block(entry.physical_block)?;
+            self.view.top.put(CF_BLOCKS, &block_key(dst, lb), entry.encode().to_vec());
+        }
+        for (k, v) in self.view.scan_prefix(CF_FRAGS, &nid_key(src))? {
+            let (lb, seq) = (u64_at(&k, 8)?, u64_at(&k, 16)?);
+            if !inline {
+                self.ts.frag_deltas.push(FragDelta::Add(dst, lb, v.len().saturating_sub(8) as u64));
+            }
+            self.view.top.put(CF_FRAGS, &frag_key(dst, lb, seq), v);
+        }
+        for cf in [CF_ATTRS, CF_OMAP] {
+            for (k, v) in self.view.scan_prefix(cf, &nid_key(src))? {
+                self.view.top.put(cf, &nid_sub_key(dst, &k[8..]), v);
+            }
+        }
+        let onode = Onode { collection: to_coll, name: to.to_vec(), mtime_ns: now_ns(), write_count: 0, ..src_onode };
+        self.put_onode(dst, &onode);
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn clone_range(
+        &mut self,
+        src_coll: CollectionId,
+        src: &[u8],
+        src_offset: u64,
+        len: u64,
+        dst_coll: CollectionId,
+        dst: &[u8],
+        dst_offset: u64,
+    ) -> Result<()> {
+        let bs = BLOCK_SIZE_BYTES;
+        let (src_nid, src_onode) = self.lookup(src_coll, src)?.ok_or(EngineError::NotFound)?;
+        if !src_offset.is_multiple_of(bs) || !dst_offset.is_multiple_of(bs) {
+            return Err(EngineError::InvalidArgument("clone_range offsets must be block-aligned".into()));
+        }
+        let src_end =
+            src_offset.checked_add(len).ok_or_else(|| EngineError::InvalidArgument("range overflows".into()))?;
+        if src_end > src_onode.size_bytes {
+            return Err(EngineError::InvalidArgument("clone_range reads past the end of the source".into()));
+        }
+        let (dst_nid, mut dst_onode) = self.lookup_or_create(dst_coll, dst)?;
+        if src_nid == dst_nid {
+            return Err(EngineError::InvalidArgument("clone_range within one object".into()));
+        }
+        let dst_end = dst_offset + len;
+        if dst_end > MAX_OBJECT_BYTES {
+            return Err(EngineError::Limit("object larger than 5 TiB".into()));
+        }
+        if !len.is_multiple_of(bs) && (src_end != src_onode.size_bytes || dst_end < dst_onode.size_bytes) {
+            return Err(EngineError::InvalidArgument(
+                "a clone_range length that is not block-aligned must end both objects".into(),
+            ));
+        }
+        let src_inline = self.is_inline(src_nid, &src_onode)?;
+        let dst_was_inline = self.is_inline(dst_nid, &dst_onode)?;
+        let blocks = len.div_ceil(bs);
+        let first_src = src_offset / bs;
+        let first_dst = dst_offset / bs;
+        let src_blocks: std::collections::BTreeMap<u64, BlockEntry> =
+            self.blocks_range(src_nid, first_src, first_src + blocks)?.into_iter().collect();
+        for i in 0..blocks {
+            let (slb, dlb) = (first_src + i, first_dst + i);
+            match src_blocks.get(&slb) {
+                Some(entry) => {
+                    self.share_block(entry.physical_block)?;
+                    self.set_block(dst_nid, dlb, *entry)?;
+                }
+                None => self.clear_block(dst_nid, dlb)?,
+            }
+            let start = frag_key(src_nid, slb, 0);
+            let end = frag_key(src_nid, slb + 1, 0);
+            for (k, v) in self.view.scan(CF_FRAGS, &start, &end, usize::MAX)? {
+                let seq = u64_at(&k, 16)?;
+                self.ts.frag_deltas.push(FragDelta::Add(dst_nid, dlb, v.len().saturating_sub(8) as u64));
+                self.view.top.put(CF_FRAGS, &frag_key(dst_nid, dlb, seq), v);
+            }
+        }
+        let _ = src_inline;
+        if dst_was_inline && dst_end > self.inner.cfg.inline_max_bytes {
+            self.index_existing_frags(dst_nid)?;
+        }
+        if dst_end > dst_onode.size_bytes {
+            dst_onode.size_bytes = dst_end;
+        }
+        dst_onode.write_count = dst_onode.write_count.saturating_add(1);
+        self.put_onode(dst_nid, &dst_onode);
+        Ok(())
+    }
+
+    fn truncate(&mut self, nid: Nid, mut onode: Onode, size: u64) -> Result<()> {
+        if size > MAX_OBJECT_BYTES {
+            return Err(EngineError::Limit("object larger than 5 TiB".into()));
+        }
+        let bs = BLOCK_SIZE_BYTES;
+        if size < onode.size_bytes {
+            let first_dead = size.div_ceil(bs);
+            for (_, entry) in self.blocks_from(nid, first_dead)? {
+                self.free_block(entry.physical_block)?;
+            }
+            self.view.top.delete_range(CF_BLOCKS, &block_key(nid, first_dead), &nid_key(nid + 1));
+            self.view.top.delete_range(CF_FRAGS, &frag_key(nid, first_dead, 0), &nid_key(nid + 1));
+            self.ts.frag_deltas.push(FragDelta::ClearFrom(nid, first_dead));
+            if !size.is_multiple_of(bs) {
+                // Zero the tail of the last block so that growing the object later reads zeros there.
+                let off = (size % bs) as usize;
+                let zeros = vec![0u8; bs as usize - off];
+                let inline = self.is_inline(nid, &onode)?;
+                self.put_frag(nid, size / bs, off as u32, &zeros, !inline);
+            }
+        }
+        onode.size_bytes = size;
+        onode.write_count = onode.write_count.saturating_add(1);
+        self.put_onode(nid, &onode);
+        Ok(())
+    }
+
+    // ---- the write path ----------------------------------------------------------------------------
+
+    fn is_inline(&self, nid: Nid, onode: &Onode) -> Result<bool> {
+        Ok(onode.size_bytes <= self.inner.cfg.inline_max_bytes && !self.has_blocks(nid)?)
+    }
+
+    fn write(&mut self, nid: Nid, mut onode: Onode, offset: u64, data: &[u8]) -> Result<()> {
+        let end = offset.checked_add(data.len() as u64).filter(|e| *e <= MAX_OBJECT_BYTES);
+        let end = end.ok_or_else(|| EngineError::Limit("object larger than 5 TiB".into()))?;
+        if data.is_empty() {
+            return Ok(());
+        }
+        let bs = BLOCK_SIZE_BYTES;
+        let was_inline = self.is_inline(nid, &onode)?;
+        let inline = was_inline && end <= self.inner.cfg.inline_max_bytes;
+        if was_inline && !inline {
+            self.index_existing_frags(nid)?;
+        }
+        let hot = onode.write_count >= 2 || offset < onode.size_bytes;
+        let mut pos = offset;
+        while pos < end {
+            let lb = pos / bs;
+            let in_block = pos % bs;
+            let take = (bs - in_block).min(end - pos);
+            let piece = &data[(pos - offset) as usize..(pos - offset + take) as usize];
+            if take == bs && !inline {
+                // A run of whole blocks: copy-on-write to fresh blocks in one IO.
+                let run_blocks = (end - pos) / bs;
+                let run = &data[(pos - offset) as usize..(pos - offset + run_blocks * bs) as usize];
+                self.write_whole_blocks(nid, lb, run, hot)?;
+                pos += run_blocks * bs;
+                continue;
+            }
+            if inline || self.inner.cfg.write_mode == WriteMode::FragmentLog {
+                self.put_frag(nid, lb, in_block as u32, piece, !inline);
+            } else {
+                self.rmw_block(nid, lb, in_block as usize, piece)?;
+            }
+            pos += take;
+        }
+        self.ts.user_bytes += data.len() as u64;
+        if end > onode.size_bytes {
+            onode.size_bytes = end;
+            onode.write_count = onode.write_count.saturating_add(1);
+            onode.mtime_ns = now_ns();
+            self.put_onode(nid, &onode);
+        }
+        Ok(())
+    }
+
+    fn write_staged(&mut self, nid: Nid, mut onode: Onode, offset: u64, staged: Staged) -> Result<()> {
+        let bs = BLOCK_SIZE_BYTES;
+        if !offset.is_multiple_of(bs) {
+            return Err(EngineError::InvalidArgument("staged writes must start on a block boundary".into()));
+        }
+        let end = offset.checked_add(staged.len_bytes).filter(|e| *e <= MAX_OBJECT_BYTES);
+        let end = end.ok_or_else(|| EngineError::Limit("object larger than 5 TiB".into()))?;
+        if self.is_inline(nid, &onode)? {
+            self.index_existing_frags(nid)?;
+        }
+        let mut lb = offset / bs;
+        let mut i = 0;
+        for ext in staged.extents.clone() {
+            self.ts.marks.push((ext, true));
+            for p in ext.start..ext.start + ext.len {
+                let entry = BlockEntry { physical_block: p, crc32c: staged.crcs[i] };
+                self.set_block_unmarked(nid, lb, entry)?;
+                lb += 1;
+                i += 1;
+            }
+        }
+        self.ts.device_written = true;
+        self.ts.user_bytes += staged.len_bytes;
+        self.ts.staged.push(staged);
+        if end > onode.size_bytes {
+            onode.size_bytes = end;
+            onode.write_count = onode.write_count.saturating_add(1);
+            onode.mtime_ns = now_ns();
+            self.put_onode(nid, &onode);
+        }
+        Ok(())
+    }
+
+    fn write_whole_blocks(&mut self, nid: Nid, first_lb: u64, data: &[u8], hot: bool) -> Result<()> {
+        let bs = BLOCK_SIZE_BYTES as usize;
+        let blocks = (data.len() / bs) as u64;
+        let placement = if blocks >= 16 {
+            Placement::Large
+        } else if hot {
+            Placement::Hot
+        } else {
+            Placement::Cold
+        };
+        let extents = self.inner.allocate(blocks, placement)?;
+        self.ts.fresh.extend(extents.iter().copied());
+        let mut done = 0usize;
+        let mut lb = first_lb;
+        for ext in extents {
+            let len = ext.len as usize * bs;
+            self.inner.write_blocks(ext.start, &data[done..done + len])?;
+            self.ts.marks.push((ext, true));
+            for (i, block) in data[done..done + len].chunks_exact(bs).enumerate() {
+                let entry = BlockEntry { physical_block: ext.start + i as u64, crc32c: crate::checksum::crc32c(block) };
+                self.set_block_unmarked(nid, lb, entry)?;
+                lb += 1;
+            }
+            done += len;
+        }
+        self.ts.device_written = true;
+        Ok(())
+    }
+
+    /// The classic path, kept as the ablation baseline: read the block, merge, write a fresh copy.
+    fn rmw_block(&mut self, nid: Nid, lb: u64, in_block: usize, piece: &[u8]) -> Result<()> {
+        let mut content = self.block_content(nid, lb)?;
+        content[in_block..in_block + piece.len()].copy_from_slice(piece);
+        self.inner.counters.rmw_on_write_path.fetch_add(1, Ordering::Relaxed);
+        self.write_fresh_block(nid, lb, &content)
+    }
+
+    fn write_fresh_block(&mut self, nid: Nid, lb: u64, content: &[u8]) -> Result<()> {
+        let ext = self.inner.allocate(1, Placement::Hot)?[0];
+        self.ts.fresh.push(ext);
+        self.inner.write_blocks(ext.start, content)?;
+        self.ts.device_written = true;
+        self.ts.marks.push((ext, true));
+        let entry = BlockEntry { physical_block: ext.start, crc32c: crate::checksum::crc32c(content) };
+        self.set_block_unmarked(nid, lb, entry)
+    }
+
+    /// Lazy sync of one block: merge its fragments over its base into a fresh block.
+    fn merge_block(&mut self, nid: Nid, lb: u64) -> Result<()> {
+        self.ts.frag_deltas.push(FragDelta::ClearBlock(nid, lb));
+        let Some(raw) = self.view.get(CF_ONODES, &nid_key(nid))? else { return Ok(()) };
+        let onode = Onode::decode(&raw)?;
+        if self.is_inline(nid, &onode)? || lb * BLOCK_SIZE_BYTES >= onode.size_bytes {
+            return Ok(());
+        }
+        let start = frag_key(nid, lb, 0);
+        if self.view.scan(CF_FRAGS, &start, &frag_key(nid, lb + 1, 0), 1)?.is_empty() {
+            return Ok(());
+        }
+        let content = match self.block_content(nid, lb) {
+            Ok(c) => c,
+            Err(e @ EngineError::Checksum { .. }) => {
+                // Leave the block as it is: reads report the damage, scrub names it.
+                tracing::warn!(error = %e, "lazy sync skipped a damaged block");
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        };
+        self.inner.counters.rmw_in_lazy_sync.fetch_add(1, Ordering::Relaxed);
+        self.write_fresh_block(nid, lb, &content)
+    }
+
+    /// The current content of one logical block: base block (checked) with fragments applied in order.
+    fn block_content(&self, nid: Nid, lb: u64) -> Result<Vec<u8>> {
+        let bs = BLOCK_SIZE_BYTES as usize;
+        let mut content = vec![0u8; bs];
+        if let Some(raw) = self.view.get(CF_BLOCKS, &block_key(nid, lb))? {
+            let entry = BlockEntry::decode(&raw)?;
+            self.inner.read_blocks(entry.physical_block, &mut content)?;
+            if crate::checksum::crc32c(&content) != entry.crc32c {
+                self.inner.counters.checksum_errors.fetch_add(1, Ordering::Relaxed);
+                return Err(EngineError::Checksum {
+                    object: format!("nid {nid}"),
+                    block: lb,
+                    physical: entry.physical_block,
+                });
+            }
+        }
+        for (_, v) in self.view.scan(CF_FRAGS, &frag_key(nid, lb, 0), &frag_key(nid, lb + 1, 0), usize::MAX)? {
+            let (off, data) = decode_frag(&v)?;
+            let off = off as usize;
+            if off + data.len() > bs {
+                return Err(EngineError::Corrupt(format!("fragment past its block in nid {nid} block {lb}")));
+            }
+            content[off..off + data.len()].copy_from_slice(data);
+        }
+        Ok(content)
+    }
+
+    fn put_frag(&mut self, nid: Nid, lb: u64, off: u32, data: &[u8], indexed: bool) {
+        debug_assert!(off as u64 + data.len() as u64 <= BLOCK_SIZE_BYTES);
+        let seq = self.inner.next_frag_seq.fetch_add(1, Ordering::Relaxed);
+        self.view.top.put(CF_FRAGS, &frag_key(nid, lb, seq), encode_frag(off, data));
+        if indexed {
+            self.ts.frag_deltas.push(FragDelta::Add(nid, lb, data.len() as u64));
+        }
+    }
+
+    /// An inline object is growing out of the KV store: its fragments become lazy-sync work.
+    fn index_existing_frags(&mut self, nid: Nid) -> Result<()> {
+        for (k, v) in self.view.scan_prefix(CF_FRAGS, &nid_key(nid))? {
+            self.ts.frag_deltas.push(FragDelta::Add(nid, u64_at(&k, 8)?, v.len().saturating_sub(8) as u64));
+        }
+        Ok(())
+    }
+
+    // ---- block map -----------------------------------------------------------------------------
+
+    fn has_blocks(&self, nid: Nid) -> Result<bool> {
+        Ok(!self.view.scan(CF_BLOCKS, &nid_key(nid), &nid_key(nid + 1), 1)?.is_empty())
+    }
+
+    fn blocks_from(&self, nid: Nid, first: u64) -> Result<Vec<(u64, BlockEntry)>> {
+        self.blocks_range(nid, first, u64::MAX)
+    }
+
+    fn blocks_range(&self, nid: Nid, first: u64, end: u64) -> Result<Vec<(u64, BlockEntry)>> {
+        let end_key = if end == u64::MAX { nid_key(nid + 1).to_vec() } else { block_key(nid, end).to_vec() };
+        self.view
+            .scan(CF_BLOCKS, &block_key(nid, first), &end_key, usize::MAX)?
+            .into_iter()
+            .map(|(k, v)| Ok((u64_at(&k, 8)?, BlockEntry::decode(&v)?)))
+            .collect()
+    }
+
+    /// Points a logical block at a new physical block (already marked used), freeing the old one and
+    /// dropping the block's fragments, which the new content supersedes.
+    fn set_block_unmarked(&mut self, nid: Nid, lb: u64, entry: BlockEntry) -> Result<()> {
+        let key = block_key(nid, lb);
+        let old = if self.ts.fresh_nids.contains(&nid) {
+            self.view.get_overlay_only(CF_BLOCKS, &key)
+        } else {
+            self.view.get(CF_BLOCKS, &key)?
+        };
+        if let Some(old) = old {
+            self.free_block(BlockEntry::decode(&old)?.physical_block)?;
+        }
+        self.view.top.put(CF_BLOCKS, &block_key(nid, lb), entry.encode().to_vec());
+        self.view.top.delete_range(CF_FRAGS, &frag_key(nid, lb, 0), &frag_key(nid, lb + 1, 0));
+        self.ts.frag_deltas.push(FragDelta::ClearBlock(nid, lb));
+        Ok(())
+    }
+
+    fn set_block(&mut self, nid: Nid, lb: u64, entry: BlockEntry) -> Result<()> {
+        self.set_block_unmarked(nid, lb, entry)
+    }
+
+    /// Removes a logical block and its fragments (a hole reads as zeros).
+    fn clear_block(&mut self, nid: Nid, lb: u64) -> Result<()> {
+        if let Some(old) = self.view.get(CF_BLOCKS, &block_key(nid, lb))? {
+            self.free_block(BlockEntry::decode(&old)?.physical_block)?;
+            self.view.top.delete(CF_BLOCKS, &block_key(nid, lb));
+        }
+        self.view.top.delete_range(CF_FRAGS, &frag_key(nid, lb, 0), &frag_key(nid, lb + 1, 0));
+        self.ts.frag_deltas.push(FragDelta::ClearBlock(nid, lb));
+        Ok(())
+    }
+
+    /// Drops one reference to a physical block; the last reference frees it (after commit).
+    fn free_block(&mut self, physical: u64) -> Result<()> {
+        let key = nid_key(physical);
+        if let Some(raw) = self.view.get(CF_REFS, &key)? {
+            let count = u64_at(&raw, 0)?;
+            assert!(count >= 2, "refs entry below 2 for block {physical}");
+            if count == 2 {
+                self.view.top.delete(CF_REFS, &key);
+            } else {
+                self.view.top.put(CF_REFS, &key, (count - 1).to_be_bytes().to_vec());
+            }
+            return Ok(());
+        }
+        let ext = Extent { start: physical, len: 1 };
+        self.ts.marks.push((ext, false));
+        self.ts.frees.push(ext);
+        Ok(())
+    }
+
+    fn share_block(&mut self, physical: u64) -> Result<()> {
+        let key = nid_key(physical);
+        let count = match self.view.get(CF_REFS, &key)? {
+            Some(raw) => u64_at(&raw, 0)?,
+            None => 1,
+        };
+        self.view.top.put(CF_REFS, &key, (count + 1).to_be_bytes().to_vec());
+        Ok(())
+    }
+}
+
+fn check_attr(key: &[u8], value: Option<&[u8]>) -> Result<()> {
+    if key.is_empty() || key.len() > MAX_ATTR_KEY_BYTES {
+        return Err(EngineError::InvalidArgument(format!("attribute keys are 1 to {MAX_ATTR_KEY_BYTES} bytes")));
+    }
+    if value.is_some_and(|v| v.len() > MAX_ATTR_VALUE_BYTES) {
+        return Err(EngineError::Limit(format!("attribute values are at most {MAX_ATTR_VALUE_BYTES} bytes")));
+    }
+    Ok(())
+}

@@ -1,0 +1,241 @@
+//! Reads through a consistent snapshot: name lookup, stat, attributes, ordered listing, and data reads
+//! that merge fragments over base blocks on the fly and verify every block's checksum.
+//!
+//! A reader pins the commit epoch it started in: blocks freed by later commits are not reused until it is
+//! dropped, so a long GET streams exactly the object it looked up even while the name is overwritten.
+
+use crate::engine::{BLOCK_SIZE_BYTES, Inner};
+use crate::error::{EngineError, Result};
+use crate::keys::*;
+use rocksdb::{DB, Direction, IteratorMode, SnapshotWithThreadMode};
+use std::mem::ManuallyDrop;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+/// A raw (key, value) pair from RocksDB.
+type RawEntry = (Box<[u8]>, Box<[u8]>);
+
+/// Largest single device read issued for a contiguous physical run.
+const MAX_READ_RUN_BYTES: u64 = 4 << 20;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectInfo {
+    pub nid: Nid,
+    pub collection: CollectionId,
+    pub name: Vec<u8>,
+    pub size_bytes: u64,
+    pub mtime_ns: u64,
+    pub high_priority: bool,
+}
+
+pub struct Reader {
+    // Field order matters: the snapshot must be released before the database handle it borrows.
+    snap: ManuallyDrop<SnapshotWithThreadMode<'static, DB>>,
+    db: Arc<DB>,
+    inner: Arc<Inner>,
+    epoch: u64,
+}
+
+// SAFETY: the snapshot is a read-only handle to a RocksDB snapshot, which RocksDB allows to be used from
+// any thread; the database it refers to is kept alive by `db`.
+unsafe impl Send for Reader {}
+// SAFETY: as above; all methods take &self and RocksDB reads are thread-safe.
+unsafe impl Sync for Reader {}
+
+impl Drop for Reader {
+    fn drop(&mut self) {
+        // SAFETY: dropped exactly once, before `db`.
+        unsafe { ManuallyDrop::drop(&mut self.snap) };
+        let mut r = self.inner.readers.lock();
+        if let Some(c) = r.get_mut(&self.epoch) {
+            *c -= 1;
+            if *c == 0 {
+                r.remove(&self.epoch);
+            }
+        }
+    }
+}
+
+impl Reader {
+    pub(crate) fn new(inner: Arc<Inner>) -> Self {
+        let epoch = {
+            let mut r = inner.readers.lock();
+            let e = inner.epoch.load(Ordering::SeqCst);
+            *r.entry(e).or_insert(0) += 1;
+            e
+        };
+        let db = inner.db.clone();
+        let snap = db.snapshot();
+        // SAFETY: the snapshot borrows the DB behind `db`, an Arc that this Reader holds and drops after
+        // the snapshot (see Drop), so the borrow never outlives the database.
+        let snap: SnapshotWithThreadMode<'static, DB> = unsafe { std::mem::transmute(snap) };
+        Reader { snap: ManuallyDrop::new(snap), db, inner, epoch }
+    }
+
+    fn get(&self, cf: &str, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        Ok(self.snap.get_cf(crate::kv::cf(&self.db, cf)?, key)?)
+    }
+
+    /// Entries in [start, end) of a column family, at most `limit`.
+    fn scan(&self, cf: &str, start: &[u8], end: &[u8], limit: usize) -> Result<Vec<RawEntry>> {
+        let mut out = Vec::new();
+        let it = self.snap.iterator_cf(crate::kv::cf(&self.db, cf)?, IteratorMode::From(start, Direction::Forward));
+        for item in it {
+            let (k, v) = item?;
+            if &*k >= end || out.len() >= limit {
+                break;
+            }
+            out.push((k, v));
+        }
+        Ok(out)
+    }
+
+    /// Whole-column-family iteration through this reader's snapshot, for verification.
+    pub(crate) fn snapshot_iter_access(&self) -> SnapIter<'_> {
+        SnapIter { reader: self }
+    }
+
+    pub fn collection(&self, name: &str) -> Result<Option<CollectionId>> {
+        match self.get(CF_NAMES, &name_key(REGISTRY_COLLECTION, name.as_bytes()))? {
+            Some(raw) => Ok(Some(u32_at(&raw, 0)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Every collection, by name.
+    pub fn collections(&self) -> Result<Vec<(String, CollectionId)>> {
+        let p = collection_prefix(REGISTRY_COLLECTION);
+        let end = prefix_end(&p).expect("prefix 0");
+        self.scan(CF_NAMES, &p, &end, usize::MAX)?
+            .into_iter()
+            .map(|(k, v)| Ok((String::from_utf8_lossy(&k[4..]).into_owned(), u32_at(&v, 0)?)))
+            .collect()
+    }
+
+    pub fn lookup(&self, coll: CollectionId, name: &[u8]) -> Result<Option<ObjectInfo>> {
+        let Some(raw) = self.get(CF_NAMES, &name_key(coll, name))? else { return Ok(None) };
+        self.stat(u64_at(&raw, 0)?).map(Some)
+    }
+
+    pub fn stat(&self, nid: Nid) -> Result<ObjectInfo> {
+        let raw = self.get(CF_ONODES, &nid_key(nid))?.ok_or(EngineError::NotFound)?;
+        let o = Onode::decode(&raw)?;
+        Ok(ObjectInfo {
+            nid,
+            collection: o.collection,
+            name: o.name,
+            size_bytes: o.size_bytes,
+            mtime_ns: o.mtime_ns,
+            high_priority: o.flags & ONODE_FLAG_PRIORITY != 0,
+        })
+    }
+
+    pub fn attr(&self, nid: Nid, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.get(CF_ATTRS, &nid_sub_key(nid, key))
+    }
+
+    pub fn attrs(&self, nid: Nid) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.sub_entries(CF_ATTRS, nid, &[], usize::MAX)
+    }
+
+    /// Omap entries with keys greater than `start_after`, in order, at most `limit`.
+    pub fn omap(&self, nid: Nid, start_after: &[u8], limit: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let mut from = start_after.to_vec();
+        if !from.is_empty() {
+            from.push(0);
+        }
+        self.sub_entries(CF_OMAP, nid, &from, limit)
+    }
+
+    fn sub_entries(&self, cf: &str, nid: Nid, from: &[u8], limit: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        Ok(self
+            .scan(cf, &nid_sub_key(nid, from), &nid_key(nid + 1), limit)?
+            .into_iter()
+            .map(|(k, v)| (k[8..].to_vec(), v.to_vec()))
+            .collect())
+    }
+
+    /// Names in a collection that start with `prefix` and are >= `from`, in order, at most `limit`.
+    /// Costs one seek plus the entries returned, whatever the collection's size.
+    pub fn list(&self, coll: CollectionId, prefix: &[u8], from: &[u8], limit: usize) -> Result<Vec<(Vec<u8>, Nid)>> {
+        let start = name_key(coll, if from > prefix { from } else { prefix });
+        let end = prefix_end(&name_key(coll, prefix)).unwrap_or_else(|| name_key(coll + 1, &[]));
+        self.scan(CF_NAMES, &start, &end, limit)?
+            .into_iter()
+            .map(|(k, v)| Ok((k[4..].to_vec(), u64_at(&v, 0)?)))
+            .collect()
+    }
+
+    /// Reads up to `len` bytes at `offset`; shorter at the end of the object.
+    pub fn read(&self, nid: Nid, offset: u64, len: u64) -> Result<Vec<u8>> {
+        let info = self.stat(nid)?;
+        let end = offset.saturating_add(len).min(info.size_bytes);
+        if offset >= end {
+            return Ok(Vec::new());
+        }
+        let bs = BLOCK_SIZE_BYTES;
+        let mut out = vec![0u8; (end - offset) as usize];
+        let (lb0, lb1) = (offset / bs, (end - 1) / bs + 1);
+        let entries: Vec<(u64, BlockEntry)> = self
+            .scan(CF_BLOCKS, &block_key(nid, lb0), &block_key(nid, lb1), usize::MAX)?
+            .into_iter()
+            .map(|(k, v)| Ok((u64_at(&k, 8)?, BlockEntry::decode(&v)?)))
+            .collect::<Result<_>>()?;
+        let mut i = 0;
+        while i < entries.len() {
+            // Merge logically and physically contiguous blocks into one device read.
+            let mut j = i + 1;
+            while j < entries.len()
+                && entries[j].0 == entries[j - 1].0 + 1
+                && entries[j].1.physical_block == entries[j - 1].1.physical_block + 1
+                && (j - i + 1) as u64 * bs <= MAX_READ_RUN_BYTES
+            {
+                j += 1;
+            }
+            let mut buf = vec![0u8; (j - i) * bs as usize];
+            self.inner.read_blocks(entries[i].1.physical_block, &mut buf)?;
+            for (n, (lb, entry)) in entries[i..j].iter().enumerate() {
+                let block = &buf[n * bs as usize..(n + 1) * bs as usize];
+                if crate::checksum::crc32c(block) != entry.crc32c {
+                    self.inner.counters.checksum_errors.fetch_add(1, Ordering::Relaxed);
+                    return Err(EngineError::Checksum {
+                        object: String::from_utf8_lossy(&info.name).into_owned(),
+                        block: *lb,
+                        physical: entry.physical_block,
+                    });
+                }
+                copy_clipped(&mut out, offset, lb * bs, block);
+            }
+            i = j;
+        }
+        for (k, v) in self.scan(CF_FRAGS, &frag_key(nid, lb0, 0), &frag_key(nid, lb1, 0), usize::MAX)? {
+            let lb = u64_at(&k, 8)?;
+            let (off, data) = decode_frag(&v)
+                .map_err(|e| EngineError::Corrupt(format!("object {}: {e}", String::from_utf8_lossy(&info.name))))?;
+            copy_clipped(&mut out, offset, lb * bs + off as u64, data);
+        }
+        Ok(out)
+    }
+}
+
+/// Copies `data` (which starts at object offset `at`) into `out` (which starts at object offset `base`).
+fn copy_clipped(out: &mut [u8], base: u64, at: u64, data: &[u8]) {
+    let out_end = base + out.len() as u64;
+    let start = at.max(base);
+    let end = (at + data.len() as u64).min(out_end);
+    if start >= end {
+        return;
+    }
+    out[(start - base) as usize..(end - base) as usize]
+        .copy_from_slice(&data[(start - at) as usize..(end - at) as usize]);
+}
+
+pub(crate) struct SnapIter<'a> {
+    reader: &'a Reader,
+}
+
+impl<'a> SnapIter<'a> {
+    pub(crate) fn iter(&self, cf: &str) -> Result<rocksdb::DBIteratorWithThreadMode<'a, DB>> {
+        Ok(self.reader.snap.iterator_cf(crate::kv::cf(&self.reader.db, cf)?, IteratorMode::Start))
+    }
+}

@@ -1,0 +1,98 @@
+//! The engine's counters (DESIGN.md 3.6): what the papers measure, kept as atomics so the hot path only
+//! does relaxed increments. `EngineStats` is a point-in-time copy for benches and Prometheus.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// Histogram buckets of IO sizes: 4 KiB, 8 KiB, ... 4 MiB and larger (11 buckets).
+pub const IO_SIZE_BUCKETS: usize = 11;
+/// Histogram buckets of sequential run lengths in blocks: 1, 2-3, 4-7, ... 1024 and more (11 buckets).
+pub const RUN_BUCKETS: usize = 11;
+
+#[derive(Default)]
+pub struct Counters {
+    pub user_bytes_written: AtomicU64,
+    pub device_bytes_written: AtomicU64,
+    pub device_bytes_read: AtomicU64,
+    pub rmw_on_write_path: AtomicU64,
+    pub rmw_in_lazy_sync: AtomicU64,
+    pub checksum_errors: AtomicU64,
+    pub transactions_committed: AtomicU64,
+    pub groups_committed: AtomicU64,
+    pub device_flushes: AtomicU64,
+    pub blocks_scrubbed: AtomicU64,
+    pub discarded_blocks: AtomicU64,
+    pub io_size_hist: [AtomicU64; IO_SIZE_BUCKETS],
+    pub write_run_hist: [AtomicU64; RUN_BUCKETS],
+    pub queue_depth: [AtomicU64; 3],
+}
+
+fn log2_bucket(v: u64, buckets: usize) -> usize {
+    (63 - v.max(1).leading_zeros() as usize).min(buckets - 1)
+}
+
+impl Counters {
+    pub fn record_write(&self, bytes: u64) {
+        self.device_bytes_written.fetch_add(bytes, Relaxed);
+        self.io_size_hist[log2_bucket(bytes / 4096, IO_SIZE_BUCKETS)].fetch_add(1, Relaxed);
+        self.write_run_hist[log2_bucket(bytes / 4096, RUN_BUCKETS)].fetch_add(1, Relaxed);
+    }
+
+    pub fn record_read(&self, bytes: u64) {
+        self.device_bytes_read.fetch_add(bytes, Relaxed);
+        self.io_size_hist[log2_bucket(bytes / 4096, IO_SIZE_BUCKETS)].fetch_add(1, Relaxed);
+    }
+}
+
+/// A snapshot of the counters plus gauges read at snapshot time.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EngineStats {
+    pub user_bytes_written: u64,
+    pub device_bytes_written: u64,
+    pub device_bytes_read: u64,
+    pub kv_wal_bytes: u64,
+    pub kv_flush_bytes: u64,
+    pub kv_compaction_bytes: u64,
+    pub rmw_on_write_path: u64,
+    pub rmw_in_lazy_sync: u64,
+    pub fragments_outstanding: u64,
+    pub fragment_bytes_outstanding: u64,
+    pub checksum_errors: u64,
+    pub transactions_committed: u64,
+    pub groups_committed: u64,
+    pub device_flushes: u64,
+    pub blocks_scrubbed: u64,
+    pub discarded_blocks: u64,
+    pub free_blocks: u64,
+    pub total_blocks: u64,
+    pub free_extents: u64,
+    pub io_size_hist: Vec<u64>,
+    pub write_run_hist: Vec<u64>,
+    pub queue_depth: [u64; 3],
+}
+
+impl EngineStats {
+    /// KV bytes written to storage: WAL plus memtable flushes plus compaction output.
+    pub fn kv_bytes_written(&self) -> u64 {
+        self.kv_wal_bytes + self.kv_flush_bytes + self.kv_compaction_bytes
+    }
+}
+
+pub fn load(c: &Counters) -> EngineStats {
+    EngineStats {
+        user_bytes_written: c.user_bytes_written.load(Relaxed),
+        device_bytes_written: c.device_bytes_written.load(Relaxed),
+        device_bytes_read: c.device_bytes_read.load(Relaxed),
+        rmw_on_write_path: c.rmw_on_write_path.load(Relaxed),
+        rmw_in_lazy_sync: c.rmw_in_lazy_sync.load(Relaxed),
+        checksum_errors: c.checksum_errors.load(Relaxed),
+        transactions_committed: c.transactions_committed.load(Relaxed),
+        groups_committed: c.groups_committed.load(Relaxed),
+        device_flushes: c.device_flushes.load(Relaxed),
+        blocks_scrubbed: c.blocks_scrubbed.load(Relaxed),
+        discarded_blocks: c.discarded_blocks.load(Relaxed),
+        io_size_hist: c.io_size_hist.iter().map(|a| a.load(Relaxed)).collect(),
+        write_run_hist: c.write_run_hist.iter().map(|a| a.load(Relaxed)).collect(),
+        queue_depth: [c.queue_depth[0].load(Relaxed), c.queue_depth[1].load(Relaxed), c.queue_depth[2].load(Relaxed)],
+        ..Default::default()
+    }
+}

@@ -1,0 +1,77 @@
+//! Errors of the object layer, in storage terms; the frontend maps each to its S3 code.
+
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+pub enum LayerError {
+    #[error("the bucket does not exist")]
+    NoSuchBucket,
+    #[error("the bucket already exists")]
+    BucketExists,
+    #[error("the bucket is not empty")]
+    BucketNotEmpty,
+    #[error("invalid bucket name: {0}")]
+    InvalidBucketName(String),
+    #[error("the key does not exist")]
+    NoSuchKey,
+    #[error("invalid key: {0}")]
+    InvalidKey(String),
+    #[error("the key is longer than 1024 bytes")]
+    KeyTooLong,
+    #[error("user metadata is larger than 2 KiB")]
+    MetadataTooLarge,
+    #[error("the upload does not exist")]
+    NoSuchUpload,
+    #[error("a part is missing or its ETag does not match: {0}")]
+    InvalidPart(String),
+    #[error("parts are not in ascending order")]
+    InvalidPartOrder,
+    #[error("a part other than the last is smaller than 5 MiB")]
+    EntityTooSmall,
+    #[error("the object is larger than allowed")]
+    EntityTooLarge,
+    #[error("a precondition failed")]
+    PreconditionFailed,
+    #[error("not modified")]
+    NotModified,
+    #[error("the range is not satisfiable")]
+    InvalidRange,
+    #[error("the write offset does not match the object size")]
+    InvalidWriteOffset,
+    #[error("the body does not match its digest: {0}")]
+    BadDigest(String),
+    #[error("the request body ended early or failed: {0}")]
+    IncompleteBody(String),
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    #[error("the drive is full")]
+    StorageFull,
+    #[error("the drive is read-only or unavailable: {0}")]
+    Unavailable(String),
+    #[error("stored data is damaged: {0}")]
+    Corrupt(String),
+    #[error("internal error: {0}")]
+    Internal(String),
+    #[error("a conflicting operation is in progress")]
+    Conflict,
+}
+
+pub type LayerResult<T> = Result<T, LayerError>;
+
+impl From<mosaic_engine::EngineError> for LayerError {
+    fn from(e: mosaic_engine::EngineError) -> Self {
+        use mosaic_engine::EngineError as E;
+        match e {
+            E::NoSpace { .. } => LayerError::StorageFull,
+            E::NotFound => LayerError::NoSuchKey,
+            E::CollectionNotFound(_) => LayerError::NoSuchBucket,
+            E::CollectionExists(_) => LayerError::BucketExists,
+            E::CollectionNotEmpty(_) => LayerError::BucketNotEmpty,
+            E::OffsetMismatch { .. } => LayerError::InvalidWriteOffset,
+            E::AssertionFailed | E::AlreadyExists => LayerError::PreconditionFailed,
+            E::ReadOnly(why) => LayerError::Unavailable(why),
+            E::ShuttingDown => LayerError::Unavailable("shutting down".into()),
+            E::Checksum { .. } | E::Corrupt(_) => LayerError::Corrupt(e.to_string()),
+            E::Limit(why) => LayerError::InvalidArgument(why),
+            other => LayerError::Internal(other.to_string()),
+        }
+    }
+}

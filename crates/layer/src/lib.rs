@@ -1,0 +1,209 @@
+//! The ObjectLayer: what the S3 frontend asks of storage (DESIGN.md section 4), and its first
+//! implementation on one engine drive ([`SingleDrive`]). The cluster (wave 2) implements the same trait.
+//!
+//! This crate knows buckets, keys, object metadata and multipart uploads. It does not know HTTP, XML,
+//! SigV4 or S3 error codes (the `s3` crate maps [`LayerError`] to them), nor where a drive's blocks live.
+
+mod error;
+mod meta;
+mod names;
+mod single;
+
+pub use error::{LayerError, LayerResult};
+pub use meta::{ObjectMeta, Precondition, PutOptions};
+pub use names::{MAX_KEY_BYTES, MAX_USER_METADATA_BYTES, validate_bucket_name, validate_key};
+pub use single::{SingleDrive, SingleDriveConfig};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::Stream;
+use std::pin::Pin;
+
+/// A stream of body bytes. An `Err` item aborts the operation that consumes it.
+pub type ByteStream = Pin<Box<dyn Stream<Item = Result<Bytes, LayerError>> + Send + Sync>>;
+
+/// Called once the body stream has ended, before the write commits: returns extra metadata to store
+/// (such as verified checksums) or an error that aborts the write.
+pub type Finisher = Box<dyn FnOnce() -> LayerResult<Vec<(String, String)>> + Send>;
+
+/// A request body plus its finisher.
+pub struct PutBody {
+    pub stream: ByteStream,
+    pub finish: Option<Finisher>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BucketInfo {
+    pub name: String,
+    pub created_unix_ms: i64,
+}
+
+#[derive(Clone, Debug)]
+pub struct ListedObject {
+    pub key: String,
+    pub size_bytes: u64,
+    pub etag: String,
+    pub last_modified_unix_ms: i64,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct ListPage {
+    pub objects: Vec<ListedObject>,
+    pub common_prefixes: Vec<String>,
+    /// The last key or common prefix returned, when more remain.
+    pub next_marker: Option<String>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct ListQuery {
+    pub prefix: String,
+    pub delimiter: Option<String>,
+    /// Return only keys (and common prefixes) strictly greater than this.
+    pub start_after: String,
+    pub max_keys: usize,
+}
+
+/// A byte range resolved against the object size: [start, end).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ByteRange {
+    pub start: u64,
+    pub end: u64,
+}
+
+pub struct GetResult {
+    pub meta: ObjectMeta,
+    /// The range served, when the request asked for one.
+    pub range: Option<ByteRange>,
+    pub body: ByteStream,
+}
+
+#[derive(Clone, Debug)]
+pub struct UploadInfo {
+    pub upload_id: String,
+    pub key: String,
+    pub initiated_unix_ms: i64,
+}
+
+#[derive(Clone, Debug)]
+pub struct PartInfo {
+    pub part_number: u32,
+    pub size_bytes: u64,
+    pub etag: String,
+    pub last_modified_unix_ms: i64,
+    /// Checksums of the part, by algorithm name (e.g. "CRC32").
+    pub checksums: Vec<(String, String)>,
+}
+
+/// A part named by CompleteMultipartUpload.
+#[derive(Clone, Debug)]
+pub struct CompletePart {
+    pub part_number: u32,
+    pub etag: String,
+}
+
+/// What a range request asks for, before the object size is known.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RangeRequest {
+    /// bytes=first-last (last inclusive, None = to the end)
+    FromTo { first: u64, last: Option<u64> },
+    /// bytes=-n
+    Suffix { len: u64 },
+}
+
+impl RangeRequest {
+    pub fn resolve(self, size: u64) -> LayerResult<ByteRange> {
+        match self {
+            RangeRequest::FromTo { first, last } => {
+                if first >= size {
+                    return Err(LayerError::InvalidRange);
+                }
+                let end = last.map(|l| l.saturating_add(1).min(size)).unwrap_or(size);
+                if end <= first {
+                    return Err(LayerError::InvalidRange);
+                }
+                Ok(ByteRange { start: first, end })
+            }
+            RangeRequest::Suffix { len } => {
+                if len == 0 || size == 0 {
+                    return Err(LayerError::InvalidRange);
+                }
+                Ok(ByteRange { start: size - len.min(size), end: size })
+            }
+        }
+    }
+}
+
+#[async_trait]
+pub trait ObjectLayer: Send + Sync + 'static {
+    async fn create_bucket(&self, bucket: &str) -> LayerResult<()>;
+    async fn delete_bucket(&self, bucket: &str) -> LayerResult<()>;
+    async fn bucket_info(&self, bucket: &str) -> LayerResult<BucketInfo>;
+    async fn list_buckets(&self) -> LayerResult<Vec<BucketInfo>>;
+
+    async fn put_object(&self, bucket: &str, key: &str, body: PutBody, opts: PutOptions) -> LayerResult<ObjectMeta>;
+    async fn get_object(
+        &self,
+        bucket: &str,
+        key: &str,
+        range: Option<RangeRequest>,
+        part_number: Option<u32>,
+        pre: &Precondition,
+    ) -> LayerResult<GetResult>;
+    async fn head_object(&self, bucket: &str, key: &str, pre: &Precondition) -> LayerResult<ObjectMeta>;
+    /// Deleting a missing key succeeds (S3 semantics).
+    async fn delete_object(&self, bucket: &str, key: &str) -> LayerResult<()>;
+    /// Copies without moving data (a clone on the drive). `new_meta` replaces the metadata when given.
+    async fn copy_object(
+        &self,
+        src_bucket: &str,
+        src_key: &str,
+        src_pre: &Precondition,
+        dst_bucket: &str,
+        dst_key: &str,
+        new_meta: Option<PutOptions>,
+    ) -> LayerResult<ObjectMeta>;
+    async fn list_objects(&self, bucket: &str, q: &ListQuery) -> LayerResult<ListPage>;
+
+    async fn get_tags(&self, bucket: &str, key: &str) -> LayerResult<Vec<(String, String)>>;
+    async fn put_tags(&self, bucket: &str, key: &str, tags: Vec<(String, String)>) -> LayerResult<()>;
+
+    async fn create_multipart(&self, bucket: &str, key: &str, opts: PutOptions) -> LayerResult<String>;
+    async fn upload_part(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        part: u32,
+        body: PutBody,
+    ) -> LayerResult<PartInfo>;
+    /// Copies a range of an existing object into a part.
+    #[allow(clippy::too_many_arguments)]
+    async fn upload_part_copy(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        part: u32,
+        src_bucket: &str,
+        src_key: &str,
+        range: Option<RangeRequest>,
+        src_pre: &Precondition,
+    ) -> LayerResult<PartInfo>;
+    async fn complete_multipart(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        parts: Vec<CompletePart>,
+        pre: &Precondition,
+        extra_meta: Vec<(String, String)>,
+    ) -> LayerResult<ObjectMeta>;
+    async fn abort_multipart(&self, bucket: &str, key: &str, upload_id: &str) -> LayerResult<()>;
+    async fn list_parts(&self, bucket: &str, key: &str, upload_id: &str) -> LayerResult<Vec<PartInfo>>;
+    async fn list_uploads(&self, bucket: &str, prefix: &str) -> LayerResult<Vec<UploadInfo>>;
+
+    /// Whether every drive is open and writable.
+    fn is_ready(&self) -> bool;
+    /// Stops the drives cleanly.
+    async fn shutdown(&self) -> LayerResult<()>;
+}

@@ -1,0 +1,198 @@
+//! Object metadata as stored with each object (one versioned JSON attribute), the options of a write, and
+//! the evaluation of conditional requests.
+
+use crate::error::{LayerError, LayerResult};
+use crate::names::MAX_USER_METADATA_BYTES;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+pub const META_VERSION: u8 = 1;
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+pub struct ObjectMeta {
+    pub version: u8,
+    pub size_bytes: u64,
+    /// Hex MD5 of the body, or for multipart the MD5 of the part MD5s followed by "-N"; no quotes.
+    pub etag: String,
+    pub last_modified_unix_ms: i64,
+    pub content_type: Option<String>,
+    pub content_encoding: Option<String>,
+    pub content_disposition: Option<String>,
+    pub content_language: Option<String>,
+    pub cache_control: Option<String>,
+    pub expires: Option<String>,
+    pub user_metadata: BTreeMap<String, String>,
+    /// Checksums by algorithm ("CRC32", "CRC32C", "CRC64NVME", "SHA1", "SHA256") plus "TYPE".
+    pub checksums: BTreeMap<String, String>,
+    /// Sizes of the parts of a multipart object, in order; empty for a simple PUT.
+    pub part_sizes: Vec<u64>,
+}
+
+impl ObjectMeta {
+    pub fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("metadata serializes")
+    }
+
+    pub fn decode(raw: &[u8]) -> LayerResult<Self> {
+        let m: ObjectMeta =
+            serde_json::from_slice(raw).map_err(|e| LayerError::Corrupt(format!("object metadata: {e}")))?;
+        if m.version != META_VERSION {
+            return Err(LayerError::Corrupt(format!("object metadata version {}", m.version)));
+        }
+        Ok(m)
+    }
+}
+
+/// What a client says about an object it writes.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+pub struct PutOptions {
+    pub content_type: Option<String>,
+    pub content_encoding: Option<String>,
+    pub content_disposition: Option<String>,
+    pub content_language: Option<String>,
+    pub cache_control: Option<String>,
+    pub expires: Option<String>,
+    pub user_metadata: BTreeMap<String, String>,
+    /// If-None-Match: * on a write: fail if the key exists.
+    pub if_none_match_any: bool,
+    /// If-Match on a write: fail unless the current ETag is this.
+    pub if_match: Option<String>,
+    /// S3 append: write at this offset, which must equal the current size.
+    pub write_offset: Option<u64>,
+    /// Checksum algorithm named at CreateMultipartUpload, and its type (COMPOSITE or FULL_OBJECT).
+    pub checksum_algorithm: Option<String>,
+    pub checksum_type: Option<String>,
+}
+
+impl PutOptions {
+    pub fn validate(&self) -> LayerResult<()> {
+        let user: usize = self.user_metadata.iter().map(|(k, v)| k.len() + v.len()).sum();
+        if user > MAX_USER_METADATA_BYTES {
+            return Err(LayerError::MetadataTooLarge);
+        }
+        Ok(())
+    }
+
+    pub fn into_meta(self, size_bytes: u64, etag: String, now_ms: i64) -> ObjectMeta {
+        ObjectMeta {
+            version: META_VERSION,
+            size_bytes,
+            etag,
+            last_modified_unix_ms: now_ms,
+            content_type: self.content_type,
+            content_encoding: self.content_encoding,
+            content_disposition: self.content_disposition,
+            content_language: self.content_language,
+            cache_control: self.cache_control,
+            expires: self.expires,
+            user_metadata: self.user_metadata,
+            checksums: BTreeMap::new(),
+            part_sizes: Vec::new(),
+        }
+    }
+}
+
+/// Conditional request headers (RFC 7232 as S3 applies them). Times are Unix seconds, as HTTP dates are.
+#[derive(Clone, Debug, Default)]
+pub struct Precondition {
+    pub if_match: Option<String>,
+    pub if_none_match: Option<String>,
+    pub if_modified_since_unix_s: Option<i64>,
+    pub if_unmodified_since_unix_s: Option<i64>,
+    /// Copy-source conditions fail with PreconditionFailed where GET would answer NotModified.
+    pub for_copy_source: bool,
+}
+
+fn etag_matches(header: &str, etag: &str) -> bool {
+    header.split(',').map(|t| t.trim().trim_start_matches("W/").trim_matches('"')).any(|t| t == "*" || t == etag)
+}
+
+impl Precondition {
+    pub fn check(&self, meta: &ObjectMeta) -> LayerResult<()> {
+        let modified_s = meta.last_modified_unix_ms.div_euclid(1000);
+        if let Some(m) = &self.if_match {
+            if !etag_matches(m, &meta.etag) {
+                return Err(LayerError::PreconditionFailed);
+            }
+        } else if let Some(t) = self.if_unmodified_since_unix_s
+            && modified_s > t
+        {
+            return Err(LayerError::PreconditionFailed);
+        }
+        let not_modified = if self.for_copy_source { LayerError::PreconditionFailed } else { LayerError::NotModified };
+        if let Some(m) = &self.if_none_match {
+            if etag_matches(m, &meta.etag) {
+                return Err(not_modified);
+            }
+        } else if let Some(t) = self.if_modified_since_unix_s
+            && modified_s <= t
+        {
+            return Err(not_modified);
+        }
+        Ok(())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.if_match.is_none()
+            && self.if_none_match.is_none()
+            && self.if_modified_since_unix_s.is_none()
+            && self.if_unmodified_since_unix_s.is_none()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta() -> ObjectMeta {
+        ObjectMeta { etag: "abc".into(), last_modified_unix_ms: 10_000, version: META_VERSION, ..Default::default() }
+    }
+
+    #[test]
+    fn conditions() {
+        let m = meta();
+        let p = |f: fn(&mut Precondition)| {
+            let mut p = Precondition::default();
+            f(&mut p);
+            p.check(&m)
+        };
+        assert_eq!(p(|p| p.if_match = Some("\"abc\"".into())), Ok(()));
+        assert_eq!(p(|p| p.if_match = Some("\"x\"".into())), Err(LayerError::PreconditionFailed));
+        assert_eq!(p(|p| p.if_match = Some("*".into())), Ok(()));
+        assert_eq!(p(|p| p.if_none_match = Some("\"abc\"".into())), Err(LayerError::NotModified));
+        assert_eq!(p(|p| p.if_none_match = Some("\"x\"".into())), Ok(()));
+        assert_eq!(p(|p| p.if_modified_since_unix_s = Some(10)), Err(LayerError::NotModified));
+        assert_eq!(p(|p| p.if_modified_since_unix_s = Some(9)), Ok(()));
+        assert_eq!(p(|p| p.if_unmodified_since_unix_s = Some(9)), Err(LayerError::PreconditionFailed));
+        // If-Match true overrides If-Unmodified-Since false.
+        assert_eq!(
+            p(|p| {
+                p.if_match = Some("abc".into());
+                p.if_unmodified_since_unix_s = Some(1)
+            }),
+            Ok(())
+        );
+        assert_eq!(
+            p(|p| {
+                p.for_copy_source = true;
+                p.if_none_match = Some("abc".into())
+            }),
+            Err(LayerError::PreconditionFailed)
+        );
+    }
+
+    #[test]
+    fn metadata_limit() {
+        let mut o = PutOptions::default();
+        o.user_metadata.insert("k".into(), "v".repeat(2047));
+        assert!(o.validate().is_ok());
+        o.user_metadata.insert("k".into(), "v".repeat(2048));
+        assert_eq!(o.validate(), Err(LayerError::MetadataTooLarge));
+    }
+
+    #[test]
+    fn decode_rejects_garbage() {
+        assert!(ObjectMeta::decode(b"{").is_err());
+        assert!(ObjectMeta::decode(&meta().encode()).is_ok());
+    }
+}

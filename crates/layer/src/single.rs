@@ -1,0 +1,981 @@
+//! The ObjectLayer on one engine drive. A bucket is a collection; an object is an engine object with its
+//! S3 metadata in attributes; an overwrite is one transaction (reset + writes + attributes), so readers see
+//! the old object or the new one. CopyObject is a clone and CompleteMultipartUpload clones the parts'
+//! blocks into the target: no data is copied where block boundaries allow.
+
+use crate::error::{LayerError, LayerResult};
+use crate::meta::{META_VERSION, ObjectMeta, Precondition, PutOptions};
+use crate::names::{validate_bucket_name, validate_key};
+use crate::*;
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::StreamExt;
+use md5::{Digest, Md5};
+use mosaic_engine::{BLOCK_SIZE_BYTES, CollectionId, Engine, EngineError, Op, Reader, Transaction};
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
+const SYS_COLLECTION: &str = "sys";
+const MPU_COLLECTION: &str = "mpu";
+const BUCKET_PREFIX: &str = "b/";
+const ATTR_META: &[u8] = b"s3.meta";
+const ATTR_ETAG: &[u8] = b"s3.etag";
+const ATTR_TAGS: &[u8] = b"s3.tags";
+const ATTR_UPLOAD: &[u8] = b"s3.upload";
+const ATTR_PART: &[u8] = b"s3.part";
+/// Bytes handed to the drive per staged write while a body streams in.
+const STAGE_CHUNK_BYTES: usize = 8 << 20;
+/// Bytes per chunk of a GET body.
+const READ_CHUNK_BYTES: u64 = 1 << 20;
+pub const MAX_PARTS: u32 = 10_000;
+pub const MIN_PART_BYTES: u64 = 5 << 20;
+pub const MAX_PART_BYTES: u64 = 5 << 30;
+pub const MAX_TAGS: usize = 10;
+
+#[derive(Clone, Debug)]
+pub struct SingleDriveConfig {
+    /// Largest object accepted by PUT, in bytes.
+    pub max_object_bytes: u64,
+}
+
+impl Default for SingleDriveConfig {
+    fn default() -> Self {
+        SingleDriveConfig { max_object_bytes: 5 << 40 }
+    }
+}
+
+pub struct SingleDrive {
+    engine: Engine,
+    cfg: SingleDriveConfig,
+    sys: CollectionId,
+    mpu: CollectionId,
+}
+
+#[derive(Serialize, Deserialize)]
+struct BucketRecord {
+    version: u8,
+    created_unix_ms: i64,
+}
+
+#[derive(Serialize, Deserialize)]
+struct UploadRecord {
+    version: u8,
+    key: String,
+    initiated_unix_ms: i64,
+    opts: PutOptions,
+}
+
+#[derive(Serialize, Deserialize, Clone)]
+struct PartRecord {
+    version: u8,
+    etag: String,
+    size_bytes: u64,
+    last_modified_unix_ms: i64,
+    checksums: Vec<(String, String)>,
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> LayerResult<T> + Send + 'static) -> LayerResult<T> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| LayerError::Internal(format!("worker failed: {e}")))?
+}
+
+fn bucket_collection(bucket: &str) -> String {
+    format!("{BUCKET_PREFIX}{bucket}")
+}
+
+fn upload_name(bucket: &str, upload_id: &str) -> Vec<u8> {
+    format!("{bucket}/{upload_id}").into_bytes()
+}
+
+fn part_name(bucket: &str, upload_id: &str, part: u32) -> Vec<u8> {
+    format!("{bucket}/{upload_id}/{part:05}").into_bytes()
+}
+
+/// A body read into the drive: whole blocks staged, the rest kept for the commit.
+struct Ingested {
+    staged: Vec<(u64, mosaic_engine::Staged)>,
+    tail_offset: u64,
+    tail: Vec<u8>,
+    size_bytes: u64,
+    md5_hex: String,
+    extra: Vec<(String, String)>,
+}
+
+impl Ingested {
+    fn push_ops(self, txn: &mut Transaction, coll: CollectionId, name: &[u8], base: u64) {
+        for (offset, staged) in self.staged {
+            txn.push(Op::WriteStaged { coll, name: name.to_vec(), offset: base + offset, staged });
+        }
+        if !self.tail.is_empty() {
+            txn.push(Op::Write { coll, name: name.to_vec(), offset: base + self.tail_offset, data: self.tail });
+        }
+    }
+}
+
+impl SingleDrive {
+    /// Opens the layer on a drive, creating its system collections on first use.
+    pub fn new(engine: Engine, cfg: SingleDriveConfig) -> LayerResult<Self> {
+        let sys = ensure_collection(&engine, SYS_COLLECTION)?;
+        let mpu = ensure_collection(&engine, MPU_COLLECTION)?;
+        Ok(SingleDrive { engine, cfg, sys, mpu })
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    fn bucket_coll(&self, reader: &Reader, bucket: &str) -> LayerResult<CollectionId> {
+        reader.collection(&bucket_collection(bucket))?.ok_or(LayerError::NoSuchBucket)
+    }
+
+    async fn submit(&self, txn: Transaction) -> LayerResult<mosaic_engine::Outcome> {
+        let engine = self.engine.clone();
+        blocking(move || engine.submit(txn).map_err(LayerError::from)).await
+    }
+
+    /// Streams a body into the drive: whole blocks are staged as they arrive (the data is written once,
+    /// directly to its final blocks); small bodies stay in memory for an inline write.
+    async fn ingest(&self, body: PutBody, base_offset: u64, max_bytes: u64) -> LayerResult<Ingested> {
+        let bs = BLOCK_SIZE_BYTES as usize;
+        let inline_max = self.engine.config().inline_max_bytes as usize;
+        let mut stream = body.stream;
+        let mut md5 = Md5::new();
+        let mut buf: Vec<u8> = Vec::new();
+        let mut staged = Vec::new();
+        let mut staged_bytes = 0u64;
+        let mut total = 0u64;
+        // Staging is only possible when the object's blocks line up with the drive's.
+        let can_stage = base_offset.is_multiple_of(BLOCK_SIZE_BYTES);
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk?;
+            total += chunk.len() as u64;
+            if total > max_bytes {
+                return Err(LayerError::EntityTooLarge);
+            }
+            md5.update(&chunk);
+            buf.extend_from_slice(&chunk);
+            if can_stage && buf.len() >= STAGE_CHUNK_BYTES && total as usize > inline_max {
+                let n = buf.len() / bs * bs;
+                let rest = buf.split_off(n);
+                let data = std::mem::replace(&mut buf, rest);
+                let engine = self.engine.clone();
+                let s = blocking(move || engine.stage(&data, true).map_err(LayerError::from)).await?;
+                staged.push((staged_bytes, s));
+                staged_bytes += n as u64;
+            }
+        }
+        let extra = match body.finish {
+            Some(f) => f()?,
+            None => Vec::new(),
+        };
+        if can_stage && total as usize > inline_max && buf.len() >= bs {
+            let n = buf.len() / bs * bs;
+            let rest = buf.split_off(n);
+            let data = std::mem::replace(&mut buf, rest);
+            let engine = self.engine.clone();
+            let s = blocking(move || engine.stage(&data, true).map_err(LayerError::from)).await?;
+            staged.push((staged_bytes, s));
+            staged_bytes += n as u64;
+        }
+        let md5_raw: [u8; 16] = md5.finalize().into();
+        Ok(Ingested {
+            staged,
+            tail_offset: staged_bytes,
+            tail: buf,
+            size_bytes: total,
+            md5_hex: hex::encode(md5_raw),
+            extra,
+        })
+    }
+
+    fn read_meta(reader: &Reader, nid: u64) -> LayerResult<ObjectMeta> {
+        let raw = reader.attr(nid, ATTR_META)?.ok_or_else(|| LayerError::Corrupt("object has no metadata".into()))?;
+        ObjectMeta::decode(&raw)
+    }
+
+    /// Looks up an object and its metadata in one snapshot.
+    fn stat_object(&self, bucket: &str, key: &str) -> LayerResult<(Arc<Reader>, u64, ObjectMeta)> {
+        validate_key(key)?;
+        let reader = Arc::new(self.engine.reader());
+        let coll = self.bucket_coll(&reader, bucket)?;
+        let info = reader.lookup(coll, key.as_bytes())?.ok_or(LayerError::NoSuchKey)?;
+        let mut meta = Self::read_meta(&reader, info.nid)?;
+        // The drive's size is the truth (appends change it).
+        meta.size_bytes = info.size_bytes;
+        Ok((reader, info.nid, meta))
+    }
+
+    fn body_stream(reader: Arc<Reader>, nid: u64, start: u64, end: u64) -> ByteStream {
+        let s = futures::stream::unfold((reader, start), move |(reader, pos)| async move {
+            if pos >= end {
+                return None;
+            }
+            let len = (end - pos).min(READ_CHUNK_BYTES);
+            let r = reader.clone();
+            let chunk = blocking(move || r.read(nid, pos, len).map_err(LayerError::from)).await;
+            match chunk {
+                Ok(data) if data.len() as u64 == len => Some((Ok(Bytes::from(data)), (reader, pos + len))),
+                Ok(_) => Some((Err(LayerError::Internal("object shrank while reading".into())), (reader, end))),
+                Err(e) => Some((Err(e), (reader, end))),
+            }
+        });
+        Box::pin(s)
+    }
+
+    async fn append(
+        &self,
+        coll: CollectionId,
+        key: &str,
+        body: PutBody,
+        opts: PutOptions,
+        offset: u64,
+    ) -> LayerResult<ObjectMeta> {
+        let reader = self.engine.reader();
+        let existing = match reader.lookup(coll, key.as_bytes())? {
+            Some(info) => Some((Self::read_meta(&reader, info.nid)?, info.size_bytes)),
+            None => None,
+        };
+        drop(reader);
+        let (old_meta, old_size) = match existing {
+            Some((m, size)) => (Some(m), size),
+            None if offset == 0 => (None, 0),
+            None => return Err(LayerError::NoSuchKey),
+        };
+        if offset != old_size {
+            return Err(LayerError::InvalidWriteOffset);
+        }
+        let max = self.cfg.max_object_bytes.saturating_sub(offset).min(self.engine.config().max_op_data_bytes as u64);
+        let ing = self.ingest_to_memory(body, max).await?;
+        let new_size = offset + ing.0.len() as u64;
+        // An appended object's ETag chains the previous one with the new bytes' MD5.
+        let etag = match &old_meta {
+            Some(m) => {
+                let mut h = Md5::new();
+                h.update(m.etag.as_bytes());
+                h.update(ing.1);
+                hex::encode(h.finalize())
+            }
+            None => hex::encode(ing.1),
+        };
+        let mut meta = match old_meta.clone() {
+            Some(m) => m,
+            None => opts.clone().into_meta(0, String::new(), now_ms()),
+        };
+        meta.size_bytes = new_size;
+        meta.etag = etag.clone();
+        meta.last_modified_unix_ms = now_ms();
+        meta.checksums.clear();
+        let name = key.as_bytes().to_vec();
+        let mut txn = Transaction::new();
+        txn.push(Op::AssertAttr {
+            coll,
+            name: name.clone(),
+            key: ATTR_ETAG.to_vec(),
+            expected: old_meta.map(|m| m.etag.into_bytes()),
+        });
+        txn.push(Op::Append { coll, name: name.clone(), data: ing.0, expected_offset: Some(offset) });
+        txn.push(Op::SetAttr { coll, name: name.clone(), key: ATTR_META.to_vec(), value: meta.encode() });
+        txn.push(Op::SetAttr { coll, name, key: ATTR_ETAG.to_vec(), value: etag.into_bytes() });
+        match self.submit(txn).await {
+            // A concurrent writer changed the object between our read and the commit.
+            Err(LayerError::PreconditionFailed) => Err(LayerError::InvalidWriteOffset),
+            Err(e) => Err(e),
+            Ok(_) => Ok(meta),
+        }
+    }
+
+    async fn ingest_to_memory(&self, body: PutBody, max: u64) -> LayerResult<(Vec<u8>, [u8; 16])> {
+        let mut stream = body.stream;
+        let mut buf = Vec::new();
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk?;
+            if (buf.len() + chunk.len()) as u64 > max {
+                return Err(LayerError::EntityTooLarge);
+            }
+            buf.extend_from_slice(&chunk);
+        }
+        if let Some(f) = body.finish {
+            f()?;
+        }
+        let md5: [u8; 16] = Md5::digest(&buf).into();
+        Ok((buf, md5))
+    }
+
+    fn upload_record(&self, reader: &Reader, bucket: &str, key: &str, upload_id: &str) -> LayerResult<UploadRecord> {
+        let info = reader.lookup(self.mpu, &upload_name(bucket, upload_id))?.ok_or(LayerError::NoSuchUpload)?;
+        let raw = reader.attr(info.nid, ATTR_UPLOAD)?.ok_or(LayerError::NoSuchUpload)?;
+        let rec: UploadRecord =
+            serde_json::from_slice(&raw).map_err(|e| LayerError::Corrupt(format!("upload record: {e}")))?;
+        if rec.key != key {
+            return Err(LayerError::NoSuchUpload);
+        }
+        Ok(rec)
+    }
+
+    fn parts_of(&self, reader: &Reader, bucket: &str, upload_id: &str) -> LayerResult<Vec<(u32, PartRecord)>> {
+        let prefix = format!("{bucket}/{upload_id}/").into_bytes();
+        let mut out = Vec::new();
+        for (name, nid) in reader.list(self.mpu, &prefix, &prefix, MAX_PARTS as usize + 1)? {
+            let num: u32 = std::str::from_utf8(&name[prefix.len()..])
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .ok_or_else(|| LayerError::Corrupt("bad part name".into()))?;
+            let raw = reader.attr(nid, ATTR_PART)?.ok_or_else(|| LayerError::Corrupt("part without record".into()))?;
+            let rec: PartRecord =
+                serde_json::from_slice(&raw).map_err(|e| LayerError::Corrupt(format!("part record: {e}")))?;
+            out.push((num, rec));
+        }
+        Ok(out)
+    }
+
+    async fn store_part(&self, bucket: &str, upload_id: &str, part: u32, ing: Ingested) -> LayerResult<PartInfo> {
+        let rec = PartRecord {
+            version: 1,
+            etag: ing.md5_hex.clone(),
+            size_bytes: ing.size_bytes,
+            last_modified_unix_ms: now_ms(),
+            checksums: ing.extra.clone(),
+        };
+        let name = part_name(bucket, upload_id, part);
+        let coll = self.mpu;
+        let mut txn = Transaction::new();
+        // The upload must still exist when the part commits.
+        txn.push(Op::AssertAttr {
+            coll,
+            name: upload_name(bucket, upload_id),
+            key: b"s3.live".to_vec(),
+            expected: Some(b"1".to_vec()),
+        });
+        txn.push(Op::Reset { coll, name: name.clone() });
+        ing.push_ops(&mut txn, coll, &name, 0);
+        txn.push(Op::SetAttr {
+            coll,
+            name,
+            key: ATTR_PART.to_vec(),
+            value: serde_json::to_vec(&rec).expect("serializes"),
+        });
+        match self.submit(txn).await {
+            Err(LayerError::PreconditionFailed) => return Err(LayerError::NoSuchUpload),
+            r => r?,
+        };
+        Ok(PartInfo {
+            part_number: part,
+            size_bytes: rec.size_bytes,
+            etag: rec.etag,
+            last_modified_unix_ms: rec.last_modified_unix_ms,
+            checksums: rec.checksums,
+        })
+    }
+
+    fn check_part_number(part: u32) -> LayerResult<()> {
+        if part == 0 || part > MAX_PARTS {
+            return Err(LayerError::InvalidArgument(format!("part numbers are 1 to {MAX_PARTS}")));
+        }
+        Ok(())
+    }
+}
+
+fn ensure_collection(engine: &Engine, name: &str) -> LayerResult<CollectionId> {
+    if let Some(id) = engine.reader().collection(name)? {
+        return Ok(id);
+    }
+    match engine.submit(Transaction::new().op(Op::CreateCollection { name: name.into() })) {
+        Ok(out) => Ok(out.created_collections[0]),
+        Err(EngineError::CollectionExists(_)) => {
+            engine.reader().collection(name)?.ok_or_else(|| LayerError::Internal("collection vanished".into()))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+#[async_trait]
+impl ObjectLayer for SingleDrive {
+    async fn create_bucket(&self, bucket: &str) -> LayerResult<()> {
+        validate_bucket_name(bucket)?;
+        let rec = BucketRecord { version: 1, created_unix_ms: now_ms() };
+        let name = format!("bucket/{bucket}").into_bytes();
+        let txn = Transaction::new()
+            .op(Op::CreateCollection { name: bucket_collection(bucket) })
+            .op(Op::Reset { coll: self.sys, name: name.clone() })
+            .op(Op::SetAttr {
+                coll: self.sys,
+                name,
+                key: b"bucket".to_vec(),
+                value: serde_json::to_vec(&rec).expect("serializes"),
+            });
+        self.submit(txn).await.map(|_| ())
+    }
+
+    async fn delete_bucket(&self, bucket: &str) -> LayerResult<()> {
+        // Abandoned multipart uploads do not keep a bucket alive in S3; remove them with it.
+        let uploads = self.list_uploads(bucket, "").await?;
+        for u in uploads {
+            self.abort_multipart(bucket, &u.key, &u.upload_id).await?;
+        }
+        let txn = Transaction::new()
+            .op(Op::RemoveCollection { name: bucket_collection(bucket) })
+            .op(Op::Remove { coll: self.sys, name: format!("bucket/{bucket}").into_bytes() });
+        match self.submit(txn).await {
+            Err(LayerError::NoSuchKey) => Err(LayerError::NoSuchBucket),
+            r => r.map(|_| ()),
+        }
+    }
+
+    async fn bucket_info(&self, bucket: &str) -> LayerResult<BucketInfo> {
+        let reader = self.engine.reader();
+        self.bucket_coll(&reader, bucket)?;
+        let created_unix_ms = match reader.lookup(self.sys, format!("bucket/{bucket}").as_bytes())? {
+            Some(info) => reader
+                .attr(info.nid, b"bucket")?
+                .and_then(|raw| serde_json::from_slice::<BucketRecord>(&raw).ok())
+                .map(|r| r.created_unix_ms)
+                .unwrap_or(0),
+            None => 0,
+        };
+        Ok(BucketInfo { name: bucket.to_string(), created_unix_ms })
+    }
+
+    async fn list_buckets(&self) -> LayerResult<Vec<BucketInfo>> {
+        let names: Vec<String> = self
+            .engine
+            .reader()
+            .collections()?
+            .into_iter()
+            .filter_map(|(n, _)| n.strip_prefix(BUCKET_PREFIX).map(str::to_string))
+            .collect();
+        let mut out = Vec::with_capacity(names.len());
+        for n in names {
+            match self.bucket_info(&n).await {
+                Ok(b) => out.push(b),
+                Err(LayerError::NoSuchBucket) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(out)
+    }
+
+    async fn put_object(&self, bucket: &str, key: &str, body: PutBody, opts: PutOptions) -> LayerResult<ObjectMeta> {
+        validate_key(key)?;
+        opts.validate()?;
+        let coll = self.bucket_coll(&self.engine.reader(), bucket)?;
+        if let Some(offset) = opts.write_offset {
+            return self.append(coll, key, body, opts, offset).await;
+        }
+        let ing = self.ingest(body, 0, self.cfg.max_object_bytes).await?;
+        let mut meta = opts.clone().into_meta(ing.size_bytes, ing.md5_hex.clone(), now_ms());
+        meta.checksums.extend(ing.extra.iter().cloned());
+        let name = key.as_bytes().to_vec();
+        let mut txn = Transaction::new();
+        if opts.if_none_match_any {
+            txn.push(Op::AssertAttr { coll, name: name.clone(), key: ATTR_ETAG.to_vec(), expected: None });
+        }
+        if let Some(etag) = &opts.if_match {
+            let etag = etag.trim().trim_matches('"');
+            if etag != "*" {
+                txn.push(Op::AssertAttr {
+                    coll,
+                    name: name.clone(),
+                    key: ATTR_ETAG.to_vec(),
+                    expected: Some(etag.as_bytes().to_vec()),
+                });
+            } else {
+                txn.push(Op::SetAttr { coll, name: name.clone(), key: b"s3.probe".to_vec(), value: vec![] });
+                txn.push(Op::RemoveAttr { coll, name: name.clone(), key: b"s3.probe".to_vec() });
+            }
+        }
+        txn.push(Op::Reset { coll, name: name.clone() });
+        ing.push_ops(&mut txn, coll, &name, 0);
+        txn.push(Op::SetAttr { coll, name: name.clone(), key: ATTR_META.to_vec(), value: meta.encode() });
+        txn.push(Op::SetAttr { coll, name, key: ATTR_ETAG.to_vec(), value: meta.etag.clone().into_bytes() });
+        match self.submit(txn).await {
+            // If-Match on a missing key is a failed precondition too.
+            Err(LayerError::NoSuchKey) if opts.if_match.is_some() => Err(LayerError::PreconditionFailed),
+            r => r.map(|_| meta),
+        }
+    }
+
+    async fn get_object(
+        &self,
+        bucket: &str,
+        key: &str,
+        range: Option<RangeRequest>,
+        part_number: Option<u32>,
+        pre: &Precondition,
+    ) -> LayerResult<GetResult> {
+        let (reader, nid, meta) = self.stat_object(bucket, key)?;
+        pre.check(&meta)?;
+        let size = meta.size_bytes;
+        let range = match (range, part_number) {
+            (Some(_), Some(_)) => {
+                return Err(LayerError::InvalidArgument("Range and partNumber cannot be combined".into()));
+            }
+            (Some(r), None) => Some(r.resolve(size)?),
+            (None, Some(p)) => {
+                if meta.part_sizes.is_empty() {
+                    if p != 1 {
+                        return Err(LayerError::InvalidRange);
+                    }
+                    None
+                } else {
+                    let idx = p.checked_sub(1).ok_or(LayerError::InvalidRange)? as usize;
+                    let sizes = &meta.part_sizes;
+                    if idx >= sizes.len() {
+                        return Err(LayerError::InvalidRange);
+                    }
+                    let start: u64 = sizes[..idx].iter().sum();
+                    Some(ByteRange { start, end: start + sizes[idx] })
+                }
+            }
+            (None, None) => None,
+        };
+        let (start, end) = range.map(|r| (r.start, r.end)).unwrap_or((0, size));
+        let body = Self::body_stream(reader, nid, start, end);
+        Ok(GetResult { meta, range, body })
+    }
+
+    async fn head_object(&self, bucket: &str, key: &str, pre: &Precondition) -> LayerResult<ObjectMeta> {
+        let (_, _, meta) = self.stat_object(bucket, key)?;
+        pre.check(&meta)?;
+        Ok(meta)
+    }
+
+    async fn delete_object(&self, bucket: &str, key: &str) -> LayerResult<()> {
+        validate_key(key)?;
+        let coll = self.bucket_coll(&self.engine.reader(), bucket)?;
+        match self.submit(Transaction::new().op(Op::Remove { coll, name: key.as_bytes().to_vec() })).await {
+            Err(LayerError::NoSuchKey) => Ok(()),
+            r => r.map(|_| ()),
+        }
+    }
+
+    async fn copy_object(
+        &self,
+        src_bucket: &str,
+        src_key: &str,
+        src_pre: &Precondition,
+        dst_bucket: &str,
+        dst_key: &str,
+        new_meta: Option<PutOptions>,
+    ) -> LayerResult<ObjectMeta> {
+        validate_key(dst_key)?;
+        let (reader, _, src_meta) = self.stat_object(src_bucket, src_key)?;
+        src_pre.check(&src_meta)?;
+        let src_coll = self.bucket_coll(&reader, src_bucket)?;
+        let dst_coll = self.bucket_coll(&reader, dst_bucket)?;
+        drop(reader);
+        let same = src_coll == dst_coll && src_key == dst_key;
+        if same && new_meta.is_none() {
+            return Err(LayerError::InvalidArgument(
+                "copying an object to itself requires the REPLACE metadata directive".into(),
+            ));
+        }
+        let mut meta = match new_meta {
+            Some(opts) => {
+                opts.validate()?;
+                let mut m = opts.into_meta(src_meta.size_bytes, src_meta.etag.clone(), now_ms());
+                m.checksums = src_meta.checksums.clone();
+                m.part_sizes = src_meta.part_sizes.clone();
+                m
+            }
+            None => ObjectMeta { last_modified_unix_ms: now_ms(), ..src_meta.clone() },
+        };
+        meta.version = META_VERSION;
+        let src = src_key.as_bytes().to_vec();
+        let dst = dst_key.as_bytes().to_vec();
+        let mut txn = Transaction::new();
+        // The source must be the version whose conditions were checked.
+        txn.push(Op::AssertAttr {
+            coll: src_coll,
+            name: src.clone(),
+            key: ATTR_ETAG.to_vec(),
+            expected: Some(src_meta.etag.clone().into_bytes()),
+        });
+        if !same {
+            txn.push(Op::Clone { coll: src_coll, from: src, to_coll: dst_coll, to: dst.clone() });
+            txn.push(Op::RemoveAttr { coll: dst_coll, name: dst.clone(), key: ATTR_TAGS.to_vec() });
+        }
+        txn.push(Op::SetAttr { coll: dst_coll, name: dst, key: ATTR_META.to_vec(), value: meta.encode() });
+        match self.submit(txn).await {
+            Err(LayerError::PreconditionFailed) => Err(LayerError::Conflict),
+            r => r.map(|_| meta),
+        }
+    }
+
+    async fn list_objects(&self, bucket: &str, q: &ListQuery) -> LayerResult<ListPage> {
+        let reader = self.engine.reader();
+        let coll = self.bucket_coll(&reader, bucket)?;
+        let mut page = ListPage::default();
+        if q.max_keys == 0 {
+            return Ok(page);
+        }
+        let prefix = q.prefix.as_bytes();
+        let delim = q.delimiter.as_deref().filter(|d| !d.is_empty());
+        // Strictly after start_after: the smallest key greater than it is start_after + "\0".
+        let mut from: Vec<u8> = if q.start_after.is_empty() {
+            prefix.to_vec()
+        } else {
+            let mut f = q.start_after.as_bytes().to_vec();
+            f.push(0);
+            f
+        };
+        let mut returned = 0usize;
+        'outer: loop {
+            let want = q.max_keys - returned + 1;
+            let batch = reader.list(coll, prefix, &from, want.min(1001))?;
+            if batch.is_empty() {
+                break;
+            }
+            let batch_len = batch.len();
+            for (name, nid) in batch {
+                let key = String::from_utf8(name.clone())
+                    .map_err(|_| LayerError::Corrupt("a stored key is not UTF-8".into()))?;
+                if returned == q.max_keys {
+                    page.next_marker =
+                        page.objects.last().map(|o| o.key.clone()).max(page.common_prefixes.last().cloned());
+                    break 'outer;
+                }
+                if let Some(d) = delim
+                    && let Some(pos) = key[q.prefix.len()..].find(d)
+                {
+                    let cp = key[..q.prefix.len() + pos + d.len()].to_string();
+                    // Skip everything under this common prefix with one seek.
+                    from = match mosaic_prefix_end(cp.as_bytes()) {
+                        Some(f) => f,
+                        None => break 'outer,
+                    };
+                    // A continuation that ended on this prefix has already returned it.
+                    if cp.as_str() <= q.start_after.as_str() {
+                        continue 'outer;
+                    }
+                    page.common_prefixes.push(cp);
+                    returned += 1;
+                    continue 'outer;
+                }
+                let info = reader.stat(nid)?;
+                let etag = reader.attr(nid, ATTR_ETAG)?.map(|e| String::from_utf8_lossy(&e).into_owned());
+                let mtime = match reader.attr(nid, ATTR_META)? {
+                    Some(raw) => ObjectMeta::decode(&raw)?.last_modified_unix_ms,
+                    None => (info.mtime_ns / 1_000_000) as i64,
+                };
+                page.objects.push(ListedObject {
+                    key,
+                    size_bytes: info.size_bytes,
+                    etag: etag.unwrap_or_default(),
+                    last_modified_unix_ms: mtime,
+                });
+                returned += 1;
+                from = name;
+                from.push(0);
+            }
+            if batch_len < want.min(1001) {
+                break;
+            }
+        }
+        Ok(page)
+    }
+
+    async fn get_tags(&self, bucket: &str, key: &str) -> LayerResult<Vec<(String, String)>> {
+        let (reader, nid, _) = self.stat_object(bucket, key)?;
+        match reader.attr(nid, ATTR_TAGS)? {
+            Some(raw) => serde_json::from_slice(&raw).map_err(|e| LayerError::Corrupt(format!("tags: {e}"))),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    async fn put_tags(&self, bucket: &str, key: &str, tags: Vec<(String, String)>) -> LayerResult<()> {
+        if tags.len() > MAX_TAGS {
+            return Err(LayerError::InvalidArgument(format!("at most {MAX_TAGS} tags per object")));
+        }
+        for (k, v) in &tags {
+            if k.is_empty() || k.chars().count() > 128 || v.chars().count() > 256 {
+                return Err(LayerError::InvalidArgument("tag keys are 1-128 and values 0-256 characters".into()));
+            }
+        }
+        let (reader, _, _) = self.stat_object(bucket, key)?;
+        let coll = self.bucket_coll(&reader, bucket)?;
+        drop(reader);
+        let name = key.as_bytes().to_vec();
+        let op = if tags.is_empty() {
+            Op::RemoveAttr { coll, name, key: ATTR_TAGS.to_vec() }
+        } else {
+            Op::SetAttr { coll, name, key: ATTR_TAGS.to_vec(), value: serde_json::to_vec(&tags).expect("serializes") }
+        };
+        self.submit(Transaction::new().op(op)).await.map(|_| ())
+    }
+
+    async fn create_multipart(&self, bucket: &str, key: &str, opts: PutOptions) -> LayerResult<String> {
+        validate_key(key)?;
+        opts.validate()?;
+        self.bucket_coll(&self.engine.reader(), bucket)?;
+        let upload_id = hex::encode(rand::random::<[u8; 16]>());
+        let rec = UploadRecord { version: 1, key: key.to_string(), initiated_unix_ms: now_ms(), opts };
+        let name = upload_name(bucket, &upload_id);
+        let txn = Transaction::new()
+            .op(Op::Create { coll: self.mpu, name: name.clone() })
+            .op(Op::SetAttr {
+                coll: self.mpu,
+                name: name.clone(),
+                key: ATTR_UPLOAD.to_vec(),
+                value: serde_json::to_vec(&rec).expect("serializes"),
+            })
+            .op(Op::SetAttr { coll: self.mpu, name, key: b"s3.live".to_vec(), value: b"1".to_vec() });
+        self.submit(txn).await?;
+        Ok(upload_id)
+    }
+
+    async fn upload_part(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        part: u32,
+        body: PutBody,
+    ) -> LayerResult<PartInfo> {
+        Self::check_part_number(part)?;
+        self.upload_record(&self.engine.reader(), bucket, key, upload_id)?;
+        let ing = self.ingest(body, 0, MAX_PART_BYTES).await?;
+        self.store_part(bucket, upload_id, part, ing).await
+    }
+
+    async fn upload_part_copy(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        part: u32,
+        src_bucket: &str,
+        src_key: &str,
+        range: Option<RangeRequest>,
+        src_pre: &Precondition,
+    ) -> LayerResult<PartInfo> {
+        Self::check_part_number(part)?;
+        self.upload_record(&self.engine.reader(), bucket, key, upload_id)?;
+        let got = self.get_object(src_bucket, src_key, range, None, src_pre).await?;
+        let len = got.range.map(|r| r.end - r.start).unwrap_or(got.meta.size_bytes);
+        if len > MAX_PART_BYTES {
+            return Err(LayerError::InvalidArgument("a part is at most 5 GiB".into()));
+        }
+        let ing = self.ingest(PutBody { stream: got.body, finish: None }, 0, MAX_PART_BYTES).await?;
+        self.store_part(bucket, upload_id, part, ing).await
+    }
+
+    async fn complete_multipart(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        parts: Vec<CompletePart>,
+        pre: &Precondition,
+        extra_meta: Vec<(String, String)>,
+    ) -> LayerResult<ObjectMeta> {
+        let reader = self.engine.reader();
+        let coll = self.bucket_coll(&reader, bucket)?;
+        let rec = self.upload_record(&reader, bucket, key, upload_id)?;
+        if parts.is_empty() {
+            return Err(LayerError::InvalidArgument("a multipart upload needs at least one part".into()));
+        }
+        let stored: std::collections::BTreeMap<u32, PartRecord> =
+            self.parts_of(&reader, bucket, upload_id)?.into_iter().collect();
+        let mut last = 0;
+        let mut md5s = Vec::with_capacity(parts.len() * 16);
+        let mut sizes = Vec::with_capacity(parts.len());
+        for (i, p) in parts.iter().enumerate() {
+            if p.part_number <= last {
+                return Err(LayerError::InvalidPartOrder);
+            }
+            last = p.part_number;
+            let s =
+                stored.get(&p.part_number).ok_or_else(|| LayerError::InvalidPart(format!("part {}", p.part_number)))?;
+            if p.etag.trim().trim_matches('"') != s.etag {
+                return Err(LayerError::InvalidPart(format!("part {} ETag", p.part_number)));
+            }
+            if i + 1 < parts.len() && s.size_bytes < MIN_PART_BYTES {
+                return Err(LayerError::EntityTooSmall);
+            }
+            md5s.extend(hex::decode(&s.etag).map_err(|_| LayerError::Corrupt("part ETag".into()))?);
+            sizes.push(s.size_bytes);
+        }
+        // Conditional completion (If-None-Match: * / If-Match) is checked atomically in the transaction.
+        let existing = match reader.lookup(coll, key.as_bytes())? {
+            Some(info) => Some(Self::read_meta(&reader, info.nid)?),
+            None => None,
+        };
+        if let Some(m) = &existing {
+            pre.check(m).map_err(|_| LayerError::PreconditionFailed)?;
+        } else if pre.if_match.is_some() {
+            return Err(LayerError::NoSuchKey);
+        }
+        let etag = format!("{}-{}", hex::encode(Md5::digest(&md5s)), parts.len());
+        let total: u64 = sizes.iter().sum();
+        let mut meta = rec.opts.clone().into_meta(total, etag.clone(), now_ms());
+        meta.part_sizes = sizes.clone();
+        meta.checksums.extend(extra_meta);
+        let name = key.as_bytes().to_vec();
+        let mut txn = Transaction::new();
+        txn.push(Op::AssertAttr {
+            coll,
+            name: name.clone(),
+            key: ATTR_ETAG.to_vec(),
+            expected: existing.as_ref().map(|m| m.etag.clone().into_bytes()),
+        });
+        txn.push(Op::Reset { coll, name: name.clone() });
+        let mut offset = 0u64;
+        let mut copied = Vec::new();
+        for (p, size) in parts.iter().zip(&sizes) {
+            let pname = part_name(bucket, upload_id, p.part_number);
+            let is_last = offset + size == total;
+            if offset.is_multiple_of(BLOCK_SIZE_BYTES) && (size % BLOCK_SIZE_BYTES == 0 || is_last) && *size > 0 {
+                txn.push(Op::CloneRange {
+                    src_coll: self.mpu,
+                    src: pname.clone(),
+                    src_offset: 0,
+                    len: *size,
+                    dst_coll: coll,
+                    dst: name.clone(),
+                    dst_offset: offset,
+                });
+            } else if *size > 0 {
+                copied.push((pname.clone(), offset, *size));
+            }
+            offset += size;
+        }
+        drop(reader);
+        // Parts whose boundaries do not fall on blocks are copied (the fragment path takes the edges).
+        for (pname, offset, size) in copied {
+            let r = Arc::new(self.engine.reader());
+            let info = r.lookup(self.mpu, &pname)?.ok_or_else(|| LayerError::InvalidPart("vanished".into()))?;
+            let mut pos = 0;
+            while pos < size {
+                let n = (size - pos).min(32 << 20);
+                let rr = r.clone();
+                let data = blocking(move || rr.read(info.nid, pos, n).map_err(LayerError::from)).await?;
+                self.push_copy_ops(&mut txn, coll, &name, offset + pos, data).await?;
+                pos += n;
+            }
+        }
+        txn.push(Op::SetAttr { coll, name: name.clone(), key: ATTR_META.to_vec(), value: meta.encode() });
+        txn.push(Op::SetAttr { coll, name, key: ATTR_ETAG.to_vec(), value: etag.into_bytes() });
+        for p in stored.keys() {
+            txn.push(Op::Remove { coll: self.mpu, name: part_name(bucket, upload_id, *p) });
+        }
+        txn.push(Op::Remove { coll: self.mpu, name: upload_name(bucket, upload_id) });
+        match self.submit(txn).await {
+            Err(LayerError::NoSuchKey) => Err(LayerError::NoSuchUpload),
+            r => r.map(|_| meta),
+        }
+    }
+
+    async fn abort_multipart(&self, bucket: &str, key: &str, upload_id: &str) -> LayerResult<()> {
+        let reader = self.engine.reader();
+        self.upload_record(&reader, bucket, key, upload_id)?;
+        let parts = self.parts_of(&reader, bucket, upload_id)?;
+        drop(reader);
+        let mut txn = Transaction::new();
+        for (p, _) in parts {
+            txn.push(Op::Remove { coll: self.mpu, name: part_name(bucket, upload_id, p) });
+        }
+        txn.push(Op::Remove { coll: self.mpu, name: upload_name(bucket, upload_id) });
+        match self.submit(txn).await {
+            Err(LayerError::NoSuchKey) => Err(LayerError::NoSuchUpload),
+            r => r.map(|_| ()),
+        }
+    }
+
+    async fn list_parts(&self, bucket: &str, key: &str, upload_id: &str) -> LayerResult<Vec<PartInfo>> {
+        let reader = self.engine.reader();
+        self.upload_record(&reader, bucket, key, upload_id)?;
+        Ok(self
+            .parts_of(&reader, bucket, upload_id)?
+            .into_iter()
+            .map(|(n, r)| PartInfo {
+                part_number: n,
+                size_bytes: r.size_bytes,
+                etag: r.etag,
+                last_modified_unix_ms: r.last_modified_unix_ms,
+                checksums: r.checksums,
+            })
+            .collect())
+    }
+
+    async fn list_uploads(&self, bucket: &str, prefix: &str) -> LayerResult<Vec<UploadInfo>> {
+        let reader = self.engine.reader();
+        self.bucket_coll(&reader, bucket)?;
+        let base = format!("{bucket}/").into_bytes();
+        let mut from = base.clone();
+        let mut out = Vec::new();
+        loop {
+            let batch = reader.list(self.mpu, &base, &from, 1)?;
+            let Some((name, nid)) = batch.into_iter().next() else { break };
+            // Skip this upload's parts ("<bucket>/<id>/...") with one seek: '0' sorts right after '/'.
+            from = name.clone();
+            from.push(b'0');
+            let Some(raw) = reader.attr(nid, ATTR_UPLOAD)? else { continue };
+            let rec: UploadRecord =
+                serde_json::from_slice(&raw).map_err(|e| LayerError::Corrupt(format!("upload record: {e}")))?;
+            if rec.key.starts_with(prefix) {
+                let id = String::from_utf8_lossy(&name[base.len()..]).into_owned();
+                out.push(UploadInfo { upload_id: id, key: rec.key, initiated_unix_ms: rec.initiated_unix_ms });
+            }
+        }
+        out.sort_by(|a, b| (&a.key, a.initiated_unix_ms).cmp(&(&b.key, b.initiated_unix_ms)));
+        Ok(out)
+    }
+
+    fn is_ready(&self) -> bool {
+        self.engine.is_healthy()
+    }
+
+    async fn shutdown(&self) -> LayerResult<()> {
+        let engine = self.engine.clone();
+        blocking(move || engine.close().map_err(LayerError::from)).await
+    }
+}
+
+impl SingleDrive {
+    /// Adds ops writing `data` at an arbitrary offset: edges as fragments, whole blocks staged.
+    async fn push_copy_ops(
+        &self,
+        txn: &mut Transaction,
+        coll: CollectionId,
+        name: &[u8],
+        offset: u64,
+        data: Vec<u8>,
+    ) -> LayerResult<()> {
+        let bs = BLOCK_SIZE_BYTES;
+        let head = ((bs - offset % bs) % bs).min(data.len() as u64) as usize;
+        if head > 0 {
+            txn.push(Op::Write { coll, name: name.to_vec(), offset, data: data[..head].to_vec() });
+        }
+        let body = &data[head..];
+        let whole = body.len() / bs as usize * bs as usize;
+        if whole > 0 {
+            let engine = self.engine.clone();
+            let chunk = body[..whole].to_vec();
+            let staged = blocking(move || engine.stage(&chunk, true).map_err(LayerError::from)).await?;
+            txn.push(Op::WriteStaged { coll, name: name.to_vec(), offset: offset + head as u64, staged });
+        }
+        if whole < body.len() {
+            txn.push(Op::Write {
+                coll,
+                name: name.to_vec(),
+                offset: offset + (head + whole) as u64,
+                data: body[whole..].to_vec(),
+            });
+        }
+        Ok(())
+    }
+}
+
+fn mosaic_prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last != 0xFF {
+            end.push(last + 1);
+            return Some(end);
+        }
+    }
+    None
+}

@@ -1,0 +1,264 @@
+//! Server configuration: defaults < TOML file (--config / MOSAIC_CONFIG) < MOSAIC_* environment < flags.
+//! Unknown keys in the file are an error naming the key. docs/configuration.md lists every key.
+
+use crate::size::parse_size;
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The file's shape. Every field is optional: what is missing comes from the defaults.
+#[derive(Deserialize, Default, Debug, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    pub data_dir: Option<PathBuf>,
+    pub s3_address: Option<String>,
+    pub admin_address: Option<String>,
+    pub domain: Option<String>,
+    pub drive_size: Option<String>,
+    pub log_format: Option<String>,
+    pub log_level: Option<String>,
+    pub shutdown_timeout_secs: Option<u64>,
+    pub max_connections: Option<usize>,
+    pub kv_cache_size: Option<String>,
+    pub inline_max_size: Option<String>,
+}
+
+/// Values given on the command line or in the environment (clap merges the two; flags win).
+#[derive(Default, Debug, Clone, clap::Args)]
+pub struct ServerArgs {
+    /// TOML configuration file (keys as in docs/configuration.md).
+    #[arg(long, env = "MOSAIC_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Data directory holding the drive; created and formatted on first start.
+    #[arg(long, env = "MOSAIC_DATA_DIR", value_name = "DIR")]
+    pub data: Option<PathBuf>,
+    /// Address of the S3 API.
+    #[arg(long, env = "MOSAIC_S3_ADDRESS", value_name = "HOST:PORT")]
+    pub s3_address: Option<String>,
+    /// Address of the admin API, health checks and metrics.
+    #[arg(long, env = "MOSAIC_ADMIN_ADDRESS", value_name = "HOST:PORT")]
+    pub admin_address: Option<String>,
+    /// Domain for virtual-host-style requests (bucket.DOMAIN); path style always works.
+    #[arg(long, env = "MOSAIC_DOMAIN", value_name = "DOMAIN")]
+    pub domain: Option<String>,
+    /// Size of the drive's data file when it is created (e.g. 64GiB); default: half the free space, at
+    /// most 64 GiB. Ignored once the drive exists.
+    #[arg(long, env = "MOSAIC_DRIVE_SIZE", value_name = "SIZE")]
+    pub drive_size: Option<String>,
+    /// Log format: text or json.
+    #[arg(long, env = "MOSAIC_LOG_FORMAT", value_name = "FORMAT")]
+    pub log_format: Option<String>,
+    /// Log level or filter (error, warn, info, debug, trace, or a tracing filter).
+    #[arg(long, env = "MOSAIC_LOG_LEVEL", value_name = "LEVEL")]
+    pub log_level: Option<String>,
+    /// Seconds that in-flight requests get to finish after SIGINT/SIGTERM.
+    #[arg(long, env = "MOSAIC_SHUTDOWN_TIMEOUT_SECS", value_name = "SECS")]
+    pub shutdown_timeout_secs: Option<u64>,
+    /// Largest number of open S3 connections; more wait to be accepted.
+    #[arg(long, env = "MOSAIC_MAX_CONNECTIONS", value_name = "N")]
+    pub max_connections: Option<usize>,
+    /// Block cache of the metadata database (e.g. 256MiB).
+    #[arg(long, env = "MOSAIC_KV_CACHE_SIZE", value_name = "SIZE")]
+    pub kv_cache_size: Option<String>,
+    /// Objects up to this size live wholly in the metadata database (e.g. 16KiB).
+    #[arg(long, env = "MOSAIC_INLINE_MAX_SIZE", value_name = "SIZE")]
+    pub inline_max_size: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// The resolved configuration.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    pub data_dir: PathBuf,
+    pub s3_address: SocketAddr,
+    pub admin_address: SocketAddr,
+    pub domain: Option<String>,
+    pub drive_size_bytes: Option<u64>,
+    pub log_format: LogFormat,
+    pub log_level: String,
+    pub shutdown_timeout: Duration,
+    pub max_connections: usize,
+    pub kv_cache_bytes: u64,
+    pub inline_max_bytes: u64,
+}
+
+pub const DEFAULT_DATA_DIR: &str = "./mosaic-data";
+pub const DEFAULT_S3_ADDRESS: &str = "127.0.0.1:9000";
+pub const DEFAULT_ADMIN_ADDRESS: &str = "127.0.0.1:9001";
+/// Bounds of configurable limits.
+const MAX_CONNECTIONS_LIMIT: usize = 65_536;
+const MAX_SHUTDOWN_SECS: u64 = 3600;
+const MAX_INLINE_BYTES: u64 = 1 << 20;
+
+pub fn load_file(path: &Path) -> Result<FileConfig, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read config file {}: {e}", path.display()))?;
+    parse_file(&text).map_err(|e| format!("config file {}: {e}", path.display()))
+}
+
+pub fn parse_file(text: &str) -> Result<FileConfig, String> {
+    toml::from_str(text).map_err(|e| e.message().to_string())
+}
+
+fn addr(name: &str, v: &str) -> Result<SocketAddr, String> {
+    v.parse().map_err(|_| format!("{name}: {v:?} is not an address of the form HOST:PORT (e.g. 127.0.0.1:9000)"))
+}
+
+fn size(name: &str, v: &str) -> Result<u64, String> {
+    parse_size(v).map_err(|e| format!("{name}: {e}"))
+}
+
+impl Config {
+    /// Merges flags/env (`args`) over the file over the defaults and checks every value.
+    pub fn resolve(args: &ServerArgs, file: &FileConfig) -> Result<Config, String> {
+        let pick = |a: &Option<String>, f: &Option<String>| a.clone().or_else(|| f.clone());
+        let s3 = pick(&args.s3_address, &file.s3_address).unwrap_or_else(|| DEFAULT_S3_ADDRESS.into());
+        let admin = pick(&args.admin_address, &file.admin_address).unwrap_or_else(|| DEFAULT_ADMIN_ADDRESS.into());
+        let log_format = match pick(&args.log_format, &file.log_format).as_deref().unwrap_or("text") {
+            "text" => LogFormat::Text,
+            "json" => LogFormat::Json,
+            other => return Err(format!("log_format: {other:?} is not one of text, json")),
+        };
+        let log_level = pick(&args.log_level, &file.log_level).unwrap_or_else(|| "info".into());
+        tracing_subscriber::EnvFilter::try_new(&log_level).map_err(|e| format!("log_level: {log_level:?}: {e}"))?;
+        let shutdown = args.shutdown_timeout_secs.or(file.shutdown_timeout_secs).unwrap_or(30);
+        if shutdown > MAX_SHUTDOWN_SECS {
+            return Err(format!("shutdown_timeout_secs: {shutdown} is above the maximum {MAX_SHUTDOWN_SECS}"));
+        }
+        let max_connections = args.max_connections.or(file.max_connections).unwrap_or(1024);
+        if max_connections == 0 || max_connections > MAX_CONNECTIONS_LIMIT {
+            return Err(format!("max_connections: {max_connections} is not between 1 and {MAX_CONNECTIONS_LIMIT}"));
+        }
+        let drive_size_bytes = match pick(&args.drive_size, &file.drive_size) {
+            Some(v) => {
+                let b = size("drive_size", &v)?;
+                if b < 64 << 20 {
+                    return Err(format!("drive_size: {v} is below the minimum 64MiB"));
+                }
+                Some(b)
+            }
+            None => None,
+        };
+        let kv_cache_bytes =
+            size("kv_cache_size", &pick(&args.kv_cache_size, &file.kv_cache_size).unwrap_or("128MiB".into()))?;
+        let inline_max_bytes =
+            size("inline_max_size", &pick(&args.inline_max_size, &file.inline_max_size).unwrap_or("16KiB".into()))?;
+        if inline_max_bytes > MAX_INLINE_BYTES {
+            return Err(format!("inline_max_size: {inline_max_bytes} bytes is above the maximum 1MiB"));
+        }
+        let domain = pick(&args.domain, &file.domain).filter(|d| !d.is_empty());
+        Ok(Config {
+            data_dir: args.data.clone().or_else(|| file.data_dir.clone()).unwrap_or_else(|| DEFAULT_DATA_DIR.into()),
+            s3_address: addr("s3_address", &s3)?,
+            admin_address: addr("admin_address", &admin)?,
+            domain,
+            drive_size_bytes,
+            log_format,
+            log_level,
+            shutdown_timeout: Duration::from_secs(shutdown),
+            max_connections,
+            kv_cache_bytes,
+            inline_max_bytes,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resolve(args: ServerArgs, file: &str) -> Result<Config, String> {
+        Config::resolve(&args, &parse_file(file)?)
+    }
+
+    #[test]
+    fn defaults() {
+        let c = resolve(ServerArgs::default(), "").unwrap();
+        assert_eq!(c.data_dir, PathBuf::from("./mosaic-data"));
+        assert_eq!(c.s3_address.to_string(), "127.0.0.1:9000");
+        assert_eq!(c.admin_address.to_string(), "127.0.0.1:9001");
+        assert_eq!(c.log_format, LogFormat::Text);
+        assert_eq!(c.shutdown_timeout, Duration::from_secs(30));
+        assert_eq!(c.max_connections, 1024);
+        assert_eq!(c.inline_max_bytes, 16 << 10);
+        assert_eq!(c.drive_size_bytes, None);
+    }
+
+    #[test]
+    fn every_file_key_parses() {
+        let c = resolve(
+            ServerArgs::default(),
+            r#"
+            data_dir = "/tmp/x"
+            s3_address = "127.0.0.1:19000"
+            admin_address = "127.0.0.1:19001"
+            domain = "s3.local"
+            drive_size = "1GiB"
+            log_format = "json"
+            log_level = "debug"
+            shutdown_timeout_secs = 5
+            max_connections = 10
+            kv_cache_size = "64MiB"
+            inline_max_size = "8KiB"
+            "#,
+        )
+        .unwrap();
+        assert_eq!(c.data_dir, PathBuf::from("/tmp/x"));
+        assert_eq!(c.s3_address.port(), 19000);
+        assert_eq!(c.admin_address.port(), 19001);
+        assert_eq!(c.domain.as_deref(), Some("s3.local"));
+        assert_eq!(c.drive_size_bytes, Some(1 << 30));
+        assert_eq!(c.log_format, LogFormat::Json);
+        assert_eq!(c.log_level, "debug");
+        assert_eq!(c.shutdown_timeout, Duration::from_secs(5));
+        assert_eq!(c.max_connections, 10);
+        assert_eq!(c.kv_cache_bytes, 64 << 20);
+        assert_eq!(c.inline_max_bytes, 8 << 10);
+    }
+
+    #[test]
+    fn flags_beat_file() {
+        let args = ServerArgs {
+            s3_address: Some("127.0.0.1:1".into()),
+            log_format: Some("text".into()),
+            ..Default::default()
+        };
+        let c = resolve(args, "s3_address = \"127.0.0.1:2\"\nlog_format = \"json\"").unwrap();
+        assert_eq!(c.s3_address.port(), 1);
+        assert_eq!(c.log_format, LogFormat::Text);
+    }
+
+    #[test]
+    fn unknown_key_is_named() {
+        let e = resolve(ServerArgs::default(), "s3_adress = \"x\"").unwrap_err();
+        assert!(e.contains("s3_adress"), "{e}");
+    }
+
+    #[test]
+    fn bad_values_are_refused() {
+        let bad = [
+            "s3_address = \"nowhere\"",
+            "admin_address = \"1.2.3.4\"",
+            "drive_size = \"lots\"",
+            "drive_size = \"1MiB\"",
+            "log_format = \"xml\"",
+            "log_level = \"[[\"",
+            "shutdown_timeout_secs = 99999",
+            "shutdown_timeout_secs = -1",
+            "max_connections = 0",
+            "max_connections = 1000000",
+            "kv_cache_size = \"1XB\"",
+            "inline_max_size = \"2MiB\"",
+            "data_dir = 5",
+            "domain = 7",
+        ];
+        for b in bad {
+            assert!(resolve(ServerArgs::default(), b).is_err(), "accepted: {b}");
+        }
+    }
+}

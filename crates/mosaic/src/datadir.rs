@@ -1,0 +1,253 @@
+//! The data directory: its marker file (format version + checksum), the drive (a preallocated data file used
+//! with O_DIRECT plus its metadata database), and the root credentials (mode 0600).
+//!
+//! ```text
+//! mosaic-data/
+//!   MOSAIC            marker: format version, uuid, crc32c
+//!   credentials       root access key and secret (0600)
+//!   drive0/data       the data device (preallocated file)
+//!   drive0/kv/        the metadata database (RocksDB)
+//! ```
+
+use mosaic_engine::{Engine, EngineConfig, FileDevice};
+use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+const MARKER: &str = "MOSAIC";
+const MARKER_VERSION: u32 = 1;
+const CREDENTIALS: &str = "credentials";
+const DRIVE_DIR: &str = "drive0";
+/// Default size cap of a new drive file.
+const DEFAULT_DRIVE_MAX_BYTES: u64 = 64 << 30;
+const MIN_DRIVE_BYTES: u64 = 64 << 20;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Credentials {
+    pub access_key: String,
+    pub secret_key: String,
+}
+
+/// What `prepare` found.
+pub enum State {
+    /// A fresh directory that was just formatted.
+    Formatted,
+    /// An existing Mosaic data directory.
+    Existing,
+}
+
+fn crc_line(body: &str) -> String {
+    format!("crc32c={:08x}\n", mosaic_engine::crc32c(body.as_bytes()))
+}
+
+/// Checks the directory and says whether it is new, ours, or someone else's.
+pub fn inspect(dir: &Path) -> Result<bool, String> {
+    if !dir.exists() {
+        return Ok(false);
+    }
+    if !dir.is_dir() {
+        return Err(format!("{} exists and is not a directory", dir.display()));
+    }
+    let marker = dir.join(MARKER);
+    if marker.exists() {
+        let text = std::fs::read_to_string(&marker).map_err(|e| format!("cannot read {}: {e}", marker.display()))?;
+        let (body, crc) = text.rsplit_once("crc32c=").ok_or_else(|| format!("{} is damaged", marker.display()))?;
+        if crc_line(body) != format!("crc32c={crc}") {
+            return Err(format!("{} is damaged (checksum mismatch)", marker.display()));
+        }
+        let version = body
+            .lines()
+            .find_map(|l| l.strip_prefix("format_version="))
+            .and_then(|v| v.parse::<u32>().ok())
+            .ok_or_else(|| format!("{} has no format version", marker.display()))?;
+        if version != MARKER_VERSION {
+            return Err(format!(
+                "{} was written by a Mosaic with data format {version}; this build reads format {MARKER_VERSION}",
+                dir.display()
+            ));
+        }
+        return Ok(true);
+    }
+    let others: Vec<String> = std::fs::read_dir(dir)
+        .map_err(|e| format!("cannot read {}: {e}", dir.display()))?
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .take(5)
+        .collect();
+    if others.is_empty() {
+        return Ok(false);
+    }
+    Err(format!(
+        "refusing to use {}: it is not empty and is not a Mosaic data directory (it holds {}). \
+         Choose an empty or new directory with --data.",
+        dir.display(),
+        others.join(", ")
+    ))
+}
+
+fn default_drive_size(dir: &Path) -> u64 {
+    let free = free_bytes(dir).unwrap_or(DEFAULT_DRIVE_MAX_BYTES * 2);
+    (free / 2).clamp(MIN_DRIVE_BYTES, DEFAULT_DRIVE_MAX_BYTES) / 4096 * 4096
+}
+
+fn free_bytes(dir: &Path) -> Option<u64> {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    let c = CString::new(dir.as_os_str().as_bytes()).ok()?;
+    let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: c is a valid NUL-terminated path and s a valid out pointer.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut s) } != 0 {
+        return None;
+    }
+    Some(s.f_bavail as u64 * s.f_frsize as u64)
+}
+
+pub fn drive_dir(dir: &Path) -> PathBuf {
+    dir.join(DRIVE_DIR)
+}
+
+/// Opens the drive, formatting the directory first if it is new. Refuses a foreign directory.
+pub fn open_drive(dir: &Path, size_bytes: Option<u64>, cfg: EngineConfig) -> Result<(Engine, State), String> {
+    let ours = inspect(dir)?;
+    let drive = drive_dir(dir);
+    if ours {
+        let device = FileDevice::open(&drive.join("data")).map_err(|e| format!("cannot open the data file: {e}"))?;
+        let engine = Engine::open(&drive, Arc::new(device), cfg).map_err(|e| format!("cannot open the drive: {e}"))?;
+        return Ok((engine, State::Existing));
+    }
+    std::fs::create_dir_all(&drive).map_err(|e| format!("cannot create {}: {e}", drive.display()))?;
+    let size = size_bytes.unwrap_or_else(|| default_drive_size(dir)) / 4096 * 4096;
+    let free = free_bytes(dir).unwrap_or(u64::MAX);
+    if size > free {
+        return Err(format!("the drive needs {size} bytes but {} has only {free} free", dir.display()));
+    }
+    let device =
+        FileDevice::create(&drive.join("data"), size).map_err(|e| format!("cannot create the data file: {e}"))?;
+    let engine = Engine::format(&drive, Arc::new(device), cfg).map_err(|e| format!("cannot format the drive: {e}"))?;
+    // The marker goes last: a directory with a marker always holds a complete drive.
+    let body = format!(
+        "format_version={MARKER_VERSION}\nuuid={}\ncreated_by=mosaic {}\n",
+        hex::encode(engine.uuid()),
+        env!("CARGO_PKG_VERSION")
+    );
+    write_synced(&dir.join(MARKER), &format!("{body}{}", crc_line(&body)), 0o644)?;
+    Ok((engine, State::Formatted))
+}
+
+fn write_synced(path: &Path, text: &str, mode: u32) -> Result<(), String> {
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(mode)
+        .open(&tmp)
+        .map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
+    f.write_all(text.as_bytes())
+        .and_then(|_| f.sync_all())
+        .map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode)).map_err(|e| e.to_string())?;
+    std::fs::rename(&tmp, path).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    if let Some(parent) = path.parent()
+        && let Ok(d) = std::fs::File::open(parent)
+    {
+        let _ = d.sync_all();
+    }
+    Ok(())
+}
+
+fn random_string(alphabet: &[u8], len: usize) -> String {
+    use rand::Rng;
+    let mut rng = rand::rng();
+    (0..len).map(|_| alphabet[rng.random_range(0..alphabet.len())] as char).collect()
+}
+
+/// Root credentials: from the environment when both variables are set, else from the data directory,
+/// else newly generated and stored (mode 0600). Returns them and whether they were just generated.
+pub fn root_credentials(dir: &Path, env: Option<Credentials>) -> Result<(Credentials, bool), String> {
+    if let Some(c) = env {
+        validate_credentials(&c)?;
+        return Ok((c, false));
+    }
+    let path = dir.join(CREDENTIALS);
+    if path.exists() {
+        let text = std::fs::read_to_string(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        return parse_credentials(&text).map(|c| (c, false)).map_err(|e| format!("{}: {e}", path.display()));
+    }
+    let c = Credentials {
+        access_key: random_string(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789", 20),
+        secret_key: random_string(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789", 40),
+    };
+    let body = format!("version=1\naccess_key={}\nsecret_key={}\n", c.access_key, c.secret_key);
+    write_synced(&path, &format!("{body}{}", crc_line(&body)), 0o600)?;
+    Ok((c, true))
+}
+
+fn parse_credentials(text: &str) -> Result<Credentials, String> {
+    let (body, crc) = text.rsplit_once("crc32c=").ok_or("damaged credentials file")?;
+    if crc_line(body) != format!("crc32c={crc}") {
+        return Err("damaged credentials file (checksum mismatch)".into());
+    }
+    let get = |k: &str| body.lines().find_map(|l| l.strip_prefix(k)).map(str::to_string);
+    if get("version=").as_deref() != Some("1") {
+        return Err("unsupported credentials file version".into());
+    }
+    let c = Credentials {
+        access_key: get("access_key=").ok_or("no access_key")?,
+        secret_key: get("secret_key=").ok_or("no secret_key")?,
+    };
+    validate_credentials(&c)?;
+    Ok(c)
+}
+
+pub fn validate_credentials(c: &Credentials) -> Result<(), String> {
+    let ok = |s: &str| s.chars().all(|ch| ch.is_ascii_graphic());
+    if !(3..=128).contains(&c.access_key.len()) || !ok(&c.access_key) {
+        return Err("MOSAIC_ACCESS_KEY must be 3 to 128 printable ASCII characters".into());
+    }
+    if !(8..=128).contains(&c.secret_key.len()) || !ok(&c.secret_key) {
+        return Err("MOSAIC_SECRET_KEY must be 8 to 128 printable ASCII characters".into());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credentials_round_trip_and_mode() {
+        let d = tempfile::tempdir().unwrap();
+        let (c, new) = root_credentials(d.path(), None).unwrap();
+        assert!(new);
+        let mode = std::fs::metadata(d.path().join(CREDENTIALS)).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        let (again, new) = root_credentials(d.path(), None).unwrap();
+        assert!(!new);
+        assert_eq!(c, again);
+        let env = Credentials { access_key: "admin".into(), secret_key: "password123".into() };
+        assert_eq!(root_credentials(d.path(), Some(env.clone())).unwrap().0, env);
+        let bad = Credentials { access_key: "a".into(), secret_key: "password123".into() };
+        assert!(root_credentials(d.path(), Some(bad)).is_err());
+    }
+
+    #[test]
+    fn damaged_credentials_are_refused() {
+        let d = tempfile::tempdir().unwrap();
+        root_credentials(d.path(), None).unwrap();
+        let p = d.path().join(CREDENTIALS);
+        let t = std::fs::read_to_string(&p).unwrap().replace("access_key=", "access_key=X");
+        std::fs::write(&p, t).unwrap();
+        assert!(root_credentials(d.path(), None).is_err());
+    }
+
+    #[test]
+    fn foreign_directory_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        assert!(!inspect(d.path()).unwrap());
+        std::fs::write(d.path().join("notes.txt"), "x").unwrap();
+        let e = inspect(d.path()).unwrap_err();
+        assert!(e.contains("notes.txt") && e.contains("refusing"), "{e}");
+    }
+}

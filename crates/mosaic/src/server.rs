@@ -1,0 +1,123 @@
+//! `mosaic server`: open (or create) the data directory, serve S3 and the admin port, and shut down cleanly
+//! on SIGINT/SIGTERM (a second signal exits at once).
+
+use crate::admin_server::{self, AdminState};
+use crate::config::Config;
+use crate::datadir::{self, Credentials, State};
+use mosaic_engine::EngineConfig;
+use mosaic_layer::{ObjectLayer, SingleDrive, SingleDriveConfig};
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+fn env_credentials() -> Result<Option<Credentials>, String> {
+    match (std::env::var("MOSAIC_ACCESS_KEY").ok(), std::env::var("MOSAIC_SECRET_KEY").ok()) {
+        (Some(a), Some(s)) => Ok(Some(Credentials { access_key: a, secret_key: s })),
+        (None, None) => Ok(None),
+        _ => Err("set both MOSAIC_ACCESS_KEY and MOSAIC_SECRET_KEY, or neither".into()),
+    }
+}
+
+pub fn run(cfg: Config) -> Result<(), String> {
+    crate::logging::init(cfg.log_format, &cfg.log_level);
+    let prometheus = metrics_exporter_prometheus::PrometheusBuilder::new()
+        .set_buckets(&[0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0])
+        .map_err(|e| e.to_string())?
+        .install_recorder()
+        .map_err(|e| format!("cannot install the metrics recorder: {e}"))?;
+    let started = Instant::now();
+    let engine_cfg = EngineConfig {
+        inline_max_bytes: cfg.inline_max_bytes,
+        kv_block_cache_bytes: cfg.kv_cache_bytes as usize,
+        ..Default::default()
+    };
+    let creds_env = env_credentials()?;
+    let (engine, state) = datadir::open_drive(&cfg.data_dir, cfg.drive_size_bytes, engine_cfg)?;
+    let (creds, generated) = datadir::root_credentials(&cfg.data_dir, creds_env)?;
+    match state {
+        State::Formatted => tracing::info!(dir = %cfg.data_dir.display(), "formatted a new data directory"),
+        State::Existing => tracing::info!(dir = %cfg.data_dir.display(), "opened the data directory"),
+    }
+    if generated {
+        // Printed once, on the start that created them; they are stored (mode 0600) in the data directory.
+        println!("Root credentials (stored in {}/credentials):", cfg.data_dir.display());
+        println!("  access key: {}", creds.access_key);
+        println!("  secret key: {}", creds.secret_key);
+    }
+    let drive = SingleDrive::new(engine.clone(), SingleDriveConfig::default()).map_err(|e| e.to_string())?;
+    let layer: Arc<dyn ObjectLayer> = Arc::new(drive);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("mosaic-io")
+        .build()
+        .map_err(|e| format!("cannot start the runtime: {e}"))?;
+    let result = rt.block_on(serve_all(cfg.clone(), layer.clone(), engine, creds, prometheus, started));
+    let closed = rt.block_on(layer.shutdown());
+    drop(rt);
+    result?;
+    closed.map_err(|e| format!("closing the drive failed: {e}"))?;
+    tracing::info!("stopped cleanly");
+    Ok(())
+}
+
+async fn serve_all(
+    cfg: Config,
+    layer: Arc<dyn ObjectLayer>,
+    engine: mosaic_engine::Engine,
+    creds: Credentials,
+    prometheus: metrics_exporter_prometheus::PrometheusHandle,
+    started: Instant,
+) -> Result<(), String> {
+    let s3_listener =
+        TcpListener::bind(cfg.s3_address).await.map_err(|e| format!("cannot listen on {}: {e}", cfg.s3_address))?;
+    let admin_listener = TcpListener::bind(cfg.admin_address)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", cfg.admin_address))?;
+    let s3_bound = s3_listener.local_addr().map_err(|e| e.to_string())?;
+    let admin_bound = admin_listener.local_addr().map_err(|e| e.to_string())?;
+    let service = mosaic_s3::build_service(layer.clone(), &creds.access_key, &creds.secret_key, cfg.domain.as_deref())?;
+    let (stop_tx, stop_rx) = watch::channel(false);
+    tokio::spawn(signals(stop_tx));
+    let admin_state = Arc::new(AdminState { layer: layer.clone(), engine, creds, prometheus, started });
+    let mut admin_stop = stop_rx.clone();
+    let admin = tokio::spawn(admin_server::serve(admin_listener, admin_state, async move {
+        let _ = admin_stop.wait_for(|s| *s).await;
+    }));
+    tracing::info!(
+        s3 = %s3_bound,
+        admin = %admin_bound,
+        ms = started.elapsed().as_millis() as u64,
+        "mosaic is serving"
+    );
+    let limits = mosaic_s3::HttpLimits { max_connections: cfg.max_connections, ..Default::default() };
+    let mut s3_stop = stop_rx.clone();
+    mosaic_s3::serve(
+        s3_listener,
+        service,
+        limits,
+        async move {
+            let _ = s3_stop.wait_for(|s| *s).await;
+        },
+        cfg.shutdown_timeout,
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    let _ = admin.await;
+    Ok(())
+}
+
+/// First SIGINT/SIGTERM: graceful stop. Second: exit at once.
+async fn signals(stop: watch::Sender<bool>) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {
+        tracing::error!("cannot install signal handlers");
+        return;
+    };
+    tokio::select! { _ = int.recv() => {}, _ = term.recv() => {} }
+    tracing::info!("stopping: no new connections; in-flight requests may finish (signal again to exit now)");
+    let _ = stop.send(true);
+    tokio::select! { _ = int.recv() => {}, _ = term.recv() => {} }
+    tracing::warn!("second signal: exiting now");
+    std::process::exit(130);
+}

@@ -1,0 +1,334 @@
+//! The `mosaic` binary as a user runs it: help and version, configuration errors, a server started on an
+//! empty directory, restarted on its data, refused on a foreign directory, and stopped by SIGTERM.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+fn mosaic() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_mosaic"));
+    for (k, _) in std::env::vars() {
+        if k.starts_with("MOSAIC_") {
+            c.env_remove(k);
+        }
+    }
+    c
+}
+
+fn run(args: &[&str]) -> (i32, String, String) {
+    let out = mosaic().args(args).output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
+}
+
+#[test]
+fn help_and_version() {
+    let (code, out, _) = run(&["--version"]);
+    assert_eq!(code, 0);
+    assert!(out.starts_with("mosaic "));
+    for (args, must) in [
+        (vec!["--help"], vec!["server", "admin", "bench"]),
+        (
+            vec!["server", "--help"],
+            vec![
+                "--data",
+                "--s3-address",
+                "--admin-address",
+                "--config",
+                "--domain",
+                "--drive-size",
+                "--log-format",
+                "--log-level",
+                "--shutdown-timeout-secs",
+                "--max-connections",
+                "--kv-cache-size",
+                "--inline-max-size",
+                "MOSAIC_DATA_DIR",
+            ],
+        ),
+        (vec!["admin", "--help"], vec!["--admin", "--json", "--data", "info", "check", "scrub"]),
+        (vec!["admin", "check", "--help"], vec!["--json"]),
+        (vec!["bench", "--help"], vec!["engine"]),
+        (
+            vec!["bench", "engine", "--help"],
+            vec![
+                "--workload",
+                "--io-size",
+                "--object-size",
+                "--total",
+                "--queue-depth",
+                "--mode",
+                "--json",
+                "--device",
+            ],
+        ),
+    ] {
+        let (code, out, _) = run(&args);
+        assert_eq!(code, 0, "{args:?}");
+        for m in must {
+            assert!(out.contains(m), "{args:?} help lacks {m}:\n{out}");
+        }
+    }
+}
+
+#[test]
+fn bad_values_get_clear_errors() {
+    let d = tempfile::tempdir().unwrap();
+    let data = d.path().join("data");
+    let data = data.to_str().unwrap();
+    for (args, says) in [
+        (vec!["server", "--data", data, "--s3-address", "nowhere"], "s3_address"),
+        (vec!["server", "--data", data, "--admin-address", "1.2.3.4"], "admin_address"),
+        (vec!["server", "--data", data, "--drive-size", "1KiB"], "drive_size"),
+        (vec!["server", "--data", data, "--log-format", "xml"], "log_format"),
+        (vec!["server", "--data", data, "--max-connections", "0"], "max_connections"),
+        (vec!["server", "--data", data, "--shutdown-timeout-secs", "x"], "shutdown-timeout-secs"),
+        (vec!["server", "--data", data, "--inline-max-size", "9GiB"], "inline_max_size"),
+        (vec!["server", "--data", data, "--kv-cache-size", "lots"], "kv_cache_size"),
+        (vec!["bench", "engine", "--workload", "aligned", "--io-size", "1000"], "io-size"),
+        (vec!["bench", "engine", "--workload", "nope"], "nope"),
+    ] {
+        let (code, _, err) = run(&args);
+        assert_ne!(code, 0, "{args:?} was accepted");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+    let cfg = d.path().join("bad.toml");
+    std::fs::write(&cfg, "s3_adress = \"127.0.0.1:1\"\n").unwrap();
+    let (code, _, err) = run(&["server", "--data", data, "--config", cfg.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(err.contains("s3_adress"), "{err}");
+    // Environment values are checked like flags.
+    let out = mosaic().args(["server", "--data", data]).env("MOSAIC_S3_ADDRESS", "bad").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("s3_address"));
+    assert!(!Path::new(data).exists(), "a refused start must not create the data directory");
+}
+
+#[test]
+fn refuses_a_foreign_directory() {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(d.path().join("thesis.tex"), "precious").unwrap();
+    let (code, _, err) = run(&[
+        "server",
+        "--data",
+        d.path().to_str().unwrap(),
+        "--s3-address",
+        "127.0.0.1:0",
+        "--admin-address",
+        "127.0.0.1:0",
+    ]);
+    assert_eq!(code, 2);
+    assert!(err.contains("refusing") && err.contains("thesis.tex"), "{err}");
+    assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 1, "nothing may be written into a foreign directory");
+}
+
+struct Server {
+    child: Child,
+    s3: String,
+    admin: String,
+    stdout: std::sync::mpsc::Receiver<String>,
+}
+
+/// Starts a server on ephemeral ports and waits for its "serving" log line.
+fn start(data: &Path) -> Server {
+    let mut child = mosaic()
+        .args([
+            "server",
+            "--data",
+            data.to_str().unwrap(),
+            "--s3-address",
+            "127.0.0.1:0",
+            "--admin-address",
+            "127.0.0.1:0",
+            "--log-format",
+            "json",
+            "--drive-size",
+            "256MiB",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let out = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let stderr = child.stderr.take().unwrap();
+    let mut lines = BufReader::new(stderr).lines();
+    let (s3, admin) = loop {
+        let line = lines.next().expect("server exited before serving").unwrap();
+        let v: serde_json::Value = match serde_json::from_str(&line) {
+            Ok(v) => v,
+            Err(_) => continue,
+        };
+        if v["message"] == "mosaic is serving" {
+            break (v["s3"].as_str().unwrap().to_string(), v["admin"].as_str().unwrap().to_string());
+        }
+    };
+    // Keep draining stderr so the server never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    Server { child, s3, admin, stdout: rx }
+}
+
+/// Reads printed lines until one starts with `label` and returns the rest of it.
+fn printed(s: &Server, label: &str) -> String {
+    loop {
+        let line = s.stdout.recv().expect("stdout ended before the line was printed");
+        if let Some(v) = line.trim().strip_prefix(label) {
+            return v.trim().to_string();
+        }
+    }
+}
+
+/// Sends SIGTERM; returns the exit code and everything printed on stdout that was not read yet.
+fn stop(mut s: Server) -> (i32, String) {
+    // SAFETY: plain kill(2) on our child.
+    unsafe { libc::kill(s.child.id() as i32, libc::SIGTERM) };
+    let code = s.child.wait().unwrap().code().unwrap_or(-1);
+    let rest: Vec<String> = s.stdout.iter().collect();
+    (code, rest.join("\n"))
+}
+
+fn http_get(url: &str) -> (u16, String) {
+    let r =
+        reqwest::blocking::Client::builder().timeout(Duration::from_secs(30)).build().unwrap().get(url).send().unwrap();
+    (r.status().as_u16(), r.text().unwrap())
+}
+
+fn s3_client(endpoint: &str, ak: &str, sk: &str) -> aws_sdk_s3::Client {
+    let creds = aws_sdk_s3::config::Credentials::new(ak, sk, None, None, "test");
+    let conf = aws_sdk_s3::Config::builder()
+        .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
+        .region(aws_sdk_s3::config::Region::new("us-east-1"))
+        .endpoint_url(format!("http://{endpoint}"))
+        .credentials_provider(creds)
+        .force_path_style(true)
+        .build();
+    aws_sdk_s3::Client::from_conf(conf)
+}
+
+#[test]
+fn server_lifecycle() {
+    let d = tempfile::tempdir().unwrap();
+    let data = d.path().join("store");
+    let s = start(&data);
+    let ak = printed(&s, "access key:");
+    let sk = printed(&s, "secret key:");
+    assert_eq!(http_get(&format!("http://{}/health/live", s.admin)).0, 200);
+    assert_eq!(http_get(&format!("http://{}/health/ready", s.admin)).0, 200);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let c = s3_client(&s.s3, &ak, &sk);
+    rt.block_on(async {
+        c.create_bucket().bucket("keep").send().await.unwrap();
+        c.put_object().bucket("keep").key("k").body(b"persisted".to_vec().into()).send().await.unwrap();
+    });
+    let (code, metrics) = http_get(&format!("http://{}/metrics", s.admin));
+    assert_eq!(code, 200);
+    assert!(metrics.contains("mosaic_s3_requests_total") && metrics.contains("mosaic_engine_free_blocks"), "{metrics}");
+    let admin_addr = s.admin.clone();
+    let admin = |args: &[&str]| {
+        let out = mosaic()
+            .args(["admin", "--admin", &admin_addr, "--data", data.to_str().unwrap()])
+            .args(args)
+            .output()
+            .unwrap();
+        (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let (code, info) = admin(&["info", "--json"]);
+    assert_eq!(code, 0, "{info}");
+    let info: serde_json::Value = serde_json::from_str(&info).unwrap();
+    let uuid = info["drive"]["uuid"].as_str().unwrap().to_string();
+    assert_eq!(admin(&["check"]).0, 0);
+    assert_eq!(admin(&["scrub", "--json"]).0, 0);
+    // Wrong credentials are refused by the admin port.
+    let out = mosaic()
+        .args(["admin", "--admin", &s.admin, "info"])
+        .env("MOSAIC_ACCESS_KEY", "nobody")
+        .env("MOSAIC_SECRET_KEY", "wrong-secret")
+        .output()
+        .unwrap();
+    assert_ne!(out.status.code(), Some(0));
+    assert_eq!(stop(s).0, 0, "SIGTERM must stop the server cleanly");
+
+    // Credentials are stored with mode 0600.
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(data.join("credentials")).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+
+    // A second start reuses the data and prints no new credentials.
+    let s = start(&data);
+    let admin_addr = s.admin.clone();
+    let admin = |args: &[&str]| {
+        let out = mosaic()
+            .args(["admin", "--admin", &admin_addr, "--data", data.to_str().unwrap()])
+            .args(args)
+            .output()
+            .unwrap();
+        (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let (code, info) = admin(&["info", "--json"]);
+    assert_eq!(code, 0);
+    let info: serde_json::Value = serde_json::from_str(&info).unwrap();
+    assert_eq!(info["drive"]["uuid"].as_str().unwrap(), uuid);
+    let c = s3_client(&s.s3, &ak, &sk);
+    let got = rt.block_on(async {
+        c.get_object().bucket("keep").key("k").send().await.unwrap().body.collect().await.unwrap().into_bytes()
+    });
+    assert_eq!(got.as_ref(), b"persisted");
+    let (code, printed_later) = stop(s);
+    assert_eq!(code, 0);
+    assert!(!printed_later.contains("secret key"), "credentials printed on a second start");
+}
+
+#[test]
+fn credentials_from_the_environment() {
+    let d = tempfile::tempdir().unwrap();
+    let data = d.path().join("store");
+    let mut child = mosaic()
+        .args([
+            "server",
+            "--data",
+            data.to_str().unwrap(),
+            "--s3-address",
+            "127.0.0.1:0",
+            "--admin-address",
+            "127.0.0.1:0",
+            "--log-format",
+            "json",
+            "--drive-size",
+            "128MiB",
+        ])
+        .env("MOSAIC_ACCESS_KEY", "envadmin")
+        .env("MOSAIC_SECRET_KEY", "env-secret-123")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let admin = loop {
+        let line = lines.next().expect("server exited").unwrap();
+        if let Ok(v) = serde_json::from_str::<serde_json::Value>(&line)
+            && v["message"] == "mosaic is serving"
+        {
+            break v["admin"].as_str().unwrap().to_string();
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    let out = mosaic()
+        .args(["admin", "--admin", &admin, "info"])
+        .env("MOSAIC_ACCESS_KEY", "envadmin")
+        .env("MOSAIC_SECRET_KEY", "env-secret-123")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!data.join("credentials").exists(), "environment credentials must not be written to disk");
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+}

@@ -1,0 +1,60 @@
+//! LayerError -> S3 error code, HTTP status and message.
+
+use mosaic_layer::LayerError;
+use s3s::{S3Error, S3ErrorCode, s3_error};
+
+pub fn to_s3(e: LayerError) -> S3Error {
+    use LayerError as L;
+    match e {
+        L::NoSuchBucket => s3_error!(NoSuchBucket),
+        L::BucketExists => s3_error!(BucketAlreadyOwnedByYou),
+        L::BucketNotEmpty => s3_error!(BucketNotEmpty),
+        L::InvalidBucketName(m) => s3_error!(InvalidBucketName, "{m}"),
+        L::NoSuchKey => s3_error!(NoSuchKey),
+        L::InvalidKey(m) => s3_error!(InvalidArgument, "{m}"),
+        L::KeyTooLong => s3_error!(KeyTooLongError),
+        L::MetadataTooLarge => s3_error!(MetadataTooLarge),
+        L::NoSuchUpload => s3_error!(NoSuchUpload),
+        L::InvalidPart(m) => s3_error!(InvalidPart, "{m}"),
+        L::InvalidPartOrder => s3_error!(InvalidPartOrder),
+        L::EntityTooSmall => s3_error!(EntityTooSmall),
+        L::EntityTooLarge => s3_error!(EntityTooLarge),
+        L::PreconditionFailed => s3_error!(PreconditionFailed),
+        L::NotModified => {
+            let mut e = S3Error::new(S3ErrorCode::Custom("NotModified".into()));
+            e.set_status_code(http::StatusCode::NOT_MODIFIED);
+            e
+        }
+        L::InvalidRange => s3_error!(InvalidRange),
+        L::InvalidWriteOffset => {
+            let mut e = S3Error::with_message(
+                S3ErrorCode::Custom("InvalidWriteOffset".into()),
+                "The write offset does not match the size of the object",
+            );
+            e.set_status_code(http::StatusCode::BAD_REQUEST);
+            e
+        }
+        L::BadDigest(m) => s3_error!(BadDigest, "{m}"),
+        L::IncompleteBody(m) => s3_error!(IncompleteBody, "{m}"),
+        L::InvalidArgument(m) if m.starts_with("InvalidDigest") => s3_error!(InvalidDigest, "{m}"),
+        L::InvalidArgument(m) => s3_error!(InvalidArgument, "{m}"),
+        L::StorageFull => {
+            let mut e = S3Error::with_message(
+                S3ErrorCode::Custom("InsufficientStorage".into()),
+                "The drive does not have enough free space for this request",
+            );
+            e.set_status_code(http::StatusCode::INSUFFICIENT_STORAGE);
+            e
+        }
+        L::Unavailable(m) => s3_error!(ServiceUnavailable, "{m}"),
+        L::Corrupt(m) => {
+            tracing::error!(error = %m, "damaged data detected");
+            s3_error!(InternalError, "stored data failed its integrity check")
+        }
+        L::Internal(m) => {
+            tracing::error!(error = %m, "internal error");
+            s3_error!(InternalError)
+        }
+        L::Conflict => s3_error!(OperationAborted, "a conflicting operation is in progress, retry"),
+    }
+}

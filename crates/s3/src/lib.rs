@@ -1,0 +1,16 @@
+//! The S3 frontend (DESIGN.md section 4): s3s does the protocol (routing, XML, SigV4 in headers, presigned
+//! URLs and aws-chunked bodies); this crate maps S3 operations onto the [`mosaic_layer::ObjectLayer`] trait,
+//! verifies Content-MD5 and x-amz-checksum-* (including aws-chunked trailers), and serves HTTP.
+//!
+//! It knows nothing of drives, blocks or placement: everything below the ObjectLayer is opaque here.
+
+mod checksum;
+mod errors;
+mod multipart;
+mod server;
+mod service;
+mod token;
+
+pub use checksum::{Algo, checksum_b64};
+pub use server::{HttpLimits, build_service, serve};
+pub use service::MosaicS3;

@@ -1,0 +1,197 @@
+//! The HTTP side: accepting connections (TCP_NODELAY, a connection limit, header timeouts against
+//! slow-loris), a request id per request (x-amz-request-id and in error XML), one log line and metrics per
+//! request, and graceful shutdown that lets in-flight requests finish within a bound.
+
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use hyper::body::Body as _;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use s3s::service::S3Service;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+
+/// Error bodies larger than this are passed through without a RequestId inserted.
+const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
+
+#[derive(Clone, Debug)]
+pub struct HttpLimits {
+    pub max_connections: usize,
+    pub header_read_timeout: Duration,
+    pub max_headers: usize,
+}
+
+impl Default for HttpLimits {
+    fn default() -> Self {
+        HttpLimits { max_connections: 1024, header_read_timeout: Duration::from_secs(30), max_headers: 100 }
+    }
+}
+
+/// Builds the s3s service over an ObjectLayer with root credentials and optional virtual-host domain.
+pub fn build_service(
+    layer: Arc<dyn mosaic_layer::ObjectLayer>,
+    access_key: &str,
+    secret_key: &str,
+    domain: Option<&str>,
+) -> Result<S3Service, String> {
+    let mut b = s3s::service::S3ServiceBuilder::new(crate::MosaicS3::new(layer));
+    b.set_auth(s3s::auth::SimpleAuth::from_single(access_key, secret_key));
+    if let Some(d) = domain {
+        b.set_host(s3s::host::SingleDomain::new(d).map_err(|e| format!("invalid domain {d:?}: {e}"))?);
+    }
+    let mut cfg = s3s::config::S3Config::default();
+    // Bounds the XML bodies s3s buffers (DeleteObjects, CompleteMultipartUpload, tagging).
+    cfg.xml_max_body_size = 2 << 20;
+    b.set_config(Arc::new(s3s::config::StaticConfigProvider::new(Arc::new(cfg))));
+    Ok(b.build())
+}
+
+static REQUEST_SEQ: AtomicU64 = AtomicU64::new(0);
+
+fn request_id() -> String {
+    let n = REQUEST_SEQ.fetch_add(1, Ordering::Relaxed);
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_micros()).unwrap_or(0);
+    format!("{:016X}{:08X}", t as u64, n as u32)
+}
+
+/// A coarse operation name for logs and metrics, from the method and the query.
+fn op_name(req: &http::Request<hyper::body::Incoming>) -> &'static str {
+    let q = req.uri().query().unwrap_or("");
+    let has = |k: &str| q.split('&').any(|p| p == k || p.starts_with(&format!("{k}=")));
+    let path = req.uri().path().trim_start_matches('/');
+    let has_key = path.contains('/') && !path.ends_with('/') || path.split('/').nth(1).is_some_and(|k| !k.is_empty());
+    let m = req.method().as_str();
+    match (m, has_key) {
+        ("GET", false) if path.is_empty() => "ListBuckets",
+        ("GET", false) if has("uploads") => "ListMultipartUploads",
+        ("GET", false) if has("location") => "GetBucketLocation",
+        ("GET", false) => "ListObjects",
+        ("HEAD", false) => "HeadBucket",
+        ("PUT", false) => "CreateBucket",
+        ("DELETE", false) => "DeleteBucket",
+        ("POST", false) if has("delete") => "DeleteObjects",
+        ("GET", true) if has("uploadId") => "ListParts",
+        ("GET", true) if has("tagging") => "GetObjectTagging",
+        ("GET", true) => "GetObject",
+        ("HEAD", true) => "HeadObject",
+        ("PUT", true) if has("tagging") => "PutObjectTagging",
+        ("PUT", true) if has("partNumber") => "UploadPart",
+        ("PUT", true) if req.headers().contains_key("x-amz-copy-source") => "CopyObject",
+        ("PUT", true) => "PutObject",
+        ("POST", true) if has("uploads") => "CreateMultipartUpload",
+        ("POST", true) if has("uploadId") => "CompleteMultipartUpload",
+        ("DELETE", true) if has("uploadId") => "AbortMultipartUpload",
+        ("DELETE", true) if has("tagging") => "DeleteObjectTagging",
+        ("DELETE", true) => "DeleteObject",
+        _ => "Other",
+    }
+}
+
+async fn handle(
+    s3: S3Service,
+    req: http::Request<hyper::body::Incoming>,
+) -> Result<http::Response<s3s::Body>, s3s::HttpError> {
+    let id = request_id();
+    let op = op_name(&req);
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    let started = Instant::now();
+    let mut resp = match hyper::service::Service::call(&s3, req).await {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!(request_id = %id, op, error = ?e, "request failed");
+            return Err(e);
+        }
+    };
+    let status = resp.status();
+    if let Ok(v) = http::HeaderValue::from_str(&id) {
+        resp.headers_mut().insert("x-amz-request-id", v);
+    }
+    if status.as_u16() >= 400 {
+        resp = with_request_id(resp, &id).await;
+    }
+    let ms = started.elapsed().as_secs_f64() * 1000.0;
+    let status_label = status.as_u16().to_string();
+    metrics::counter!("mosaic_s3_requests_total", "op" => op, "status" => status_label.clone()).increment(1);
+    metrics::histogram!("mosaic_s3_request_duration_seconds", "op" => op, "status" => status_label).record(ms / 1000.0);
+    tracing::info!(request_id = %id, op, method = %method, path = %path, status = status.as_u16(), ms = format!("{ms:.2}"), "request");
+    Ok(resp)
+}
+
+/// Inserts <RequestId> into an S3 error body that lacks one (s3s's own errors, such as auth failures).
+async fn with_request_id(resp: http::Response<s3s::Body>, id: &str) -> http::Response<s3s::Body> {
+    let (parts, body) = resp.into_parts();
+    let small = body.size_hint().upper().is_some_and(|u| u as usize <= MAX_ERROR_BODY_BYTES);
+    if !small {
+        return http::Response::from_parts(parts, body);
+    }
+    let bytes = match body.collect().await {
+        Ok(c) => c.to_bytes(),
+        Err(_) => Bytes::new(),
+    };
+    let text = String::from_utf8_lossy(&bytes);
+    let fixed = if text.contains("</Error>") && !text.contains("<RequestId>") {
+        Bytes::from(text.replace("</Error>", &format!("<RequestId>{id}</RequestId></Error>")))
+    } else {
+        bytes
+    };
+    let mut parts = parts;
+    parts.headers.insert(http::header::CONTENT_LENGTH, fixed.len().into());
+    http::Response::from_parts(parts, s3s::Body::from(fixed))
+}
+
+/// Serves until `shutdown` resolves, then stops accepting and waits up to `drain` for in-flight requests.
+pub async fn serve(
+    listener: TcpListener,
+    service: S3Service,
+    limits: HttpLimits,
+    shutdown: impl Future<Output = ()>,
+    drain: Duration,
+) -> std::io::Result<()> {
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let permits = Arc::new(Semaphore::new(limits.max_connections));
+    tokio::pin!(shutdown);
+    loop {
+        let permit = tokio::select! {
+            p = permits.clone().acquire_owned() => p.expect("semaphore is never closed"),
+            _ = &mut shutdown => break,
+        };
+        let (stream, peer): (tokio::net::TcpStream, SocketAddr) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    continue;
+                }
+            },
+            _ = &mut shutdown => break,
+        };
+        // Without TCP_NODELAY small responses wait on Nagle plus the client's delayed ACK (~40 ms).
+        let _ = stream.set_nodelay(true);
+        let s3 = service.clone();
+        let svc = service_fn(move |req| handle(s3.clone(), req));
+        let conn = hyper::server::conn::http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(limits.header_read_timeout)
+            .max_headers(limits.max_headers)
+            .serve_connection(TokioIo::new(stream), svc);
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(%peer, error = %e, "connection ended with an error");
+            }
+            drop(permit);
+        });
+    }
+    drop(listener);
+    tokio::select! {
+        _ = graceful.shutdown() => {}
+        _ = tokio::time::sleep(drain) => tracing::warn!("in-flight requests did not finish within the drain timeout"),
+    }
+    Ok(())
+}

@@ -1,0 +1,883 @@
+//! The S3 operations: s3s parses and authenticates requests; this module turns them into ObjectLayer calls
+//! and the layer's answers into S3 responses.
+
+use crate::checksum::{Algo, Expectations, verified_body};
+use crate::errors::to_s3;
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as B64;
+use bytes::Bytes;
+use futures::StreamExt;
+use mosaic_layer::{
+    ByteStream, CompletePart, LayerError, ListQuery, ObjectLayer, ObjectMeta, Precondition, PutOptions, RangeRequest,
+};
+use s3s::dto::*;
+use s3s::{S3, S3Request, S3Response, S3Result, s3_error};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Largest number of keys in one DeleteObjects request (S3's limit).
+const MAX_DELETE_KEYS: usize = 1000;
+const MAX_LIST_KEYS: i32 = 1000;
+
+#[derive(Clone)]
+pub struct MosaicS3 {
+    layer: Arc<dyn ObjectLayer>,
+}
+
+impl MosaicS3 {
+    pub fn new(layer: Arc<dyn ObjectLayer>) -> Self {
+        MosaicS3 { layer }
+    }
+}
+
+fn ts(ms: i64) -> Timestamp {
+    let t = time::OffsetDateTime::from_unix_timestamp_nanos(ms as i128 * 1_000_000)
+        .unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
+    Timestamp::from(t)
+}
+
+fn unix_s(t: &Timestamp) -> i64 {
+    time::OffsetDateTime::from(t.clone()).unix_timestamp()
+}
+
+fn etag_of(s: &str) -> ETag {
+    ETag::Strong(s.to_string())
+}
+
+fn cond_str(c: &ETagCondition) -> String {
+    match c {
+        ETagCondition::Any => "*".to_string(),
+        ETagCondition::ETag(ETag::Strong(s)) | ETagCondition::ETag(ETag::Weak(s)) => s.clone(),
+    }
+}
+
+fn layer_stream(blob: Option<StreamingBlob>) -> ByteStream {
+    match blob {
+        Some(b) => Box::pin(b.map(|r| r.map_err(|e| LayerError::IncompleteBody(e.to_string())))),
+        None => Box::pin(futures::stream::empty()),
+    }
+}
+
+fn range_of(r: &Range) -> RangeRequest {
+    match *r {
+        Range::Int { first, last } => RangeRequest::FromTo { first, last },
+        Range::Suffix { length } => RangeRequest::Suffix { len: length },
+    }
+}
+
+fn expires_str(e: &Option<Timestamp>) -> Option<String> {
+    e.as_ref().map(|t| {
+        let mut v = Vec::new();
+        let _ = t.format(TimestampFormat::HttpDate, &mut v);
+        String::from_utf8_lossy(&v).into_owned()
+    })
+}
+
+fn parse_expires(s: &Option<String>) -> Option<Timestamp> {
+    s.as_deref().and_then(|s| Timestamp::parse(TimestampFormat::HttpDate, s).ok())
+}
+
+/// Headers that carry checksums or ask for one.
+fn expectations<T>(
+    req: &S3Request<T>,
+    content_md5: Option<String>,
+    given: [(Algo, Option<String>); 5],
+    requested: Option<&ChecksumAlgorithm>,
+    content_length: Option<i64>,
+) -> S3Result<Expectations> {
+    let trailer = req
+        .headers
+        .get("x-amz-trailer")
+        .and_then(|v| v.to_str().ok())
+        .map(|v| Algo::parse(v.trim()).ok_or_else(|| s3_error!(InvalidArgument, "unsupported trailer {v}")))
+        .transpose()?;
+    // SDKs name the algorithm in x-amz-sdk-checksum-algorithm, which s3s does not map into the input.
+    let named = requested
+        .map(|a| a.as_str().to_string())
+        .or_else(|| req.headers.get("x-amz-sdk-checksum-algorithm").and_then(|v| v.to_str().ok()).map(str::to_string));
+    let requested = match named {
+        Some(a) => {
+            Some(Algo::parse(&a).ok_or_else(|| s3_error!(InvalidArgument, "unsupported checksum algorithm {a}"))?)
+        }
+        None => None,
+    };
+    let headers: Vec<(Algo, String)> = given.into_iter().filter_map(|(a, v)| v.map(|v| (a, v))).collect();
+    if headers.len() > 1 {
+        return Err(s3_error!(InvalidRequest, "Expecting a single x-amz-checksum- header"));
+    }
+    // With aws-chunked encoding Content-Length is the encoded size; the decoded size is checked by s3s.
+    let chunked = req.headers.get("x-amz-decoded-content-length").is_some()
+        || req.headers.get("content-encoding").and_then(|v| v.to_str().ok()).is_some_and(|v| v.contains("aws-chunked"));
+    Ok(Expectations {
+        content_md5,
+        headers,
+        trailer,
+        requested,
+        trailing: req.trailing_headers.clone(),
+        content_length: if chunked { None } else { content_length.and_then(|l| u64::try_from(l).ok()) },
+    })
+}
+
+fn put_options(
+    content_type: Option<String>,
+    content_encoding: Option<String>,
+    content_disposition: Option<String>,
+    content_language: Option<String>,
+    cache_control: Option<String>,
+    expires: &Option<Timestamp>,
+    metadata: Option<HashMap<String, String>>,
+) -> PutOptions {
+    PutOptions {
+        content_type,
+        // aws-chunked is a transfer detail, not the object's encoding.
+        content_encoding: content_encoding
+            .map(|e| e.split(',').map(str::trim).filter(|p| *p != "aws-chunked").collect::<Vec<_>>().join(","))
+            .filter(|e| !e.is_empty()),
+        content_disposition,
+        content_language,
+        cache_control,
+        expires: expires_str(expires),
+        user_metadata: metadata.unwrap_or_default().into_iter().map(|(k, v)| (k.to_ascii_lowercase(), v)).collect(),
+        ..Default::default()
+    }
+}
+
+struct Checksums {
+    crc32: Option<String>,
+    crc32c: Option<String>,
+    crc64nvme: Option<String>,
+    sha1: Option<String>,
+    sha256: Option<String>,
+    kind: Option<ChecksumType>,
+}
+
+fn checksums(meta_sums: &std::collections::BTreeMap<String, String>, enabled: bool) -> Checksums {
+    let get = |k: &str| if enabled { meta_sums.get(k).cloned() } else { None };
+    Checksums {
+        crc32: get("CRC32"),
+        crc32c: get("CRC32C"),
+        crc64nvme: get("CRC64NVME"),
+        sha1: get("SHA1"),
+        sha256: get("SHA256"),
+        kind: get("TYPE").map(ChecksumType::from),
+    }
+}
+
+fn checksums_of_list(list: &[(String, String)]) -> Checksums {
+    let m: std::collections::BTreeMap<String, String> = list.iter().cloned().collect();
+    checksums(&m, true)
+}
+
+fn precondition(
+    if_match: &Option<ETagCondition>,
+    if_none_match: &Option<ETagCondition>,
+    if_modified_since: &Option<Timestamp>,
+    if_unmodified_since: &Option<Timestamp>,
+) -> Precondition {
+    Precondition {
+        if_match: if_match.as_ref().map(cond_str),
+        if_none_match: if_none_match.as_ref().map(cond_str),
+        if_modified_since_unix_s: if_modified_since.as_ref().map(unix_s),
+        if_unmodified_since_unix_s: if_unmodified_since.as_ref().map(unix_s),
+        for_copy_source: false,
+    }
+}
+
+fn copy_source(cs: &CopySource) -> S3Result<(String, String)> {
+    match cs {
+        CopySource::Bucket { bucket, key, version_id } => {
+            if version_id.as_deref().is_some_and(|v| v != "null") {
+                return Err(s3_error!(NotImplemented, "object versions are not supported"));
+            }
+            Ok((bucket.to_string(), key.to_string()))
+        }
+        _ => Err(s3_error!(NotImplemented, "access point copy sources are not supported")),
+    }
+}
+
+fn encode_url(s: &str) -> String {
+    const SET: &percent_encoding::AsciiSet =
+        &percent_encoding::NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.').remove(b'~').remove(b'/');
+    percent_encoding::utf8_percent_encode(s, SET).to_string()
+}
+
+fn max_keys(m: Option<i32>) -> S3Result<usize> {
+    match m {
+        None => Ok(MAX_LIST_KEYS as usize),
+        Some(m) if m < 0 => Err(s3_error!(InvalidArgument, "max-keys must not be negative")),
+        Some(m) => Ok(m.min(MAX_LIST_KEYS) as usize),
+    }
+}
+
+fn owner() -> Owner {
+    Owner { display_name: Some("mosaic".into()), id: Some("mosaic".into()) }
+}
+
+fn meta_map(m: &ObjectMeta) -> Option<HashMap<String, String>> {
+    if m.user_metadata.is_empty() {
+        None
+    } else {
+        Some(m.user_metadata.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+    }
+}
+
+#[async_trait::async_trait]
+impl S3 for MosaicS3 {
+    async fn create_bucket(&self, req: S3Request<CreateBucketInput>) -> S3Result<S3Response<CreateBucketOutput>> {
+        let input = req.input;
+        if let Some(c) = input.create_bucket_configuration.as_ref().and_then(|c| c.location_constraint.as_ref())
+            && !c.as_str().is_empty()
+            && c.as_str() != "us-east-1"
+        {
+            return Err(s3_error!(
+                InvalidLocationConstraint,
+                "this store serves region us-east-1; omit the location constraint or use us-east-1"
+            ));
+        }
+        self.layer.create_bucket(&input.bucket).await.map_err(to_s3)?;
+        Ok(S3Response::new(CreateBucketOutput { location: Some(format!("/{}", input.bucket)) }))
+    }
+
+    async fn delete_bucket(&self, req: S3Request<DeleteBucketInput>) -> S3Result<S3Response<DeleteBucketOutput>> {
+        self.layer.delete_bucket(&req.input.bucket).await.map_err(to_s3)?;
+        Ok(S3Response::new(DeleteBucketOutput {}))
+    }
+
+    async fn head_bucket(&self, req: S3Request<HeadBucketInput>) -> S3Result<S3Response<HeadBucketOutput>> {
+        self.layer.bucket_info(&req.input.bucket).await.map_err(to_s3)?;
+        Ok(S3Response::new(HeadBucketOutput { bucket_region: Some("us-east-1".into()), ..Default::default() }))
+    }
+
+    async fn get_bucket_location(
+        &self,
+        req: S3Request<GetBucketLocationInput>,
+    ) -> S3Result<S3Response<GetBucketLocationOutput>> {
+        self.layer.bucket_info(&req.input.bucket).await.map_err(to_s3)?;
+        Ok(S3Response::new(GetBucketLocationOutput { location_constraint: None }))
+    }
+
+    async fn list_buckets(&self, _req: S3Request<ListBucketsInput>) -> S3Result<S3Response<ListBucketsOutput>> {
+        let buckets = self.layer.list_buckets().await.map_err(to_s3)?;
+        let buckets = buckets
+            .into_iter()
+            .map(|b| Bucket {
+                name: Some(b.name),
+                creation_date: Some(ts(b.created_unix_ms)),
+                bucket_region: Some("us-east-1".into()),
+            })
+            .collect();
+        Ok(S3Response::new(ListBucketsOutput { buckets: Some(buckets), owner: Some(owner()), ..Default::default() }))
+    }
+
+    async fn put_object(&self, req: S3Request<PutObjectInput>) -> S3Result<S3Response<PutObjectOutput>> {
+        let exp = expectations(
+            &req,
+            req.input.content_md5.clone(),
+            [
+                (Algo::Crc32, req.input.checksum_crc32.clone()),
+                (Algo::Crc32c, req.input.checksum_crc32c.clone()),
+                (Algo::Crc64Nvme, req.input.checksum_crc64nvme.clone()),
+                (Algo::Sha1, req.input.checksum_sha1.clone()),
+                (Algo::Sha256, req.input.checksum_sha256.clone()),
+            ],
+            req.input.checksum_algorithm.as_ref(),
+            req.input.content_length,
+        )?;
+        let input = req.input;
+        let mut opts = put_options(
+            input.content_type,
+            input.content_encoding,
+            input.content_disposition,
+            input.content_language,
+            input.cache_control,
+            &input.expires,
+            input.metadata,
+        );
+        opts.if_none_match_any = matches!(input.if_none_match, Some(ETagCondition::Any));
+        if matches!(input.if_none_match, Some(ETagCondition::ETag(_))) {
+            return Err(s3_error!(NotImplemented, "If-None-Match on PutObject accepts only *"));
+        }
+        opts.if_match = input.if_match.as_ref().map(cond_str);
+        opts.write_offset = match input.write_offset_bytes {
+            Some(o) if o < 0 => {
+                return Err(s3_error!(InvalidArgument, "x-amz-write-offset-bytes must not be negative"));
+            }
+            Some(o) => Some(o as u64),
+            None => None,
+        };
+        let body = verified_body(layer_stream(input.body), exp).map_err(to_s3)?;
+        let meta = self.layer.put_object(&input.bucket, &input.key, body, opts).await.map_err(to_s3)?;
+        let c = checksums(&meta.checksums, true);
+        Ok(S3Response::new(PutObjectOutput {
+            e_tag: Some(etag_of(&meta.etag)),
+            checksum_crc32: c.crc32,
+            checksum_crc32c: c.crc32c,
+            checksum_crc64nvme: c.crc64nvme,
+            checksum_sha1: c.sha1,
+            checksum_sha256: c.sha256,
+            checksum_type: c.kind,
+            size: Some(meta.size_bytes as i64),
+            ..Default::default()
+        }))
+    }
+
+    async fn get_object(&self, req: S3Request<GetObjectInput>) -> S3Result<S3Response<GetObjectOutput>> {
+        let i = req.input;
+        let pre = precondition(&i.if_match, &i.if_none_match, &i.if_modified_since, &i.if_unmodified_since);
+        let part = match i.part_number {
+            Some(p) if p < 1 => return Err(s3_error!(InvalidArgument, "partNumber must be at least 1")),
+            p => p.map(|p| p as u32),
+        };
+        let got = self
+            .layer
+            .get_object(&i.bucket, &i.key, i.range.as_ref().map(range_of), part, &pre)
+            .await
+            .map_err(to_s3)?;
+        let m = got.meta;
+        let enabled = i.checksum_mode.as_ref().is_some_and(|c| c.as_str() == "ENABLED");
+        // A checksum of the whole object does not describe a range of it.
+        let c = checksums(&m.checksums, enabled && got.range.is_none());
+        let (len, content_range) = match got.range {
+            Some(r) => (r.end - r.start, Some(format!("bytes {}-{}/{}", r.start, r.end - 1, m.size_bytes))),
+            None => (m.size_bytes, None),
+        };
+        let body = StreamingBlob::wrap(got.body);
+        let out = GetObjectOutput {
+            body: Some(body),
+            accept_ranges: Some("bytes".into()),
+            content_length: Some(len as i64),
+            content_range,
+            e_tag: Some(etag_of(&m.etag)),
+            last_modified: Some(ts(m.last_modified_unix_ms)),
+            content_type: i.response_content_type.or(m.content_type.clone()).or(Some("binary/octet-stream".into())),
+            content_encoding: i.response_content_encoding.or(m.content_encoding.clone()),
+            content_disposition: i.response_content_disposition.or(m.content_disposition.clone()),
+            content_language: i.response_content_language.or(m.content_language.clone()),
+            cache_control: i.response_cache_control.or(m.cache_control.clone()),
+            expires: i.response_expires.or(parse_expires(&m.expires)),
+            metadata: meta_map(&m),
+            parts_count: if m.part_sizes.is_empty() { None } else { Some(m.part_sizes.len() as i32) },
+            checksum_crc32: c.crc32,
+            checksum_crc32c: c.crc32c,
+            checksum_crc64nvme: c.crc64nvme,
+            checksum_sha1: c.sha1,
+            checksum_sha256: c.sha256,
+            checksum_type: c.kind,
+            ..Default::default()
+        };
+        Ok(S3Response::new(out))
+    }
+
+    async fn head_object(&self, req: S3Request<HeadObjectInput>) -> S3Result<S3Response<HeadObjectOutput>> {
+        let i = req.input;
+        let pre = precondition(&i.if_match, &i.if_none_match, &i.if_modified_since, &i.if_unmodified_since);
+        let m = self.layer.head_object(&i.bucket, &i.key, &pre).await.map_err(to_s3)?;
+        let mut len = m.size_bytes;
+        let mut content_range = None;
+        if let Some(p) = i.part_number {
+            if p < 1 {
+                return Err(s3_error!(InvalidArgument, "partNumber must be at least 1"));
+            }
+            let idx = (p - 1) as usize;
+            if m.part_sizes.is_empty() {
+                if p != 1 {
+                    return Err(s3_error!(InvalidRange));
+                }
+            } else {
+                let size = *m.part_sizes.get(idx).ok_or_else(|| s3_error!(InvalidRange))?;
+                let start: u64 = m.part_sizes[..idx].iter().sum();
+                len = size;
+                content_range = Some(format!("bytes {}-{}/{}", start, start + size - 1, m.size_bytes));
+            }
+        }
+        let enabled = i.checksum_mode.as_ref().is_some_and(|c| c.as_str() == "ENABLED");
+        let c = checksums(&m.checksums, enabled);
+        Ok(S3Response::new(HeadObjectOutput {
+            accept_ranges: Some("bytes".into()),
+            content_length: Some(len as i64),
+            content_range,
+            e_tag: Some(etag_of(&m.etag)),
+            last_modified: Some(ts(m.last_modified_unix_ms)),
+            content_type: i.response_content_type.or(m.content_type.clone()).or(Some("binary/octet-stream".into())),
+            content_encoding: m.content_encoding.clone(),
+            content_disposition: m.content_disposition.clone(),
+            content_language: m.content_language.clone(),
+            cache_control: m.cache_control.clone(),
+            expires: parse_expires(&m.expires),
+            metadata: meta_map(&m),
+            parts_count: if m.part_sizes.is_empty() { None } else { Some(m.part_sizes.len() as i32) },
+            checksum_crc32: c.crc32,
+            checksum_crc32c: c.crc32c,
+            checksum_crc64nvme: c.crc64nvme,
+            checksum_sha1: c.sha1,
+            checksum_sha256: c.sha256,
+            checksum_type: c.kind,
+            ..Default::default()
+        }))
+    }
+
+    async fn delete_object(&self, req: S3Request<DeleteObjectInput>) -> S3Result<S3Response<DeleteObjectOutput>> {
+        let i = req.input;
+        self.layer.bucket_info(&i.bucket).await.map_err(to_s3)?;
+        self.layer.delete_object(&i.bucket, &i.key).await.map_err(to_s3)?;
+        Ok(S3Response::new(DeleteObjectOutput::default()))
+    }
+
+    async fn delete_objects(&self, req: S3Request<DeleteObjectsInput>) -> S3Result<S3Response<DeleteObjectsOutput>> {
+        let i = req.input;
+        if i.delete.objects.len() > MAX_DELETE_KEYS {
+            return Err(s3_error!(MalformedXML, "at most {MAX_DELETE_KEYS} keys per DeleteObjects request"));
+        }
+        self.layer.bucket_info(&i.bucket).await.map_err(to_s3)?;
+        let quiet = i.delete.quiet.unwrap_or(false);
+        let mut deleted = Vec::new();
+        let mut errors = Vec::new();
+        for o in i.delete.objects {
+            match self.layer.delete_object(&i.bucket, &o.key).await {
+                Ok(()) => {
+                    if !quiet {
+                        deleted.push(DeletedObject { key: Some(o.key), ..Default::default() })
+                    }
+                }
+                Err(e) => {
+                    let s = to_s3(e);
+                    errors.push(Error {
+                        code: Some(s.code().as_str().to_string()),
+                        key: Some(o.key),
+                        message: s.message().map(str::to_string),
+                        version_id: None,
+                    });
+                }
+            }
+        }
+        Ok(S3Response::new(DeleteObjectsOutput {
+            deleted: Some(deleted),
+            errors: if errors.is_empty() { None } else { Some(errors) },
+            ..Default::default()
+        }))
+    }
+
+    async fn copy_object(&self, req: S3Request<CopyObjectInput>) -> S3Result<S3Response<CopyObjectOutput>> {
+        let i = req.input;
+        let (src_bucket, src_key) = copy_source(&i.copy_source)?;
+        let mut pre = precondition(
+            &i.copy_source_if_match,
+            &i.copy_source_if_none_match,
+            &i.copy_source_if_modified_since,
+            &i.copy_source_if_unmodified_since,
+        );
+        pre.for_copy_source = true;
+        let replace = i.metadata_directive.as_ref().is_some_and(|d| d.as_str() == "REPLACE");
+        let new_meta = replace.then(|| {
+            put_options(
+                i.content_type.clone(),
+                i.content_encoding.clone(),
+                i.content_disposition.clone(),
+                i.content_language.clone(),
+                i.cache_control.clone(),
+                &i.expires,
+                i.metadata.clone(),
+            )
+        });
+        let m =
+            self.layer.copy_object(&src_bucket, &src_key, &pre, &i.bucket, &i.key, new_meta).await.map_err(to_s3)?;
+        let c = checksums(&m.checksums, true);
+        Ok(S3Response::new(CopyObjectOutput {
+            copy_object_result: Some(CopyObjectResult {
+                e_tag: Some(etag_of(&m.etag)),
+                last_modified: Some(ts(m.last_modified_unix_ms)),
+                checksum_crc32: c.crc32,
+                checksum_crc32c: c.crc32c,
+                checksum_crc64nvme: c.crc64nvme,
+                checksum_sha1: c.sha1,
+                checksum_sha256: c.sha256,
+                checksum_type: c.kind,
+            }),
+            ..Default::default()
+        }))
+    }
+
+    async fn list_objects(&self, req: S3Request<ListObjectsInput>) -> S3Result<S3Response<ListObjectsOutput>> {
+        let i = req.input;
+        let url = i.encoding_type.as_ref().is_some_and(|e| e.as_str() == "url");
+        let q = ListQuery {
+            prefix: i.prefix.clone().unwrap_or_default(),
+            delimiter: i.delimiter.clone(),
+            start_after: i.marker.clone().unwrap_or_default(),
+            max_keys: max_keys(i.max_keys)?,
+        };
+        let page = self.layer.list_objects(&i.bucket, &q).await.map_err(to_s3)?;
+        let enc = |s: String| if url { encode_url(&s) } else { s };
+        let truncated = page.next_marker.is_some();
+        Ok(S3Response::new(ListObjectsOutput {
+            name: Some(i.bucket),
+            prefix: Some(enc(q.prefix.clone())),
+            marker: Some(enc(q.start_after.clone())),
+            max_keys: Some(q.max_keys as i32),
+            is_truncated: Some(truncated),
+            next_marker: if q.delimiter.is_some() { page.next_marker.clone().map(enc) } else { None },
+            delimiter: q.delimiter.clone().map(enc),
+            encoding_type: i.encoding_type,
+            contents: Some(
+                page.objects
+                    .into_iter()
+                    .map(|o| Object {
+                        key: Some(enc(o.key)),
+                        size: Some(o.size_bytes as i64),
+                        e_tag: Some(etag_of(&o.etag)),
+                        last_modified: Some(ts(o.last_modified_unix_ms)),
+                        storage_class: Some(ObjectStorageClass::from_static(ObjectStorageClass::STANDARD)),
+                        owner: Some(owner()),
+                        ..Default::default()
+                    })
+                    .collect(),
+            ),
+            common_prefixes: Some(
+                page.common_prefixes.into_iter().map(|p| CommonPrefix { prefix: Some(enc(p)) }).collect(),
+            ),
+            ..Default::default()
+        }))
+    }
+
+    async fn list_objects_v2(&self, req: S3Request<ListObjectsV2Input>) -> S3Result<S3Response<ListObjectsV2Output>> {
+        let i = req.input;
+        let url = i.encoding_type.as_ref().is_some_and(|e| e.as_str() == "url");
+        let start_after = match &i.continuation_token {
+            Some(t) => crate::token::decode(t)
+                .map_err(|_| s3_error!(InvalidArgument, "The continuation token provided is incorrect"))?,
+            None => i.start_after.clone().unwrap_or_default(),
+        };
+        let q = ListQuery {
+            prefix: i.prefix.clone().unwrap_or_default(),
+            delimiter: i.delimiter.clone(),
+            start_after,
+            max_keys: max_keys(i.max_keys)?,
+        };
+        let page = self.layer.list_objects(&i.bucket, &q).await.map_err(to_s3)?;
+        let enc = |s: String| if url { encode_url(&s) } else { s };
+        let fetch_owner = i.fetch_owner.unwrap_or(false);
+        let key_count = (page.objects.len() + page.common_prefixes.len()) as i32;
+        Ok(S3Response::new(ListObjectsV2Output {
+            name: Some(i.bucket),
+            prefix: Some(enc(q.prefix.clone())),
+            max_keys: Some(q.max_keys as i32),
+            key_count: Some(key_count),
+            continuation_token: i.continuation_token,
+            is_truncated: Some(page.next_marker.is_some()),
+            next_continuation_token: page.next_marker.as_deref().map(crate::token::encode),
+            delimiter: q.delimiter.clone().map(enc),
+            encoding_type: i.encoding_type,
+            start_after: i.start_after.map(enc),
+            contents: Some(
+                page.objects
+                    .into_iter()
+                    .map(|o| Object {
+                        key: Some(enc(o.key)),
+                        size: Some(o.size_bytes as i64),
+                        e_tag: Some(etag_of(&o.etag)),
+                        last_modified: Some(ts(o.last_modified_unix_ms)),
+                        storage_class: Some(ObjectStorageClass::from_static(ObjectStorageClass::STANDARD)),
+                        owner: fetch_owner.then(owner),
+                        ..Default::default()
+                    })
+                    .collect(),
+            ),
+            common_prefixes: Some(
+                page.common_prefixes.into_iter().map(|p| CommonPrefix { prefix: Some(enc(p)) }).collect(),
+            ),
+            ..Default::default()
+        }))
+    }
+
+    async fn get_object_tagging(
+        &self,
+        req: S3Request<GetObjectTaggingInput>,
+    ) -> S3Result<S3Response<GetObjectTaggingOutput>> {
+        let tags = self.layer.get_tags(&req.input.bucket, &req.input.key).await.map_err(to_s3)?;
+        Ok(S3Response::new(GetObjectTaggingOutput {
+            tag_set: tags.into_iter().map(|(k, v)| Tag { key: Some(k), value: Some(v) }).collect(),
+            version_id: None,
+        }))
+    }
+
+    async fn put_object_tagging(
+        &self,
+        req: S3Request<PutObjectTaggingInput>,
+    ) -> S3Result<S3Response<PutObjectTaggingOutput>> {
+        let i = req.input;
+        let mut tags = Vec::new();
+        for t in i.tagging.tag_set {
+            let k = t.key.ok_or_else(|| s3_error!(InvalidTag, "a tag needs a key"))?;
+            if tags.iter().any(|(x, _): &(String, String)| *x == k) {
+                return Err(s3_error!(InvalidTag, "duplicate tag key {k}"));
+            }
+            tags.push((k, t.value.unwrap_or_default()));
+        }
+        self.layer.put_tags(&i.bucket, &i.key, tags).await.map_err(|e| match e {
+            LayerError::InvalidArgument(m) => s3_error!(InvalidTag, "{m}"),
+            e => to_s3(e),
+        })?;
+        Ok(S3Response::new(PutObjectTaggingOutput::default()))
+    }
+
+    async fn delete_object_tagging(
+        &self,
+        req: S3Request<DeleteObjectTaggingInput>,
+    ) -> S3Result<S3Response<DeleteObjectTaggingOutput>> {
+        self.layer.put_tags(&req.input.bucket, &req.input.key, Vec::new()).await.map_err(to_s3)?;
+        Ok(S3Response::new(DeleteObjectTaggingOutput::default()))
+    }
+
+    async fn create_multipart_upload(
+        &self,
+        req: S3Request<CreateMultipartUploadInput>,
+    ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
+        let i = req.input;
+        let mut opts = put_options(
+            i.content_type,
+            i.content_encoding,
+            i.content_disposition,
+            i.content_language,
+            i.cache_control,
+            &i.expires,
+            i.metadata,
+        );
+        opts.checksum_algorithm = i.checksum_algorithm.as_ref().map(|a| a.as_str().to_string());
+        opts.checksum_type = i.checksum_type.as_ref().map(|t| t.as_str().to_string());
+        let id = self.layer.create_multipart(&i.bucket, &i.key, opts.clone()).await.map_err(to_s3)?;
+        Ok(S3Response::new(CreateMultipartUploadOutput {
+            bucket: Some(i.bucket),
+            key: Some(i.key),
+            upload_id: Some(id),
+            checksum_algorithm: i.checksum_algorithm,
+            checksum_type: i.checksum_type,
+            ..Default::default()
+        }))
+    }
+
+    async fn upload_part(&self, req: S3Request<UploadPartInput>) -> S3Result<S3Response<UploadPartOutput>> {
+        let exp = expectations(
+            &req,
+            req.input.content_md5.clone(),
+            [
+                (Algo::Crc32, req.input.checksum_crc32.clone()),
+                (Algo::Crc32c, req.input.checksum_crc32c.clone()),
+                (Algo::Crc64Nvme, req.input.checksum_crc64nvme.clone()),
+                (Algo::Sha1, req.input.checksum_sha1.clone()),
+                (Algo::Sha256, req.input.checksum_sha256.clone()),
+            ],
+            req.input.checksum_algorithm.as_ref(),
+            req.input.content_length,
+        )?;
+        let i = req.input;
+        if i.part_number < 1 {
+            return Err(s3_error!(InvalidArgument, "part numbers are 1 to 10000"));
+        }
+        let body = verified_body(layer_stream(i.body), exp).map_err(to_s3)?;
+        let p =
+            self.layer.upload_part(&i.bucket, &i.key, &i.upload_id, i.part_number as u32, body).await.map_err(to_s3)?;
+        let c = checksums_of_list(&p.checksums);
+        Ok(S3Response::new(UploadPartOutput {
+            e_tag: Some(etag_of(&p.etag)),
+            checksum_crc32: c.crc32,
+            checksum_crc32c: c.crc32c,
+            checksum_crc64nvme: c.crc64nvme,
+            checksum_sha1: c.sha1,
+            checksum_sha256: c.sha256,
+            ..Default::default()
+        }))
+    }
+
+    async fn upload_part_copy(
+        &self,
+        req: S3Request<UploadPartCopyInput>,
+    ) -> S3Result<S3Response<UploadPartCopyOutput>> {
+        let i = req.input;
+        if i.part_number < 1 {
+            return Err(s3_error!(InvalidArgument, "part numbers are 1 to 10000"));
+        }
+        let (src_bucket, src_key) = copy_source(&i.copy_source)?;
+        let range = match &i.copy_source_range {
+            Some(r) => {
+                let parsed = Range::parse(r).map_err(|_| s3_error!(InvalidArgument, "bad x-amz-copy-source-range"))?;
+                match parsed {
+                    Range::Int { first, last: Some(last) } => Some(RangeRequest::FromTo { first, last: Some(last) }),
+                    _ => return Err(s3_error!(InvalidArgument, "x-amz-copy-source-range must be bytes=first-last")),
+                }
+            }
+            None => None,
+        };
+        let mut pre = precondition(
+            &i.copy_source_if_match,
+            &i.copy_source_if_none_match,
+            &i.copy_source_if_modified_since,
+            &i.copy_source_if_unmodified_since,
+        );
+        pre.for_copy_source = true;
+        let p = self
+            .layer
+            .upload_part_copy(&i.bucket, &i.key, &i.upload_id, i.part_number as u32, &src_bucket, &src_key, range, &pre)
+            .await
+            .map_err(to_s3)?;
+        Ok(S3Response::new(UploadPartCopyOutput {
+            copy_part_result: Some(CopyPartResult {
+                e_tag: Some(etag_of(&p.etag)),
+                last_modified: Some(ts(p.last_modified_unix_ms)),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }))
+    }
+
+    async fn complete_multipart_upload(
+        &self,
+        req: S3Request<CompleteMultipartUploadInput>,
+    ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
+        let i = req.input;
+        let parts: Vec<CompletePart> = i
+            .multipart_upload
+            .and_then(|m| m.parts)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|p| {
+                let n = p.part_number.filter(|n| (1..=10_000).contains(n));
+                let n = n.ok_or_else(|| s3_error!(InvalidPart, "part numbers are 1 to 10000"))?;
+                let etag = match p.e_tag {
+                    Some(ETag::Strong(s)) | Some(ETag::Weak(s)) => s,
+                    None => return Err(s3_error!(InvalidPart, "part {n} has no ETag")),
+                };
+                Ok(CompletePart { part_number: n as u32, etag })
+            })
+            .collect::<S3Result<_>>()?;
+        if parts.is_empty() {
+            return Err(s3_error!(MalformedXML, "CompleteMultipartUpload needs at least one part"));
+        }
+        let pre = Precondition {
+            if_match: i.if_match.as_ref().map(cond_str),
+            if_none_match: i.if_none_match.as_ref().map(cond_str),
+            ..Default::default()
+        };
+        // Composite checksum of the parts, when the upload asked for one.
+        let listed = self.layer.list_parts(&i.bucket, &i.key, &i.upload_id).await.map_err(to_s3)?;
+        let extra = crate::multipart::composite_checksum(&listed, &parts);
+        let m =
+            self.layer.complete_multipart(&i.bucket, &i.key, &i.upload_id, parts, &pre, extra).await.map_err(to_s3)?;
+        let c = checksums(&m.checksums, true);
+        Ok(S3Response::new(CompleteMultipartUploadOutput {
+            bucket: Some(i.bucket.clone()),
+            key: Some(i.key.clone()),
+            e_tag: Some(etag_of(&m.etag)),
+            location: Some(format!("/{}/{}", i.bucket, i.key)),
+            checksum_crc32: c.crc32,
+            checksum_crc32c: c.crc32c,
+            checksum_crc64nvme: c.crc64nvme,
+            checksum_sha1: c.sha1,
+            checksum_sha256: c.sha256,
+            checksum_type: c.kind,
+            ..Default::default()
+        }))
+    }
+
+    async fn abort_multipart_upload(
+        &self,
+        req: S3Request<AbortMultipartUploadInput>,
+    ) -> S3Result<S3Response<AbortMultipartUploadOutput>> {
+        let i = req.input;
+        self.layer.abort_multipart(&i.bucket, &i.key, &i.upload_id).await.map_err(to_s3)?;
+        Ok(S3Response::new(AbortMultipartUploadOutput::default()))
+    }
+
+    async fn list_parts(&self, req: S3Request<ListPartsInput>) -> S3Result<S3Response<ListPartsOutput>> {
+        let i = req.input;
+        let parts = self.layer.list_parts(&i.bucket, &i.key, &i.upload_id).await.map_err(to_s3)?;
+        let marker = i.part_number_marker.unwrap_or(0).max(0) as u32;
+        let max = i.max_parts.unwrap_or(1000).clamp(0, 1000) as usize;
+        let after: Vec<_> = parts.into_iter().filter(|p| p.part_number > marker).collect();
+        let truncated = after.len() > max;
+        let page: Vec<_> = after.into_iter().take(max).collect();
+        let next = if truncated { page.last().map(|p| p.part_number as i32) } else { None };
+        Ok(S3Response::new(ListPartsOutput {
+            bucket: Some(i.bucket),
+            key: Some(i.key),
+            upload_id: Some(i.upload_id),
+            part_number_marker: Some(marker as i32),
+            next_part_number_marker: next,
+            max_parts: Some(max as i32),
+            is_truncated: Some(truncated),
+            owner: Some(owner()),
+            parts: Some(
+                page.into_iter()
+                    .map(|p| {
+                        let c = checksums_of_list(&p.checksums);
+                        Part {
+                            part_number: Some(p.part_number as i32),
+                            size: Some(p.size_bytes as i64),
+                            e_tag: Some(etag_of(&p.etag)),
+                            last_modified: Some(ts(p.last_modified_unix_ms)),
+                            checksum_crc32: c.crc32,
+                            checksum_crc32c: c.crc32c,
+                            checksum_crc64nvme: c.crc64nvme,
+                            checksum_sha1: c.sha1,
+                            checksum_sha256: c.sha256,
+                        }
+                    })
+                    .collect(),
+            ),
+            ..Default::default()
+        }))
+    }
+
+    async fn list_multipart_uploads(
+        &self,
+        req: S3Request<ListMultipartUploadsInput>,
+    ) -> S3Result<S3Response<ListMultipartUploadsOutput>> {
+        let i = req.input;
+        let prefix = i.prefix.clone().unwrap_or_default();
+        let uploads = self.layer.list_uploads(&i.bucket, &prefix).await.map_err(to_s3)?;
+        let key_marker = i.key_marker.clone().unwrap_or_default();
+        let id_marker = i.upload_id_marker.clone().unwrap_or_default();
+        let max = i.max_uploads.unwrap_or(1000).clamp(0, 1000) as usize;
+        let after: Vec<_> = uploads
+            .into_iter()
+            .filter(|u| key_marker.is_empty() || u.key > key_marker || (u.key == key_marker && u.upload_id > id_marker))
+            .collect();
+        let truncated = after.len() > max;
+        let page: Vec<_> = after.into_iter().take(max).collect();
+        let (next_key, next_id) = match (truncated, page.last()) {
+            (true, Some(u)) => (Some(u.key.clone()), Some(u.upload_id.clone())),
+            _ => (None, None),
+        };
+        Ok(S3Response::new(ListMultipartUploadsOutput {
+            bucket: Some(i.bucket),
+            prefix: Some(prefix),
+            key_marker: i.key_marker,
+            upload_id_marker: i.upload_id_marker,
+            next_key_marker: next_key,
+            next_upload_id_marker: next_id,
+            max_uploads: Some(max as i32),
+            is_truncated: Some(truncated),
+            uploads: Some(
+                page.into_iter()
+                    .map(|u| MultipartUpload {
+                        key: Some(u.key),
+                        upload_id: Some(u.upload_id),
+                        initiated: Some(ts(u.initiated_unix_ms)),
+                        owner: Some(owner()),
+                        ..Default::default()
+                    })
+                    .collect(),
+            ),
+            ..Default::default()
+        }))
+    }
+}
+
+#[allow(dead_code)]
+fn b64(data: &[u8]) -> String {
+    B64.encode(data)
+}
+
+#[allow(dead_code)]
+fn bytes_of(s: &str) -> Bytes {
+    Bytes::copy_from_slice(s.as_bytes())
+}
