@@ -15,6 +15,7 @@ run: deps build
 
 build:
 	$(CARGO) build --release -p mosaic
+	@mkdir -p bin && ln -sf $(MOSAIC) bin/mosaic
 
 deps:
 	@scripts/install-deps.sh

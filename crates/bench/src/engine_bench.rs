@@ -93,8 +93,17 @@ fn plan(o: &EngineBenchOptions) -> Result<Vec<(u64, u64, u64)>, String> {
     Ok((0..total_ops).map(|i| (i / per_object, first + (i % per_object) * step, len)).collect())
 }
 
+/// Incompressible bytes, so that KV compression cannot flatter the fragment log.
 fn payload(len: u64, seed: u64) -> Vec<u8> {
-    (0..len).map(|i| (i.wrapping_mul(31).wrapping_add(seed) % 251) as u8).collect()
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
 }
 
 pub fn run_engine_bench(o: &EngineBenchOptions, progress: &dyn Fn(u64, u64)) -> Result<EngineBenchResult, String> {

@@ -64,7 +64,7 @@ impl Default for EngineConfig {
             inline_max_bytes: 16 * 1024,
             lazy_sync_frag_count: 8,
             lazy_sync_frag_bytes: BLOCK_SIZE_BYTES,
-            frag_budget_bytes: 64 << 20,
+            frag_budget_bytes: 1 << 30,
             write_mode: WriteMode::FragmentLog,
             lazy_sync: true,
             group_max_txns: 128,
@@ -297,6 +297,7 @@ impl Engine {
     /// Applies a transaction atomically; returns once it is durable.
     pub fn submit(&self, txn: Transaction) -> Result<Outcome> {
         self.check_writable()?;
+        let txn = self.prepare(txn)?;
         let class = txn.priority.unwrap_or(Priority::Foreground) as usize;
         let (tx, rx) = mpsc::sync_channel(1);
         {
@@ -313,6 +314,53 @@ impl Engine {
         }
         self.inner.queue_not_empty.notify_one();
         rx.recv().map_err(|_| EngineError::ShuttingDown)?
+    }
+
+    /// Moves the whole blocks of large writes out of the committer: they are written to fresh blocks here,
+    /// on the caller's thread (so writers proceed in parallel), and the committer only references them.
+    /// Pieces inside a block stay in the op and become fragments.
+    fn prepare(&self, mut txn: Transaction) -> Result<Transaction> {
+        let bs = BLOCK_SIZE_BYTES;
+        let needs = |op: &Op| match op {
+            Op::Write { offset, data, .. } => {
+                let end = offset + data.len() as u64;
+                end > self.inner.cfg.inline_max_bytes && offset.div_ceil(bs) < end / bs
+            }
+            _ => false,
+        };
+        if !txn.ops.iter().any(needs) {
+            return Ok(txn);
+        }
+        let mut ops = Vec::with_capacity(txn.ops.len() + 2);
+        for op in std::mem::take(&mut txn.ops) {
+            if !needs(&op) {
+                ops.push(op);
+                continue;
+            }
+            let Op::Write { coll, name, offset, data } = op else { unreachable!("checked by needs") };
+            if data.len() > self.inner.cfg.max_op_data_bytes {
+                return Err(EngineError::Limit(format!(
+                    "{} bytes in one write op (maximum {}); stage larger writes",
+                    data.len(),
+                    self.inner.cfg.max_op_data_bytes
+                )));
+            }
+            let end = offset + data.len() as u64;
+            let first_whole = offset.div_ceil(bs) * bs;
+            let last_whole = end / bs * bs;
+            let head = (first_whole - offset) as usize;
+            let whole = (last_whole - first_whole) as usize;
+            if head > 0 {
+                ops.push(Op::Write { coll, name: name.clone(), offset, data: data[..head].to_vec() });
+            }
+            let staged = self.stage(&data[head..head + whole], whole as u64 >= 16 * bs)?;
+            ops.push(Op::WriteStaged { coll, name: name.clone(), offset: first_whole, staged });
+            if head + whole < data.len() {
+                ops.push(Op::Write { coll, name, offset: last_whole, data: data[head + whole..].to_vec() });
+            }
+        }
+        txn.ops = ops;
+        Ok(txn)
     }
 
     /// Writes whole blocks of `data` (a multiple of the block size) to fresh device blocks, for a later

@@ -37,6 +37,13 @@ pub fn open(path: &Path, create: bool, kv: &KvOptions) -> Result<(DB, Options)> 
         c.set_block_based_table_factory(&bbo);
         c.set_write_buffer_size(kv.write_buffer_bytes);
         c.set_compression_type(rocksdb::DBCompressionType::Lz4);
+        if *name == crate::keys::CF_FRAGS {
+            // Fragment data goes to blob files when the memtable is flushed and is not rewritten by
+            // compaction (only its small keys are): the fragment log costs one WAL write plus one flush.
+            c.set_enable_blob_files(true);
+            c.set_min_blob_size(512);
+            c.set_enable_blob_gc(true);
+        }
         ColumnFamilyDescriptor::new(*name, c)
     });
     let db = DB::open_cf_descriptors(&opts, path, cfs)?;

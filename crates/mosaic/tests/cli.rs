@@ -91,6 +91,13 @@ fn bad_values_get_clear_errors() {
         (vec!["server", "--data", data, "--kv-cache-size", "lots"], "kv_cache_size"),
         (vec!["bench", "engine", "--workload", "aligned", "--io-size", "1000"], "io-size"),
         (vec!["bench", "engine", "--workload", "nope"], "nope"),
+        (vec!["bench", "engine", "--workload", "aligned", "--total", "lots"], "--total"),
+        (vec!["bench", "engine", "--workload", "aligned", "--object-size", "1"], "object-size"),
+        (vec!["bench", "engine", "--workload", "aligned", "--queue-depth", "0"], "--queue-depth"),
+        (vec!["bench", "engine", "--workload", "aligned", "--mode", "fast"], "fast"),
+        (vec!["bench", "engine", "--workload", "aligned", "--device-size", "x"], "--device-size"),
+        (vec!["bench", "engine", "--workload", "aligned", "--device", "/nonexistent-dir/dev"], "/nonexistent-dir/dev"),
+        (vec!["admin", "--admin", "127.0.0.1:1", "--data", data, "info"], "credentials"),
     ] {
         let (code, _, err) = run(&args);
         assert_ne!(code, 0, "{args:?} was accepted");
@@ -106,6 +113,23 @@ fn bad_values_get_clear_errors() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("s3_address"));
     assert!(!Path::new(data).exists(), "a refused start must not create the data directory");
+    // The admin client names an unreachable admin port.
+    let out = mosaic()
+        .args(["admin", "--admin", "127.0.0.1:1", "info", "--json"])
+        .env("MOSAIC_ACCESS_KEY", "a-key")
+        .env("MOSAIC_SECRET_KEY", "a-secret-key")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot reach the admin port at http://127.0.0.1:1"));
+    let out = mosaic()
+        .args(["admin", "info"])
+        .env("MOSAIC_ADMIN", "127.0.0.1:1")
+        .env("MOSAIC_ACCESS_KEY", "k")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("MOSAIC_SECRET_KEY"));
 }
 
 #[test]
