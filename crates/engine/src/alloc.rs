@@ -10,8 +10,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-/// Blocks covered by one persisted bitmap value (4 KiB of bits).
-pub const BITMAP_GROUP_BLOCKS: u64 = 32 * 1024;
+/// Blocks covered by one persisted bitmap value: 2048 blocks (8 MiB of data) in 256 bytes, so that a
+/// small transaction rewrites 256 bytes of allocation state rather than kilobytes.
+pub const BITMAP_GROUP_BLOCKS: u64 = 2048;
 /// 4 MiB of 4 KiB blocks: the natural transfer size of paper 000.
 pub const LARGE_RUN_BLOCKS: u64 = 1024;
 

@@ -40,9 +40,12 @@ pub fn open(path: &Path, create: bool, kv: &KvOptions) -> Result<(DB, Options)> 
         if *name == crate::keys::CF_FRAGS {
             // Fragment data goes to blob files when the memtable is flushed and is not rewritten by
             // compaction (only its small keys are): the fragment log costs one WAL write plus one flush.
+            // Blob GC stays off: it relocates live fragments of the oldest files on every compaction
+            // (measured: +0.9x write amplification on 1 GiB of 2 KiB appends). Lazy sync deletes fragments
+            // roughly in write order, so whole blob files become garbage and are dropped without copying.
             c.set_enable_blob_files(true);
             c.set_min_blob_size(512);
-            c.set_enable_blob_gc(true);
+            c.set_enable_blob_gc(false);
         }
         ColumnFamilyDescriptor::new(*name, c)
     });

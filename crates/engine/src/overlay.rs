@@ -1,4 +1,6 @@
-//! Uncommitted KV changes layered over the database. The committer plans every transaction of a group
+//! Uncommitted KV changes layered over the database. Deletes are point deletes only: RocksDB range
+//! tombstones in the memtable made every iterator creation cost O(tombstones) (measured: a read-modify-write
+//! run at queue depth 16 became CPU-bound in the committer), so callers scan and delete keys one by one. The committer plans every transaction of a group
 //! against "database + changes of the group so far + changes of this transaction", so transactions of one
 //! group never conflict, and a transaction that fails leaves nothing behind.
 
@@ -11,9 +13,6 @@ use std::collections::BTreeMap;
 pub struct CfChanges {
     /// Final state of each touched key: Some(value) = put, None = delete.
     points: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
-    /// Range deletes [start, end) by start, kept disjoint (overlapping ones are merged) so that a lookup
-    /// is one map search; applied before the points.
-    ranges: BTreeMap<Vec<u8>, Vec<u8>>,
 }
 
 #[derive(Default, Clone)]
@@ -30,45 +29,23 @@ impl Overlay {
         self.cfs.entry(cf).or_default().points.insert(key.to_vec(), None);
     }
 
-    pub fn delete_range(&mut self, cf: &'static str, start: &[u8], end: &[u8]) {
-        if start >= end {
-            return;
+    /// Keys this overlay puts in [start, end).
+    pub fn keys_in(&self, cf: &str, start: &[u8], end: &[u8]) -> Vec<Vec<u8>> {
+        match self.cfs.get(cf) {
+            Some(c) => c
+                .points
+                .range(start.to_vec()..end.to_vec())
+                .filter(|(_, v)| v.is_some())
+                .map(|(k, _)| k.clone())
+                .collect(),
+            None => Vec::new(),
         }
-        let c = self.cfs.entry(cf).or_default();
-        let doomed: Vec<Vec<u8>> = c.points.range(start.to_vec()..end.to_vec()).map(|(k, _)| k.clone()).collect();
-        for k in doomed {
-            c.points.remove(&k);
-        }
-        // Merge with every range that overlaps or touches [start, end).
-        let mut s = start.to_vec();
-        let mut e = end.to_vec();
-        if let Some((ps, pe)) = c.ranges.range(..=s.clone()).next_back().map(|(a, b)| (a.clone(), b.clone()))
-            && pe >= s
-        {
-            c.ranges.remove(&ps);
-            s = ps;
-            if pe > e {
-                e = pe;
-            }
-        }
-        let covered: Vec<Vec<u8>> = c.ranges.range(s.clone()..=e.clone()).map(|(a, _)| a.clone()).collect();
-        for k in covered {
-            let ke = c.ranges.remove(&k).expect("present");
-            if ke > e {
-                e = ke;
-            }
-        }
-        c.ranges.insert(s, e);
     }
 
     /// Moves `newer`'s changes on top of these.
     pub fn absorb(&mut self, newer: Overlay) {
         for (cf, c) in newer.cfs {
-            for (s, e) in &c.ranges {
-                self.delete_range(cf, s, e);
-            }
-            let mine = self.cfs.entry(cf).or_default();
-            mine.points.extend(c.points);
+            self.cfs.entry(cf).or_default().points.extend(c.points);
         }
     }
 
@@ -80,25 +57,14 @@ impl Overlay {
 
     /// Looks a key up in this overlay only: Some(Some(v)) put, Some(None) deleted, None untouched.
     fn lookup(&self, cf: &str, key: &[u8]) -> Option<Option<&Vec<u8>>> {
-        let c = self.cfs.get(cf)?;
-        if let Some(v) = c.points.get(key) {
-            return Some(v.as_ref());
-        }
-        if c.ranges.range(..=key.to_vec()).next_back().is_some_and(|(_, e)| key < e.as_slice()) {
-            return Some(None);
-        }
-        None
+        self.cfs.get(cf)?.points.get(key).map(|v| v.as_ref())
     }
 
-    /// Writes every change into `batch`: range deletes first, then the final state of each point.
+    /// Writes the final state of every touched key into `batch`.
     pub fn into_batch(self, db: &DB, batch: &mut WriteBatch) -> Result<usize> {
         let mut bytes = 0;
         for (cf, c) in self.cfs {
             let h = crate::kv::cf(db, cf)?;
-            for (s, e) in &c.ranges {
-                batch.delete_range_cf(h, s, e);
-                bytes += s.len() + e.len();
-            }
             for (k, v) in c.points {
                 bytes += k.len();
                 match v {
@@ -158,7 +124,10 @@ impl<'a> View<'a> {
         all_layers.push(&self.top);
         // Keys from the database that no overlay deletes or replaces.
         let h = crate::kv::cf(self.db, cf)?;
-        let it = self.db.iterator_cf(h, IteratorMode::From(start, Direction::Forward));
+        // The upper bound keeps the iterator from walking tombstones past `end`.
+        let mut ro = rocksdb::ReadOptions::default();
+        ro.set_iterate_upper_bound(end.to_vec());
+        let it = self.db.iterator_cf_opt(h, ro, IteratorMode::From(start, Direction::Forward));
         let touched = |k: &[u8]| all_layers.iter().any(|l| l.lookup(cf, k).is_some());
         let mut db_taken = 0usize;
         for item in it {

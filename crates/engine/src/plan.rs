@@ -272,10 +272,9 @@ impl Planner<'_, '_> {
             self.free_block(entry.physical_block)?;
         }
         let (start, end) = (nid_key(nid), nid_key(nid + 1));
-        self.view.top.delete_range(CF_BLOCKS, &start, &end);
-        self.view.top.delete_range(CF_FRAGS, &start, &end);
-        self.view.top.delete_range(CF_ATTRS, &start, &end);
-        self.view.top.delete_range(CF_OMAP, &start, &end);
+        for cf in [CF_BLOCKS, CF_FRAGS, CF_ATTRS, CF_OMAP] {
+            self.delete_all(cf, &start, &end)?;
+        }
         self.ts.frag_deltas.push(FragDelta::ClearObject(nid));
         Ok(())
     }
@@ -410,8 +409,8 @@ impl Planner<'_, '_> {
             for (_, entry) in self.blocks_from(nid, first_dead)? {
                 self.free_block(entry.physical_block)?;
             }
-            self.view.top.delete_range(CF_BLOCKS, &block_key(nid, first_dead), &nid_key(nid + 1));
-            self.view.top.delete_range(CF_FRAGS, &frag_key(nid, first_dead, 0), &nid_key(nid + 1));
+            self.delete_all(CF_BLOCKS, &block_key(nid, first_dead), &nid_key(nid + 1))?;
+            self.delete_all(CF_FRAGS, &frag_key(nid, first_dead, 0), &nid_key(nid + 1))?;
             self.ts.frag_deltas.push(FragDelta::ClearFrom(nid, first_dead));
             if !size.is_multiple_of(bs) {
                 // Zero the tail of the last block so that growing the object later reads zeros there.
@@ -658,7 +657,16 @@ impl Planner<'_, '_> {
             self.free_block(BlockEntry::decode(&old)?.physical_block)?;
         }
         self.view.top.put(CF_BLOCKS, &block_key(nid, lb), entry.encode().to_vec());
-        self.view.top.delete_range(CF_FRAGS, &frag_key(nid, lb, 0), &frag_key(nid, lb + 1, 0));
+        if self.ts.fresh_nids.contains(&nid) {
+            // Only this transaction can have written fragments of a new object.
+            let (start, end) = (frag_key(nid, lb, 0), frag_key(nid, lb + 1, 0));
+            let keys: Vec<Vec<u8>> = self.view.top.keys_in(CF_FRAGS, &start, &end);
+            for k in keys {
+                self.view.top.delete(CF_FRAGS, &k);
+            }
+        } else {
+            self.delete_all(CF_FRAGS, &frag_key(nid, lb, 0), &frag_key(nid, lb + 1, 0))?;
+        }
         self.ts.frag_deltas.push(FragDelta::ClearBlock(nid, lb));
         Ok(())
     }
@@ -673,8 +681,16 @@ impl Planner<'_, '_> {
             self.free_block(BlockEntry::decode(&old)?.physical_block)?;
             self.view.top.delete(CF_BLOCKS, &block_key(nid, lb));
         }
-        self.view.top.delete_range(CF_FRAGS, &frag_key(nid, lb, 0), &frag_key(nid, lb + 1, 0));
+        self.delete_all(CF_FRAGS, &frag_key(nid, lb, 0), &frag_key(nid, lb + 1, 0))?;
         self.ts.frag_deltas.push(FragDelta::ClearBlock(nid, lb));
+        Ok(())
+    }
+
+    /// Point-deletes every live key in [start, end).
+    fn delete_all(&mut self, cf: &'static str, start: &[u8], end: &[u8]) -> Result<()> {
+        for (k, _) in self.view.scan(cf, start, end, usize::MAX)? {
+            self.view.top.delete(cf, &k);
+        }
         Ok(())
     }
 

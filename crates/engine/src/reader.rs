@@ -79,7 +79,10 @@ impl Reader {
     /// Entries in [start, end) of a column family, at most `limit`.
     fn scan(&self, cf: &str, start: &[u8], end: &[u8], limit: usize) -> Result<Vec<RawEntry>> {
         let mut out = Vec::new();
-        let it = self.snap.iterator_cf(crate::kv::cf(&self.db, cf)?, IteratorMode::From(start, Direction::Forward));
+        let mut ro = rocksdb::ReadOptions::default();
+        ro.set_iterate_upper_bound(end.to_vec());
+        let it =
+            self.snap.iterator_cf_opt(crate::kv::cf(&self.db, cf)?, ro, IteratorMode::From(start, Direction::Forward));
         for item in it {
             let (k, v) = item?;
             if &*k >= end || out.len() >= limit {
