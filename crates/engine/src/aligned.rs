@@ -1,7 +1,7 @@
 //! Heap buffers aligned for O_DIRECT. The device asserts alignment on every IO: ext4 silently accepts a
 //! misaligned buffer on some paths, so tests on a file would not notice a bug that a block device rejects.
 
-use std::alloc::{Layout, alloc_zeroed, dealloc};
+use std::alloc::{Layout, alloc, alloc_zeroed, dealloc};
 use std::ptr::NonNull;
 
 /// Alignment of every IO buffer and offset, in bytes.
@@ -26,6 +26,23 @@ impl AlignedBuf {
         // SAFETY: layout has non-zero size.
         let raw = unsafe { alloc_zeroed(layout) };
         let ptr = NonNull::new(raw).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
+        AlignedBuf { ptr, len_bytes }
+    }
+
+    /// A buffer holding a copy of `data`, zero-padded to the alignment. Skips zeroing the part that is
+    /// overwritten at once (the write path copies every large write through here).
+    pub fn copy_of(data: &[u8]) -> Self {
+        let len_bytes = data.len().div_ceil(IO_ALIGN_BYTES).max(1) * IO_ALIGN_BYTES;
+        let layout = Layout::from_size_align(len_bytes, IO_ALIGN_BYTES).expect("valid layout");
+        // SAFETY: layout has non-zero size.
+        let raw = unsafe { alloc(layout) };
+        let ptr = NonNull::new(raw).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
+        // SAFETY: the allocation holds len_bytes >= data.len() bytes; every byte is initialised below
+        // before the buffer is used: data first, then the zero padding.
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), ptr.as_ptr(), data.len());
+            std::ptr::write_bytes(ptr.as_ptr().add(data.len()), 0, len_bytes - data.len());
+        }
         AlignedBuf { ptr, len_bytes }
     }
 

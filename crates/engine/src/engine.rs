@@ -529,11 +529,10 @@ impl Inner {
         debug_assert!(start >= self.sb.data_start_block);
         // Copy into an aligned buffer in pieces of at most 4 MiB.
         const CHUNK: usize = 4 << 20;
-        let mut buf = AlignedBuf::zeroed(CHUNK.min(data.len()));
         let mut done = 0;
         while done < data.len() {
             let n = (data.len() - done).min(CHUNK);
-            buf.as_mut_slice()[..n].copy_from_slice(&data[done..done + n]);
+            let buf = AlignedBuf::copy_of(&data[done..done + n]);
             let off = start * BLOCK_SIZE_BYTES + done as u64;
             if let Err(e) = self.device.write_at(&buf.as_slice()[..n], off) {
                 self.fail(format!("device write failed at byte {off}: {e}"));

@@ -486,17 +486,14 @@ impl Planner<'_, '_> {
         if self.is_inline(nid, &onode)? {
             self.index_existing_frags(nid)?;
         }
-        let mut lb = offset / bs;
-        let mut i = 0;
+        let mut entries = Vec::with_capacity(staged.crcs.len());
         for ext in staged.extents.clone() {
             self.ts.marks.push((ext, true));
             for p in ext.start..ext.start + ext.len {
-                let entry = BlockEntry { physical_block: p, crc32c: staged.crcs[i] };
-                self.set_block_unmarked(nid, lb, entry)?;
-                lb += 1;
-                i += 1;
+                entries.push(BlockEntry { physical_block: p, crc32c: staged.crcs[entries.len()] });
             }
         }
+        self.set_blocks_run(nid, offset / bs, &entries)?;
         self.ts.device_written = true;
         self.ts.user_bytes += staged.len_bytes;
         self.ts.staged.push(staged);
@@ -522,18 +519,18 @@ impl Planner<'_, '_> {
         let extents = self.inner.allocate(blocks, placement)?;
         self.ts.fresh.extend(extents.iter().copied());
         let mut done = 0usize;
-        let mut lb = first_lb;
+        let mut entries = Vec::with_capacity(blocks as usize);
         for ext in extents {
             let len = ext.len as usize * bs;
             self.inner.write_blocks(ext.start, &data[done..done + len])?;
             self.ts.marks.push((ext, true));
             for (i, block) in data[done..done + len].chunks_exact(bs).enumerate() {
-                let entry = BlockEntry { physical_block: ext.start + i as u64, crc32c: crate::checksum::crc32c(block) };
-                self.set_block_unmarked(nid, lb, entry)?;
-                lb += 1;
+                entries
+                    .push(BlockEntry { physical_block: ext.start + i as u64, crc32c: crate::checksum::crc32c(block) });
             }
             done += len;
         }
+        self.set_blocks_run(nid, first_lb, &entries)?;
         self.ts.device_written = true;
         Ok(())
     }
@@ -683,6 +680,41 @@ impl Planner<'_, '_> {
         }
         self.delete_all(CF_FRAGS, &frag_key(nid, lb, 0), &frag_key(nid, lb + 1, 0))?;
         self.ts.frag_deltas.push(FragDelta::ClearBlock(nid, lb));
+        Ok(())
+    }
+
+    /// Points a run of logical blocks at new physical blocks (already marked used) with one scan of the
+    /// old entries and one of the fragments, instead of a lookup per block.
+    fn set_blocks_run(&mut self, nid: Nid, first_lb: u64, entries: &[BlockEntry]) -> Result<()> {
+        let end_lb = first_lb + entries.len() as u64;
+        let fresh = self.ts.fresh_nids.contains(&nid);
+        let old: Vec<(Vec<u8>, Vec<u8>)> = if fresh {
+            let keys = self.view.top.keys_in(CF_BLOCKS, &block_key(nid, first_lb), &block_key(nid, end_lb));
+            keys.into_iter().filter_map(|k| self.view.get_overlay_only(CF_BLOCKS, &k).map(|v| (k, v))).collect()
+        } else {
+            self.view.scan(CF_BLOCKS, &block_key(nid, first_lb), &block_key(nid, end_lb), usize::MAX)?
+        };
+        for (_, v) in old {
+            self.free_block(BlockEntry::decode(&v)?.physical_block)?;
+        }
+        for (i, e) in entries.iter().enumerate() {
+            self.view.top.put(CF_BLOCKS, &block_key(nid, first_lb + i as u64), e.encode().to_vec());
+        }
+        let (fs, fe) = (frag_key(nid, first_lb, 0), frag_key(nid, end_lb, 0));
+        let frags: Vec<Vec<u8>> = if fresh {
+            self.view.top.keys_in(CF_FRAGS, &fs, &fe)
+        } else {
+            self.view.scan(CF_FRAGS, &fs, &fe, usize::MAX)?.into_iter().map(|(k, _)| k).collect()
+        };
+        let mut cleared = None;
+        for k in frags {
+            let lb = u64_at(&k, 8)?;
+            if cleared != Some(lb) {
+                self.ts.frag_deltas.push(FragDelta::ClearBlock(nid, lb));
+                cleared = Some(lb);
+            }
+            self.view.top.delete(CF_FRAGS, &k);
+        }
         Ok(())
     }
 

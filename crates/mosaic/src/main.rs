@@ -254,6 +254,15 @@ fn run_bench(b: BenchArgs) -> Result<ExitCode, String> {
                     ("device bytes written", size::format_size(r.device_bytes_written)),
                     ("kv bytes written", size::format_size(r.kv_bytes_written)),
                     ("(device+kv)/user", format!("{:.2}", r.write_amplification)),
+                    (
+                        "with lazy sync caught up",
+                        format!(
+                            "{:.2} ({:.1} s more, {} fragments left)",
+                            r.write_amplification_with_lazy_sync,
+                            r.lazy_sync_seconds,
+                            r.fragments_outstanding_after_lazy_sync
+                        ),
+                    ),
                     ("rmw on write path", r.rmw_on_write_path.to_string()),
                     ("rmw in lazy sync", r.rmw_in_lazy_sync.to_string()),
                     ("peak RSS", size::format_size(r.rss_bytes_max)),

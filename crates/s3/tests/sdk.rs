@@ -550,3 +550,49 @@ both_modes!(checksums_and_append);
 async fn authentication() {
     auth().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn presigned_urls() {
+    use aws_sdk_s3::presigning::PresigningConfig;
+    use std::time::{Duration, SystemTime};
+    let s = TestServer::start().await;
+    let c = s.client(true);
+    c.create_bucket().bucket("pre").send().await.unwrap();
+    let http = reqwest::Client::new();
+    // PUT through a presigned URL, then GET through another.
+    let put = c
+        .put_object()
+        .bucket("pre")
+        .key("doc.txt")
+        .presigned(PresigningConfig::expires_in(Duration::from_secs(300)).unwrap())
+        .await
+        .unwrap();
+    let r = http.put(put.uri()).body("presigned body").send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 200, "{}", r.text().await.unwrap());
+    let get = c
+        .get_object()
+        .bucket("pre")
+        .key("doc.txt")
+        .presigned(PresigningConfig::expires_in(Duration::from_secs(300)).unwrap())
+        .await
+        .unwrap();
+    let r = http.get(get.uri()).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    assert_eq!(r.text().await.unwrap(), "presigned body");
+    // A tampered URL (another key) is refused.
+    let tampered = get.uri().replace("doc.txt", "other.txt");
+    let r = http.get(&tampered).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 403);
+    assert!(r.text().await.unwrap().contains("SignatureDoesNotMatch"));
+    // An expired URL is refused.
+    let old = PresigningConfig::builder()
+        .start_time(SystemTime::now() - Duration::from_secs(3600))
+        .expires_in(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let expired = c.get_object().bucket("pre").key("doc.txt").presigned(old).await.unwrap();
+    let r = http.get(expired.uri()).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 403);
+    assert!(r.text().await.unwrap().contains("AccessDenied"));
+    s.stop().await;
+}
