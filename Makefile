@@ -5,10 +5,12 @@ SHELL := /bin/bash
 # (RocksDB alone takes about 15 minutes to build on 2 cores).
 CARGO_TARGET_DIR ?= $(shell if [ -w /var/cache ]; then echo /var/cache/mosaic-target; else echo $$HOME/.cache/mosaic/target; fi)
 export CARGO_TARGET_DIR
+# The Python venv for the client tests (boto3, pytest) lives outside the clone too.
+VENV ?= $(shell if [ -w /var/cache ]; then echo /var/cache/mosaic-venv; else echo $$HOME/.cache/mosaic/venv; fi)
 CARGO ?= cargo
 MOSAIC := $(CARGO_TARGET_DIR)/release/mosaic
 
-.PHONY: run test deps build lint unit fmt bench-engine
+.PHONY: run test deps build lint unit clients fmt
 
 run: deps build
 	$(MOSAIC) server
@@ -27,7 +29,12 @@ lint:
 unit:
 	$(CARGO) test --release --workspace
 
-test: deps lint unit
+# Real clients against a real server process: boto3 (its defaults), the aws cli, rclone.
+clients: build
+	@scripts/client-deps.sh $(VENV)
+	MOSAIC_BIN=$(MOSAIC) $(VENV)/bin/pytest -q -p no:cacheprovider tests/python
+
+test: deps lint unit clients
 	@echo "make test: all checks passed"
 
 fmt:

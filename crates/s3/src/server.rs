@@ -101,6 +101,7 @@ async fn handle(
     let method = req.method().clone();
     let path = req.uri().path().to_string();
     let started = Instant::now();
+    let empty_expect_continue = expects_continue_without_body(&req);
     let mut resp = match hyper::service::Service::call(&s3, req).await {
         Ok(r) => r,
         Err(e) => {
@@ -115,12 +116,24 @@ async fn handle(
     if status.as_u16() >= 400 {
         resp = with_request_id(resp, &id).await;
     }
+    if empty_expect_continue {
+        // hyper (rightly) sends no 100 Continue for an empty body; botocore then misreads the next
+        // 100-continue exchange on the same connection (boto/botocore#3010, seen with `aws s3 sync`
+        // uploading an empty file). Closing this connection keeps such clients correct.
+        resp.headers_mut().insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
+    }
     let ms = started.elapsed().as_secs_f64() * 1000.0;
     let status_label = status.as_u16().to_string();
     metrics::counter!("mosaic_s3_requests_total", "op" => op, "status" => status_label.clone()).increment(1);
     metrics::histogram!("mosaic_s3_request_duration_seconds", "op" => op, "status" => status_label).record(ms / 1000.0);
     tracing::info!(request_id = %id, op, method = %method, path = %path, status = status.as_u16(), ms = format!("{ms:.2}"), "request");
     Ok(resp)
+}
+
+fn expects_continue_without_body(req: &http::Request<hyper::body::Incoming>) -> bool {
+    let h = req.headers();
+    let expect = h.get(http::header::EXPECT).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    expect && h.get(http::header::CONTENT_LENGTH).is_some_and(|v| v.as_bytes() == b"0")
 }
 
 /// Inserts <RequestId> into an S3 error body that lacks one (s3s's own errors, such as auth failures).

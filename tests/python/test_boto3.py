@@ -1,0 +1,85 @@
+"""boto3 with its defaults (flexible checksums on, aws-chunked uploads) against a real server."""
+
+import hashlib
+import os
+
+import botocore
+import pytest
+import requests
+
+
+def test_put_get_head_delete(s3, bucket):
+    body = os.urandom(300_000)
+    r = s3.put_object(Bucket=bucket, Key="a/b.bin", Body=body, Metadata={"k": "v"}, ContentType="x/y")
+    assert r["ETag"] == '"%s"' % hashlib.md5(body).hexdigest()
+    got = s3.get_object(Bucket=bucket, Key="a/b.bin")
+    assert got["Body"].read() == body
+    assert got["Metadata"] == {"k": "v"}
+    assert got["ContentType"] == "x/y"
+    head = s3.head_object(Bucket=bucket, Key="a/b.bin")
+    assert head["ContentLength"] == len(body)
+    part = s3.get_object(Bucket=bucket, Key="a/b.bin", Range="bytes=10-19")["Body"].read()
+    assert part == body[10:20]
+    s3.delete_object(Bucket=bucket, Key="a/b.bin")
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.head_object(Bucket=bucket, Key="a/b.bin")
+    assert e.value.response["Error"]["Code"] == "404"
+
+
+def test_checksums_are_stored_and_returned(s3, bucket):
+    for algo in ["CRC32", "CRC32C", "SHA256", "CRC64NVME"]:
+        s3.put_object(Bucket=bucket, Key=algo, Body=b"x" * 5000, ChecksumAlgorithm=algo)
+        head = s3.head_object(Bucket=bucket, Key=algo, ChecksumMode="ENABLED")
+        assert "Checksum" + algo in head, head
+
+
+def test_upload_file_multipart_and_list(s3, bucket, tmp_path):
+    from boto3.s3.transfer import TransferConfig
+    data = os.urandom(12 * 1024 * 1024 + 5)
+    f = tmp_path / "big.bin"
+    f.write_bytes(data)
+    cfg = TransferConfig(multipart_threshold=5 * 1024 * 1024, multipart_chunksize=5 * 1024 * 1024)
+    s3.upload_file(str(f), bucket, "big.bin", Config=cfg)
+    head = s3.head_object(Bucket=bucket, Key="big.bin")
+    assert head["ETag"].endswith('-3"')
+    out = tmp_path / "out.bin"
+    s3.download_file(bucket, "big.bin", str(out), Config=cfg)
+    assert out.read_bytes() == data
+    for i in range(25):
+        s3.put_object(Bucket=bucket, Key=f"dir{i % 3}/k{i:02}", Body=b"")
+    keys = []
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, PaginationConfig={"PageSize": 7}):
+        keys += [o["Key"] for o in page.get("Contents", [])]
+    assert keys == sorted(keys) and len(keys) == 26
+    r = s3.list_objects_v2(Bucket=bucket, Delimiter="/")
+    assert [p["Prefix"] for p in r["CommonPrefixes"]] == ["dir0/", "dir1/", "dir2/"]
+
+
+def test_copy_and_delete_objects(s3, bucket):
+    s3.put_object(Bucket=bucket, Key="src", Body=b"copy me")
+    s3.copy_object(Bucket=bucket, Key="dst", CopySource={"Bucket": bucket, "Key": "src"})
+    assert s3.get_object(Bucket=bucket, Key="dst")["Body"].read() == b"copy me"
+    r = s3.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": "src"}, {"Key": "dst"}]})
+    assert sorted(d["Key"] for d in r["Deleted"]) == ["dst", "src"]
+
+
+def test_presigned_urls(s3, bucket):
+    put = s3.generate_presigned_url("put_object", Params={"Bucket": bucket, "Key": "p"}, ExpiresIn=300)
+    assert requests.put(put, data=b"via presign").status_code == 200
+    get = s3.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": "p"}, ExpiresIn=300)
+    r = requests.get(get)
+    assert r.status_code == 200 and r.content == b"via presign"
+    assert requests.get(get.replace("/p?", "/q?")).status_code == 403
+
+
+def test_errors_are_s3_errors(s3, bucket):
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.get_object(Bucket=bucket, Key="missing")
+    assert e.value.response["Error"]["Code"] == "NoSuchKey"
+    assert e.value.response["ResponseMetadata"]["RequestId"]
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.create_bucket(Bucket="Invalid_Name")
+    assert e.value.response["Error"]["Code"] == "InvalidBucketName"
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.put_object(Bucket=bucket, Key="k" * 1025, Body=b"")
+    assert e.value.response["Error"]["Code"] == "KeyTooLongError"
