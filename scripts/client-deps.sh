@@ -2,6 +2,8 @@
 # Installs what the client test suite needs, only when missing: the aws cli and rclone from apt, and a
 # Python venv (outside the clone, reused across runs) with boto3, requests and pytest from PyPI.
 set -euo pipefail
+# shellcheck source=apt.sh
+source "$(dirname "$0")/apt.sh"
 VENV="$1"
 REQ="$(dirname "$0")/../tests/python/requirements.txt"
 
@@ -10,13 +12,7 @@ command -v aws >/dev/null 2>&1 || need_apt+=(awscli)
 command -v rclone >/dev/null 2>&1 || need_apt+=(rclone)
 command -v python3 >/dev/null 2>&1 || need_apt+=(python3)
 python3 -c "import venv, ensurepip" >/dev/null 2>&1 || need_apt+=(python3-venv)
-if ((${#need_apt[@]})); then
-    echo "client-deps: installing ${need_apt[*]} with apt"
-    SUDO=""
-    if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-    $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
-fi
+apt_install "${need_apt[@]}"
 
 stamp="$VENV/.requirements.sha256"
 want="$(sha256sum "$REQ" | cut -d' ' -f1)"

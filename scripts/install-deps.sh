@@ -2,6 +2,8 @@
 # Installs what building and testing Mosaic needs, only when it is missing: a C/C++ toolchain and
 # libclang (for RocksDB's bindings) from apt, and the Rust toolchain's rustfmt and clippy.
 set -euo pipefail
+# shellcheck source=apt.sh
+source "$(dirname "$0")/apt.sh"
 
 need_apt=()
 dpkg -s libclang-dev >/dev/null 2>&1 || need_apt+=(libclang-dev)
@@ -9,13 +11,7 @@ command -v clang >/dev/null 2>&1 || need_apt+=(clang)
 command -v g++ >/dev/null 2>&1 || need_apt+=(g++)
 command -v make >/dev/null 2>&1 || need_apt+=(make)
 
-if ((${#need_apt[@]})); then
-    echo "install-deps: installing ${need_apt[*]} with apt"
-    SUDO=""
-    if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-    $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
-fi
+apt_install "${need_apt[@]}"
 
 if ! command -v cargo >/dev/null 2>&1; then
     echo "install-deps: cargo is missing; install Rust 1.95 (rustup) and run this again" >&2

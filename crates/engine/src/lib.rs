@@ -30,7 +30,7 @@ pub use checksum::crc32c;
 pub use device::{CrashMode, Device, FileDevice, SimDevice};
 pub use engine::{BLOCK_SIZE_BYTES, Engine, EngineConfig, MAX_OBJECT_BYTES, WriteMode};
 pub use error::{EngineError, Result};
-pub use keys::{CollectionId, Nid};
+pub use keys::{CollectionId, Nid, prefix_end};
 pub use plan::{MAX_ATTR_KEY_BYTES, MAX_ATTR_VALUE_BYTES, MAX_NAME_BYTES};
 pub use reader::{ObjectInfo, Reader};
 pub use stats::EngineStats;

@@ -158,13 +158,9 @@ impl SingleDrive {
             md5.update(&chunk);
             buf.extend_from_slice(&chunk);
             if can_stage && buf.len() >= STAGE_CHUNK_BYTES && total as usize > inline_max {
-                let n = buf.len() / bs * bs;
-                let rest = buf.split_off(n);
-                let data = std::mem::replace(&mut buf, rest);
-                let engine = self.engine.clone();
-                let s = blocking(move || engine.stage(&data, true).map_err(LayerError::from)).await?;
+                let (s, n) = self.stage_whole_blocks(&mut buf).await?;
                 staged.push((staged_bytes, s));
-                staged_bytes += n as u64;
+                staged_bytes += n;
             }
         }
         let extra = match body.finish {
@@ -172,13 +168,9 @@ impl SingleDrive {
             None => Vec::new(),
         };
         if can_stage && total as usize > inline_max && buf.len() >= bs {
-            let n = buf.len() / bs * bs;
-            let rest = buf.split_off(n);
-            let data = std::mem::replace(&mut buf, rest);
-            let engine = self.engine.clone();
-            let s = blocking(move || engine.stage(&data, true).map_err(LayerError::from)).await?;
+            let (s, n) = self.stage_whole_blocks(&mut buf).await?;
             staged.push((staged_bytes, s));
-            staged_bytes += n as u64;
+            staged_bytes += n;
         }
         let md5_raw: [u8; 16] = md5.finalize().into();
         Ok(Ingested {
@@ -189,6 +181,16 @@ impl SingleDrive {
             md5_hex: hex::encode(md5_raw),
             extra,
         })
+    }
+
+    /// Stages the whole blocks at the front of `buf`, leaving the partial tail in it.
+    async fn stage_whole_blocks(&self, buf: &mut Vec<u8>) -> LayerResult<(mosaic_engine::Staged, u64)> {
+        let n = buf.len() / BLOCK_SIZE_BYTES as usize * BLOCK_SIZE_BYTES as usize;
+        let rest = buf.split_off(n);
+        let data = std::mem::replace(buf, rest);
+        let engine = self.engine.clone();
+        let staged = blocking(move || engine.stage(&data, true).map_err(LayerError::from)).await?;
+        Ok((staged, n as u64))
     }
 
     fn read_meta(reader: &Reader, nid: u64) -> LayerResult<ObjectMeta> {
@@ -642,7 +644,7 @@ impl ObjectLayer for SingleDrive {
                 {
                     let cp = key[..q.prefix.len() + pos + d.len()].to_string();
                     // Skip everything under this common prefix with one seek.
-                    from = match mosaic_prefix_end(cp.as_bytes()) {
+                    from = match mosaic_engine::prefix_end(cp.as_bytes()) {
                         Some(f) => f,
                         None => break 'outer,
                     };
@@ -967,15 +969,4 @@ impl SingleDrive {
         }
         Ok(())
     }
-}
-
-fn mosaic_prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last != 0xFF {
-            end.push(last + 1);
-            return Some(end);
-        }
-    }
-    None
 }

@@ -118,6 +118,25 @@ fn expectations<T>(
     })
 }
 
+/// The body expectations of an upload-shaped input (PutObject, UploadPart: same fields, different types).
+macro_rules! body_expectations {
+    ($req:expr) => {
+        expectations(
+            &$req,
+            $req.input.content_md5.clone(),
+            [
+                (Algo::Crc32, $req.input.checksum_crc32.clone()),
+                (Algo::Crc32c, $req.input.checksum_crc32c.clone()),
+                (Algo::Crc64Nvme, $req.input.checksum_crc64nvme.clone()),
+                (Algo::Sha1, $req.input.checksum_sha1.clone()),
+                (Algo::Sha256, $req.input.checksum_sha256.clone()),
+            ],
+            $req.input.checksum_algorithm.as_ref(),
+            $req.input.content_length,
+        )
+    };
+}
+
 fn put_options(
     content_type: Option<String>,
     content_encoding: Option<String>,
@@ -270,19 +289,7 @@ impl S3 for MosaicS3 {
     }
 
     async fn put_object(&self, req: S3Request<PutObjectInput>) -> S3Result<S3Response<PutObjectOutput>> {
-        let exp = expectations(
-            &req,
-            req.input.content_md5.clone(),
-            [
-                (Algo::Crc32, req.input.checksum_crc32.clone()),
-                (Algo::Crc32c, req.input.checksum_crc32c.clone()),
-                (Algo::Crc64Nvme, req.input.checksum_crc64nvme.clone()),
-                (Algo::Sha1, req.input.checksum_sha1.clone()),
-                (Algo::Sha256, req.input.checksum_sha256.clone()),
-            ],
-            req.input.checksum_algorithm.as_ref(),
-            req.input.content_length,
-        )?;
+        let exp = body_expectations!(req)?;
         let input = req.input;
         let mut opts = put_options(
             input.content_type,
@@ -656,19 +663,7 @@ impl S3 for MosaicS3 {
     }
 
     async fn upload_part(&self, req: S3Request<UploadPartInput>) -> S3Result<S3Response<UploadPartOutput>> {
-        let exp = expectations(
-            &req,
-            req.input.content_md5.clone(),
-            [
-                (Algo::Crc32, req.input.checksum_crc32.clone()),
-                (Algo::Crc32c, req.input.checksum_crc32c.clone()),
-                (Algo::Crc64Nvme, req.input.checksum_crc64nvme.clone()),
-                (Algo::Sha1, req.input.checksum_sha1.clone()),
-                (Algo::Sha256, req.input.checksum_sha256.clone()),
-            ],
-            req.input.checksum_algorithm.as_ref(),
-            req.input.content_length,
-        )?;
+        let exp = body_expectations!(req)?;
         let i = req.input;
         if i.part_number < 1 {
             return Err(s3_error!(InvalidArgument, "part numbers are 1 to 10000"));
