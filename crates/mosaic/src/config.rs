@@ -152,6 +152,9 @@ impl Config {
             return Err(format!("inline_max_size: {inline_max_bytes} bytes is above the maximum 1MiB"));
         }
         let domain = pick(&args.domain, &file.domain).filter(|d| !d.is_empty());
+        if let Some(d) = &domain {
+            mosaic_s3::validate_domain(d).map_err(|e| format!("domain: {e}"))?;
+        }
         Ok(Config {
             data_dir: args.data.clone().or_else(|| file.data_dir.clone()).unwrap_or_else(|| DEFAULT_DATA_DIR.into()),
             s3_address: addr("s3_address", &s3)?,
@@ -256,6 +259,7 @@ mod tests {
             "inline_max_size = \"2MiB\"",
             "data_dir = 5",
             "domain = 7",
+            "domain = \"not a domain\"",
         ];
         for b in bad {
             assert!(resolve(ServerArgs::default(), b).is_err(), "accepted: {b}");

@@ -89,6 +89,7 @@ fn bad_values_get_clear_errors() {
         (vec!["server", "--data", data, "--shutdown-timeout-secs", "x"], "shutdown-timeout-secs"),
         (vec!["server", "--data", data, "--inline-max-size", "9GiB"], "inline_max_size"),
         (vec!["server", "--data", data, "--kv-cache-size", "lots"], "kv_cache_size"),
+        (vec!["server", "--data", data, "--domain", "under_score.test"], "domain"),
         (vec!["bench", "engine", "--workload", "aligned", "--io-size", "1000"], "io-size"),
         (vec!["bench", "engine", "--workload", "nope"], "nope"),
         (vec!["bench", "engine", "--workload", "aligned", "--total", "lots"], "--total"),

@@ -6,11 +6,13 @@
 
 mod checksum;
 mod errors;
+mod host;
 mod multipart;
 mod server;
 mod service;
 mod token;
 
 pub use checksum::{Algo, checksum_b64};
+pub use host::validate_domain;
 pub use server::{HttpLimits, build_service, serve};
 pub use service::MosaicS3;

@@ -42,7 +42,7 @@ pub fn build_service(
     let mut b = s3s::service::S3ServiceBuilder::new(crate::MosaicS3::new(layer));
     b.set_auth(s3s::auth::SimpleAuth::from_single(access_key, secret_key));
     if let Some(d) = domain {
-        b.set_host(s3s::host::SingleDomain::new(d).map_err(|e| format!("invalid domain {d:?}: {e}"))?);
+        b.set_host(crate::host::DomainHost::new(d)?);
     }
     let mut cfg = s3s::config::S3Config::default();
     // Bounds the XML bodies s3s buffers (DeleteObjects, CompleteMultipartUpload, tagging).

@@ -596,3 +596,47 @@ async fn presigned_urls() {
     assert!(r.text().await.unwrap().contains("AccessDenied"));
     s.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn virtual_host_style() {
+    use aws_sdk_s3::presigning::PresigningConfig;
+    use std::time::Duration;
+    let s = TestServer::start_full(256 << 20, Some("s3.mosaic.test")).await;
+    // Path style to the IP address keeps working with a domain configured.
+    let path_style = s.client(true);
+    path_style.create_bucket().bucket("vhost").send().await.unwrap();
+    path_style
+        .put_object()
+        .bucket("vhost")
+        .key("dir/k")
+        .body(ByteStream::from_static(b"by host"))
+        .send()
+        .await
+        .unwrap();
+    // A virtual-host-style client; its requests are routed to the test server by name.
+    let port = s.addr.port();
+    let creds = aws_sdk_s3::config::Credentials::new(ACCESS_KEY, SECRET_KEY, None, None, "test");
+    let conf = aws_sdk_s3::Config::builder()
+        .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
+        .region(aws_sdk_s3::config::Region::new("us-east-1"))
+        .endpoint_url(format!("http://s3.mosaic.test:{port}"))
+        .credentials_provider(creds)
+        .force_path_style(false)
+        .build();
+    let vhost = aws_sdk_s3::Client::from_conf(conf);
+    let get = vhost
+        .get_object()
+        .bucket("vhost")
+        .key("dir/k")
+        .presigned(PresigningConfig::expires_in(Duration::from_secs(300)).unwrap())
+        .await
+        .unwrap();
+    assert!(get.uri().starts_with(&format!("http://vhost.s3.mosaic.test:{port}/dir/k")), "{}", get.uri());
+    let http = reqwest::Client::builder().resolve("vhost.s3.mosaic.test", s.addr).build().unwrap();
+    let r = http.get(get.uri()).send().await.unwrap();
+    let status = r.status().as_u16();
+    let text = r.text().await.unwrap();
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(text, "by host");
+    s.stop().await;
+}

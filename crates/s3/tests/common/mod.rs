@@ -27,11 +27,16 @@ impl TestServer {
     }
 
     pub async fn start_with(device_bytes: u64) -> TestServer {
+        Self::start_full(device_bytes, None).await
+    }
+
+    /// With `domain`, virtual-host-style requests (bucket.DOMAIN) are served too.
+    pub async fn start_full(device_bytes: u64, domain: Option<&str>) -> TestServer {
         let dir = tempfile::tempdir().unwrap();
         let device = SimDevice::new(device_bytes);
         let engine = Engine::format(dir.path(), Arc::new(device), EngineConfig::default()).unwrap();
         let layer = Arc::new(SingleDrive::new(engine.clone(), SingleDriveConfig::default()).unwrap());
-        let service = mosaic_s3::build_service(layer, ACCESS_KEY, SECRET_KEY, None).unwrap();
+        let service = mosaic_s3::build_service(layer, ACCESS_KEY, SECRET_KEY, domain).unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
