@@ -640,3 +640,33 @@ async fn virtual_host_style() {
     assert_eq!(text, "by host");
     s.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drive_full_is_an_s3_error_and_recoverable() {
+    let s = TestServer::start_with(24 << 20).await;
+    let c = s.client(true);
+    c.create_bucket().bucket("full").send().await.unwrap();
+    let mut stored = Vec::new();
+    let err = loop {
+        let key = format!("k{}", stored.len());
+        let data = body(2 << 20, stored.len() as u8);
+        match c.put_object().bucket("full").key(&key).body(ByteStream::from(data.clone())).send().await {
+            Ok(_) => stored.push((key, data)),
+            Err(e) => break e,
+        }
+        assert!(stored.len() < 100, "the drive never filled up");
+    };
+    assert_eq!(status(&err), 507);
+    assert_eq!(code(&err), "InsufficientStorage");
+    // Nothing stored before is damaged.
+    for (k, d) in &stored {
+        assert_eq!(&get_bytes(&c, "full", k).await, d);
+    }
+    // Deleting makes room again.
+    for (k, _) in stored.iter().take(3) {
+        c.delete_object().bucket("full").key(k).send().await.unwrap();
+    }
+    c.put_object().bucket("full").key("after").body(ByteStream::from(body(2 << 20, 7))).send().await.unwrap();
+    assert!(s.engine.check().unwrap().is_clean());
+    s.stop().await;
+}
