@@ -430,12 +430,55 @@ impl Engine {
                 return Ok(merged);
             }
             merged += candidates.len() as u64;
-            let mut txn = Transaction::new().with_priority(Priority::Background);
-            for (nid, lb) in candidates {
-                txn.push(Op::MergeBlock { nid, lblock: lb });
-            }
-            self.submit(txn)?;
+            self.merge_now(candidates)?;
         }
+    }
+
+    /// Lazy sync of some blocks with the heavy work outside the committer: merge from a snapshot, write
+    /// all merged blocks in one staged IO, then commit a transaction that installs each one whose base and
+    /// fragments are unchanged. Blocks with nothing to merge go through `MergeBlock`, which clears them
+    /// from the fragment index.
+    fn merge_now(&self, candidates: Vec<(Nid, u64)>) -> Result<()> {
+        let reader = self.reader();
+        let mut data = Vec::new();
+        let mut merged = Vec::new();
+        let mut txn = Transaction::new().with_priority(Priority::Background);
+        for (nid, lb) in candidates {
+            match reader.merge_input(nid, lb, self.inner.cfg.inline_max_bytes) {
+                Ok(Some((content, expected_base, frag_keys))) => {
+                    let crc32c = crate::checksum::crc32c(&content);
+                    data.extend_from_slice(&content);
+                    merged.push(crate::txn::MergedBlock { nid, lblock: lb, crc32c, expected_base, frag_keys });
+                }
+                // Nothing to merge, or a damaged base (reads report it, scrub names it).
+                Ok(None) | Err(EngineError::Checksum { .. }) => {
+                    txn.push(Op::MergeBlock { nid, lblock: lb });
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        drop(reader);
+        if !merged.is_empty() {
+            let extents = self.allocate(merged.len() as u64, Placement::Hot)?;
+            let staged = Staged {
+                extents,
+                crcs: merged.iter().map(|m| m.crc32c).collect(),
+                len_bytes: data.len() as u64,
+                released: false,
+                alloc: self.inner.alloc.clone(),
+            };
+            let mut done = 0usize;
+            for e in staged.extents.clone() {
+                let len = (e.len * BLOCK_SIZE_BYTES) as usize;
+                self.inner.write_blocks(e.start, &data[done..done + len])?;
+                done += len;
+            }
+            txn.push(Op::InstallMerged { staged, blocks: merged });
+        }
+        if txn.ops.is_empty() {
+            return Ok(());
+        }
+        self.submit(txn).map(|_| ())
     }
 
     /// Whether the drive is open and accepting writes.
@@ -756,20 +799,8 @@ fn committer(inner: Arc<Inner>) {
 /// Background work at the lowest priority: lazy sync and deferred frees. It yields whenever foreground
 /// transactions are queued.
 fn background(inner: Arc<Inner>) {
-    let engine_like = |txn: Transaction| -> Result<Outcome> {
-        let (tx, rx) = mpsc::sync_channel(1);
-        {
-            let mut q = inner.queues.lock();
-            if q.shutdown {
-                return Err(EngineError::ShuttingDown);
-            }
-            q.classes[0].push_back(Pending { txn, reply: tx });
-            q.len += 1;
-            inner.counters.queue_depth[0].fetch_add(1, Ordering::Relaxed);
-        }
-        inner.queue_not_empty.notify_one();
-        rx.recv().map_err(|_| EngineError::ShuttingDown)?
-    };
+    // A handle for submitting; it owns no threads, so dropping it stops nothing.
+    let engine = Engine { inner: inner.clone(), threads: Arc::new(Mutex::new(Vec::new())) };
     loop {
         {
             let (m, c) = &inner.bg_wake;
@@ -786,26 +817,18 @@ fn background(inner: Arc<Inner>) {
         if !inner.cfg.lazy_sync || inner.failed.lock().is_some() {
             continue;
         }
-        // Yield to foreground work: only merge while the queue has no foreground transactions.
+        // Merge while blocks are over their thresholds. Reads and writes happen here, not in the
+        // committer; the committer bounds this work's share (one background transaction per group while
+        // foreground transactions wait). Merging soon also lets the memtable flush drop the fragments.
         loop {
-            let busy = {
-                let q = inner.queues.lock();
-                !q.classes[1].is_empty() || !q.classes[2].is_empty()
-            };
-            let over_budget = inner.frag_index.lock().total_bytes > inner.cfg.frag_budget_bytes;
-            if busy && !over_budget {
-                break;
-            }
-            let candidates = inner.lazy_sync_candidates(32, false);
+            let candidates = inner.lazy_sync_candidates(64, false);
             if candidates.is_empty() || inner.shutdown.load(Ordering::SeqCst) {
                 break;
             }
-            let mut txn = Transaction::new().with_priority(Priority::Background);
-            for (nid, lb) in candidates {
-                txn.push(Op::MergeBlock { nid, lblock: lb });
-            }
-            if let Err(e) = engine_like(txn) {
-                tracing::warn!(error = %e, "lazy sync failed");
+            if let Err(e) = engine.merge_now(candidates) {
+                if !matches!(e, EngineError::ShuttingDown) {
+                    tracing::warn!(error = %e, "lazy sync failed");
+                }
                 break;
             }
         }

@@ -11,7 +11,7 @@ use crate::engine::{BLOCK_SIZE_BYTES, Inner, MAX_OBJECT_BYTES, WriteMode};
 use crate::error::{EngineError, Result};
 use crate::keys::*;
 use crate::overlay::View;
-use crate::txn::{Op, Outcome, Staged, Transaction};
+use crate::txn::{MergedBlock, Op, Outcome, Staged, Transaction};
 use std::sync::atomic::Ordering;
 
 /// Registry namespace mapping collection id -> collection name.
@@ -156,6 +156,7 @@ impl Planner<'_, '_> {
                 }
             }
             Op::MergeBlock { nid, lblock } => self.merge_block(nid, lblock)?,
+            Op::InstallMerged { staged, blocks } => self.install_merged(staged, blocks)?,
         }
         Ok(())
     }
@@ -576,6 +577,34 @@ impl Planner<'_, '_> {
         };
         self.inner.counters.rmw_in_lazy_sync.fetch_add(1, Ordering::Relaxed);
         self.write_fresh_block(nid, lb, &content)
+    }
+
+    /// Installs blocks merged outside the committer whose base and fragments have not changed since.
+    fn install_merged(&mut self, staged: Staged, blocks: Vec<MergedBlock>) -> Result<()> {
+        let physical: Vec<u64> = staged.extents.iter().flat_map(|e| e.start..e.start + e.len).collect();
+        assert_eq!(physical.len(), blocks.len(), "one staged block per merged block");
+        for (&p, b) in physical.iter().zip(&blocks) {
+            let ext = Extent { start: p, len: 1 };
+            let base = match self.view.get(CF_BLOCKS, &block_key(b.nid, b.lblock))? {
+                Some(raw) => Some(BlockEntry::decode(&raw)?.physical_block),
+                None => None,
+            };
+            let (fs, fe) = (frag_key(b.nid, b.lblock, 0), frag_key(b.nid, b.lblock + 1, 0));
+            let frags: Vec<Vec<u8>> =
+                self.view.scan(CF_FRAGS, &fs, &fe, usize::MAX)?.into_iter().map(|(k, _)| k).collect();
+            let alive = self.view.get(CF_ONODES, &nid_key(b.nid))?.is_some();
+            if alive && base == b.expected_base && frags == b.frag_keys {
+                self.ts.marks.push((ext, true));
+                self.set_block_unmarked(b.nid, b.lblock, BlockEntry { physical_block: p, crc32c: b.crc32c })?;
+                self.inner.counters.rmw_in_lazy_sync.fetch_add(1, Ordering::Relaxed);
+            } else {
+                // Written to after the merge was read: this staged block was never referenced.
+                self.ts.frees.push(ext);
+            }
+        }
+        self.ts.device_written = true;
+        self.ts.staged.push(staged);
+        Ok(())
     }
 
     /// The current content of one logical block: base block (checked) with fragments applied in order.

@@ -169,6 +169,56 @@ impl Reader {
             .collect()
     }
 
+    /// What lazy sync needs to merge one block: its merged content, the base block it was merged over and
+    /// the fragment keys it absorbed. None when there is nothing to merge (object gone, wholly in the KV
+    /// store, block past the end, no fragments).
+    pub(crate) fn merge_input(
+        &self,
+        nid: Nid,
+        lb: u64,
+        inline_max_bytes: u64,
+    ) -> Result<Option<(Vec<u8>, Option<u64>, Vec<Vec<u8>>)>> {
+        let bs = BLOCK_SIZE_BYTES;
+        let Some(raw) = self.get(CF_ONODES, &nid_key(nid))? else { return Ok(None) };
+        let size = Onode::decode(&raw)?.size_bytes;
+        let has_blocks = !self.scan(CF_BLOCKS, &nid_key(nid), &nid_key(nid + 1), 1)?.is_empty();
+        if (size <= inline_max_bytes && !has_blocks) || lb * bs >= size {
+            return Ok(None);
+        }
+        let frags = self.scan(CF_FRAGS, &frag_key(nid, lb, 0), &frag_key(nid, lb + 1, 0), usize::MAX)?;
+        if frags.is_empty() {
+            return Ok(None);
+        }
+        let mut content = vec![0u8; bs as usize];
+        let base = match self.get(CF_BLOCKS, &block_key(nid, lb))? {
+            Some(raw) => {
+                let e = BlockEntry::decode(&raw)?;
+                self.inner.read_blocks(e.physical_block, &mut content)?;
+                if crate::checksum::crc32c(&content) != e.crc32c {
+                    self.inner.counters.checksum_errors.fetch_add(1, Ordering::Relaxed);
+                    return Err(EngineError::Checksum {
+                        object: format!("nid {nid}"),
+                        block: lb,
+                        physical: e.physical_block,
+                    });
+                }
+                Some(e.physical_block)
+            }
+            None => None,
+        };
+        let mut keys = Vec::with_capacity(frags.len());
+        for (k, v) in frags {
+            let (off, data) = decode_frag(&v)?;
+            let off = off as usize;
+            if off + data.len() > content.len() {
+                return Err(EngineError::Corrupt(format!("fragment past its block in nid {nid} block {lb}")));
+            }
+            content[off..off + data.len()].copy_from_slice(data);
+            keys.push(k.to_vec());
+        }
+        Ok(Some((content, base, keys)))
+    }
+
     /// Reads up to `len` bytes at `offset`; shorter at the end of the object.
     pub fn read(&self, nid: Nid, offset: u64, len: u64) -> Result<Vec<u8>> {
         let info = self.stat(nid)?;

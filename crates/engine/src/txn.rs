@@ -159,11 +159,28 @@ pub enum Op {
         key: Vec<u8>,
         expected: Option<Vec<u8>>,
     },
-    /// Lazy sync: merges one block's fragments into a fresh block.
+    /// Lazy sync: merges one block's fragments into a fresh block (in the committer).
     MergeBlock {
         nid: Nid,
         lblock: u64,
     },
+    /// Lazy sync, prepared outside the committer: blocks merged from a snapshot and already written to
+    /// `staged` (block i of `blocks` is the i-th staged block). Each is installed only if its base block
+    /// and fragments are still those it was merged from; otherwise its staged block is freed.
+    InstallMerged {
+        staged: Staged,
+        blocks: Vec<MergedBlock>,
+    },
+}
+
+/// One block merged by lazy sync from a snapshot (see `Op::InstallMerged`).
+#[derive(Debug)]
+pub struct MergedBlock {
+    pub(crate) nid: Nid,
+    pub(crate) lblock: u64,
+    pub(crate) crc32c: u32,
+    pub(crate) expected_base: Option<u64>,
+    pub(crate) frag_keys: Vec<Vec<u8>>,
 }
 
 #[derive(Debug, Default)]

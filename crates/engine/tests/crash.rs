@@ -25,7 +25,7 @@ fn crash_at_random_points() {
     let mut crashed_mid_op = 0;
     for point in 0..points {
         let pick = |runner: &mut TestRunner, n: u64| -> u64 { (0..n).new_tree(runner).unwrap().current() };
-        let countdown = pick(&mut runner, 24);
+        let countdown = pick(&mut runner, 12);
         let mode = if pick(&mut runner, 2) == 0 {
             CrashMode::DropUnflushed
         } else {
