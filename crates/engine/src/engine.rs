@@ -445,10 +445,16 @@ impl Engine {
         let mut txn = Transaction::new().with_priority(Priority::Background);
         for (nid, lb) in candidates {
             match reader.merge_input(nid, lb, self.inner.cfg.inline_max_bytes) {
-                Ok(Some((content, expected_base, frag_keys))) => {
-                    let crc32c = crate::checksum::crc32c(&content);
-                    data.extend_from_slice(&content);
-                    merged.push(crate::txn::MergedBlock { nid, lblock: lb, crc32c, expected_base, frag_keys });
+                Ok(Some(m)) => {
+                    let crc32c = crate::checksum::crc32c(&m.content);
+                    data.extend_from_slice(&m.content);
+                    merged.push(crate::txn::MergedBlock {
+                        nid,
+                        lblock: lb,
+                        crc32c,
+                        expected_base: m.base,
+                        frag_keys: m.frag_keys,
+                    });
                 }
                 // Nothing to merge, or a damaged base (reads report it, scrub names it).
                 Ok(None) | Err(EngineError::Checksum { .. }) => {

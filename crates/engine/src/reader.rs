@@ -18,6 +18,13 @@ type RawEntry = (Box<[u8]>, Box<[u8]>);
 /// Largest single device read issued for a contiguous physical run.
 const MAX_READ_RUN_BYTES: u64 = 4 << 20;
 
+/// A block merged from a snapshot, with what it was merged from.
+pub(crate) struct MergeInput {
+    pub(crate) content: Vec<u8>,
+    pub(crate) base: Option<u64>,
+    pub(crate) frag_keys: Vec<Vec<u8>>,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ObjectInfo {
     pub nid: Nid,
@@ -172,12 +179,7 @@ impl Reader {
     /// What lazy sync needs to merge one block: its merged content, the base block it was merged over and
     /// the fragment keys it absorbed. None when there is nothing to merge (object gone, wholly in the KV
     /// store, block past the end, no fragments).
-    pub(crate) fn merge_input(
-        &self,
-        nid: Nid,
-        lb: u64,
-        inline_max_bytes: u64,
-    ) -> Result<Option<(Vec<u8>, Option<u64>, Vec<Vec<u8>>)>> {
+    pub(crate) fn merge_input(&self, nid: Nid, lb: u64, inline_max_bytes: u64) -> Result<Option<MergeInput>> {
         let bs = BLOCK_SIZE_BYTES;
         let Some(raw) = self.get(CF_ONODES, &nid_key(nid))? else { return Ok(None) };
         let size = Onode::decode(&raw)?.size_bytes;
@@ -216,7 +218,7 @@ impl Reader {
             content[off..off + data.len()].copy_from_slice(data);
             keys.push(k.to_vec());
         }
-        Ok(Some((content, base, keys)))
+        Ok(Some(MergeInput { content, base, frag_keys: keys }))
     }
 
     /// Reads up to `len` bytes at `offset`; shorter at the end of the object.
