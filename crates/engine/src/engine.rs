@@ -338,13 +338,7 @@ impl Engine {
                 continue;
             }
             let Op::Write { coll, name, offset, data } = op else { unreachable!("checked by needs") };
-            if data.len() > self.inner.cfg.max_op_data_bytes {
-                return Err(EngineError::Limit(format!(
-                    "{} bytes in one write op (maximum {}); stage larger writes",
-                    data.len(),
-                    self.inner.cfg.max_op_data_bytes
-                )));
-            }
+            crate::plan::check_op_data_len(data.len(), self.inner.cfg.max_op_data_bytes)?;
             let end = offset + data.len() as u64;
             let first_whole = offset.div_ceil(bs) * bs;
             let last_whole = end / bs * bs;

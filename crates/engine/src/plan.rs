@@ -162,13 +162,7 @@ impl Planner<'_, '_> {
     }
 
     fn check_data_len(&self, len: usize) -> Result<()> {
-        if len > self.inner.cfg.max_op_data_bytes {
-            return Err(EngineError::Limit(format!(
-                "{len} bytes in one write op (maximum {}); stage larger writes",
-                self.inner.cfg.max_op_data_bytes
-            )));
-        }
-        Ok(())
+        check_op_data_len(len, self.inner.cfg.max_op_data_bytes)
     }
 
     // ---- collections -------------------------------------------------------------------------------
@@ -364,7 +358,6 @@ impl Planner<'_, '_> {
                 "a clone_range length that is not block-aligned must end both objects".into(),
             ));
         }
-        let src_inline = self.is_inline(src_nid, &src_onode)?;
         let dst_was_inline = self.is_inline(dst_nid, &dst_onode)?;
         let blocks = len.div_ceil(bs);
         let first_src = src_offset / bs;
@@ -376,7 +369,7 @@ impl Planner<'_, '_> {
             match src_blocks.get(&slb) {
                 Some(entry) => {
                     self.share_block(entry.physical_block)?;
-                    self.set_block(dst_nid, dlb, *entry)?;
+                    self.set_block_unmarked(dst_nid, dlb, *entry)?;
                 }
                 None => self.clear_block(dst_nid, dlb)?,
             }
@@ -388,7 +381,6 @@ impl Planner<'_, '_> {
                 self.view.top.put(CF_FRAGS, &frag_key(dst_nid, dlb, seq), v);
             }
         }
-        let _ = src_inline;
         if dst_was_inline && dst_end > self.inner.cfg.inline_max_bytes {
             self.index_existing_frags(dst_nid)?;
         }
@@ -609,28 +601,12 @@ impl Planner<'_, '_> {
 
     /// The current content of one logical block: base block (checked) with fragments applied in order.
     fn block_content(&self, nid: Nid, lb: u64) -> Result<Vec<u8>> {
-        let bs = BLOCK_SIZE_BYTES as usize;
-        let mut content = vec![0u8; bs];
+        let mut content = vec![0u8; BLOCK_SIZE_BYTES as usize];
         if let Some(raw) = self.view.get(CF_BLOCKS, &block_key(nid, lb))? {
-            let entry = BlockEntry::decode(&raw)?;
-            self.inner.read_blocks(entry.physical_block, &mut content)?;
-            if crate::checksum::crc32c(&content) != entry.crc32c {
-                self.inner.counters.checksum_errors.fetch_add(1, Ordering::Relaxed);
-                return Err(EngineError::Checksum {
-                    object: format!("nid {nid}"),
-                    block: lb,
-                    physical: entry.physical_block,
-                });
-            }
+            read_verified_block(self.inner, nid, lb, &BlockEntry::decode(&raw)?, &mut content)?;
         }
-        for (_, v) in self.view.scan(CF_FRAGS, &frag_key(nid, lb, 0), &frag_key(nid, lb + 1, 0), usize::MAX)? {
-            let (off, data) = decode_frag(&v)?;
-            let off = off as usize;
-            if off + data.len() > bs {
-                return Err(EngineError::Corrupt(format!("fragment past its block in nid {nid} block {lb}")));
-            }
-            content[off..off + data.len()].copy_from_slice(data);
-        }
+        let frags = self.view.scan(CF_FRAGS, &frag_key(nid, lb, 0), &frag_key(nid, lb + 1, 0), usize::MAX)?;
+        apply_fragments(&mut content, nid, lb, frags.iter().map(|(_, v)| v.as_slice()))?;
         Ok(content)
     }
 
@@ -695,10 +671,6 @@ impl Planner<'_, '_> {
         }
         self.ts.frag_deltas.push(FragDelta::ClearBlock(nid, lb));
         Ok(())
-    }
-
-    fn set_block(&mut self, nid: Nid, lb: u64, entry: BlockEntry) -> Result<()> {
-        self.set_block_unmarked(nid, lb, entry)
     }
 
     /// Removes a logical block and its fragments (a hole reads as zeros).
@@ -783,6 +755,42 @@ impl Planner<'_, '_> {
         self.view.top.put(CF_REFS, &key, (count + 1).to_be_bytes().to_vec());
         Ok(())
     }
+}
+
+/// The size limit of data carried inside one Write/Append op.
+pub(crate) fn check_op_data_len(len: usize, max: usize) -> Result<()> {
+    if len > max {
+        return Err(EngineError::Limit(format!("{len} bytes in one write op (maximum {max}); stage larger writes")));
+    }
+    Ok(())
+}
+
+/// Reads one physical block into `out` and checks it against its block-map checksum.
+pub(crate) fn read_verified_block(inner: &Inner, nid: Nid, lb: u64, entry: &BlockEntry, out: &mut [u8]) -> Result<()> {
+    inner.read_blocks(entry.physical_block, out)?;
+    if crate::checksum::crc32c(out) != entry.crc32c {
+        inner.counters.checksum_errors.fetch_add(1, Ordering::Relaxed);
+        return Err(EngineError::Checksum { object: format!("nid {nid}"), block: lb, physical: entry.physical_block });
+    }
+    Ok(())
+}
+
+/// Applies a block's fragment values, in key (write) order, over its content.
+pub(crate) fn apply_fragments<'a>(
+    content: &mut [u8],
+    nid: Nid,
+    lb: u64,
+    values: impl Iterator<Item = &'a [u8]>,
+) -> Result<()> {
+    for v in values {
+        let (off, data) = decode_frag(v)?;
+        let off = off as usize;
+        if off + data.len() > content.len() {
+            return Err(EngineError::Corrupt(format!("fragment past its block in nid {nid} block {lb}")));
+        }
+        content[off..off + data.len()].copy_from_slice(data);
+    }
+    Ok(())
 }
 
 fn check_attr(key: &[u8], value: Option<&[u8]>) -> Result<()> {

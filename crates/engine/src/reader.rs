@@ -195,29 +195,13 @@ impl Reader {
         let base = match self.get(CF_BLOCKS, &block_key(nid, lb))? {
             Some(raw) => {
                 let e = BlockEntry::decode(&raw)?;
-                self.inner.read_blocks(e.physical_block, &mut content)?;
-                if crate::checksum::crc32c(&content) != e.crc32c {
-                    self.inner.counters.checksum_errors.fetch_add(1, Ordering::Relaxed);
-                    return Err(EngineError::Checksum {
-                        object: format!("nid {nid}"),
-                        block: lb,
-                        physical: e.physical_block,
-                    });
-                }
+                crate::plan::read_verified_block(&self.inner, nid, lb, &e, &mut content)?;
                 Some(e.physical_block)
             }
             None => None,
         };
-        let mut keys = Vec::with_capacity(frags.len());
-        for (k, v) in frags {
-            let (off, data) = decode_frag(&v)?;
-            let off = off as usize;
-            if off + data.len() > content.len() {
-                return Err(EngineError::Corrupt(format!("fragment past its block in nid {nid} block {lb}")));
-            }
-            content[off..off + data.len()].copy_from_slice(data);
-            keys.push(k.to_vec());
-        }
+        crate::plan::apply_fragments(&mut content, nid, lb, frags.iter().map(|(_, v)| &v[..]))?;
+        let keys = frags.into_iter().map(|(k, _)| k.to_vec()).collect();
         Ok(Some(MergeInput { content, base, frag_keys: keys }))
     }
 

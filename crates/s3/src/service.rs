@@ -3,9 +3,6 @@
 
 use crate::checksum::{Algo, Expectations, verified_body};
 use crate::errors::to_s3;
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD as B64;
-use bytes::Bytes;
 use futures::StreamExt;
 use mosaic_layer::{
     ByteStream, CompletePart, LayerError, ListQuery, ObjectLayer, ObjectMeta, Precondition, PutOptions, RangeRequest,
@@ -865,14 +862,4 @@ impl S3 for MosaicS3 {
             ..Default::default()
         }))
     }
-}
-
-#[allow(dead_code)]
-fn b64(data: &[u8]) -> String {
-    B64.encode(data)
-}
-
-#[allow(dead_code)]
-fn bytes_of(s: &str) -> Bytes {
-    Bytes::copy_from_slice(s.as_bytes())
 }
