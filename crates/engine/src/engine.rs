@@ -219,6 +219,12 @@ impl Engine {
             Some(u) if u.as_slice() == sb.uuid => {}
             _ => return Err(EngineError::NotADrive("the database belongs to another device".into())),
         }
+        // Every KV record format is versioned by this one number (records without their own version
+        // byte rely on it; RocksDB checksums every block and WAL record).
+        let kv_format = db.get(META_FORMAT)?.and_then(|v| v.try_into().ok()).map(u32::from_be_bytes);
+        if kv_format != Some(FORMAT_VERSION) {
+            return Err(EngineError::UnsupportedVersion { found: kv_format.unwrap_or(0), supported: FORMAT_VERSION });
+        }
         let total_blocks = sb.device_size_bytes / BLOCK_SIZE_BYTES;
         let mut groups = Vec::new();
         for item in db.iterator_cf(crate::kv::cf(&db, CF_ALLOC)?, rocksdb::IteratorMode::Start) {

@@ -172,3 +172,46 @@ fn staged_blocks_of_a_failed_transaction_are_reused() {
     assert!(d.read_all(b"x").is_none());
     assert!(d.engine().check().unwrap().is_clean());
 }
+
+#[test]
+fn limits_hold_at_the_limit_and_fail_past_it() {
+    let d = SimDrive::new(EngineConfig { max_op_data_bytes: 1 << 20, ..config() });
+    let submit = |op: Op| d.engine().submit(Transaction::new().op(op));
+    let name = |n: usize| vec![b'n'; n];
+    submit(Op::Create { coll: d.coll, name: name(MAX_NAME_BYTES) }).unwrap();
+    let e = submit(Op::Create { coll: d.coll, name: name(MAX_NAME_BYTES + 1) }).unwrap_err();
+    assert!(matches!(e, EngineError::InvalidArgument(_)), "{e}");
+    let obj = name(MAX_NAME_BYTES);
+    let attr =
+        |k: usize, v: usize| Op::SetAttr { coll: d.coll, name: obj.clone(), key: vec![b'k'; k], value: vec![0; v] };
+    submit(attr(MAX_ATTR_KEY_BYTES, MAX_ATTR_VALUE_BYTES)).unwrap();
+    assert!(matches!(submit(attr(MAX_ATTR_KEY_BYTES + 1, 1)).unwrap_err(), EngineError::InvalidArgument(_)));
+    assert!(matches!(submit(attr(1, MAX_ATTR_VALUE_BYTES + 1)).unwrap_err(), EngineError::Limit(_)));
+    // One op carries at most max_op_data_bytes, aligned or not.
+    let write = |offset: u64, len: usize| Op::Write { coll: d.coll, name: obj.clone(), offset, data: vec![7; len] };
+    submit(write(0, 1 << 20)).unwrap();
+    assert!(matches!(submit(write(0, (1 << 20) + 1)).unwrap_err(), EngineError::Limit(_)));
+    assert!(matches!(submit(write(100, (1 << 20) + 1)).unwrap_err(), EngineError::Limit(_)));
+    let e = submit(write(MAX_OBJECT_BYTES, 1)).unwrap_err();
+    assert!(matches!(e, EngineError::Limit(_)), "{e}");
+    assert_eq!(d.read_all(&obj).unwrap(), vec![7; 1 << 20]);
+    assert!(d.engine().check().unwrap().is_clean());
+}
+
+#[test]
+fn a_database_of_another_format_version_is_refused() {
+    let mut d = SimDrive::new(config());
+    d.engine().close().unwrap();
+    d.engine = None;
+    {
+        let db = rocksdb::DB::open_cf(
+            &rocksdb::Options::default(),
+            d.dir.path().join("kv"),
+            ["names", "onodes", "blocks", "frags", "attrs", "omap", "alloc", "refs"],
+        )
+        .unwrap();
+        db.put(b"format_version", 99u32.to_be_bytes()).unwrap();
+    }
+    let e = d.reopen_result(config()).unwrap_err();
+    assert!(matches!(e, EngineError::UnsupportedVersion { found: 99, .. }), "{e}");
+}

@@ -244,6 +244,12 @@ async fn copy_delete_tags(default_checksums: bool) {
     assert!(r.deleted().is_empty());
     let e = c.head_object().bucket("dst").key("dst2").send().await.unwrap_err();
     assert_eq!(status(&e), 404);
+    // 1,000 keys is the limit of one DeleteObjects request.
+    let keys: Vec<String> = (0..1001).map(|i| format!("x{i}")).collect();
+    let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+    c.delete_objects().bucket("dst").delete(ids(&refs[..1000]).quiet(true).build().unwrap()).send().await.unwrap();
+    let e = c.delete_objects().bucket("dst").delete(ids(&refs).build().unwrap()).send().await.unwrap_err();
+    assert_eq!(code(&e), "MalformedXML");
     c.delete_object().bucket("dst").key("never-existed").send().await.unwrap();
     let check = s.engine.check().unwrap();
     assert!(check.is_clean(), "{check:?}");
