@@ -587,7 +587,7 @@ impl Inner {
                 self.fail(format!("device write failed at byte {off}: {e}"));
                 return Err(e.into());
             }
-            self.counters.record_write(n as u64);
+            self.counters.record_write(off, n as u64);
             done += n;
         }
         Ok(())

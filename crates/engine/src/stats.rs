@@ -1,11 +1,13 @@
 //! The engine's counters (DESIGN.md 3.6): what the papers measure, kept as atomics so the hot path only
 //! does relaxed increments. `EngineStats` is a point-in-time copy for benches and Prometheus.
 
+use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// Histogram buckets of IO sizes: 4 KiB, 8 KiB, ... 4 MiB and larger (11 buckets).
 pub const IO_SIZE_BUCKETS: usize = 11;
-/// Histogram buckets of sequential run lengths in blocks: 1, 2-3, 4-7, ... 1024 and more (11 buckets).
+/// Histogram buckets of sequential run lengths (consecutive device writes each starting where the previous
+/// ended, paper 000's "sequential chain length") in blocks: 1, 2-3, 4-7, ... 1024 and more (11 buckets).
 pub const RUN_BUCKETS: usize = 11;
 
 #[derive(Default)]
@@ -24,6 +26,8 @@ pub struct Counters {
     pub io_size_hist: [AtomicU64; IO_SIZE_BUCKETS],
     pub write_run_hist: [AtomicU64; RUN_BUCKETS],
     pub queue_depth: [AtomicU64; 3],
+    /// The run being extended: (device offset where it ends, its length in bytes).
+    current_run: Mutex<(u64, u64)>,
 }
 
 fn log2_bucket(v: u64, buckets: usize) -> usize {
@@ -31,10 +35,19 @@ fn log2_bucket(v: u64, buckets: usize) -> usize {
 }
 
 impl Counters {
-    pub fn record_write(&self, bytes: u64) {
+    pub fn record_write(&self, offset_bytes: u64, bytes: u64) {
         self.device_bytes_written.fetch_add(bytes, Relaxed);
         self.io_size_hist[log2_bucket(bytes / 4096, IO_SIZE_BUCKETS)].fetch_add(1, Relaxed);
-        self.write_run_hist[log2_bucket(bytes / 4096, RUN_BUCKETS)].fetch_add(1, Relaxed);
+        let mut run = self.current_run.lock();
+        if run.0 == offset_bytes && run.1 > 0 {
+            run.1 += bytes;
+        } else {
+            if run.1 > 0 {
+                self.write_run_hist[log2_bucket(run.1 / 4096, RUN_BUCKETS)].fetch_add(1, Relaxed);
+            }
+            run.1 = bytes;
+        }
+        run.0 = offset_bytes + bytes;
     }
 
     pub fn record_read(&self, bytes: u64) {
@@ -94,5 +107,24 @@ pub fn load(c: &Counters) -> EngineStats {
         write_run_hist: c.write_run_hist.iter().map(|a| a.load(Relaxed)).collect(),
         queue_depth: [c.queue_depth[0].load(Relaxed), c.queue_depth[1].load(Relaxed), c.queue_depth[2].load(Relaxed)],
         ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn adjacent_writes_make_one_run() {
+        let c = Counters::default();
+        for i in 0..4 {
+            c.record_write(i * 4096, 4096); // one run of 4 blocks
+        }
+        c.record_write(1 << 20, 4096); // a new run: the 4-block run is recorded
+        c.record_write(0, 8192); // another new run: the 1-block run is recorded
+        let s = load(&c);
+        assert_eq!(s.write_run_hist[2], 1, "{:?}", s.write_run_hist);
+        assert_eq!(s.write_run_hist[0], 1, "{:?}", s.write_run_hist);
+        assert_eq!(s.device_bytes_written, 4 * 4096 + 4096 + 8192);
     }
 }
