@@ -1,9 +1,9 @@
 //! Shared report helpers: latency summaries and process memory.
 
 use hdrhistogram::Histogram;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-#[derive(Serialize, Clone, Debug, Default, PartialEq)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 pub struct Latency {
     pub latency_us_p50: u64,
     pub latency_us_p90: u64,

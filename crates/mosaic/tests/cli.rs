@@ -1,29 +1,13 @@
 //! The `mosaic` binary as a user runs it: help and version, configuration errors, a server started on an
 //! empty directory, restarted on its data, refused on a foreign directory, and stopped by SIGTERM.
 
+mod support;
+
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
-
-fn mosaic() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_mosaic"));
-    for (k, _) in std::env::vars() {
-        if k.starts_with("MOSAIC_") {
-            c.env_remove(k);
-        }
-    }
-    c
-}
-
-fn run(args: &[&str]) -> (i32, String, String) {
-    let out = mosaic().args(args).output().unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into(),
-        String::from_utf8_lossy(&out.stderr).into(),
-    )
-}
+use support::{mosaic, printed, run, start, stop};
 
 #[test]
 fn help_and_version() {
@@ -149,76 +133,6 @@ fn refuses_a_foreign_directory() {
     assert_eq!(code, 2);
     assert!(err.contains("refusing") && err.contains("thesis.tex"), "{err}");
     assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 1, "nothing may be written into a foreign directory");
-}
-
-struct Server {
-    child: Child,
-    s3: String,
-    admin: String,
-    stdout: std::sync::mpsc::Receiver<String>,
-}
-
-/// Starts a server on ephemeral ports and waits for its "serving" log line.
-fn start(data: &Path) -> Server {
-    let mut child = mosaic()
-        .args([
-            "server",
-            "--data",
-            data.to_str().unwrap(),
-            "--s3-address",
-            "127.0.0.1:0",
-            "--admin-address",
-            "127.0.0.1:0",
-            "--log-format",
-            "json",
-            "--drive-size",
-            "256MiB",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    let out = child.stdout.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(out).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    let stderr = child.stderr.take().unwrap();
-    let mut lines = BufReader::new(stderr).lines();
-    let (s3, admin) = loop {
-        let line = lines.next().expect("server exited before serving").unwrap();
-        let v: serde_json::Value = match serde_json::from_str(&line) {
-            Ok(v) => v,
-            Err(_) => continue,
-        };
-        if v["message"] == "mosaic is serving" {
-            break (v["s3"].as_str().unwrap().to_string(), v["admin"].as_str().unwrap().to_string());
-        }
-    };
-    // Keep draining stderr so the server never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
-    Server { child, s3, admin, stdout: rx }
-}
-
-/// Reads printed lines until one starts with `label` and returns the rest of it.
-fn printed(s: &Server, label: &str) -> String {
-    loop {
-        let line = s.stdout.recv().expect("stdout ended before the line was printed");
-        if let Some(v) = line.trim().strip_prefix(label) {
-            return v.trim().to_string();
-        }
-    }
-}
-
-/// Sends SIGTERM; returns the exit code and everything printed on stdout that was not read yet.
-fn stop(mut s: Server) -> (i32, String) {
-    // SAFETY: plain kill(2) on our child.
-    unsafe { libc::kill(s.child.id() as i32, libc::SIGTERM) };
-    let code = s.child.wait().unwrap().code().unwrap_or(-1);
-    let rest: Vec<String> = s.stdout.iter().collect();
-    (code, rest.join("\n"))
 }
 
 fn http_get(url: &str) -> (u16, String) {

@@ -1,0 +1,212 @@
+//! The S3 calls the bench makes, through aws-sdk-s3 with retries off (a retried error would hide a
+//! failure) and a per-operation timeout. Bodies stream from the pool and are verified while they stream.
+
+use super::body::{BodySpec, Pool, PoolBody, Verifier, VerifyMode, key_hash};
+use super::recorder::ErrorClass;
+use aws_credential_types::Credentials;
+use aws_sdk_s3::config::{BehaviorVersion, Region, RequestChecksumCalculation, ResponseChecksumValidation};
+use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_s3::primitives::{ByteStream, SdkBody};
+use aws_smithy_types::retry::RetryConfig;
+use std::future::Future;
+use std::time::Duration;
+
+pub type OpError = (ErrorClass, String);
+
+pub struct ListPage {
+    pub keys: u64,
+    pub prefixes: Vec<String>,
+    pub next: Option<String>,
+}
+
+#[derive(Clone)]
+pub struct BenchClient {
+    s3: aws_sdk_s3::Client,
+    pool: Pool,
+    timeout: Duration,
+}
+
+/// Metadata that marks an object high-priority for stores that honour it (Mosaic); others keep it as
+/// plain user metadata.
+pub const PRIORITY_META_KEY: &str = "mosaic-priority";
+
+impl BenchClient {
+    pub fn new(
+        endpoint: &str,
+        access_key: &str,
+        secret_key: &str,
+        region: &str,
+        pool: Pool,
+        timeout: Duration,
+    ) -> Self {
+        let conf = aws_sdk_s3::Config::builder()
+            .behavior_version(BehaviorVersion::latest())
+            .region(Region::new(region.to_string()))
+            .endpoint_url(endpoint)
+            .credentials_provider(Credentials::new(access_key, secret_key, None, None, "mosaic-bench"))
+            .force_path_style(true)
+            // Same work for every store: no SDK checksums beyond what S3 requires, no retries.
+            .request_checksum_calculation(RequestChecksumCalculation::WhenRequired)
+            .response_checksum_validation(ResponseChecksumValidation::WhenRequired)
+            .retry_config(RetryConfig::disabled())
+            .build();
+        BenchClient { s3: aws_sdk_s3::Client::from_conf(conf), pool, timeout }
+    }
+
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    async fn timed<T, F: Future<Output = Result<T, OpError>>>(&self, f: F) -> Result<T, OpError> {
+        match tokio::time::timeout(self.timeout, f).await {
+            Ok(r) => r,
+            Err(_) => Err((ErrorClass::Timeout, format!("no answer within {:?}", self.timeout))),
+        }
+    }
+
+    pub async fn create_bucket(&self, bucket: &str) -> Result<(), OpError> {
+        let r = self.timed(async { self.s3.create_bucket().bucket(bucket).send().await.map_err(classify) }).await;
+        match r {
+            Err((ErrorClass::Http(_, code), _)) if code == "BucketAlreadyOwnedByYou" => Ok(()),
+            other => other.map(|_| ()),
+        }
+    }
+
+    pub async fn delete_bucket(&self, bucket: &str) -> Result<(), OpError> {
+        self.timed(async { self.s3.delete_bucket().bucket(bucket).send().await.map(|_| ()).map_err(classify) }).await
+    }
+
+    /// PUT of a self-verifying body; returns the bytes sent.
+    pub async fn put(
+        &self,
+        bucket: &str,
+        key: &str,
+        size: u64,
+        pool_offset: u64,
+        priority: bool,
+    ) -> Result<u64, OpError> {
+        let spec = BodySpec { key_hash: key_hash(key), len: size, pool_offset };
+        let body = ByteStream::new(SdkBody::from_body_1_x(PoolBody::object(&self.pool, spec)));
+        let mut req = self.s3.put_object().bucket(bucket).key(key).content_length(size as i64).body(body);
+        if priority {
+            req = req.metadata(PRIORITY_META_KEY, "high");
+        }
+        self.timed(async { req.send().await.map(|_| size).map_err(classify) }).await
+    }
+
+    /// S3 append (x-amz-write-offset-bytes) of `len` bytes of the key's stream at `offset`.
+    pub async fn append(&self, bucket: &str, key: &str, offset: u64, len: u64) -> Result<u64, OpError> {
+        let body = ByteStream::new(SdkBody::from_body_1_x(PoolBody::append(&self.pool, key_hash(key), offset, len)));
+        let req = self
+            .s3
+            .put_object()
+            .bucket(bucket)
+            .key(key)
+            .content_length(len as i64)
+            .write_offset_bytes(offset as i64)
+            .body(body);
+        self.timed(async { req.send().await.map(|_| len).map_err(classify) }).await
+    }
+
+    /// GET, verified byte by byte; `expected_len` is what this client last wrote.
+    pub async fn get(&self, bucket: &str, key: &str, mode: VerifyMode, expected_len: u64) -> Result<u64, OpError> {
+        self.timed(async {
+            let out = self.s3.get_object().bucket(bucket).key(key).send().await.map_err(classify)?;
+            let mut verifier = Verifier::new(&self.pool, key, mode);
+            let mut body = out.body;
+            loop {
+                match body.try_next().await {
+                    Ok(Some(chunk)) => verifier.update(&chunk),
+                    Ok(None) => break,
+                    Err(e) => return Err((ErrorClass::Transport, format!("reading the body: {e}"))),
+                }
+            }
+            let n = verifier.finish().map_err(|e| (ErrorClass::Verify, format!("{key}: {e}")))?;
+            if n != expected_len {
+                return Err((ErrorClass::Verify, format!("{key}: {n} bytes read back, {expected_len} written")));
+            }
+            Ok(n)
+        })
+        .await
+    }
+
+    pub async fn delete(&self, bucket: &str, key: &str) -> Result<u64, OpError> {
+        self.timed(async { self.s3.delete_object().bucket(bucket).key(key).send().await.map(|_| 0).map_err(classify) })
+            .await
+    }
+
+    /// One ListObjectsV2 page.
+    pub async fn list_page(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        delimiter: Option<&str>,
+        token: Option<String>,
+        max_keys: i32,
+    ) -> Result<ListPage, OpError> {
+        self.timed(async {
+            let out = self
+                .s3
+                .list_objects_v2()
+                .bucket(bucket)
+                .prefix(prefix)
+                .max_keys(max_keys)
+                .set_delimiter(delimiter.map(str::to_string))
+                .set_continuation_token(token)
+                .send()
+                .await
+                .map_err(classify)?;
+            let next =
+                if out.is_truncated() == Some(true) { out.next_continuation_token().map(str::to_string) } else { None };
+            let prefixes = out.common_prefixes().iter().filter_map(|p| p.prefix().map(str::to_string)).collect();
+            Ok(ListPage { keys: out.contents().len() as u64, prefixes, next })
+        })
+        .await
+    }
+
+    /// Removes every object of the bucket (1,000 keys per DeleteObjects), not timed.
+    pub async fn empty_bucket(&self, bucket: &str) -> Result<u64, OpError> {
+        use aws_sdk_s3::types::{Delete, ObjectIdentifier};
+        let mut removed = 0;
+        loop {
+            let out = self
+                .timed(async { self.s3.list_objects_v2().bucket(bucket).max_keys(1000).send().await.map_err(classify) })
+                .await?;
+            let ids: Vec<ObjectIdentifier> = out
+                .contents()
+                .iter()
+                .filter_map(|o| ObjectIdentifier::builder().set_key(o.key().map(str::to_string)).build().ok())
+                .collect();
+            if ids.is_empty() {
+                return Ok(removed);
+            }
+            removed += ids.len() as u64;
+            let del = Delete::builder()
+                .set_objects(Some(ids))
+                .quiet(true)
+                .build()
+                .map_err(|e| (ErrorClass::Transport, e.to_string()))?;
+            self.timed(async { self.s3.delete_objects().bucket(bucket).delete(del).send().await.map_err(classify) })
+                .await?;
+        }
+    }
+}
+
+/// Error class of an SDK error: the HTTP status and S3 code when the server answered.
+fn classify<E: ProvideErrorMetadata + std::fmt::Debug>(
+    e: SdkError<E, aws_sdk_s3::config::http::HttpResponse>,
+) -> OpError {
+    match &e {
+        SdkError::ServiceError(s) => {
+            let status = s.raw().status().as_u16();
+            let code = s.err().code().unwrap_or("").to_string();
+            let msg = s.err().message().unwrap_or("").to_string();
+            (ErrorClass::Http(status, code.clone()), format!("{status} {code} {msg}"))
+        }
+        SdkError::TimeoutError(_) => (ErrorClass::Timeout, format!("{e:?}")),
+        SdkError::ResponseError(r) => {
+            (ErrorClass::Http(r.raw().status().as_u16(), String::new()), format!("unreadable response: {e:?}"))
+        }
+        _ => (ErrorClass::Transport, format!("{e:?}")),
+    }
+}

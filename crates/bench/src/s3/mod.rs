@@ -1,0 +1,164 @@
+//! `mosaic bench s3`: the papers' workloads against any S3 endpoint. A run prepares the objects it needs,
+//! warms up (not measured), runs `concurrency` workers until the duration or the operation count is
+//! reached, verifies every body it reads, and reports per-operation throughput, latency percentiles from
+//! HDR histograms, errors by class and a once-a-second timeline.
+
+pub mod body;
+pub mod client;
+pub mod output;
+pub mod plan;
+pub mod recorder;
+mod run;
+
+pub use plan::{OpKind, S3Workload, SizeRange};
+pub use recorder::OpResult;
+pub use run::run_s3_bench;
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+#[derive(Clone, Debug)]
+pub struct S3BenchOptions {
+    pub endpoint: String,
+    pub access_key: String,
+    pub secret_key: String,
+    pub region: String,
+    pub workload: S3Workload,
+    /// Upper bound of the measured phase.
+    pub duration: Duration,
+    /// Upper bound on measured operations, split evenly between workers.
+    pub ops: Option<u64>,
+    pub warmup: Duration,
+    pub concurrency: usize,
+    pub objects: Option<u64>,
+    pub size: Option<SizeRange>,
+    pub seed: u64,
+    pub bucket: String,
+    /// Per-operation timeout; an operation over it counts as a `timeout` error.
+    pub timeout: Duration,
+    /// `list`: spread the objects under this many prefixes.
+    pub prefixes: u64,
+    /// `priority`: the reader's deadline and its interval between reads.
+    pub deadline: Duration,
+    pub interval: Duration,
+    /// `tenants`: the two workloads and optional sizes.
+    pub tenants: Vec<(S3Workload, Option<SizeRange>)>,
+    /// Leave the objects in place after the run (they are removed by default).
+    pub keep: bool,
+    /// Print a live progress line on stderr.
+    pub progress: bool,
+}
+
+impl S3BenchOptions {
+    /// Options with the defaults the CLI uses; tests override what they need.
+    pub fn new(endpoint: &str, access_key: &str, secret_key: &str, workload: S3Workload) -> S3BenchOptions {
+        S3BenchOptions {
+            endpoint: endpoint.to_string(),
+            access_key: access_key.to_string(),
+            secret_key: secret_key.to_string(),
+            region: "us-east-1".into(),
+            workload,
+            duration: Duration::from_secs(30),
+            ops: None,
+            warmup: Duration::from_secs(2),
+            concurrency: 16,
+            objects: None,
+            size: None,
+            seed: 1,
+            bucket: "mosaic-bench".into(),
+            timeout: Duration::from_secs(60),
+            prefixes: 1,
+            deadline: Duration::from_millis(50),
+            interval: Duration::from_millis(10),
+            tenants: vec![(S3Workload::CosbenchB, None), (S3Workload::CosbenchD, None)],
+            keep: false,
+            progress: false,
+        }
+    }
+}
+
+/// The configuration as run, recorded in the result.
+#[derive(Serialize, Deserialize, Clone, Debug, Default)]
+pub struct RunConfig {
+    pub concurrency: usize,
+    pub objects: u64,
+    pub size_min_bytes: u64,
+    pub size_max_bytes: u64,
+    pub seed: u64,
+    pub duration_s: f64,
+    pub ops_limit: Option<u64>,
+    pub warmup_s: f64,
+    pub timeout_s: f64,
+    pub bucket: String,
+    pub prefixes: u64,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default)]
+pub struct Totals {
+    pub ops: u64,
+    pub errors: u64,
+    pub ops_per_s: f64,
+    pub mib_per_s: f64,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default)]
+pub struct TimePoint {
+    pub t_s: f64,
+    pub ops_per_s: f64,
+    pub mib_per_s: f64,
+    pub errors: u64,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default)]
+pub struct ListResult {
+    pub objects: u64,
+    pub prefixes: u64,
+    pub keys_listed_flat: u64,
+    pub keys_per_s_flat: f64,
+    pub keys_listed_delimited: u64,
+    pub keys_per_s_delimited: f64,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default)]
+pub struct PriorityResult {
+    pub deadline_ms: f64,
+    pub interval_ms: f64,
+    pub reads: u64,
+    /// Reads slower than the deadline or failed.
+    pub deadline_misses: u64,
+    pub writer_mib_per_s: f64,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default)]
+pub struct VerifyResult {
+    pub objects: u64,
+    pub errors: u64,
+    pub first_error: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default)]
+pub struct S3BenchResult {
+    pub workload: String,
+    pub endpoint: String,
+    pub started_at: String,
+    pub config: RunConfig,
+    /// Length of the measured phase.
+    pub seconds: f64,
+    pub operations: BTreeMap<String, OpResult>,
+    pub total: Totals,
+    pub first_error: Option<String>,
+    pub timeline: Vec<TimePoint>,
+    /// XOR of a hash of every step issued (worker, sequence, operation, key, size): equal for two runs that
+    /// issued the same keys and sizes.
+    pub plan_digest: String,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub list: Option<ListResult>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub priority: Option<PriorityResult>,
+    /// Read-back of every object after the run (append streams).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub verification: Option<VerifyResult>,
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub tenants: Vec<S3BenchResult>,
+}

@@ -1,0 +1,568 @@
+//! Running a workload: prepare, warm up, measure with bounded workers, verify, clean up.
+
+use super::body::{Pool, VerifyMode};
+use super::client::BenchClient;
+use super::plan::{OpKind, S3Workload, SizeRange, Step, WorkerPlan, step_hash};
+use super::recorder::Recorder;
+use super::{ListResult, PriorityResult, RunConfig, S3BenchOptions, S3BenchResult, TimePoint, Totals, VerifyResult};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+/// Limits on what a run may ask for.
+const CONCURRENCY_MAX: usize = 1024;
+const OBJECTS_MAX: u64 = 10_000_000;
+const OBJECT_SIZE_MAX_BYTES: u64 = 5 * 1024 * 1024 * 1024;
+const DURATION_MAX: Duration = Duration::from_secs(24 * 3600);
+const PREFIXES_MAX: u64 = 100_000;
+const PRIORITY_OBJECT_BYTES: u64 = 64 * 1024;
+const PRIORITY_KEY: &str = "priority-hot";
+const LIST_PAGE_KEYS: i32 = 1000;
+
+pub async fn run_s3_bench(o: &S3BenchOptions) -> Result<S3BenchResult, String> {
+    validate(o)?;
+    let client = BenchClient::new(&o.endpoint, &o.access_key, &o.secret_key, &o.region, Pool::new(o.seed), o.timeout);
+    match o.workload {
+        S3Workload::Tenants => run_tenants(o, &client).await,
+        S3Workload::List => run_list(o, &client).await,
+        S3Workload::Priority => run_priority(o, &client).await,
+        w => run_mix(o, &client, w, &o.bucket, o.size, "").await,
+    }
+}
+
+fn validate(o: &S3BenchOptions) -> Result<(), String> {
+    if o.concurrency == 0 || o.concurrency > CONCURRENCY_MAX {
+        return Err(format!("--concurrency must be 1..={CONCURRENCY_MAX}, not {}", o.concurrency));
+    }
+    if o.objects.is_some_and(|n| n > OBJECTS_MAX) {
+        return Err(format!("--objects must be at most {OBJECTS_MAX}"));
+    }
+    let sizes = o.size.iter().chain(o.tenants.iter().filter_map(|t| t.1.as_ref()));
+    for s in sizes {
+        if s.min > s.max || s.max > OBJECT_SIZE_MAX_BYTES {
+            return Err(format!("--size must be MIN-MAX with MIN <= MAX <= 5GiB, not {}-{}", s.min, s.max));
+        }
+    }
+    if o.duration.is_zero() || o.duration > DURATION_MAX {
+        return Err("--duration must be between 1s and 24h".into());
+    }
+    if o.ops == Some(0) {
+        return Err("--ops must be at least 1".into());
+    }
+    if o.timeout.is_zero() {
+        return Err("--timeout must be above zero".into());
+    }
+    if o.prefixes == 0 || o.prefixes > PREFIXES_MAX {
+        return Err(format!("--prefixes must be 1..={PREFIXES_MAX}"));
+    }
+    if o.interval < Duration::from_millis(1) || o.deadline.is_zero() {
+        return Err("--interval must be at least 1ms and --deadline above zero".into());
+    }
+    if o.workload == S3Workload::Tenants {
+        if o.tenants.len() != 2 {
+            return Err("--tenants takes exactly two workloads".into());
+        }
+        if let Some((w, _)) =
+            o.tenants.iter().find(|(w, _)| matches!(w, S3Workload::Tenants | S3Workload::List | S3Workload::Priority))
+        {
+            return Err(format!("{} cannot run as a tenant", w.name()));
+        }
+    }
+    Ok(())
+}
+
+fn run_config(o: &S3BenchOptions, bucket: &str, objects: u64, sizes: SizeRange) -> RunConfig {
+    RunConfig {
+        concurrency: o.concurrency,
+        objects,
+        size_min_bytes: sizes.min,
+        size_max_bytes: sizes.max,
+        seed: o.seed,
+        duration_s: o.duration.as_secs_f64(),
+        ops_limit: o.ops,
+        warmup_s: o.warmup.as_secs_f64(),
+        timeout_s: o.timeout.as_secs_f64(),
+        bucket: bucket.to_string(),
+        prefixes: o.prefixes,
+    }
+}
+
+fn now_rfc3339() -> String {
+    time::OffsetDateTime::now_utc().format(&time::format_description::well_known::Rfc3339).unwrap_or_default()
+}
+
+/// Runs every worker's prepare steps (C at a time); any failure stops the run with the first error.
+async fn prepare(client: &BenchClient, bucket: &str, plans: Vec<WorkerPlan>) -> Result<Vec<WorkerPlan>, String> {
+    let mut set = JoinSet::new();
+    for (i, mut plan) in plans.into_iter().enumerate() {
+        let (client, bucket) = (client.clone(), bucket.to_string());
+        set.spawn(async move {
+            for s in plan.prepare() {
+                client
+                    .put(&bucket, &s.key, s.size, s.offset, false)
+                    .await
+                    .map_err(|e| format!("preparing {}/{}: {} ({})", bucket, s.key, e.0.label(), e.1))?;
+            }
+            Ok::<_, String>((i, plan))
+        });
+    }
+    let mut out = Vec::new();
+    while let Some(r) = set.join_next().await {
+        out.push(r.map_err(|e| format!("prepare task failed: {e}"))??);
+    }
+    out.sort_by_key(|(i, _)| *i);
+    Ok(out.into_iter().map(|(_, p)| p).collect())
+}
+
+async fn exec(client: &BenchClient, bucket: &str, s: &Step) -> Result<u64, super::client::OpError> {
+    match s.kind {
+        OpKind::Get => client.get(bucket, &s.key, VerifyMode::Object, s.size).await,
+        OpKind::Put => client.put(bucket, &s.key, s.size, s.offset, false).await,
+        OpKind::Delete => client.delete(bucket, &s.key).await,
+        OpKind::Append => client.append(bucket, &s.key, s.offset, s.size).await,
+        OpKind::List | OpKind::ListDelimited => unreachable!("listing is not a worker step"),
+    }
+}
+
+struct Phase {
+    measure_from: Instant,
+    stop_at: Instant,
+}
+
+impl Phase {
+    fn new(o: &S3BenchOptions) -> Phase {
+        let measure_from = Instant::now() + o.warmup;
+        Phase { measure_from, stop_at: measure_from + o.duration }
+    }
+}
+
+/// Operations each worker may measure when `--ops` bounds the run.
+fn quota(ops: Option<u64>, worker: usize, workers: usize) -> Option<u64> {
+    ops.map(|n| n / workers as u64 + u64::from((worker as u64) < n % workers as u64))
+}
+
+async fn worker_loop(
+    client: BenchClient,
+    bucket: String,
+    mut plan: WorkerPlan,
+    rec: Arc<Recorder>,
+    phase: Arc<Phase>,
+    worker: u64,
+    quota: Option<u64>,
+) -> (WorkerPlan, u64) {
+    let (mut seq, mut measured, mut digest) = (0u64, 0u64, 0u64);
+    while Instant::now() < phase.stop_at && quota.is_none_or(|q| measured < q) {
+        let step = plan.next_step();
+        digest ^= step_hash(worker, seq, &step);
+        seq += 1;
+        let started = Instant::now();
+        let r = exec(&client, &bucket, &step).await;
+        if r.is_err() && matches!(step.kind, OpKind::Put | OpKind::Append) {
+            plan.forget(&step.key);
+        }
+        rec.record(step.kind, started, &r);
+        if started >= phase.measure_from {
+            measured += 1;
+        }
+    }
+    (plan, digest)
+}
+
+/// Samples the live counters once a second into the timeline and the progress line.
+fn spawn_sampler(
+    rec: Arc<Recorder>,
+    phase: Arc<Phase>,
+    label: String,
+    progress: bool,
+    mut done: watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<Vec<TimePoint>> {
+    tokio::spawn(async move {
+        let mut points = Vec::new();
+        let (mut last_ops, mut last_bytes, mut last_errors) = (0u64, 0u64, 0u64);
+        let mut last_t = phase.measure_from;
+        let mut tick = tokio::time::interval_at(
+            tokio::time::Instant::from_std(phase.measure_from + Duration::from_secs(1)),
+            Duration::from_secs(1),
+        );
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        if progress && Instant::now() < phase.measure_from {
+            eprint!("\r{label}warming up...");
+        }
+        loop {
+            let finished = tokio::select! {
+                _ = tick.tick() => false,
+                _ = done.changed() => true,
+            };
+            let now = Instant::now();
+            if now <= phase.measure_from {
+                if finished {
+                    break;
+                }
+                continue;
+            }
+            let dt = now.duration_since(last_t).as_secs_f64();
+            let (ops, bytes, errors) = (
+                rec.live_ops.load(Ordering::Relaxed),
+                rec.live_bytes.load(Ordering::Relaxed),
+                rec.live_errors.load(Ordering::Relaxed),
+            );
+            if dt > 0.05 {
+                let p = TimePoint {
+                    t_s: now.duration_since(phase.measure_from).as_secs_f64(),
+                    ops_per_s: (ops - last_ops) as f64 / dt,
+                    mib_per_s: (bytes - last_bytes) as f64 / dt / (1024.0 * 1024.0),
+                    errors: errors - last_errors,
+                };
+                if progress {
+                    let line = format!(
+                        "{label}{:>6.0}s {:>10.0} ops/s {:>9.1} MiB/s  errors {errors}",
+                        p.t_s, p.ops_per_s, p.mib_per_s
+                    );
+                    if label.is_empty() { eprint!("\r{line}   ") } else { eprintln!("{line}") }
+                }
+                points.push(p);
+                (last_ops, last_bytes, last_errors, last_t) = (ops, bytes, errors, now);
+            }
+            if finished {
+                break;
+            }
+        }
+        if progress && label.is_empty() {
+            eprintln!();
+        }
+        points
+    })
+}
+
+fn totals(ops: &std::collections::BTreeMap<String, super::OpResult>) -> Totals {
+    Totals {
+        ops: ops.values().map(|r| r.ops).sum(),
+        errors: ops.values().map(|r| r.errors).sum(),
+        ops_per_s: ops.values().map(|r| r.ops_per_s).sum(),
+        mib_per_s: ops.values().map(|r| r.mib_per_s).sum(),
+    }
+}
+
+/// Empties and removes the bucket unless asked to keep it.
+async fn cleanup(o: &S3BenchOptions, client: &BenchClient, bucket: &str) -> Result<(), String> {
+    if o.keep {
+        return Ok(());
+    }
+    client.empty_bucket(bucket).await.map_err(|e| format!("cleaning up {bucket}: {}", e.1))?;
+    client.delete_bucket(bucket).await.map_err(|e| format!("removing {bucket}: {}", e.1))
+}
+
+/// GET/PUT/DELETE mixes, create and append: C workers, each on its own keys.
+async fn run_mix(
+    o: &S3BenchOptions,
+    client: &BenchClient,
+    workload: S3Workload,
+    bucket: &str,
+    size: Option<SizeRange>,
+    label: &str,
+) -> Result<S3BenchResult, String> {
+    let sizes = size.unwrap_or(workload.default_size());
+    let objects = o.objects.unwrap_or(workload.default_objects());
+    let c = o.concurrency;
+    client.create_bucket(bucket).await.map_err(|e| format!("creating bucket {bucket}: {}", e.1))?;
+    let plans = (0..c).map(|w| WorkerPlan::new(workload, o.seed, w as u64, c as u64, objects, sizes)).collect();
+    let plans = if workload.prepares() { prepare(client, bucket, plans).await? } else { plans };
+    let started_at = now_rfc3339();
+    let phase = Arc::new(Phase::new(o));
+    let rec = Arc::new(Recorder::new(phase.measure_from));
+    let (done_tx, done_rx) = watch::channel(false);
+    let sampler = spawn_sampler(rec.clone(), phase.clone(), label.to_string(), o.progress, done_rx);
+    let mut set = JoinSet::new();
+    for (w, plan) in plans.into_iter().enumerate() {
+        let q = quota(o.ops, w, c);
+        set.spawn(worker_loop(client.clone(), bucket.to_string(), plan, rec.clone(), phase.clone(), w as u64, q));
+    }
+    let mut digest = 0u64;
+    let mut plans = Vec::new();
+    while let Some(r) = set.join_next().await {
+        let (plan, d) = r.map_err(|e| format!("worker failed: {e}"))?;
+        digest ^= d;
+        plans.push(plan);
+    }
+    let _ = done_tx.send(true);
+    let timeline = sampler.await.unwrap_or_default();
+    let seconds = rec.measured().as_secs_f64();
+    let verification =
+        if workload == S3Workload::Append { Some(verify_appends(client, bucket, &plans, c).await) } else { None };
+    let operations = rec.summarize(seconds);
+    let result = S3BenchResult {
+        workload: workload.name().into(),
+        endpoint: o.endpoint.clone(),
+        started_at,
+        config: run_config(o, bucket, objects, sizes),
+        seconds,
+        total: totals(&operations),
+        operations,
+        first_error: rec.first_error(),
+        timeline,
+        plan_digest: format!("{digest:016x}"),
+        verification,
+        ..Default::default()
+    };
+    cleanup(o, client, bucket).await?;
+    Ok(result)
+}
+
+/// Reads back every append stream whole: its length and every byte must be what was appended.
+async fn verify_appends(client: &BenchClient, bucket: &str, plans: &[WorkerPlan], c: usize) -> VerifyResult {
+    let expected: Vec<(String, u64)> = plans.iter().flat_map(|p| p.existing()).collect();
+    let sem = Arc::new(tokio::sync::Semaphore::new(c));
+    let mut set = JoinSet::new();
+    for (key, len) in expected {
+        let (client, bucket, sem) = (client.clone(), bucket.to_string(), sem.clone());
+        set.spawn(async move {
+            let _permit = sem.acquire_owned().await;
+            client.get(&bucket, &key, VerifyMode::Append { len }, len).await.map_err(|e| e.1)
+        });
+    }
+    let mut v = VerifyResult::default();
+    while let Some(r) = set.join_next().await {
+        v.objects += 1;
+        let r = r.map_err(|e| e.to_string()).and_then(|x| x);
+        if let Err(e) = r {
+            v.errors += 1;
+            v.first_error.get_or_insert(e);
+        }
+    }
+    v
+}
+
+async fn run_tenants(o: &S3BenchOptions, client: &BenchClient) -> Result<S3BenchResult, String> {
+    let started_at = now_rfc3339();
+    let runs = o.tenants.iter().enumerate().map(|(i, (w, size))| {
+        let bucket = format!("{}-t{}", o.bucket, i + 1);
+        let label = format!("tenant {} {:<11}", i + 1, w.name());
+        async move { run_mix(o, client, *w, &bucket, *size, &label).await }
+    });
+    let results = futures::future::try_join_all(runs).await?;
+    let seconds = results.iter().map(|r| r.seconds).fold(0.0, f64::max);
+    let mut total = Totals::default();
+    for r in &results {
+        total.ops += r.total.ops;
+        total.errors += r.total.errors;
+        total.ops_per_s += r.total.ops_per_s;
+        total.mib_per_s += r.total.mib_per_s;
+    }
+    Ok(S3BenchResult {
+        workload: S3Workload::Tenants.name().into(),
+        endpoint: o.endpoint.clone(),
+        started_at,
+        config: run_config(o, &o.bucket, 0, SizeRange::fixed(0)),
+        seconds,
+        total,
+        first_error: results.iter().find_map(|r| r.first_error.clone()),
+        plan_digest: format!(
+            "{:016x}",
+            results.iter().fold(0u64, |d, r| d ^ u64::from_str_radix(&r.plan_digest, 16).unwrap_or(0))
+        ),
+        tenants: results,
+        ..Default::default()
+    })
+}
+
+/// A steady reader of one prioritized object on a fixed interval while C writers PUT large objects.
+async fn run_priority(o: &S3BenchOptions, client: &BenchClient) -> Result<S3BenchResult, String> {
+    let bucket = o.bucket.as_str();
+    let sizes = o.size.unwrap_or(S3Workload::Priority.default_size());
+    let objects = o.objects.unwrap_or(S3Workload::Priority.default_objects());
+    let c = o.concurrency;
+    client.create_bucket(bucket).await.map_err(|e| format!("creating bucket {bucket}: {}", e.1))?;
+    client
+        .put(bucket, PRIORITY_KEY, PRIORITY_OBJECT_BYTES, o.seed, true)
+        .await
+        .map_err(|e| format!("preparing the prioritized object: {}", e.1))?;
+    let started_at = now_rfc3339();
+    let phase = Arc::new(Phase::new(o));
+    let rec = Arc::new(Recorder::new(phase.measure_from));
+    let (done_tx, done_rx) = watch::channel(false);
+    let sampler = spawn_sampler(rec.clone(), phase.clone(), String::new(), o.progress, done_rx);
+    let mut set = JoinSet::new();
+    for w in 0..c {
+        let plan = WorkerPlan::new(S3Workload::Priority, o.seed, w as u64, c as u64, objects, sizes);
+        set.spawn(worker_loop(
+            client.clone(),
+            bucket.to_string(),
+            plan,
+            rec.clone(),
+            phase.clone(),
+            w as u64,
+            quota(o.ops, w, c),
+        ));
+    }
+    let reader = {
+        let (client, bucket, rec, phase, interval) =
+            (client.clone(), bucket.to_string(), rec.clone(), phase.clone(), o.interval);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(interval);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            while Instant::now() < phase.stop_at {
+                tick.tick().await;
+                let started = Instant::now();
+                let r = client.get(&bucket, PRIORITY_KEY, VerifyMode::Object, PRIORITY_OBJECT_BYTES).await;
+                rec.record(OpKind::Get, started, &r);
+            }
+        })
+    };
+    let mut digest = 0u64;
+    while let Some(r) = set.join_next().await {
+        digest ^= r.map_err(|e| format!("writer failed: {e}"))?.1;
+    }
+    reader.await.map_err(|e| format!("reader failed: {e}"))?;
+    let _ = done_tx.send(true);
+    let timeline = sampler.await.unwrap_or_default();
+    let seconds = rec.measured().as_secs_f64();
+    let operations = rec.summarize(seconds);
+    let get = operations.get("GET").cloned().unwrap_or_default();
+    let deadline_us = o.deadline.as_micros() as u64;
+    let priority = PriorityResult {
+        deadline_ms: o.deadline.as_secs_f64() * 1000.0,
+        interval_ms: o.interval.as_secs_f64() * 1000.0,
+        reads: get.ops + get.errors,
+        deadline_misses: rec.count_over(OpKind::Get, deadline_us) + get.errors,
+        writer_mib_per_s: operations.get("PUT").map_or(0.0, |p| p.mib_per_s),
+    };
+    let result = S3BenchResult {
+        workload: S3Workload::Priority.name().into(),
+        endpoint: o.endpoint.clone(),
+        started_at,
+        config: run_config(o, bucket, objects, sizes),
+        seconds,
+        total: totals(&operations),
+        operations,
+        first_error: rec.first_error(),
+        timeline,
+        plan_digest: format!("{digest:016x}"),
+        priority: Some(priority),
+        ..Default::default()
+    };
+    cleanup(o, client, bucket).await?;
+    Ok(result)
+}
+
+/// Prepares N objects (flat or under prefixes) and lists them all: C listers each walk the whole bucket,
+/// first flat, then prefix by prefix with a delimiter.
+async fn run_list(o: &S3BenchOptions, client: &BenchClient) -> Result<S3BenchResult, String> {
+    let bucket = o.bucket.as_str();
+    let sizes = o.size.unwrap_or(S3Workload::List.default_size());
+    let objects = o.objects.unwrap_or(S3Workload::List.default_objects());
+    let c = o.concurrency;
+    client.create_bucket(bucket).await.map_err(|e| format!("creating bucket {bucket}: {}", e.1))?;
+    let plans: Vec<WorkerPlan> = (0..c)
+        .map(|w| {
+            WorkerPlan::new(S3Workload::List, o.seed, w as u64, c as u64, objects, sizes).with_prefixes(o.prefixes)
+        })
+        .collect();
+    let mut digest = 0u64;
+    let plans = prepare(client, bucket, plans).await?;
+    for (w, p) in plans.iter().enumerate() {
+        for (i, (key, size)) in p.existing().iter().enumerate() {
+            digest ^=
+                step_hash(w as u64, i as u64, &Step { kind: OpKind::Put, key: key.clone(), size: *size, offset: 0 });
+        }
+    }
+    // Warm-up: list pages (unmeasured) until the warm-up time is over.
+    let warm_until = Instant::now() + o.warmup;
+    let mut token = None;
+    while Instant::now() < warm_until {
+        let page = client.list_page(bucket, "", None, token.take(), LIST_PAGE_KEYS).await.map_err(|e| e.1)?;
+        token = page.next;
+    }
+    let started_at = now_rfc3339();
+    let phase = Arc::new(Phase { measure_from: Instant::now(), stop_at: Instant::now() + o.duration });
+    let rec = Arc::new(Recorder::new(phase.measure_from));
+    let (done_tx, done_rx) = watch::channel(false);
+    let sampler = spawn_sampler(rec.clone(), phase.clone(), String::new(), o.progress, done_rx);
+    let (flat_keys, flat_s) = list_pass(o, client, bucket, &rec, &phase, false).await;
+    let (delim_keys, delim_s) = list_pass(o, client, bucket, &rec, &phase, true).await;
+    let _ = done_tx.send(true);
+    let timeline = sampler.await.unwrap_or_default();
+    let seconds = rec.measured().as_secs_f64();
+    let mut operations = rec.summarize(seconds);
+    for (name, secs) in [("LIST", flat_s), ("LIST_DELIMITED", delim_s)] {
+        if let Some(r) = operations.get_mut(name) {
+            r.ops_per_s = r.ops as f64 / secs.max(1e-9);
+        }
+    }
+    let list = ListResult {
+        objects,
+        prefixes: o.prefixes,
+        keys_listed_flat: flat_keys,
+        keys_per_s_flat: flat_keys as f64 / flat_s.max(1e-9),
+        keys_listed_delimited: delim_keys,
+        keys_per_s_delimited: delim_keys as f64 / delim_s.max(1e-9),
+    };
+    let result = S3BenchResult {
+        workload: S3Workload::List.name().into(),
+        endpoint: o.endpoint.clone(),
+        started_at,
+        config: run_config(o, bucket, objects, sizes),
+        seconds,
+        total: totals(&operations),
+        operations,
+        first_error: rec.first_error(),
+        timeline,
+        plan_digest: format!("{digest:016x}"),
+        list: Some(list),
+        ..Default::default()
+    };
+    cleanup(o, client, bucket).await?;
+    Ok(result)
+}
+
+/// Every lister walks the whole bucket once; returns (keys listed by all listers, seconds).
+async fn list_pass(
+    o: &S3BenchOptions,
+    client: &BenchClient,
+    bucket: &str,
+    rec: &Arc<Recorder>,
+    phase: &Arc<Phase>,
+    delimited: bool,
+) -> (u64, f64) {
+    let start = Instant::now();
+    let keys = Arc::new(AtomicU64::new(0));
+    let mut set = JoinSet::new();
+    for _ in 0..o.concurrency {
+        let (client, bucket, rec, phase, keys) =
+            (client.clone(), bucket.to_string(), rec.clone(), phase.clone(), keys.clone());
+        set.spawn(async move {
+            let kind = if delimited { OpKind::ListDelimited } else { OpKind::List };
+            let delimiter = delimited.then_some("/");
+            // Prefixes still to walk; the root first.
+            let mut todo = vec![String::new()];
+            while let Some(prefix) = todo.pop() {
+                let mut token = None;
+                loop {
+                    if Instant::now() >= phase.stop_at {
+                        return;
+                    }
+                    let started = Instant::now();
+                    let r = client.list_page(&bucket, &prefix, delimiter, token.take(), LIST_PAGE_KEYS).await;
+                    match r {
+                        Ok(page) => {
+                            rec.record(kind, started, &Ok(0));
+                            keys.fetch_add(page.keys, Ordering::Relaxed);
+                            todo.extend(page.prefixes);
+                            match page.next {
+                                Some(t) => token = Some(t),
+                                None => break,
+                            }
+                        }
+                        Err(e) => {
+                            rec.record(kind, started, &Err(e));
+                            break;
+                        }
+                    }
+                }
+            }
+        });
+    }
+    while set.join_next().await.is_some() {}
+    (keys.load(Ordering::Relaxed), start.elapsed().as_secs_f64())
+}

@@ -1,0 +1,319 @@
+//! `mosaic bench`: the command line of the bench crate's workloads (engine, S3 and comparisons).
+
+use crate::size;
+use clap::{Subcommand, ValueEnum};
+use mosaic_bench::s3::{S3BenchOptions, S3Workload, SizeRange};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+#[derive(clap::Args)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    command: BenchCommand,
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// Paper 001's write workloads directly on one engine drive, without HTTP.
+    Engine(EngineBenchArgs),
+    /// The papers' workloads against any S3 endpoint (Mosaic, MinIO, Ceph RGW, AWS).
+    S3(Box<S3BenchArgs>),
+    /// Results of `bench s3 --json`/`--out` side by side, as ratios to the first, with one plot.
+    Compare(CompareArgs),
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum WorkloadArg {
+    /// 2 KiB at offset 0 of each block, appending.
+    WithinBlock,
+    /// 4 KiB at offset 2048 of each block (every write spans two blocks).
+    CrossBlock,
+    /// --io-size writes at aligned offsets.
+    Aligned,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ModeArg {
+    /// Unaligned pieces go to the fragment log in the KV store (no read on the write path).
+    FragmentLog,
+    /// The classic read-modify-write path (ablation baseline).
+    Rmw,
+}
+
+#[derive(clap::Args)]
+struct EngineBenchArgs {
+    /// The workload.
+    #[arg(long, value_enum)]
+    workload: WorkloadArg,
+    /// Data device: a file (created and preallocated if missing) or a block device. Default: the simulated
+    /// in-memory device.
+    #[arg(long, value_name = "PATH")]
+    device: Option<PathBuf>,
+    /// Size of the device when it is created (file or simulated).
+    #[arg(long, default_value = "2GiB", value_parser = size_arg, value_name = "SIZE")]
+    device_size: u64,
+    /// Write size of the aligned workload (4KiB..512KiB and up).
+    #[arg(long, default_value = "4KiB", value_parser = size_arg, value_name = "SIZE")]
+    io_size: u64,
+    /// Size of each object written.
+    #[arg(long, default_value = "4MiB", value_parser = size_arg, value_name = "SIZE")]
+    object_size: u64,
+    /// User bytes to write in total.
+    #[arg(long, default_value = "256MiB", value_parser = size_arg, value_name = "SIZE")]
+    total: u64,
+    /// Writers submitting at once (each write is one durable transaction).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=1024), value_name = "N")]
+    queue_depth: u16,
+    /// How unaligned writes are handled.
+    #[arg(long, value_enum, default_value = "fragment-log")]
+    mode: ModeArg,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(b: BenchArgs) -> Result<ExitCode, String> {
+    match b.command {
+        BenchCommand::S3(a) => run_s3(*a),
+        BenchCommand::Compare(a) => run_compare(a),
+        BenchCommand::Engine(a) => {
+            let opts = mosaic_bench::EngineBenchOptions {
+                workload: match a.workload {
+                    WorkloadArg::WithinBlock => mosaic_bench::Workload::WithinBlock,
+                    WorkloadArg::CrossBlock => mosaic_bench::Workload::CrossBlock,
+                    WorkloadArg::Aligned => mosaic_bench::Workload::Aligned,
+                },
+                target: match a.device {
+                    Some(p) => mosaic_bench::Target::Path(p),
+                    None => mosaic_bench::Target::Sim,
+                },
+                device_bytes: a.device_size / 4096 * 4096,
+                io_size_bytes: a.io_size,
+                object_size_bytes: a.object_size,
+                total_bytes: a.total,
+                queue_depth: a.queue_depth as usize,
+                mode: match a.mode {
+                    ModeArg::FragmentLog => mosaic_engine::WriteMode::FragmentLog,
+                    ModeArg::Rmw => mosaic_engine::WriteMode::Rmw,
+                },
+            };
+            let json = a.json;
+            let progress = move |done: u64, total: u64| {
+                if !json {
+                    let pct = done * 100 / total.max(1);
+                    let bar = "#".repeat((pct / 4) as usize);
+                    eprint!("\r[{bar:<25}] {pct:>3}% {done}/{total} writes");
+                    if done == total {
+                        eprintln!();
+                    }
+                }
+            };
+            let r = mosaic_bench::run_engine_bench(&opts, &progress)?;
+            if json {
+                println!("{}", serde_json::to_string(&r).map_err(|e| e.to_string())?);
+            } else {
+                let rows = vec![
+                    ("workload", format!("{:?} ({})", r.workload, r.mode)),
+                    ("target", r.target.clone()),
+                    ("writes", format!("{} x {} B, queue depth {}", r.ops, r.io_size_bytes, r.queue_depth)),
+                    ("throughput", format!("{:.1} MiB/s, {:.0} writes/s", r.throughput_mib_s, r.ops_per_s)),
+                    (
+                        "latency p50/p99/p999",
+                        format!(
+                            "{} / {} / {} us",
+                            r.latency.latency_us_p50, r.latency.latency_us_p99, r.latency.latency_us_p999
+                        ),
+                    ),
+                    ("user bytes", size::format_size(r.user_bytes)),
+                    ("device bytes written", size::format_size(r.device_bytes_written)),
+                    ("kv bytes written", size::format_size(r.kv_bytes_written)),
+                    ("(device+kv)/user", format!("{:.2}", r.write_amplification)),
+                    (
+                        "with lazy sync caught up",
+                        format!(
+                            "{:.2} ({:.1} s more, {} fragments left)",
+                            r.write_amplification_with_lazy_sync,
+                            r.lazy_sync_seconds,
+                            r.fragments_outstanding_after_lazy_sync
+                        ),
+                    ),
+                    ("rmw on write path", r.rmw_on_write_path.to_string()),
+                    ("rmw in lazy sync", r.rmw_in_lazy_sync.to_string()),
+                    ("peak RSS", size::format_size(r.rss_bytes_max)),
+                ];
+                print!("{}", mosaic_bench::report::table(&rows));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn size_arg(s: &str) -> Result<u64, String> {
+    size::parse_size(s)
+}
+
+fn duration_arg(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s).map_err(|e| format!("invalid duration {s:?}: {e} (use e.g. 30s, 2m, 500ms)"))
+}
+
+/// "4KiB" (fixed) or "1KiB-128KiB" (uniform between the two).
+fn size_range_arg(s: &str) -> Result<SizeRange, String> {
+    match s.split_once('-') {
+        Some((a, b)) => {
+            let r = SizeRange { min: size::parse_size(a)?, max: size::parse_size(b)? };
+            if r.min > r.max {
+                return Err(format!("invalid size range {s:?}: the minimum is above the maximum"));
+            }
+            Ok(r)
+        }
+        None => Ok(SizeRange::fixed(size::parse_size(s)?)),
+    }
+}
+
+fn workload_arg(s: &str) -> Result<S3Workload, String> {
+    S3Workload::parse(s).ok_or_else(|| {
+        let names: Vec<&str> = S3Workload::ALL.iter().map(|w| w.name()).collect();
+        format!("unknown workload {s:?}; one of: {}", names.join(", "))
+    })
+}
+
+/// "cosbench-b" or "cosbench-d:1MiB-8MiB".
+fn tenant_arg(s: &str) -> Result<(S3Workload, Option<SizeRange>), String> {
+    match s.split_once(':') {
+        Some((w, size)) => Ok((workload_arg(w)?, Some(size_range_arg(size)?))),
+        None => Ok((workload_arg(s)?, None)),
+    }
+}
+
+#[derive(clap::Args)]
+pub struct S3BenchArgs {
+    /// The S3 endpoint, e.g. http://127.0.0.1:9000.
+    #[arg(long, value_name = "URL")]
+    endpoint: String,
+    #[arg(long, env = "MOSAIC_BENCH_ACCESS_KEY", value_name = "KEY")]
+    access_key: String,
+    #[arg(long, env = "MOSAIC_BENCH_SECRET_KEY", value_name = "SECRET", hide_env_values = true)]
+    secret_key: String,
+    #[arg(long, default_value = "us-east-1")]
+    region: String,
+    /// cosbench-a..d, write-only, read-only, read-write, list, create, append, tenants, priority.
+    #[arg(long, value_parser = workload_arg)]
+    workload: S3Workload,
+    /// Length of the measured phase (an upper bound when --ops is given).
+    #[arg(long, value_parser = duration_arg, value_name = "DURATION")]
+    duration: Option<Duration>,
+    /// Measured operations in total (split evenly between workers).
+    #[arg(long, value_name = "N")]
+    ops: Option<u64>,
+    /// Warm-up before measuring (excluded from the results).
+    #[arg(long, default_value = "2s", value_parser = duration_arg, value_name = "DURATION")]
+    warmup: Duration,
+    /// Operations in flight at once.
+    #[arg(long, default_value_t = 16, value_name = "N")]
+    concurrency: usize,
+    /// Objects prepared (or the key space written to); default depends on the workload.
+    #[arg(long, value_name = "N")]
+    objects: Option<u64>,
+    /// Object size, fixed (4KiB) or uniform in a range (1KiB-128KiB); default depends on the workload.
+    #[arg(long, value_parser = size_range_arg, value_name = "SIZE|MIN-MAX")]
+    size: Option<SizeRange>,
+    /// Seed of keys, sizes and contents: the same seed issues the same keys and sizes.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Bucket to use (created if missing; tenants use BUCKET-t1 and BUCKET-t2).
+    #[arg(long, default_value = "mosaic-bench")]
+    bucket: String,
+    /// An operation taking longer counts as a timeout error.
+    #[arg(long, default_value = "60s", value_parser = duration_arg, value_name = "DURATION")]
+    timeout: Duration,
+    /// list: spread the objects under this many prefixes.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    prefixes: u64,
+    /// priority: the reader's deadline per read.
+    #[arg(long, default_value = "50ms", value_parser = duration_arg, value_name = "DURATION")]
+    deadline: Duration,
+    /// priority: time between two reads.
+    #[arg(long, default_value = "10ms", value_parser = duration_arg, value_name = "DURATION")]
+    interval: Duration,
+    /// tenants: the two workloads, each optionally with a size (cosbench-b,cosbench-d:1MiB-8MiB).
+    #[arg(long, value_delimiter = ',', value_parser = tenant_arg, default_value = "cosbench-b,cosbench-d")]
+    tenants: Vec<(S3Workload, Option<SizeRange>)>,
+    /// Leave the objects in place after the run.
+    #[arg(long)]
+    keep: bool,
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// Also write result.json, report.md, throughput.svg and latency-cdf.svg into this directory.
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+}
+
+#[derive(clap::Args)]
+pub struct CompareArgs {
+    /// Results (result.json of --out, or saved --json output); the first is the baseline.
+    #[arg(required = true, num_args = 2.., value_name = "RESULT.json")]
+    results: Vec<PathBuf>,
+    /// Where to draw the comparison plot.
+    #[arg(long, default_value = "compare.svg", value_name = "FILE")]
+    plot: PathBuf,
+}
+
+fn run_s3(a: S3BenchArgs) -> Result<ExitCode, String> {
+    let mut o = S3BenchOptions::new(&a.endpoint, &a.access_key, &a.secret_key, a.workload);
+    o.region = a.region;
+    o.ops = a.ops;
+    o.duration = match (a.duration, a.ops) {
+        (Some(d), _) => d,
+        // Operation-bounded runs still end: at most an hour.
+        (None, Some(_)) => Duration::from_secs(3600),
+        (None, None) => Duration::from_secs(30),
+    };
+    o.warmup = a.warmup;
+    o.concurrency = a.concurrency;
+    o.objects = a.objects;
+    o.size = a.size;
+    o.seed = a.seed;
+    o.bucket = a.bucket;
+    o.timeout = a.timeout;
+    o.prefixes = a.prefixes;
+    o.deadline = a.deadline;
+    o.interval = a.interval;
+    o.tenants = a.tenants;
+    o.keep = a.keep;
+    o.progress = !a.json;
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
+    let r = rt.block_on(mosaic_bench::s3::run_s3_bench(&o))?;
+    if let Some(dir) = &a.out {
+        mosaic_bench::s3::output::write_outputs(dir, &r)?;
+    }
+    if a.json {
+        println!("{}", serde_json::to_string(&r).map_err(|e| e.to_string())?);
+    } else {
+        print!("{}", mosaic_bench::s3::output::operations_table(&r));
+        print!("{}", mosaic_bench::s3::output::workload_lines(&r));
+        println!(
+            "total: {} ops in {:.1} s, {:.1} ops/s, {:.2} MiB/s, {} errors{}",
+            r.total.ops,
+            r.seconds,
+            r.total.ops_per_s,
+            r.total.mib_per_s,
+            r.total.errors,
+            r.first_error.as_deref().map(|e| format!(" (first: {e})")).unwrap_or_default()
+        );
+        if let Some(dir) = &a.out {
+            println!("report: {}", dir.join("report.md").display());
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run_compare(a: CompareArgs) -> Result<ExitCode, String> {
+    let runs = a.results.iter().map(|p| mosaic_bench::compare::load(p)).collect::<Result<Vec<_>, _>>()?;
+    print!("{}", mosaic_bench::compare::table(&runs));
+    std::fs::write(&a.plot, mosaic_bench::compare::plot(&runs))
+        .map_err(|e| format!("writing {}: {e}", a.plot.display()))?;
+    println!("plot: {}", a.plot.display());
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,161 @@
+//! `mosaic bench s3` and `mosaic bench compare` end to end against a real `mosaic server`: every workload
+//! runs (scaled down) and writes its JSON, report and plots; the same seed issues the same keys and sizes;
+//! bad arguments get clear errors.
+
+mod support;
+
+use std::path::Path;
+use support::{Server, mosaic, start_with_env, stop};
+
+const AK: &str = "benchkey";
+const SK: &str = "benchsecret-0123456789";
+
+fn server(dir: &Path) -> Server {
+    start_with_env(&dir.join("store"), &[("MOSAIC_ACCESS_KEY", AK), ("MOSAIC_SECRET_KEY", SK)])
+}
+
+/// Runs `mosaic bench s3` with the given arguments and returns the parsed JSON.
+fn bench(s: &Server, args: &[&str]) -> serde_json::Value {
+    let endpoint = format!("http://{}", s.s3);
+    let out = mosaic()
+        .args(["bench", "s3", "--endpoint", &endpoint, "--access-key", AK, "--secret-key", SK, "--json"])
+        .args(args)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "bench {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("bench {args:?} printed no JSON ({e}): {stdout}"))
+}
+
+#[test]
+fn every_workload_runs_against_mosaic_and_writes_its_report() {
+    let d = tempfile::tempdir().unwrap();
+    let s = server(d.path());
+    let small = ["--duration", "1s", "--warmup", "0s", "--concurrency", "2"];
+    let cases: Vec<(&str, Vec<&str>)> = vec![
+        ("cosbench-a", vec![]),
+        ("cosbench-b", vec![]),
+        ("cosbench-c", vec!["--size", "64KiB-256KiB"]),
+        ("cosbench-d", vec!["--size", "64KiB-256KiB"]),
+        ("write-only", vec!["--size", "256KiB"]),
+        ("read-only", vec!["--size", "256KiB"]),
+        ("read-write", vec!["--size", "256KiB"]),
+        ("list", vec!["--objects", "2500", "--prefixes", "3"]),
+        ("create", vec![]),
+        ("append", vec![]),
+        ("tenants", vec!["--tenants", "cosbench-b:1KiB-8KiB,cosbench-d:64KiB-128KiB"]),
+        ("priority", vec!["--size", "256KiB", "--deadline", "2s"]),
+    ];
+    for (workload, extra) in cases {
+        let out_dir = d.path().join("out").join(workload);
+        let mut args = vec!["--workload", workload, "--out", out_dir.to_str().unwrap()];
+        args.extend(small);
+        if workload != "list" {
+            args.extend(["--objects", "8"]);
+        }
+        args.extend(extra);
+        let r = bench(&s, &args);
+        assert_eq!(r["workload"], workload);
+        assert!(r["total"]["ops"].as_u64().unwrap() > 0, "{workload}: no operations: {r}");
+        assert_eq!(r["total"]["errors"], 0, "{workload}: {}", r["first_error"]);
+        for f in ["result.json", "report.md", "throughput.svg", "latency-cdf.svg"] {
+            let text = std::fs::read_to_string(out_dir.join(f)).unwrap();
+            assert!(!text.is_empty() && !text.contains("NaN"), "{workload}: {f}");
+        }
+        match workload {
+            "list" => {
+                let l = &r["list"];
+                // Two listers, each walking all 2,500 keys (3 pages flat), flat and by prefix.
+                assert_eq!(l["keys_listed_flat"], 5000);
+                assert_eq!(l["keys_listed_delimited"], 5000);
+                assert!(r["operations"]["LIST"]["ops"].as_u64().unwrap() >= 6);
+            }
+            "append" => {
+                assert_eq!(r["verification"]["objects"], 8);
+                assert_eq!(r["verification"]["errors"], 0);
+            }
+            "priority" => {
+                assert!(r["priority"]["reads"].as_u64().unwrap() > 0);
+                assert!(r["operations"]["PUT"]["ops"].as_u64().unwrap() > 0);
+            }
+            "tenants" => {
+                assert_eq!(r["tenants"].as_array().unwrap().len(), 2);
+                assert_eq!(r["tenants"][1]["workload"], "cosbench-d");
+            }
+            "cosbench-a" => assert!(r["operations"]["GET"]["ops"].as_u64().unwrap() > 0),
+            _ => {}
+        }
+    }
+    // Compare two of them: ratios in the table and one plot.
+    let plot = d.path().join("compare.svg");
+    let out = mosaic()
+        .args(["bench", "compare", "--plot", plot.to_str().unwrap()])
+        .arg(d.path().join("out/cosbench-a/result.json"))
+        .arg(d.path().join("out/cosbench-b/result.json"))
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(table.contains("| GET | ops/s |") && table.contains("x)"), "{table}");
+    assert!(std::fs::read_to_string(&plot).unwrap().starts_with("<svg"));
+    // The bench removed what it created.
+    let (code, _) = stop(s);
+    assert_eq!(code, 0);
+}
+
+#[test]
+fn the_same_seed_issues_the_same_keys_and_sizes() {
+    let d = tempfile::tempdir().unwrap();
+    let s = server(d.path());
+    let run = |seed: &str| {
+        let args = [
+            "--workload",
+            "cosbench-b",
+            "--ops",
+            "200",
+            "--warmup",
+            "0s",
+            "--concurrency",
+            "4",
+            "--objects",
+            "40",
+            "--size",
+            "1KiB-16KiB",
+            "--seed",
+            seed,
+        ];
+        let r = bench(&s, &args);
+        assert_eq!(r["total"]["ops"], 200);
+        r["plan_digest"].as_str().unwrap().to_string()
+    };
+    let a = run("7");
+    assert_eq!(a, run("7"));
+    assert_ne!(a, run("8"));
+    stop(s);
+}
+
+#[test]
+fn bad_arguments_get_clear_errors() {
+    let cases: [(&[&str], &str); 6] = [
+        (&["--workload", "nope"], "unknown workload"),
+        (&["--workload", "cosbench-a", "--size", "8KiB-1KiB"], "minimum is above the maximum"),
+        (&["--workload", "cosbench-a", "--concurrency", "0"], "--concurrency"),
+        (&["--workload", "cosbench-a", "--duration", "soon"], "invalid duration"),
+        (&["--workload", "tenants", "--tenants", "cosbench-a,list"], "cannot run as a tenant"),
+        // Nothing listens on port 1: a clear error, not a hang.
+        (&["--workload", "cosbench-a", "--timeout", "2s"], "creating bucket"),
+    ];
+    for (args, want) in cases {
+        let out = mosaic()
+            .args(["bench", "s3", "--endpoint", "http://127.0.0.1:1", "--access-key", "a", "--secret-key", "b"])
+            .args(args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+    let out = mosaic().args(["bench", "compare", "/nonexistent/a.json", "/nonexistent/b.json"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("reading /nonexistent/a.json"));
+}

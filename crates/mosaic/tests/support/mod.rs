@@ -1,0 +1,102 @@
+//! Running the `mosaic` binary from tests: a clean environment, a server on ephemeral ports that is
+//! waited for by its "serving" log line (never by sleeping), and SIGTERM to stop it.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+pub fn mosaic() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_mosaic"));
+    for (k, _) in std::env::vars() {
+        if k.starts_with("MOSAIC_") {
+            c.env_remove(k);
+        }
+    }
+    c
+}
+
+pub fn run(args: &[&str]) -> (i32, String, String) {
+    let out = mosaic().args(args).output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
+}
+
+pub struct Server {
+    pub child: Child,
+    pub s3: String,
+    pub admin: String,
+    pub stdout: std::sync::mpsc::Receiver<String>,
+}
+
+/// Starts a server on ephemeral ports and waits for its "serving" log line.
+pub fn start(data: &Path) -> Server {
+    start_with_env(data, &[])
+}
+
+/// Like [`start`], with extra environment variables.
+pub fn start_with_env(data: &Path, env: &[(&str, &str)]) -> Server {
+    let mut child = mosaic()
+        .envs(env.iter().copied())
+        .args([
+            "server",
+            "--data",
+            data.to_str().unwrap(),
+            "--s3-address",
+            "127.0.0.1:0",
+            "--admin-address",
+            "127.0.0.1:0",
+            "--log-format",
+            "json",
+            "--drive-size",
+            "256MiB",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let out = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let stderr = child.stderr.take().unwrap();
+    let mut lines = BufReader::new(stderr).lines();
+    let (s3, admin) = loop {
+        let line = lines.next().expect("server exited before serving").unwrap();
+        let v: serde_json::Value = match serde_json::from_str(&line) {
+            Ok(v) => v,
+            Err(_) => continue,
+        };
+        if v["message"] == "mosaic is serving" {
+            break (v["s3"].as_str().unwrap().to_string(), v["admin"].as_str().unwrap().to_string());
+        }
+    };
+    // Keep draining stderr so the server never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    Server { child, s3, admin, stdout: rx }
+}
+
+/// Reads printed lines until one starts with `label` and returns the rest of it.
+pub fn printed(s: &Server, label: &str) -> String {
+    loop {
+        let line = s.stdout.recv().expect("stdout ended before the line was printed");
+        if let Some(v) = line.trim().strip_prefix(label) {
+            return v.trim().to_string();
+        }
+    }
+}
+
+/// Sends SIGTERM; returns the exit code and everything printed on stdout that was not read yet.
+pub fn stop(mut s: Server) -> (i32, String) {
+    // SAFETY: plain kill(2) on our child.
+    unsafe { libc::kill(s.child.id() as i32, libc::SIGTERM) };
+    let code = s.child.wait().unwrap().code().unwrap_or(-1);
+    let rest: Vec<String> = s.stdout.iter().collect();
+    (code, rest.join("\n"))
+}
