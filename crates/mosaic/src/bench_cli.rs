@@ -2,7 +2,7 @@
 
 use crate::size;
 use clap::{Subcommand, ValueEnum};
-use mosaic_bench::s3::{S3BenchOptions, S3Workload, SizeRange};
+use mosaic_bench::s3::{Mix, S3BenchOptions, S3Workload, SizeRange};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -178,6 +178,18 @@ fn workload_arg(s: &str) -> Result<S3Workload, String> {
     })
 }
 
+/// "90/5/5": GET, PUT and DELETE percentages.
+fn mix_arg(s: &str) -> Result<Mix, String> {
+    let parts: Vec<&str> = s.split('/').collect();
+    let nums: Result<Vec<u32>, _> = parts.iter().map(|p| p.trim().parse::<u32>()).collect();
+    match nums.as_deref() {
+        Ok([get, put, delete]) if get + put + delete == 100 => {
+            Ok(Mix { get: *get, put: *put, delete: *delete, zipf: false })
+        }
+        _ => Err(format!("invalid mix {s:?}: expected GET/PUT/DELETE percentages adding up to 100, e.g. 90/5/5")),
+    }
+}
+
 /// "cosbench-b" or "cosbench-d:1MiB-8MiB".
 fn tenant_arg(s: &str) -> Result<(S3Workload, Option<SizeRange>), String> {
     match s.split_once(':') {
@@ -239,6 +251,9 @@ pub struct S3BenchArgs {
     /// tenants: the two workloads, each optionally with a size (cosbench-b,cosbench-d:1MiB-8MiB).
     #[arg(long, value_delimiter = ',', value_parser = tenant_arg, default_value = "cosbench-b,cosbench-d")]
     tenants: Vec<(S3Workload, Option<SizeRange>)>,
+    /// GET/PUT/DELETE percentages replacing the workload's mix, e.g. 100/0/0 for reads only.
+    #[arg(long, value_parser = mix_arg, value_name = "G/P/D")]
+    mix: Option<Mix>,
     /// Leave the objects in place after the run.
     #[arg(long)]
     keep: bool,
@@ -281,6 +296,7 @@ fn run_s3(a: S3BenchArgs) -> Result<ExitCode, String> {
     o.deadline = a.deadline;
     o.interval = a.interval;
     o.tenants = a.tenants;
+    o.mix = a.mix;
     o.keep = a.keep;
     o.progress = !a.json;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;

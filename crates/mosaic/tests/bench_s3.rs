@@ -40,6 +40,7 @@ fn every_workload_runs_against_mosaic_and_writes_its_report() {
         ("write-only", vec!["--size", "256KiB"]),
         ("read-only", vec!["--size", "256KiB"]),
         ("read-write", vec!["--size", "256KiB"]),
+        ("read-only", vec!["--size", "4KiB", "--mix", "100/0/0"]),
         ("list", vec!["--objects", "2500", "--prefixes", "3"]),
         ("create", vec![]),
         ("append", vec![]),
@@ -53,9 +54,14 @@ fn every_workload_runs_against_mosaic_and_writes_its_report() {
         if workload != "list" {
             args.extend(["--objects", "8"]);
         }
-        args.extend(extra);
+        args.extend(extra.iter().copied());
         let r = bench(&s, &args);
         assert_eq!(r["workload"], workload);
+        if extra.contains(&"--mix") {
+            let ops: Vec<&String> = r["operations"].as_object().unwrap().keys().collect();
+            assert_eq!(ops, ["GET"], "--mix 100/0/0 reads only");
+            assert_eq!(r["config"]["mix"], "100/0/0");
+        }
         assert!(r["total"]["ops"].as_u64().unwrap() > 0, "{workload}: no operations: {r}");
         assert_eq!(r["total"]["errors"], 0, "{workload}: {}", r["first_error"]);
         for f in ["result.json", "report.md", "throughput.svg", "latency-cdf.svg"] {
@@ -136,7 +142,9 @@ fn the_same_seed_issues_the_same_keys_and_sizes() {
 
 #[test]
 fn bad_arguments_get_clear_errors() {
-    let cases: [(&[&str], &str); 6] = [
+    let cases: [(&[&str], &str); 8] = [
+        (&["--workload", "read-only", "--mix", "90/20/0"], "adding up to 100"),
+        (&["--workload", "list", "--mix", "100/0/0"], "does not apply to list"),
         (&["--workload", "nope"], "unknown workload"),
         (&["--workload", "cosbench-a", "--size", "8KiB-1KiB"], "minimum is above the maximum"),
         (&["--workload", "cosbench-a", "--concurrency", "0"], "--concurrency"),

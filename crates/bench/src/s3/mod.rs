@@ -10,7 +10,7 @@ pub mod plan;
 pub mod recorder;
 mod run;
 
-pub use plan::{OpKind, S3Workload, SizeRange};
+pub use plan::{Mix, OpKind, S3Workload, SizeRange};
 pub use recorder::OpResult;
 pub use run::run_s3_bench;
 
@@ -44,6 +44,8 @@ pub struct S3BenchOptions {
     pub interval: Duration,
     /// `tenants`: the two workloads and optional sizes.
     pub tenants: Vec<(S3Workload, Option<SizeRange>)>,
+    /// GET/PUT/DELETE percentages replacing the workload's own (key popularity stays the workload's).
+    pub mix: Option<Mix>,
     /// Leave the objects in place after the run (they are removed by default).
     pub keep: bool,
     /// Print a live progress line on stderr.
@@ -72,6 +74,7 @@ impl S3BenchOptions {
             deadline: Duration::from_millis(50),
             interval: Duration::from_millis(10),
             tenants: vec![(S3Workload::CosbenchB, None), (S3Workload::CosbenchD, None)],
+            mix: None,
             keep: false,
             progress: false,
         }
@@ -92,6 +95,9 @@ pub struct RunConfig {
     pub timeout_s: f64,
     pub bucket: String,
     pub prefixes: u64,
+    /// GET/PUT/DELETE percentages when overridden with --mix.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub mix: Option<String>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default)]

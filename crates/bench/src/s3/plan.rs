@@ -214,6 +214,12 @@ impl WorkerPlan {
         }
     }
 
+    /// Replaces the operation mix, keeping the workload's key popularity.
+    pub fn with_mix(mut self, mix: Mix) -> Self {
+        self.mix = Mix { zipf: self.mix.zipf, ..mix };
+        self
+    }
+
     pub fn with_prefixes(mut self, prefixes: u64) -> Self {
         self.prefixes = prefixes.max(1);
         self

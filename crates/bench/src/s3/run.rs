@@ -60,6 +60,23 @@ fn validate(o: &S3BenchOptions) -> Result<(), String> {
     if o.interval < Duration::from_millis(1) || o.deadline.is_zero() {
         return Err("--interval must be at least 1ms and --deadline above zero".into());
     }
+    if let Some(m) = o.mix {
+        if m.get + m.put + m.delete != 100 {
+            return Err("--mix GET/PUT/DELETE must add up to 100".into());
+        }
+        if !matches!(
+            o.workload,
+            S3Workload::CosbenchA
+                | S3Workload::CosbenchB
+                | S3Workload::CosbenchC
+                | S3Workload::CosbenchD
+                | S3Workload::WriteOnly
+                | S3Workload::ReadOnly
+                | S3Workload::ReadWrite
+        ) {
+            return Err(format!("--mix does not apply to {}", o.workload.name()));
+        }
+    }
     if o.workload == S3Workload::Tenants {
         if o.tenants.len() != 2 {
             return Err("--tenants takes exactly two workloads".into());
@@ -86,6 +103,7 @@ fn run_config(o: &S3BenchOptions, bucket: &str, objects: u64, sizes: SizeRange) 
         timeout_s: o.timeout.as_secs_f64(),
         bucket: bucket.to_string(),
         prefixes: o.prefixes,
+        mix: o.mix.map(|m| format!("{}/{}/{}", m.get, m.put, m.delete)),
     }
 }
 
@@ -267,8 +285,12 @@ async fn run_mix(
     let objects = o.objects.unwrap_or(workload.default_objects());
     let c = o.concurrency;
     client.create_bucket(bucket).await.map_err(|e| format!("creating bucket {bucket}: {}", e.1))?;
-    let plans = (0..c).map(|w| WorkerPlan::new(workload, o.seed, w as u64, c as u64, objects, sizes)).collect();
-    let plans = if workload.prepares() { prepare(client, bucket, plans).await? } else { plans };
+    // A --mix override applies to the main workload, not to tenants.
+    let mix = if label.is_empty() { o.mix.unwrap_or(workload.mix()) } else { workload.mix() };
+    let plans =
+        (0..c).map(|w| WorkerPlan::new(workload, o.seed, w as u64, c as u64, objects, sizes).with_mix(mix)).collect();
+    let prepares = workload.prepares() || mix.get > 0 || mix.delete > 0;
+    let plans = if prepares { prepare(client, bucket, plans).await? } else { plans };
     let started_at = now_rfc3339();
     let phase = Arc::new(Phase::new(o));
     let rec = Arc::new(Recorder::new(phase.measure_from));
