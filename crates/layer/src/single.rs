@@ -27,6 +27,8 @@ const ATTR_PART: &[u8] = b"s3.part";
 const STAGE_CHUNK_BYTES: usize = 8 << 20;
 /// Bytes per chunk of a GET body.
 const READ_CHUNK_BYTES: u64 = 1 << 20;
+/// Chunks of a GET body read ahead of the one being sent (memory per GET: this many chunks).
+const READ_AHEAD_CHUNKS: usize = 4;
 pub const MAX_PARTS: u32 = 10_000;
 pub const MIN_PART_BYTES: u64 = 5 << 20;
 pub const MAX_PART_BYTES: u64 = 5 << 30;
@@ -210,19 +212,28 @@ impl SingleDrive {
         Ok((reader, info.nid, meta))
     }
 
+    /// The body as a stream of chunks, `READ_AHEAD_CHUNKS` reads in flight so the device stays busy while
+    /// the client drains the socket. The first error ends the stream.
     fn body_stream(reader: Arc<Reader>, nid: u64, start: u64, end: u64) -> ByteStream {
-        let s = futures::stream::unfold((reader, start), move |(reader, pos)| async move {
-            if pos >= end {
-                return None;
-            }
-            let len = (end - pos).min(READ_CHUNK_BYTES);
-            let r = reader.clone();
-            let chunk = blocking(move || r.read(nid, pos, len).map_err(LayerError::from)).await;
-            match chunk {
-                Ok(data) if data.len() as u64 == len => Some((Ok(Bytes::from(data)), (reader, pos + len))),
-                Ok(_) => Some((Err(LayerError::Internal("object shrank while reading".into())), (reader, end))),
-                Err(e) => Some((Err(e), (reader, end))),
-            }
+        use futures::StreamExt;
+        let chunks =
+            (start..end).step_by(READ_CHUNK_BYTES as usize).map(move |pos| (pos, (end - pos).min(READ_CHUNK_BYTES)));
+        let reads = futures::stream::iter(chunks)
+            .map(move |(pos, len)| {
+                let r = reader.clone();
+                async move {
+                    match blocking(move || r.read(nid, pos, len).map_err(LayerError::from)).await {
+                        Ok(data) if data.len() as u64 == len => Ok(Bytes::from(data)),
+                        Ok(_) => Err(LayerError::Internal("object shrank while reading".into())),
+                        Err(e) => Err(e),
+                    }
+                }
+            })
+            .buffered(READ_AHEAD_CHUNKS);
+        let s = reads.scan(false, |failed, item| {
+            let out = if *failed { None } else { Some(item) };
+            *failed = out.as_ref().is_some_and(|i| i.is_err());
+            futures::future::ready(out)
         });
         Box::pin(s)
     }

@@ -29,6 +29,7 @@ impl Client {
         let req = match method {
             "GET" => self.http.get(&url),
             "POST" => self.http.post(&url),
+            "DELETE" => self.http.delete(&url),
             other => return Err(format!("unsupported method {other}")),
         };
         let resp = req

@@ -18,6 +18,8 @@ pub struct AdminState {
     pub layer: Arc<dyn ObjectLayer>,
     pub engine: Engine,
     pub creds: Credentials,
+    pub keys: Arc<mosaic_s3::access::KeyRing>,
+    pub data_dir: std::path::PathBuf,
     pub prometheus: PrometheusHandle,
     pub started: Instant,
 }
@@ -166,6 +168,14 @@ async fn route(state: Arc<AdminState>, req: http::Request<hyper::body::Incoming>
                     }),
                 ),
                 Ok(Err(e)) => json(500, serde_json::json!({ "error": e.to_string() })),
+                Err(e) => json(500, serde_json::json!({ "error": e.to_string() })),
+            }
+        }
+        _ if path == "/admin/v1/keys" || path.starts_with("/admin/v1/keys/") => {
+            let st = state.clone();
+            let (m, p) = (method.clone(), path.clone());
+            match tokio::task::spawn_blocking(move || crate::admin_keys::route(&st, &m, &p)).await {
+                Ok((status, v)) => json(status, v),
                 Err(e) => json(500, serde_json::json!({ "error": e.to_string() })),
             }
         }

@@ -37,7 +37,7 @@ pub enum State {
     Existing,
 }
 
-fn crc_line(body: &str) -> String {
+pub(crate) fn crc_line(body: &str) -> String {
     format!("crc32c={:08x}\n", mosaic_engine::crc32c(body.as_bytes()))
 }
 
@@ -135,7 +135,7 @@ pub fn open_drive(dir: &Path, size_bytes: Option<u64>, cfg: EngineConfig) -> Res
     Ok((engine, State::Formatted))
 }
 
-fn write_synced(path: &Path, text: &str, mode: u32) -> Result<(), String> {
+pub(crate) fn write_synced(path: &Path, text: &str, mode: u32) -> Result<(), String> {
     let tmp = path.with_extension("tmp");
     let mut f = std::fs::OpenOptions::new()
         .write(true)
@@ -157,7 +157,7 @@ fn write_synced(path: &Path, text: &str, mode: u32) -> Result<(), String> {
     Ok(())
 }
 
-fn random_string(alphabet: &[u8], len: usize) -> String {
+pub(crate) fn random_string(alphabet: &[u8], len: usize) -> String {
     use rand::Rng;
     let mut rng = rand::rng();
     (0..len).map(|_| alphabet[rng.random_range(0..alphabet.len())] as char).collect()

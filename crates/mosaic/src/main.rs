@@ -4,10 +4,12 @@
 
 mod admin_auth;
 mod admin_client;
+mod admin_keys;
 mod admin_server;
 mod bench_cli;
 mod config;
 mod datadir;
+mod keys_file;
 mod logging;
 mod server;
 mod size;
@@ -61,6 +63,49 @@ enum AdminCommand {
     Check,
     /// Re-read every block and verify its checksum; lists damaged objects. Exits 1 if any is damaged.
     Scrub,
+    /// Access keys beside the root key, each allowed read and/or write per bucket.
+    #[command(subcommand)]
+    Key(KeyCommand),
+}
+
+#[derive(Subcommand)]
+enum KeyCommand {
+    /// Create an access key with no access yet; prints its secret once.
+    Create,
+    /// List access keys and their grants (never secrets).
+    List,
+    /// Delete an access key: requests signed with it are refused from now on.
+    Delete { access_key: String },
+    /// Allow a key to read and/or write a bucket (both when neither --read nor --write is given).
+    Allow(GrantArgs),
+    /// Take back read and/or write access to a bucket (both when neither --read nor --write is given).
+    Deny(GrantArgs),
+}
+
+#[derive(clap::Args)]
+struct GrantArgs {
+    access_key: String,
+    bucket: String,
+    #[arg(long)]
+    read: bool,
+    #[arg(long)]
+    write: bool,
+}
+
+impl GrantArgs {
+    fn path(&self, verb: &str) -> String {
+        let what = match (self.read, self.write) {
+            (true, false) => "read",
+            (false, true) => "write",
+            _ => "read-write",
+        };
+        format!("/admin/v1/keys/{}/{verb}/{}/{what}", path_segment(&self.access_key), path_segment(&self.bucket))
+    }
+}
+
+/// Keys and bucket names are path segments of the admin API: anything else is refused here, clearly.
+fn path_segment(s: &str) -> String {
+    s.chars().filter(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_')).collect()
 }
 
 fn main() -> ExitCode {
@@ -92,12 +137,31 @@ fn run_server(args: config::ServerArgs) -> Result<ExitCode, String> {
 fn run_admin(a: AdminArgs) -> Result<ExitCode, String> {
     let creds = admin_client::credentials(&a.data)?;
     let client = admin_client::Client::new(&a.admin, creds)?;
-    let (method, path) = match a.command {
-        AdminCommand::Info => ("GET", "/admin/v1/info"),
-        AdminCommand::Check => ("POST", "/admin/v1/check"),
-        AdminCommand::Scrub => ("POST", "/admin/v1/scrub"),
+    let (method, path) = match &a.command {
+        AdminCommand::Info => ("GET", "/admin/v1/info".to_string()),
+        AdminCommand::Check => ("POST", "/admin/v1/check".to_string()),
+        AdminCommand::Scrub => ("POST", "/admin/v1/scrub".to_string()),
+        AdminCommand::Key(k) => match k {
+            KeyCommand::Create => ("POST", "/admin/v1/keys".to_string()),
+            KeyCommand::List => ("GET", "/admin/v1/keys".to_string()),
+            KeyCommand::Delete { access_key } => ("DELETE", format!("/admin/v1/keys/{}", path_segment(access_key))),
+            KeyCommand::Allow(g) => ("POST", g.path("allow")),
+            KeyCommand::Deny(g) => ("POST", g.path("deny")),
+        },
     };
-    let v = client.call(method, path)?;
+    if let AdminCommand::Key(
+        KeyCommand::Delete { access_key }
+        | KeyCommand::Allow(GrantArgs { access_key, .. })
+        | KeyCommand::Deny(GrantArgs { access_key, .. }),
+    ) = &a.command
+        && path_segment(access_key) != *access_key
+    {
+        return Err(format!("invalid access key {access_key:?}: letters, digits, '.', '-' and '_' only"));
+    }
+    if let AdminCommand::Key(KeyCommand::Allow(g) | KeyCommand::Deny(g)) = &a.command {
+        mosaic_layer::validate_bucket_name(&g.bucket).map_err(|e| e.to_string())?;
+    }
+    let v = client.call(method, &path)?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?);
     } else {
@@ -106,7 +170,7 @@ fn run_admin(a: AdminArgs) -> Result<ExitCode, String> {
     let failed = match a.command {
         AdminCommand::Check => v.get("clean").and_then(|c| c.as_bool()) == Some(false),
         AdminCommand::Scrub => v.get("damaged").and_then(|d| d.as_array()).is_some_and(|d| !d.is_empty()),
-        AdminCommand::Info => false,
+        AdminCommand::Info | AdminCommand::Key(_) => false,
     };
     Ok(if failed { ExitCode::from(1) } else { ExitCode::SUCCESS })
 }

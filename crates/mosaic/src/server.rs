@@ -76,10 +76,23 @@ async fn serve_all(
         .map_err(|e| format!("cannot listen on {}: {e}", cfg.admin_address))?;
     let s3_bound = s3_listener.local_addr().map_err(|e| e.to_string())?;
     let admin_bound = admin_listener.local_addr().map_err(|e| e.to_string())?;
-    let service = mosaic_s3::build_service(layer.clone(), &creds.access_key, &creds.secret_key, cfg.domain.as_deref())?;
+    let keys = Arc::new(mosaic_s3::access::KeyRing::new(
+        &creds.access_key,
+        &creds.secret_key,
+        crate::keys_file::load(&cfg.data_dir)?,
+    ));
+    let service = mosaic_s3::build_service_with_keys(layer.clone(), keys.clone(), cfg.domain.as_deref())?;
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::spawn(signals(stop_tx));
-    let admin_state = Arc::new(AdminState { layer: layer.clone(), engine, creds, prometheus, started });
+    let admin_state = Arc::new(AdminState {
+        layer: layer.clone(),
+        engine,
+        creds,
+        keys,
+        data_dir: cfg.data_dir.clone(),
+        prometheus,
+        started,
+    });
     let mut admin_stop = stop_rx.clone();
     let admin = tokio::spawn(admin_server::serve(admin_listener, admin_state, async move {
         let _ = admin_stop.wait_for(|s| *s).await;

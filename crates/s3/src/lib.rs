@@ -4,6 +4,7 @@
 //!
 //! It knows nothing of drives, blocks or placement: everything below the ObjectLayer is opaque here.
 
+pub mod access;
 mod checksum;
 mod errors;
 mod host;
@@ -14,5 +15,5 @@ mod token;
 
 pub use checksum::{Algo, checksum_b64};
 pub use host::validate_domain;
-pub use server::{HttpLimits, build_service, serve};
+pub use server::{HttpLimits, build_service, build_service_with_keys, serve};
 pub use service::MosaicS3;

@@ -16,6 +16,9 @@ use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
+/// Largest XML request body (DeleteObjects of 1,000 keys of 1,024 bytes fits).
+const XML_MAX_BODY_BYTES: usize = 2 << 20;
+
 /// Error bodies larger than this are passed through without a RequestId inserted.
 const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
 
@@ -32,23 +35,52 @@ impl Default for HttpLimits {
     }
 }
 
-/// Builds the s3s service over an ObjectLayer with root credentials and optional virtual-host domain.
+/// Builds the s3s service over an ObjectLayer with root credentials only and optional virtual-host domain.
 pub fn build_service(
     layer: Arc<dyn mosaic_layer::ObjectLayer>,
     access_key: &str,
     secret_key: &str,
     domain: Option<&str>,
 ) -> Result<S3Service, String> {
+    let keys = Arc::new(crate::access::KeyRing::new(access_key, secret_key, Default::default()));
+    build_service_with_keys(layer, keys, domain)
+}
+
+/// Builds the s3s service with the root key and the access keys of `keys` (authentication and access).
+pub fn build_service_with_keys(
+    layer: Arc<dyn mosaic_layer::ObjectLayer>,
+    keys: Arc<crate::access::KeyRing>,
+    domain: Option<&str>,
+) -> Result<S3Service, String> {
     let mut b = s3s::service::S3ServiceBuilder::new(crate::MosaicS3::new(layer));
-    b.set_auth(s3s::auth::SimpleAuth::from_single(access_key, secret_key));
+    b.set_auth(KeyRingAuth(keys.clone()));
+    b.set_access(KeyRingAccess(keys));
     if let Some(d) = domain {
         b.set_host(crate::host::DomainHost::new(d)?);
     }
     let mut cfg = s3s::config::S3Config::default();
     // Bounds the XML bodies s3s buffers (DeleteObjects, CompleteMultipartUpload, tagging).
-    cfg.xml_max_body_size = 2 << 20;
+    cfg.xml_max_body_size = XML_MAX_BODY_BYTES;
     b.set_config(Arc::new(s3s::config::StaticConfigProvider::new(Arc::new(cfg))));
     Ok(b.build())
+}
+
+/// s3s takes its auth and access providers by value: these share one key ring.
+struct KeyRingAuth(Arc<crate::access::KeyRing>);
+struct KeyRingAccess(Arc<crate::access::KeyRing>);
+
+#[async_trait::async_trait]
+impl s3s::auth::S3Auth for KeyRingAuth {
+    async fn get_secret_key(&self, access_key: &str) -> s3s::S3Result<s3s::auth::SecretKey> {
+        self.0.get_secret_key(access_key).await
+    }
+}
+
+#[async_trait::async_trait]
+impl s3s::access::S3Access for KeyRingAccess {
+    async fn check(&self, cx: &mut s3s::access::S3AccessContext<'_>) -> s3s::S3Result<()> {
+        self.0.check(cx).await
+    }
 }
 
 static REQUEST_SEQ: AtomicU64 = AtomicU64::new(0);
@@ -102,11 +134,17 @@ async fn handle(
     let path = req.uri().path().to_string();
     let started = Instant::now();
     let empty_expect_continue = expects_continue_without_body(&req);
-    let mut resp = match hyper::service::Service::call(&s3, req).await {
-        Ok(r) => r,
-        Err(e) => {
-            tracing::warn!(request_id = %id, op, error = ?e, "request failed");
-            return Err(e);
+    let mut resp = if xml_body_over_limit(&req) {
+        // s3s answers a streamed XML body past its limit with 500 InternalError (http_body_util's
+        // LengthLimitError is not the error type it checks for); refuse it here, before reading it.
+        error_response(400, "MaxMessageLengthExceeded", "Your request was too big.")
+    } else {
+        match hyper::service::Service::call(&s3, req).await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(request_id = %id, op, error = ?e, "request failed");
+                return Err(e);
+            }
         }
     };
     let status = resp.status();
@@ -128,6 +166,49 @@ async fn handle(
     metrics::histogram!("mosaic_s3_request_duration_seconds", "op" => op, "status" => status_label).record(ms / 1000.0);
     tracing::info!(request_id = %id, op, method = %method, path = %path, status = status.as_u16(), ms = format!("{ms:.2}"), "request");
     Ok(resp)
+}
+
+/// Subresources whose PUT carries an XML document (bucket and object configuration).
+const XML_SUBRESOURCES: [&str; 12] = [
+    "tagging",
+    "acl",
+    "cors",
+    "lifecycle",
+    "policy",
+    "versioning",
+    "website",
+    "notification",
+    "logging",
+    "replication",
+    "encryption",
+    "object-lock",
+];
+
+/// A request whose body s3s parses as XML, announcing more bytes than the XML limit.
+fn xml_body_over_limit(req: &http::Request<hyper::body::Incoming>) -> bool {
+    let len = req.headers().get(http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if len.is_none_or(|n| n <= XML_MAX_BODY_BYTES as u64) {
+        return false;
+    }
+    let q = req.uri().query().unwrap_or("");
+    let has = |k: &str| q.split('&').any(|p| p == k || p.starts_with(&format!("{k}=")));
+    let path = req.uri().path().trim_start_matches('/');
+    let is_bucket = !path.trim_end_matches('/').contains('/');
+    match req.method().as_str() {
+        "POST" => has("delete") || has("uploadId"),
+        "PUT" => XML_SUBRESOURCES.iter().any(|r| has(r)) || (is_bucket && q.is_empty()),
+        _ => false,
+    }
+}
+
+fn error_response(status: u16, code: &str, message: &str) -> http::Response<s3s::Body> {
+    let xml = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>{code}</Code><Message>{message}</Message></Error>"
+    );
+    let mut r = http::Response::new(s3s::Body::from(xml));
+    *r.status_mut() = http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::BAD_REQUEST);
+    r.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/xml"));
+    r
 }
 
 fn expects_continue_without_body(req: &http::Request<hyper::body::Incoming>) -> bool {

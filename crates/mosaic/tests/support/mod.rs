@@ -100,3 +100,10 @@ pub fn stop(mut s: Server) -> (i32, String) {
     let rest: Vec<String> = s.stdout.iter().collect();
     (code, rest.join("\n"))
 }
+
+/// Kills the server with SIGKILL (no drain, no close) and reaps it.
+pub fn kill9(mut s: Server) {
+    // SAFETY: plain kill(2) on our child.
+    unsafe { libc::kill(s.child.id() as i32, libc::SIGKILL) };
+    let _ = s.child.wait();
+}

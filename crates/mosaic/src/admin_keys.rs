@@ -1,0 +1,128 @@
+//! The admin API for access keys (root credentials only):
+//!
+//! - `GET /admin/v1/keys`: every key and its grants (never a secret).
+//! - `POST /admin/v1/keys`: a new key; the answer holds its secret, shown this once.
+//! - `DELETE /admin/v1/keys/{key}`
+//! - `POST /admin/v1/keys/{key}/allow/{bucket}/{read|write|read-write}`
+//! - `POST /admin/v1/keys/{key}/deny/{bucket}/{read|write|read-write}`
+//!
+//! Every change is written to the data directory (synced) before it is answered and before it applies.
+
+use crate::admin_server::AdminState;
+use mosaic_s3::access::{AccessKey, Grant, KeySet};
+use serde_json::{Value, json};
+
+fn error(status: u16, msg: impl Into<String>) -> (u16, Value) {
+    (status, json!({ "error": msg.into() }))
+}
+
+fn list(set: &KeySet) -> Value {
+    let keys: Vec<Value> = set
+        .keys
+        .iter()
+        .map(|(ak, k)| {
+            let grants: serde_json::Map<String, Value> =
+                k.grants.iter().map(|(b, g)| (b.clone(), Value::String(grant_name(*g).into()))).collect();
+            json!({ "access_key": ak, "created_unix_s": k.created_unix_s, "grants": grants })
+        })
+        .collect();
+    json!({ "keys": keys })
+}
+
+fn grant_name(g: Grant) -> &'static str {
+    match (g.read, g.write) {
+        (true, true) => "read-write",
+        (true, false) => "read",
+        (false, true) => "write",
+        (false, false) => "none",
+    }
+}
+
+fn parse_grant(s: &str) -> Option<Grant> {
+    match s {
+        "read" => Some(Grant { read: true, write: false }),
+        "write" => Some(Grant { read: false, write: true }),
+        "read-write" => Some(Grant { read: true, write: true }),
+        _ => None,
+    }
+}
+
+fn now_unix_s() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+pub fn route(state: &AdminState, method: &str, path: &str) -> (u16, Value) {
+    let rest = path.strip_prefix("/admin/v1/keys").unwrap_or("");
+    let parts: Vec<&str> = rest.split('/').filter(|p| !p.is_empty()).collect();
+    let persist = |set: &KeySet| crate::keys_file::save(&state.data_dir, set);
+    match (method, parts.as_slice()) {
+        ("GET", []) => (200, list(&state.keys.snapshot())),
+        ("POST", []) => {
+            let access_key =
+                format!("MK{}", crate::datadir::random_string(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789", 18));
+            let secret_key =
+                crate::datadir::random_string(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789", 40);
+            let key =
+                AccessKey { secret_key: secret_key.clone(), created_unix_s: now_unix_s(), grants: Default::default() };
+            let ak = access_key.clone();
+            match state.keys.update(
+                move |set| {
+                    if set.keys.contains_key(&ak) {
+                        return Err("key collision, try again".into());
+                    }
+                    set.keys.insert(ak, key);
+                    Ok(())
+                },
+                persist,
+            ) {
+                Ok(()) => (200, json!({ "access_key": access_key, "secret_key": secret_key })),
+                Err(e) => error(409, e),
+            }
+        }
+        ("DELETE", [ak]) => {
+            let ak = ak.to_string();
+            let r = state
+                .keys
+                .update(|set| set.keys.remove(&ak).map(|_| ()).ok_or_else(|| format!("no access key {ak}")), persist);
+            match r {
+                Ok(()) => (200, json!({ "deleted": ak })),
+                Err(e) if e.starts_with("no access key") => error(404, e),
+                Err(e) => error(500, e),
+            }
+        }
+        ("POST", [ak, verb @ ("allow" | "deny"), bucket, what]) => {
+            let Some(g) = parse_grant(what) else {
+                return error(400, format!("unknown access {what:?}: use read, write or read-write"));
+            };
+            if let Err(e) = mosaic_layer::validate_bucket_name(bucket) {
+                return error(400, e.to_string());
+            }
+            let (ak, bucket, allow) = (ak.to_string(), bucket.to_string(), *verb == "allow");
+            let r = state.keys.update(
+                |set| {
+                    let key = set.keys.get_mut(&ak).ok_or_else(|| format!("no access key {ak}"))?;
+                    let cur = key.grants.get(&bucket).copied().unwrap_or_default();
+                    let next = if allow {
+                        Grant { read: cur.read || g.read, write: cur.write || g.write }
+                    } else {
+                        Grant { read: cur.read && !g.read, write: cur.write && !g.write }
+                    };
+                    if next == Grant::default() {
+                        key.grants.remove(&bucket);
+                    } else {
+                        key.grants.insert(bucket.clone(), next);
+                    }
+                    Ok(next)
+                },
+                persist,
+            );
+            match r {
+                Ok(next) => (200, json!({ "access_key": ak, "bucket": bucket, "access": grant_name(next) })),
+                Err(e) if e.starts_with("no access key") => error(404, e),
+                Err(e) if e.contains("at most") => error(409, e),
+                Err(e) => error(500, e),
+            }
+        }
+        _ => error(404, format!("no admin endpoint {method} {path}")),
+    }
+}

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Runs every `mosaic bench s3` workload against Mosaic (one drive on a preallocated file) and MinIO (single
+# drive on XFS) on this machine, with the same client, concurrency and seed, and writes each pair of results
+# and their comparison under OUT (default docs/bench/<today>-s3).
+#
+#   scripts/bench-s3-vs-minio.sh [OUT]
+#
+# Needs: bin/mosaic (make build), minio on PATH or in ~/go/bin (go install github.com/minio/minio@latest),
+# an XFS file system mounted at $MINIO_DIR's parent (see docs/bench/README.md), and ~20 GiB free.
+# Select workloads with ONLY="cosbench-a list" (names from the table below).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${1:-docs/bench/$(date -u +%F)-s3}
+MOSAIC=${MOSAIC:-bin/mosaic}
+MINIO=${MINIO:-$(command -v minio || echo "$HOME/go/bin/minio")}
+MOSAIC_DIR=${MOSAIC_DIR:-/var/tmp/mosaic-bench-data}
+MINIO_DIR=${MINIO_DIR:-/mnt/minio-xfs/data}
+AK=benchkey
+SK=benchsecret-0123456789
+MOSAIC_PORT=19000
+MINIO_PORT=19100
+COMMON=(--duration "${DURATION:-20s}" --warmup 3s --seed 1)
+
+# name | arguments (scaled to 2 cores and one shared disk: large objects are 16 MiB instead of 128 MiB)
+WORKLOADS=(
+  "cosbench-a|--workload cosbench-a --concurrency 16"
+  "cosbench-b|--workload cosbench-b --concurrency 16"
+  "cosbench-c|--workload cosbench-c --size 1MiB-16MiB --objects 32 --concurrency 4"
+  "cosbench-d|--workload cosbench-d --size 1MiB-16MiB --objects 32 --concurrency 4"
+  "write-only|--workload write-only --size 16MiB --objects 32 --concurrency 4"
+  "read-only|--workload read-only --size 16MiB --objects 32 --concurrency 4"
+  "read-write|--workload read-write --size 16MiB --objects 32 --concurrency 4"
+  "list|--workload list --objects 100000 --prefixes 100 --concurrency 1"
+  "create|--workload create --concurrency 16"
+  "append|--workload append --objects 64 --concurrency 16"
+  "tenants|--workload tenants --tenants cosbench-b,cosbench-d:1MiB-16MiB --objects 32 --concurrency 8"
+  "priority|--workload priority --size 16MiB --concurrency 4 --deadline 50ms --interval 10ms"
+  "small-put|--workload write-only --size 4KiB --objects 10000 --concurrency 16"
+  "small-get|--workload cosbench-a --mix 100/0/0 --size 4KiB --objects 10000 --concurrency 16"
+  "large-put|--workload write-only --size 64MiB --objects 16 --concurrency 4"
+  "large-get|--workload cosbench-c --mix 100/0/0 --size 64MiB --objects 16 --concurrency 4"
+)
+
+wait_ready() { # url
+  for _ in $(seq 1 300); do
+    curl -fsS -o /dev/null "$1" 2>/dev/null && return 0
+    sleep 0.2
+  done
+  echo "not ready: $1" >&2
+  return 1
+}
+
+rss() { # pid -> "VmRSS VmHWM" in MiB
+  awk '/VmRSS|VmHWM/ {printf "%s %.0f MiB  ", $1, $2/1024}' "/proc/$1/status"
+}
+
+start_servers() {
+  rm -rf "$MOSAIC_DIR" "$MINIO_DIR"
+  mkdir -p "$MINIO_DIR"
+  MOSAIC_ACCESS_KEY=$AK MOSAIC_SECRET_KEY=$SK "$MOSAIC" server --data "$MOSAIC_DIR" --drive-size 16GiB \
+    --s3-address 127.0.0.1:$MOSAIC_PORT --admin-address 127.0.0.1:$((MOSAIC_PORT + 1)) >"$OUT/mosaic-server.log" 2>&1 &
+  MOSAIC_PID=$!
+  MINIO_ROOT_USER=$AK MINIO_ROOT_PASSWORD=$SK MINIO_BROWSER=off MINIO_UPDATE=off \
+    "$MINIO" server "$MINIO_DIR" --address 127.0.0.1:$MINIO_PORT >"$OUT/minio-server.log" 2>&1 &
+  MINIO_PID=$!
+  trap 'kill $MOSAIC_PID $MINIO_PID 2>/dev/null || true' EXIT
+  wait_ready "http://127.0.0.1:$((MOSAIC_PORT + 1))/health/ready"
+  wait_ready "http://127.0.0.1:$MINIO_PORT/minio/health/live"
+}
+
+mkdir -p "$OUT"
+start_servers
+{
+  echo "date: $(date -u +%FT%TZ)"
+  echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM, $(uname -sr)"
+  echo "mosaic: $("$MOSAIC" --version), drive: preallocated 16 GiB file on $(df -T "$(dirname "$MOSAIC_DIR")" | awk 'NR==2 {print $2" "$1}')"
+  echo "minio: $("$MINIO" --version | head -1), drive: $(df -T "$MINIO_DIR" | awk 'NR==2 {print $2" "$1}')"
+  echo "common arguments: ${COMMON[*]}"
+} >"$OUT/machine.txt"
+: >"$OUT/rss.txt"
+for entry in "${WORKLOADS[@]}"; do
+  name=${entry%%|*}
+  args=${entry#*|}
+  if [[ -n "${ONLY:-}" && " $ONLY " != *" $name "* ]]; then continue; fi
+  for target in mosaic minio; do
+    port=$MOSAIC_PORT; [[ $target == minio ]] && port=$MINIO_PORT
+    echo "== $name on $target: mosaic bench s3 --endpoint http://127.0.0.1:$port ${COMMON[*]} $args --out $OUT/$name/$target"
+    # shellcheck disable=SC2086
+    "$MOSAIC" bench s3 --endpoint "http://127.0.0.1:$port" --access-key $AK --secret-key $SK "${COMMON[@]}" $args \
+      --out "$OUT/$name/$target" >"$OUT/$name.$target.txt" 2>/dev/null || echo "FAILED: see $OUT/$name.$target.txt"
+    tail -n +1 "$OUT/$name.$target.txt" | tail -3
+  done
+  echo "$name: mosaic $(rss $MOSAIC_PID) | minio $(rss $MINIO_PID)" >>"$OUT/rss.txt"
+  "$MOSAIC" bench compare "$OUT/$name/mosaic/result.json" "$OUT/$name/minio/result.json" \
+    --plot "$OUT/$name/compare.svg" >"$OUT/$name/compare.md" || true
+  rm -f "$OUT/$name.mosaic.txt" "$OUT/$name.minio.txt"
+done
+echo "done: $OUT"
