@@ -609,6 +609,16 @@ impl Inner {
         Ok(())
     }
 
+    /// Reads `len_bytes` (a whole number of blocks, at most one run) straight into an aligned buffer: one
+    /// device read, no bounce copy.
+    pub(crate) fn read_run(&self, start: u64, len_bytes: usize) -> Result<AlignedBuf> {
+        debug_assert!(len_bytes > 0 && len_bytes.is_multiple_of(BLOCK_SIZE_BYTES as usize));
+        let mut buf = AlignedBuf::zeroed(len_bytes);
+        self.device.read_at(buf.as_mut_slice(), start * BLOCK_SIZE_BYTES)?;
+        self.counters.record_read(len_bytes as u64);
+        Ok(buf)
+    }
+
     pub(crate) fn fail(&self, why: String) {
         let mut f = self.failed.lock();
         if f.is_none() {

@@ -23,8 +23,13 @@ pub fn db_options(create: bool) -> Options {
     o.set_bytes_per_sync(1 << 20);
     o.set_keep_log_file_num(4);
     o.set_max_total_wal_size(256 << 20);
+    // All memtables together: bounds the KV store's write memory whatever the number of column families.
+    o.set_db_write_buffer_size(DB_WRITE_BUFFER_TOTAL_BYTES);
     o
 }
+
+/// Memtable memory of all column families together (RocksDB flushes the largest one at this bound).
+const DB_WRITE_BUFFER_TOTAL_BYTES: usize = 96 << 20;
 
 pub fn open(path: &Path, create: bool, kv: &KvOptions) -> Result<(DB, Options)> {
     let opts = db_options(create);

@@ -231,8 +231,8 @@ impl Reader {
             {
                 j += 1;
             }
-            let mut buf = vec![0u8; (j - i) * bs as usize];
-            self.inner.read_blocks(entries[i].1.physical_block, &mut buf)?;
+            let run = self.inner.read_run(entries[i].1.physical_block, (j - i) * bs as usize)?;
+            let buf = run.as_slice();
             for (n, (lb, entry)) in entries[i..j].iter().enumerate() {
                 let block = &buf[n * bs as usize..(n + 1) * bs as usize];
                 if crate::checksum::crc32c(block) != entry.crc32c {

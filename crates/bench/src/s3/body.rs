@@ -30,10 +30,6 @@ impl Pool {
         StdRng::seed_from_u64(seed ^ 0x6d6f_7361_6963).fill_bytes(&mut v);
         Pool(Bytes::from(v))
     }
-
-    fn byte(&self, at: u64) -> u8 {
-        self.0[(at % POOL_LEN as u64) as usize]
-    }
 }
 
 /// A stable 64-bit hash of a key (FNV-1a): the same in every run and on every machine.
@@ -183,11 +179,17 @@ impl Verifier {
                 return;
             }
         }
-        for (i, b) in data.iter().enumerate() {
-            if *b != self.pool.byte(self.at + i as u64) {
-                self.error = Some(format!("byte {} differs from what was written", self.seen + i as u64));
+        // Compare whole runs against the pool (memcmp), wrapping at its end.
+        let mut done = 0usize;
+        while done < data.len() {
+            let start = ((self.at + done as u64) % POOL_LEN as u64) as usize;
+            let n = (POOL_LEN - start).min(data.len() - done);
+            if data[done..done + n] != self.pool.0[start..start + n] {
+                let i = (0..n).find(|&i| data[done + i] != self.pool.0[start + i]).unwrap_or(0);
+                self.error = Some(format!("byte {} differs from what was written", self.seen + (done + i) as u64));
                 return;
             }
+            done += n;
         }
         self.at += data.len() as u64;
         self.seen += data.len() as u64;
