@@ -58,10 +58,10 @@ start_servers() {
   rm -rf "$MOSAIC_DIR" "$MINIO_DIR"
   mkdir -p "$MINIO_DIR"
   MOSAIC_ACCESS_KEY=$AK MOSAIC_SECRET_KEY=$SK "$MOSAIC" server --data "$MOSAIC_DIR" --drive-size 12GiB \
-    --s3-address 127.0.0.1:$MOSAIC_PORT --admin-address 127.0.0.1:$((MOSAIC_PORT + 1)) >"$OUT/mosaic-server.log" 2>&1 &
+    --s3-address 127.0.0.1:$MOSAIC_PORT --admin-address 127.0.0.1:$((MOSAIC_PORT + 1)) >"${LOG_DIR:-/tmp}/mosaic-bench-server.log" 2>&1 &
   MOSAIC_PID=$!
   MINIO_ROOT_USER=$AK MINIO_ROOT_PASSWORD=$SK MINIO_BROWSER=off MINIO_UPDATE=off \
-    "$MINIO" server "$MINIO_DIR" --address 127.0.0.1:$MINIO_PORT >"$OUT/minio-server.log" 2>&1 &
+    "$MINIO" server "$MINIO_DIR" --address 127.0.0.1:$MINIO_PORT >"${LOG_DIR:-/tmp}/minio-bench-server.log" 2>&1 &
   MINIO_PID=$!
   trap 'kill $MOSAIC_PID $MINIO_PID 2>/dev/null || true' EXIT
   wait_ready "http://127.0.0.1:$((MOSAIC_PORT + 1))/health/ready"
@@ -73,7 +73,7 @@ start_servers
 {
   echo "date: $(date -u +%FT%TZ)"
   echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM, $(uname -sr)"
-  echo "mosaic: $("$MOSAIC" --version), drive: preallocated 12 GiB file on $(df -T "$(dirname "$MOSAIC_DIR")" | awk 'NR==2 {print $2" "$1}')"
+  echo "mosaic: $("$MOSAIC" --version) (commit $(git rev-parse --short HEAD)), drive: preallocated 12 GiB file on $(df -T "$(dirname "$MOSAIC_DIR")" | awk 'NR==2 {print $2" "$1}')"
   echo "minio: $("$MINIO" --version | head -1), drive: $(df -T "$MINIO_DIR" | awk 'NR==2 {print $2" "$1}')"
   echo "common arguments: ${COMMON[*]}"
 } >"$OUT/machine.txt"

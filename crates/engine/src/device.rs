@@ -307,3 +307,134 @@ impl Device for SimDevice {
         "sim"
     }
 }
+
+/// Writes held by a [`VolatileCacheDevice`] before they are destaged without a flush.
+const VOLATILE_CACHE_MAX_BYTES: usize = 256 << 20;
+
+/// A device with a volatile write cache, like a disk with write-back caching and no power-loss protection:
+/// writes are held in memory until `flush` writes them through and makes them durable. Killing the process
+/// loses every write since the last flush, exactly what a power cut does to such a disk; the server runs on
+/// it with `--simulate-power-loss` for the process-level power-loss test. Past its bound the cache destages
+/// early (a real disk may also write back early), which never weakens what a flush promises.
+pub struct VolatileCacheDevice {
+    inner: Arc<dyn Device>,
+    /// Block-aligned offset -> the block's newest unflushed contents. One lock keeps reads, writes and the
+    /// destaging of a flush from interleaving.
+    pending: Mutex<std::collections::BTreeMap<u64, Box<[u8]>>>,
+}
+
+impl VolatileCacheDevice {
+    pub fn new(inner: Arc<dyn Device>) -> Self {
+        VolatileCacheDevice { inner, pending: Mutex::new(std::collections::BTreeMap::new()) }
+    }
+
+    /// Writes every pending block to the inner device (contiguous blocks in one write).
+    fn destage(&self, pending: &mut std::collections::BTreeMap<u64, Box<[u8]>>) -> io::Result<()> {
+        let blocks = std::mem::take(pending);
+        let mut run: Vec<(u64, Box<[u8]>)> = Vec::new();
+        let write_run = |run: &mut Vec<(u64, Box<[u8]>)>| -> io::Result<()> {
+            let Some(start) = run.first().map(|(o, _)| *o) else { return Ok(()) };
+            let mut buf = crate::aligned::AlignedBuf::zeroed(run.len() * IO_ALIGN_BYTES);
+            for (i, (_, b)) in run.iter().enumerate() {
+                buf.as_mut_slice()[i * IO_ALIGN_BYTES..(i + 1) * IO_ALIGN_BYTES].copy_from_slice(b);
+            }
+            run.clear();
+            self.inner.write_at(buf.as_slice(), start)
+        };
+        for (off, b) in blocks {
+            let contiguous = run.last().is_some_and(|(o, _)| o + IO_ALIGN_BYTES as u64 == off);
+            if !contiguous || run.len() * IO_ALIGN_BYTES >= 4 << 20 {
+                write_run(&mut run)?;
+            }
+            run.push((off, b));
+        }
+        write_run(&mut run)
+    }
+}
+
+impl Device for VolatileCacheDevice {
+    fn size_bytes(&self) -> u64 {
+        self.inner.size_bytes()
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset_bytes: u64) -> io::Result<()> {
+        assert_io_aligned(buf, offset_bytes);
+        let pending = self.pending.lock();
+        self.inner.read_at(buf, offset_bytes)?;
+        let end = offset_bytes + buf.len() as u64;
+        for (off, b) in pending.range(offset_bytes..end) {
+            let at = (off - offset_bytes) as usize;
+            buf[at..at + IO_ALIGN_BYTES].copy_from_slice(b);
+        }
+        Ok(())
+    }
+
+    fn write_at(&self, buf: &[u8], offset_bytes: u64) -> io::Result<()> {
+        assert_io_aligned(buf, offset_bytes);
+        let mut pending = self.pending.lock();
+        for (i, chunk) in buf.chunks(IO_ALIGN_BYTES).enumerate() {
+            pending.insert(offset_bytes + (i * IO_ALIGN_BYTES) as u64, chunk.into());
+        }
+        if pending.len() * IO_ALIGN_BYTES > VOLATILE_CACHE_MAX_BYTES {
+            self.destage(&mut pending)?;
+        }
+        Ok(())
+    }
+
+    fn flush(&self) -> io::Result<()> {
+        let mut pending = self.pending.lock();
+        self.destage(&mut pending)?;
+        self.inner.flush()
+    }
+
+    fn discard(&self, offset_bytes: u64, len_bytes: u64) -> io::Result<()> {
+        // Pending writes to the range stay: a discard is advisory and must not lose a later write.
+        self.inner.discard(offset_bytes, len_bytes)
+    }
+
+    fn kind(&self) -> &'static str {
+        "file with a simulated volatile write cache"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aligned::AlignedBuf;
+
+    fn read(d: &dyn Device, offset: u64) -> Vec<u8> {
+        let mut buf = AlignedBuf::zeroed(2 * IO_ALIGN_BYTES);
+        d.read_at(buf.as_mut_slice(), offset).unwrap();
+        buf.as_slice().to_vec()
+    }
+
+    #[test]
+    fn volatile_cache_loses_exactly_the_unflushed_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("dev");
+        let size = 64 * IO_ALIGN_BYTES as u64;
+        let a = AlignedBuf::copy_of(&vec![0xaa; 2 * IO_ALIGN_BYTES]);
+        let b = AlignedBuf::copy_of(&vec![0xbb; IO_ALIGN_BYTES]);
+        {
+            let d = VolatileCacheDevice::new(Arc::new(FileDevice::create(&path, size).unwrap()));
+            d.write_at(a.as_slice(), 0).unwrap();
+            d.flush().unwrap();
+            d.write_at(b.as_slice(), IO_ALIGN_BYTES as u64).unwrap();
+            // Reads see the newest data, flushed or not.
+            let got = read(&d, 0);
+            assert!(got[..IO_ALIGN_BYTES].iter().all(|&x| x == 0xaa));
+            assert!(got[IO_ALIGN_BYTES..].iter().all(|&x| x == 0xbb));
+            // Dropped without a flush: the power goes out.
+        }
+        let d = FileDevice::open(&path).unwrap();
+        let got = read(&d, 0);
+        assert!(got.iter().all(|&x| x == 0xaa), "the unflushed write must be lost, the flushed one kept");
+        drop(d);
+        let d = VolatileCacheDevice::new(Arc::new(FileDevice::open(&path).unwrap()));
+        d.write_at(b.as_slice(), IO_ALIGN_BYTES as u64).unwrap();
+        d.flush().unwrap();
+        drop(d);
+        let got = read(&FileDevice::open(&path).unwrap(), 0);
+        assert!(got[IO_ALIGN_BYTES..].iter().all(|&x| x == 0xbb), "a flushed write is durable");
+    }
+}

@@ -27,7 +27,7 @@ mod verify;
 pub use aligned::{AlignedBuf, IO_ALIGN_BYTES};
 pub use alloc::LARGE_RUN_BLOCKS;
 pub use checksum::crc32c;
-pub use device::{CrashMode, Device, FileDevice, SimDevice};
+pub use device::{CrashMode, Device, FileDevice, SimDevice, VolatileCacheDevice};
 pub use engine::{BLOCK_SIZE_BYTES, Engine, EngineConfig, MAX_OBJECT_BYTES, WriteMode};
 pub use error::{EngineError, Result};
 pub use keys::{CollectionId, Nid, prefix_end};

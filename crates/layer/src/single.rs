@@ -545,7 +545,14 @@ impl ObjectLayer for SingleDrive {
             (None, None) => None,
         };
         let (start, end) = range.map(|r| (r.start, r.end)).unwrap_or((0, size));
-        let body = Self::body_stream(reader, nid, start, end);
+        let mut body = Self::body_stream(reader, nid, start, end);
+        // Read the first chunk before answering: a damaged or unreadable object then gets an error status
+        // instead of a 200 whose body breaks off (small objects fail wholly up front).
+        let body: ByteStream = match futures::StreamExt::next(&mut body).await {
+            Some(Err(e)) => return Err(e),
+            Some(Ok(first)) => Box::pin(futures::StreamExt::chain(futures::stream::once(async { Ok(first) }), body)),
+            None => body,
+        };
         Ok(GetResult { meta, range, body })
     }
 

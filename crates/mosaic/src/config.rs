@@ -58,6 +58,10 @@ pub struct ServerArgs {
     /// Largest number of open S3 connections; more wait to be accepted.
     #[arg(long, env = "MOSAIC_MAX_CONNECTIONS", value_name = "N")]
     pub max_connections: Option<usize>,
+    /// Testing only: put a volatile write cache in front of the data file, so that killing the process
+    /// loses every data write since the last flush, as a power cut does (the power-loss test).
+    #[arg(long, env = "MOSAIC_SIMULATE_POWER_LOSS", hide = true)]
+    pub simulate_power_loss: bool,
     /// Block cache of the metadata database (e.g. 256MiB).
     #[arg(long, env = "MOSAIC_KV_CACHE_SIZE", value_name = "SIZE")]
     pub kv_cache_size: Option<String>,
@@ -86,6 +90,7 @@ pub struct Config {
     pub max_connections: usize,
     pub kv_cache_bytes: u64,
     pub inline_max_bytes: u64,
+    pub simulate_power_loss: bool,
 }
 
 pub const DEFAULT_DATA_DIR: &str = "./mosaic-data";
@@ -167,6 +172,7 @@ impl Config {
             max_connections,
             kv_cache_bytes,
             inline_max_bytes,
+            simulate_power_loss: args.simulate_power_loss,
         })
     }
 }

@@ -108,12 +108,20 @@ pub fn drive_dir(dir: &Path) -> PathBuf {
 }
 
 /// Opens the drive, formatting the directory first if it is new. Refuses a foreign directory.
-pub fn open_drive(dir: &Path, size_bytes: Option<u64>, cfg: EngineConfig) -> Result<(Engine, State), String> {
+pub fn open_drive(
+    dir: &Path,
+    size_bytes: Option<u64>,
+    cfg: EngineConfig,
+    simulate_power_loss: bool,
+) -> Result<(Engine, State), String> {
+    let wrap = |d: FileDevice| -> Arc<dyn mosaic_engine::Device> {
+        if simulate_power_loss { Arc::new(mosaic_engine::VolatileCacheDevice::new(Arc::new(d))) } else { Arc::new(d) }
+    };
     let ours = inspect(dir)?;
     let drive = drive_dir(dir);
     if ours {
         let device = FileDevice::open(&drive.join("data")).map_err(|e| format!("cannot open the data file: {e}"))?;
-        let engine = Engine::open(&drive, Arc::new(device), cfg).map_err(|e| format!("cannot open the drive: {e}"))?;
+        let engine = Engine::open(&drive, wrap(device), cfg).map_err(|e| format!("cannot open the drive: {e}"))?;
         return Ok((engine, State::Existing));
     }
     std::fs::create_dir_all(&drive).map_err(|e| format!("cannot create {}: {e}", drive.display()))?;
@@ -124,7 +132,7 @@ pub fn open_drive(dir: &Path, size_bytes: Option<u64>, cfg: EngineConfig) -> Res
     }
     let device =
         FileDevice::create(&drive.join("data"), size).map_err(|e| format!("cannot create the data file: {e}"))?;
-    let engine = Engine::format(&drive, Arc::new(device), cfg).map_err(|e| format!("cannot format the drive: {e}"))?;
+    let engine = Engine::format(&drive, wrap(device), cfg).map_err(|e| format!("cannot format the drive: {e}"))?;
     // The marker goes last: a directory with a marker always holds a complete drive.
     let body = format!(
         "format_version={MARKER_VERSION}\nuuid={}\ncreated_by=mosaic {}\n",

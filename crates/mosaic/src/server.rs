@@ -45,7 +45,8 @@ pub fn run(cfg: Config) -> Result<(), String> {
         ..Default::default()
     };
     let creds_env = env_credentials()?;
-    let (engine, state) = datadir::open_drive(&cfg.data_dir, cfg.drive_size_bytes, engine_cfg)?;
+    let (engine, state) =
+        datadir::open_drive(&cfg.data_dir, cfg.drive_size_bytes, engine_cfg, cfg.simulate_power_loss)?;
     let (creds, generated) = datadir::root_credentials(&cfg.data_dir, creds_env)?;
     match state {
         State::Formatted => tracing::info!(dir = %cfg.data_dir.display(), "formatted a new data directory"),

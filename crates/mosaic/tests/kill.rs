@@ -4,6 +4,10 @@
 //! delete stays deleted, an operation in flight at the kill is wholly there or wholly absent, listings agree
 //! with GETs, and `mosaic admin check` finds no leaked or doubly used space. 20 rounds in the normal suite;
 //! MOSAIC_KILL_ROUNDS sets more (the long mode), MOSAIC_KILL_SEED replays one sequence.
+//!
+//! The power-loss variant runs the server with its data file behind a volatile write cache
+//! (`--simulate-power-loss`), so each kill also drops every data write since the last flush: 200 rounds,
+//! MOSAIC_POWER_LOSS_ROUNDS for more.
 
 mod support;
 
@@ -41,8 +45,14 @@ struct Model {
     in_flight_at_kill: u64,
 }
 
-fn server(data: &Path) -> Server {
-    start_with_env(data, &[("MOSAIC_ACCESS_KEY", AK), ("MOSAIC_SECRET_KEY", SK)])
+/// With `power_loss`, the server's data file sits behind a volatile write cache: the kill also drops every
+/// data write since the last flush, as a power cut does to a disk with write-back caching.
+fn server(data: &Path, power_loss: bool) -> Server {
+    let mut env = vec![("MOSAIC_ACCESS_KEY", AK), ("MOSAIC_SECRET_KEY", SK)];
+    if power_loss {
+        env.push(("MOSAIC_SIMULATE_POWER_LOSS", "true"));
+    }
+    start_with_env(data, &env)
 }
 
 fn client(endpoint: &str) -> aws_sdk_s3::Client {
@@ -245,11 +255,25 @@ fn admin_check(s: &Server, context: &str) {
     assert_eq!(v["clean"], true, "{context}: {v}");
 }
 
+fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
+}
+
 #[test]
 fn acknowledged_writes_survive_sigkill() {
-    let rounds: u64 = std::env::var("MOSAIC_KILL_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(20);
-    let seed: u64 = std::env::var("MOSAIC_KILL_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(rand::random);
-    eprintln!("kill test: {rounds} rounds, MOSAIC_KILL_SEED={seed}");
+    rounds(env_u64("MOSAIC_KILL_ROUNDS").unwrap_or(20), false);
+}
+
+/// The power-loss test at the process level: the same writer, the drive behind a volatile write cache.
+#[test]
+fn acknowledged_writes_survive_power_loss() {
+    rounds(env_u64("MOSAIC_POWER_LOSS_ROUNDS").unwrap_or(200), true);
+}
+
+fn rounds(rounds: u64, power_loss: bool) {
+    let seed = env_u64("MOSAIC_KILL_SEED").unwrap_or_else(rand::random);
+    let what = if power_loss { "power-loss" } else { "kill" };
+    eprintln!("{what} test: {rounds} rounds, MOSAIC_KILL_SEED={seed}");
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     // The SDK's clients are built on this runtime.
     let _in_runtime = rt.enter();
@@ -259,7 +283,7 @@ fn acknowledged_writes_survive_sigkill() {
     let mut rng = StdRng::seed_from_u64(seed);
     for round in 0..=rounds {
         let context = format!("seed {seed} round {round}");
-        let s = server(&data);
+        let s = server(&data, power_loss);
         let c = client(&s.s3);
         rt.block_on(async {
             if round == 0 {
@@ -285,7 +309,7 @@ fn acknowledged_writes_survive_sigkill() {
     let m = model.lock().unwrap();
     let present = m.keys.values().filter(|s| s[0].is_some()).count();
     eprintln!(
-        "kill test: {} acknowledged operations, {} in flight at a kill, {present} objects at the end",
+        "{what} test: {} acknowledged operations, {} in flight at a kill, {present} objects at the end",
         m.acked, m.in_flight_at_kill
     );
     // The test means something only if writers got work done between kills.

@@ -273,6 +273,9 @@ pub async fn serve(
             .timer(TokioTimer::new())
             .header_read_timeout(limits.header_read_timeout)
             .max_headers(limits.max_headers)
+            // A client that shuts down its write side after sending a request (nc, some scripts) still
+            // gets its answer; the header timeout still bounds connections that never finish a request.
+            .half_close(true)
             .serve_connection(TokioIo::new(stream), svc);
         let conn = graceful.watch(conn);
         tokio::spawn(async move {
