@@ -235,8 +235,11 @@ fn spawn_sampler(
                 };
                 if progress {
                     let line = format!(
-                        "{label}{:>6.0}s {:>10.0} ops/s {:>9.1} MiB/s  errors {errors}",
-                        p.t_s, p.ops_per_s, p.mib_per_s
+                        "{label}{} {:>6.0}s {:>10.0} ops/s {:>9.1} MiB/s  errors {errors}",
+                        progress_bar(p.t_s, phase.stop_at.duration_since(phase.measure_from).as_secs_f64()),
+                        p.t_s,
+                        p.ops_per_s,
+                        p.mib_per_s
                     );
                     if label.is_empty() { eprint!("\r{line}   ") } else { eprintln!("{line}") }
                 }
@@ -252,6 +255,13 @@ fn spawn_sampler(
         }
         points
     })
+}
+
+/// "[#####               ]": the share of the measured phase that has passed (an --ops run may end sooner).
+fn progress_bar(elapsed_s: f64, total_s: f64) -> String {
+    const WIDTH: usize = 20;
+    let done = ((elapsed_s / total_s.max(1e-9)).clamp(0.0, 1.0) * WIDTH as f64) as usize;
+    format!("[{}{}]", "#".repeat(done), " ".repeat(WIDTH - done))
 }
 
 fn totals(ops: &std::collections::BTreeMap<String, super::OpResult>) -> Totals {
@@ -587,4 +597,17 @@ async fn list_pass(
     }
     while set.join_next().await.is_some() {}
     (keys.load(Ordering::Relaxed), start.elapsed().as_secs_f64())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::progress_bar;
+
+    #[test]
+    fn progress_bar_is_bounded() {
+        assert_eq!(progress_bar(0.0, 10.0), format!("[{}]", " ".repeat(20)));
+        assert_eq!(progress_bar(5.0, 10.0), format!("[{}{}]", "#".repeat(10), " ".repeat(10)));
+        assert_eq!(progress_bar(50.0, 10.0), format!("[{}]", "#".repeat(20)));
+        assert_eq!(progress_bar(1.0, 0.0).len(), 22);
+    }
 }
