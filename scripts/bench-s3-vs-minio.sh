@@ -63,7 +63,8 @@ start_servers() {
   MINIO_ROOT_USER=$AK MINIO_ROOT_PASSWORD=$SK MINIO_BROWSER=off MINIO_UPDATE=off \
     "$MINIO" server "$MINIO_DIR" --address 127.0.0.1:$MINIO_PORT >"${LOG_DIR:-/tmp}/minio-bench-server.log" 2>&1 &
   MINIO_PID=$!
-  trap 'kill $MOSAIC_PID $MINIO_PID 2>/dev/null || true' EXIT
+  # Stop both servers and free their disk space however the script ends.
+  trap 'kill $MOSAIC_PID $MINIO_PID 2>/dev/null || true; wait 2>/dev/null; rm -rf "$MOSAIC_DIR" "$MINIO_DIR"' EXIT
   wait_ready "http://127.0.0.1:$((MOSAIC_PORT + 1))/health/ready"
   wait_ready "http://127.0.0.1:$MINIO_PORT/minio/health/live"
 }

@@ -37,3 +37,10 @@ pub use stats::EngineStats;
 pub use superblock::{FORMAT_VERSION, Superblock};
 pub use txn::{Op, Outcome, Priority, Staged, Transaction};
 pub use verify::{CheckReport, ScrubReport};
+
+/// The decoders of every on-disk record, for the fuzz targets in `fuzz/`. Not a stable API.
+#[doc(hidden)]
+pub mod fuzzing {
+    pub use crate::keys::{BlockEntry, Onode, decode_frag, encode_frag};
+    pub use crate::superblock::Superblock;
+}

@@ -17,3 +17,11 @@ pub use checksum::{Algo, checksum_b64};
 pub use host::validate_domain;
 pub use server::{HttpLimits, build_service, build_service_with_keys, serve};
 pub use service::MosaicS3;
+
+/// The request parsing glue Mosaic owns (beside s3s), for the fuzz targets in `fuzz/`. Not a stable API.
+#[doc(hidden)]
+pub mod fuzzing {
+    pub use crate::access::copy_source_bucket;
+    pub use crate::host::DomainHost;
+    pub use crate::token::{decode as decode_token, encode as encode_token};
+}

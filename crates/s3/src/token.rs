@@ -9,6 +9,7 @@ const TOKEN_VERSION: u8 = 1;
 const MAX_TOKEN_BYTES: usize = 2048;
 
 pub fn encode(last_key: &str) -> String {
+    debug_assert!(last_key.len() <= mosaic_layer::MAX_KEY_BYTES, "tokens carry S3 keys");
     let mut raw = vec![TOKEN_VERSION];
     raw.extend_from_slice(last_key.as_bytes());
     let crc = crc_fast::checksum(crc_fast::CrcAlgorithm::Crc32Iscsi, &raw) as u32;
@@ -38,6 +39,12 @@ pub fn decode(token: &str) -> Result<String, BadToken> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_longest_key_fits_in_a_token() {
+        let key = "k".repeat(mosaic_layer::MAX_KEY_BYTES);
+        assert_eq!(decode(&encode(&key)), Ok(key));
+    }
 
     #[test]
     fn round_trip_and_tamper() {

@@ -1,0 +1,12 @@
+//! The object metadata record (versioned JSON in the `s3.meta` attribute) on arbitrary bytes: never a
+//! panic, and whatever decodes re-encodes to a record that decodes to the same value.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use mosaic_layer::ObjectMeta;
+
+fuzz_target!(|data: &[u8]| {
+    if let Ok(m) = ObjectMeta::decode(data) {
+        assert_eq!(ObjectMeta::decode(&m.encode()).ok(), Some(m));
+    }
+});
