@@ -76,6 +76,39 @@ fn header(out: &mut String, title: &str) {
     );
 }
 
+/// Vertical position of `y` on an axis from 0 to `top`.
+fn y_pixel(y: f64, top: f64) -> f64 {
+    let plot_h = HEIGHT - TOP - BOTTOM;
+    TOP + plot_h - y / top * plot_h
+}
+
+/// Draws the horizontal grid and the y ticks for values up to `max`; returns the axis top (a whole tick).
+fn y_axis(out: &mut String, max: f64) -> f64 {
+    let step = nice_step(max.max(1e-9), 5.0);
+    let top = ((max / step).ceil() * step).max(step);
+    let mut y = 0.0;
+    while y <= top + step / 2.0 {
+        let _ = writeln!(
+            out,
+            r##"<line x1="{LEFT}" x2="{0}" y1="{1}" y2="{1}" stroke="#ddd"/><text x="{2}" y="{3}" text-anchor="end">{4}</text>"##,
+            WIDTH - RIGHT,
+            y_pixel(y, top),
+            LEFT - 6.0,
+            y_pixel(y, top) + 4.0,
+            fmt_tick(y)
+        );
+        y += step;
+    }
+    top
+}
+
+/// The plot area's border.
+fn frame(out: &mut String) {
+    let (plot_w, plot_h) = (WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM);
+    let _ =
+        writeln!(out, r##"<rect x="{LEFT}" y="{TOP}" width="{plot_w}" height="{plot_h}" fill="none" stroke="#444"/>"##);
+}
+
 fn axis_labels(out: &mut String, x_label: &str, y_label: &str) {
     let plot_w = WIDTH - LEFT - RIGHT;
     let _ = writeln!(
@@ -131,24 +164,9 @@ pub fn line_chart(c: &LineChart) -> String {
             x1 = x0 + 1.0;
         }
     }
-    let y_step = nice_step(y1.max(1e-9), 5.0);
-    let y1 = ((y1 / y_step).ceil() * y_step).max(y_step);
+    let y1 = y_axis(&mut out, y1);
     let px = |x: f64| LEFT + (tx(x) - x0) / (x1 - x0) * plot_w;
-    let py = |y: f64| TOP + plot_h - y / y1 * plot_h;
-    // Grid and ticks.
-    let mut y = 0.0;
-    while y <= y1 + y_step / 2.0 {
-        let _ = writeln!(
-            out,
-            r##"<line x1="{LEFT}" x2="{0}" y1="{1}" y2="{1}" stroke="#ddd"/><text x="{2}" y="{3}" text-anchor="end">{4}</text>"##,
-            LEFT + plot_w,
-            py(y),
-            LEFT - 6.0,
-            py(y) + 4.0,
-            fmt_tick(y)
-        );
-        y += y_step;
-    }
+    let py = |y: f64| y_pixel(y, y1);
     let x_ticks: Vec<f64> = if c.log_x {
         (x0 as i32..=x1 as i32).map(|e| 10f64.powi(e)).collect()
     } else {
@@ -165,8 +183,7 @@ pub fn line_chart(c: &LineChart) -> String {
             fmt_tick(x)
         );
     }
-    let _ =
-        writeln!(out, r##"<rect x="{LEFT}" y="{TOP}" width="{plot_w}" height="{plot_h}" fill="none" stroke="#444"/>"##);
+    frame(&mut out);
     for (i, s) in c.series.iter().enumerate() {
         let path: Vec<String> = s
             .points
@@ -196,22 +213,8 @@ pub fn bar_chart(title: &str, y_label: &str, categories: &[String], series: &[(S
     let plot_w = WIDTH - LEFT - RIGHT;
     let plot_h = HEIGHT - TOP - BOTTOM;
     let max = series.iter().flat_map(|s| s.1.iter()).copied().filter(|v| v.is_finite()).fold(0.0f64, f64::max);
-    let step = nice_step(max.max(1e-9), 5.0);
-    let top = ((max / step).ceil() * step).max(step);
-    let py = |y: f64| TOP + plot_h - y / top * plot_h;
-    let mut y = 0.0;
-    while y <= top + step / 2.0 {
-        let _ = writeln!(
-            out,
-            r##"<line x1="{LEFT}" x2="{0}" y1="{1}" y2="{1}" stroke="#ddd"/><text x="{2}" y="{3}" text-anchor="end">{4}</text>"##,
-            LEFT + plot_w,
-            py(y),
-            LEFT - 6.0,
-            py(y) + 4.0,
-            fmt_tick(y)
-        );
-        y += step;
-    }
+    let top = y_axis(&mut out, max);
+    let py = |y: f64| y_pixel(y, top);
     let groups = categories.len().max(1) as f64;
     let group_w = plot_w / groups;
     let bar_w = group_w * 0.8 / series.len().max(1) as f64;
@@ -237,8 +240,7 @@ pub fn bar_chart(title: &str, y_label: &str, categories: &[String], series: &[(S
             esc(cat)
         );
     }
-    let _ =
-        writeln!(out, r##"<rect x="{LEFT}" y="{TOP}" width="{plot_w}" height="{plot_h}" fill="none" stroke="#444"/>"##);
+    frame(&mut out);
     axis_labels(&mut out, "", y_label);
     legend(&mut out, &series.iter().map(|s| s.0.as_str()).collect::<Vec<_>>());
     out.push_str("</svg>\n");

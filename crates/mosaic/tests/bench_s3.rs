@@ -5,13 +5,13 @@
 mod support;
 
 use std::path::Path;
-use support::{Server, mosaic, start_with_env, stop};
+use support::{Server, mosaic, start_with_root, stop};
 
 const AK: &str = "benchkey";
 const SK: &str = "benchsecret-0123456789";
 
 fn server(dir: &Path) -> Server {
-    start_with_env(&dir.join("store"), &[("MOSAIC_ACCESS_KEY", AK), ("MOSAIC_SECRET_KEY", SK)])
+    start_with_root(&dir.join("store"), AK, SK, &[])
 }
 
 /// Runs `mosaic bench s3` with the given arguments and returns the parsed JSON.

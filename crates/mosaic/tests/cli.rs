@@ -7,7 +7,7 @@ use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
-use support::{mosaic, printed, run, start, stop};
+use support::{mosaic, printed, run, s3_client, start, stop};
 
 #[test]
 fn help_and_version() {
@@ -139,18 +139,6 @@ fn http_get(url: &str) -> (u16, String) {
     let r =
         reqwest::blocking::Client::builder().timeout(Duration::from_secs(30)).build().unwrap().get(url).send().unwrap();
     (r.status().as_u16(), r.text().unwrap())
-}
-
-fn s3_client(endpoint: &str, ak: &str, sk: &str) -> aws_sdk_s3::Client {
-    let creds = aws_sdk_s3::config::Credentials::new(ak, sk, None, None, "test");
-    let conf = aws_sdk_s3::Config::builder()
-        .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
-        .region(aws_sdk_s3::config::Region::new("us-east-1"))
-        .endpoint_url(format!("http://{endpoint}"))
-        .credentials_provider(creds)
-        .force_path_style(true)
-        .build();
-    aws_sdk_s3::Client::from_conf(conf)
 }
 
 #[test]

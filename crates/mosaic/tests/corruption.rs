@@ -8,29 +8,11 @@ use aws_sdk_s3::primitives::ByteStream;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use std::collections::BTreeSet;
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::path::Path;
-use support::{Server, mosaic, start_with_env, stop};
+use support::{admin, s3_client, start_with_root, stop};
 
 const AK: &str = "corruptkey";
 const SK: &str = "corruptsecret-0123456789";
 const BLOCK: usize = 4096;
-
-fn server(data: &Path) -> Server {
-    start_with_env(data, &[("MOSAIC_ACCESS_KEY", AK), ("MOSAIC_SECRET_KEY", SK)])
-}
-
-fn client(endpoint: &str) -> aws_sdk_s3::Client {
-    let creds = aws_sdk_s3::config::Credentials::new(AK, SK, None, None, "test");
-    let conf = aws_sdk_s3::Config::builder()
-        .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
-        .region(aws_sdk_s3::config::Region::new("us-east-1"))
-        .endpoint_url(format!("http://{endpoint}"))
-        .credentials_provider(creds)
-        .force_path_style(true)
-        .retry_config(aws_sdk_s3::config::retry::RetryConfig::disabled())
-        .build();
-    aws_sdk_s3::Client::from_conf(conf)
-}
 
 /// Offset in the data file of the block holding `needle` (block-aligned search).
 fn find_block(file: &[u8], needle: &[u8]) -> Option<usize> {
@@ -42,8 +24,8 @@ async fn flipped_bytes_fail_reads_and_scrub_names_exactly_the_damaged_objects() 
     let d = tempfile::tempdir().unwrap();
     let data = d.path().join("store");
     let mut rng = StdRng::seed_from_u64(7);
-    let s = server(&data);
-    let c = client(&s.s3);
+    let s = start_with_root(&data, AK, SK, &[]);
+    let c = s3_client(&s.s3, AK, SK);
     c.create_bucket().bucket("corrupt").send().await.unwrap();
     let mut objects = Vec::new();
     for i in 0..10 {
@@ -75,8 +57,8 @@ async fn flipped_bytes_fail_reads_and_scrub_names_exactly_the_damaged_objects() 
     f.sync_all().unwrap();
     drop(f);
 
-    let s = server(&data);
-    let c = client(&s.s3);
+    let s = start_with_root(&data, AK, SK, &[]);
+    let c = s3_client(&s.s3, AK, SK);
     for (key, body) in &objects {
         let got = c.get_object().bucket("corrupt").key(key).send().await;
         if damaged.contains(key) {
@@ -90,12 +72,7 @@ async fn flipped_bytes_fail_reads_and_scrub_names_exactly_the_damaged_objects() 
             assert!(got == *body, "{key} changed");
         }
     }
-    let out = mosaic()
-        .env("MOSAIC_ACCESS_KEY", AK)
-        .env("MOSAIC_SECRET_KEY", SK)
-        .args(["admin", "--json", "--admin", &s.admin, "scrub"])
-        .output()
-        .unwrap();
+    let out = admin(&s, AK, SK, &["scrub"]);
     assert_eq!(out.status.code(), Some(1), "scrub exits 1 when it finds damage");
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let found: BTreeSet<String> =

@@ -9,29 +9,11 @@ use aws_sdk_s3::presigning::PresigningConfig;
 use aws_sdk_s3::primitives::ByteStream;
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::Path;
 use std::time::Duration;
-use support::{Server, start_with_env, stop};
+use support::{s3_client, start_with_root, stop};
 
 const AK: &str = "hostilekey";
 const SK: &str = "hostilesecret-0123456789";
-
-fn server(data: &Path) -> Server {
-    start_with_env(data, &[("MOSAIC_ACCESS_KEY", AK), ("MOSAIC_SECRET_KEY", SK)])
-}
-
-fn client(endpoint: &str) -> aws_sdk_s3::Client {
-    let creds = aws_sdk_s3::config::Credentials::new(AK, SK, None, None, "test");
-    let conf = aws_sdk_s3::Config::builder()
-        .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
-        .region(aws_sdk_s3::config::Region::new("us-east-1"))
-        .endpoint_url(format!("http://{endpoint}"))
-        .credentials_provider(creds)
-        .force_path_style(true)
-        .retry_config(aws_sdk_s3::config::retry::RetryConfig::disabled())
-        .build();
-    aws_sdk_s3::Client::from_conf(conf)
-}
 
 /// Sends raw bytes, closes the write side, returns everything the server answered. The read timeout only
 /// guards against a hang (a failure), it does not synchronize anything.
@@ -64,9 +46,9 @@ async fn presigned_path(req: aws_sdk_s3::presigning::PresignedRequest) -> String
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_requests_get_errors_and_the_server_stays_up() {
     let d = tempfile::tempdir().unwrap();
-    let s = server(&d.path().join("store"));
+    let s = start_with_root(&d.path().join("store"), AK, SK, &[]);
     let addr = s.s3.clone();
-    let c = client(&addr);
+    let c = s3_client(&addr, AK, SK);
     c.create_bucket().bucket("hostile").send().await.unwrap();
     let pid = s.child.id();
     let rss_before = rss_kib(pid);

@@ -6,40 +6,17 @@ mod support;
 
 use aws_sdk_s3::error::ProvideErrorMetadata;
 use aws_sdk_s3::primitives::ByteStream;
-use std::path::Path;
-use support::{Server, mosaic, start_with_env, stop};
+use support::{Server, s3_client, start_with_root, stop};
 
 const ROOT_AK: &str = "rootkey";
 const ROOT_SK: &str = "rootsecret-0123456789";
 
-fn server(data: &Path) -> Server {
-    start_with_env(data, &[("MOSAIC_ACCESS_KEY", ROOT_AK), ("MOSAIC_SECRET_KEY", ROOT_SK)])
-}
-
 /// Runs `mosaic admin --json ...` with the root credentials; returns (success, JSON or error text).
 fn admin(s: &Server, args: &[&str]) -> (bool, serde_json::Value, String) {
-    let out = mosaic()
-        .env("MOSAIC_ACCESS_KEY", ROOT_AK)
-        .env("MOSAIC_SECRET_KEY", ROOT_SK)
-        .args(["admin", "--json", "--admin", &s.admin])
-        .args(args)
-        .output()
-        .unwrap();
+    let out = support::admin(s, ROOT_AK, ROOT_SK, args);
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
     let v = serde_json::from_str(&stdout).unwrap_or(serde_json::Value::Null);
     (out.status.success(), v, String::from_utf8_lossy(&out.stderr).to_string())
-}
-
-fn client(endpoint: &str, ak: &str, sk: &str) -> aws_sdk_s3::Client {
-    let creds = aws_sdk_s3::config::Credentials::new(ak, sk, None, None, "test");
-    let conf = aws_sdk_s3::Config::builder()
-        .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
-        .region(aws_sdk_s3::config::Region::new("us-east-1"))
-        .endpoint_url(format!("http://{endpoint}"))
-        .credentials_provider(creds)
-        .force_path_style(true)
-        .build();
-    aws_sdk_s3::Client::from_conf(conf)
 }
 
 async fn get(c: &aws_sdk_s3::Client, b: &str, k: &str) -> Result<Vec<u8>, String> {
@@ -64,8 +41,8 @@ async fn put(c: &aws_sdk_s3::Client, b: &str, k: &str) -> Result<(), String> {
 async fn keys_read_and_write_only_what_they_were_granted() {
     let d = tempfile::tempdir().unwrap();
     let data = d.path().join("store");
-    let s = server(&data);
-    let root = client(&s.s3, ROOT_AK, ROOT_SK);
+    let s = start_with_root(&data, ROOT_AK, ROOT_SK, &[]);
+    let root = s3_client(&s.s3, ROOT_AK, ROOT_SK);
     for b in ["alpha", "beta"] {
         root.create_bucket().bucket(b).send().await.unwrap();
         put(&root, b, "obj").await.unwrap();
@@ -75,7 +52,7 @@ async fn keys_read_and_write_only_what_they_were_granted() {
     assert!(ok, "{err}");
     let ak = created["access_key"].as_str().unwrap().to_string();
     let sk = created["secret_key"].as_str().unwrap().to_string();
-    let user = client(&s.s3, &ak, &sk);
+    let user = s3_client(&s.s3, &ak, &sk);
 
     // No grants yet: names of buckets only.
     assert_eq!(get(&user, "alpha", "obj").await, Err("AccessDenied".into()));
@@ -106,9 +83,9 @@ async fn keys_read_and_write_only_what_they_were_granted() {
 
     // Grants survive a restart.
     assert_eq!(stop(s).0, 0);
-    let s = server(&data);
-    let user = client(&s.s3, &ak, &sk);
-    let root = client(&s.s3, ROOT_AK, ROOT_SK);
+    let s = start_with_root(&data, ROOT_AK, ROOT_SK, &[]);
+    let user = s3_client(&s.s3, &ak, &sk);
+    let root = s3_client(&s.s3, ROOT_AK, ROOT_SK);
     assert_eq!(put(&user, "alpha", "after-restart").await, Ok(()));
 
     assert!(admin(&s, &["key", "deny", &ak, "alpha", "--write"]).0);

@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use support::{Server, kill9, mosaic, start_with_env};
+use support::{Server, admin, kill9, s3_client, start_with_root};
 
 const AK: &str = "killtestkey";
 const SK: &str = "killtestsecret-0123456789";
@@ -48,27 +48,8 @@ struct Model {
 /// With `power_loss`, the server's data file sits behind a volatile write cache: the kill also drops every
 /// data write since the last flush, as a power cut does to a disk with write-back caching.
 fn server(data: &Path, power_loss: bool) -> Server {
-    let mut env = vec![("MOSAIC_ACCESS_KEY", AK), ("MOSAIC_SECRET_KEY", SK)];
-    if power_loss {
-        env.push(("MOSAIC_SIMULATE_POWER_LOSS", "true"));
-    }
-    start_with_env(data, &env)
-}
-
-fn client(endpoint: &str) -> aws_sdk_s3::Client {
-    let creds = aws_sdk_s3::config::Credentials::new(AK, SK, None, None, "test");
-    let conf = aws_sdk_s3::Config::builder()
-        .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
-        .region(aws_sdk_s3::config::Region::new("us-east-1"))
-        .endpoint_url(format!("http://{endpoint}"))
-        .credentials_provider(creds)
-        .force_path_style(true)
-        .retry_config(aws_sdk_s3::config::retry::RetryConfig::disabled())
-        .timeout_config(
-            aws_sdk_s3::config::timeout::TimeoutConfig::builder().operation_timeout(Duration::from_secs(30)).build(),
-        )
-        .build();
-    aws_sdk_s3::Client::from_conf(conf)
+    let env: &[(&str, &str)] = if power_loss { &[("MOSAIC_SIMULATE_POWER_LOSS", "true")] } else { &[] };
+    start_with_root(data, AK, SK, env)
 }
 
 fn content(rng: &mut StdRng, len: std::ops::Range<usize>) -> Vec<u8> {
@@ -243,12 +224,7 @@ async fn verify(c: &aws_sdk_s3::Client, model: &Mutex<Model>, context: &str) {
 
 /// `mosaic admin check` on the running server: no leaked or doubly used space.
 fn admin_check(s: &Server, context: &str) {
-    let out = mosaic()
-        .env("MOSAIC_ACCESS_KEY", AK)
-        .env("MOSAIC_SECRET_KEY", SK)
-        .args(["admin", "--json", "--admin", &s.admin, "check"])
-        .output()
-        .unwrap();
+    let out = admin(s, AK, SK, &["check"]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{context}: admin check failed: {text} {}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_str(&text).unwrap();
@@ -284,7 +260,7 @@ fn rounds(rounds: u64, power_loss: bool) {
     for round in 0..=rounds {
         let context = format!("seed {seed} round {round}");
         let s = server(&data, power_loss);
-        let c = client(&s.s3);
+        let c = s3_client(&s.s3, AK, SK);
         rt.block_on(async {
             if round == 0 {
                 c.create_bucket().bucket(BUCKET).send().await.unwrap();
@@ -296,8 +272,9 @@ fn rounds(rounds: u64, power_loss: bool) {
             assert_eq!(support::stop(s).0, 0);
             break;
         }
-        let writers: Vec<_> =
-            (0..2).map(|w| rt.spawn(writer(client(&s.s3), model.clone(), seed ^ (round << 8) ^ w as u64, w))).collect();
+        let writers: Vec<_> = (0..2)
+            .map(|w| rt.spawn(writer(s3_client(&s.s3, AK, SK), model.clone(), seed ^ (round << 8) ^ w as u64, w)))
+            .collect();
         // The kill lands at a random moment of the writers' work (fault injection, not synchronization).
         let after = Duration::from_millis(rng.random_range(20..400));
         rt.block_on(tokio::time::sleep(after));

@@ -273,6 +273,46 @@ fn totals(ops: &std::collections::BTreeMap<String, super::OpResult>) -> Totals {
     }
 }
 
+/// A measured phase: the recorder its operations go to and the sampler drawing its timeline.
+struct Measured {
+    started_at: String,
+    phase: Arc<Phase>,
+    rec: Arc<Recorder>,
+    done: watch::Sender<bool>,
+    sampler: tokio::task::JoinHandle<Vec<TimePoint>>,
+}
+
+impl Measured {
+    fn start(o: &S3BenchOptions, phase: Phase, label: &str) -> Measured {
+        let phase = Arc::new(phase);
+        let rec = Arc::new(Recorder::new(phase.measure_from));
+        let (done, done_rx) = watch::channel(false);
+        let sampler = spawn_sampler(rec.clone(), phase.clone(), label.to_string(), o.progress, done_rx);
+        Measured { started_at: now_rfc3339(), phase, rec, done, sampler }
+    }
+
+    /// Ends the phase; the result holds everything every workload reports, the caller adds its own part.
+    async fn finish(self, o: &S3BenchOptions, workload: S3Workload, config: RunConfig, digest: u64) -> S3BenchResult {
+        let _ = self.done.send(true);
+        let timeline = self.sampler.await.unwrap_or_default();
+        let seconds = self.rec.measured().as_secs_f64();
+        let operations = self.rec.summarize(seconds);
+        S3BenchResult {
+            workload: workload.name().into(),
+            endpoint: o.endpoint.clone(),
+            started_at: self.started_at,
+            config,
+            seconds,
+            total: totals(&operations),
+            operations,
+            first_error: self.rec.first_error(),
+            timeline,
+            plan_digest: format!("{digest:016x}"),
+            ..Default::default()
+        }
+    }
+}
+
 /// Empties and removes the bucket unless asked to keep it.
 async fn cleanup(o: &S3BenchOptions, client: &BenchClient, bucket: &str) -> Result<(), String> {
     if o.keep {
@@ -301,15 +341,11 @@ async fn run_mix(
         (0..c).map(|w| WorkerPlan::new(workload, o.seed, w as u64, c as u64, objects, sizes).with_mix(mix)).collect();
     let prepares = workload.prepares() || mix.get > 0 || mix.delete > 0;
     let plans = if prepares { prepare(client, bucket, plans).await? } else { plans };
-    let started_at = now_rfc3339();
-    let phase = Arc::new(Phase::new(o));
-    let rec = Arc::new(Recorder::new(phase.measure_from));
-    let (done_tx, done_rx) = watch::channel(false);
-    let sampler = spawn_sampler(rec.clone(), phase.clone(), label.to_string(), o.progress, done_rx);
+    let m = Measured::start(o, Phase::new(o), label);
     let mut set = JoinSet::new();
     for (w, plan) in plans.into_iter().enumerate() {
         let q = quota(o.ops, w, c);
-        set.spawn(worker_loop(client.clone(), bucket.to_string(), plan, rec.clone(), phase.clone(), w as u64, q));
+        set.spawn(worker_loop(client.clone(), bucket.to_string(), plan, m.rec.clone(), m.phase.clone(), w as u64, q));
     }
     let mut digest = 0u64;
     let mut plans = Vec::new();
@@ -318,26 +354,10 @@ async fn run_mix(
         digest ^= d;
         plans.push(plan);
     }
-    let _ = done_tx.send(true);
-    let timeline = sampler.await.unwrap_or_default();
-    let seconds = rec.measured().as_secs_f64();
-    let verification =
-        if workload == S3Workload::Append { Some(verify_appends(client, bucket, &plans, c).await) } else { None };
-    let operations = rec.summarize(seconds);
-    let result = S3BenchResult {
-        workload: workload.name().into(),
-        endpoint: o.endpoint.clone(),
-        started_at,
-        config: run_config(o, bucket, objects, sizes),
-        seconds,
-        total: totals(&operations),
-        operations,
-        first_error: rec.first_error(),
-        timeline,
-        plan_digest: format!("{digest:016x}"),
-        verification,
-        ..Default::default()
-    };
+    let mut result = m.finish(o, workload, run_config(o, bucket, objects, sizes), digest).await;
+    if workload == S3Workload::Append {
+        result.verification = Some(verify_appends(client, bucket, &plans, c).await);
+    }
     cleanup(o, client, bucket).await?;
     Ok(result)
 }
@@ -410,27 +430,16 @@ async fn run_priority(o: &S3BenchOptions, client: &BenchClient) -> Result<S3Benc
         .put(bucket, PRIORITY_KEY, PRIORITY_OBJECT_BYTES, o.seed, true)
         .await
         .map_err(|e| format!("preparing the prioritized object: {}", e.1))?;
-    let started_at = now_rfc3339();
-    let phase = Arc::new(Phase::new(o));
-    let rec = Arc::new(Recorder::new(phase.measure_from));
-    let (done_tx, done_rx) = watch::channel(false);
-    let sampler = spawn_sampler(rec.clone(), phase.clone(), String::new(), o.progress, done_rx);
+    let m = Measured::start(o, Phase::new(o), "");
     let mut set = JoinSet::new();
     for w in 0..c {
         let plan = WorkerPlan::new(S3Workload::Priority, o.seed, w as u64, c as u64, objects, sizes);
-        set.spawn(worker_loop(
-            client.clone(),
-            bucket.to_string(),
-            plan,
-            rec.clone(),
-            phase.clone(),
-            w as u64,
-            quota(o.ops, w, c),
-        ));
+        let q = quota(o.ops, w, c);
+        set.spawn(worker_loop(client.clone(), bucket.to_string(), plan, m.rec.clone(), m.phase.clone(), w as u64, q));
     }
     let reader = {
         let (client, bucket, rec, phase, interval) =
-            (client.clone(), bucket.to_string(), rec.clone(), phase.clone(), o.interval);
+            (client.clone(), bucket.to_string(), m.rec.clone(), m.phase.clone(), o.interval);
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(interval);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -447,33 +456,16 @@ async fn run_priority(o: &S3BenchOptions, client: &BenchClient) -> Result<S3Benc
         digest ^= r.map_err(|e| format!("writer failed: {e}"))?.1;
     }
     reader.await.map_err(|e| format!("reader failed: {e}"))?;
-    let _ = done_tx.send(true);
-    let timeline = sampler.await.unwrap_or_default();
-    let seconds = rec.measured().as_secs_f64();
-    let operations = rec.summarize(seconds);
-    let get = operations.get("GET").cloned().unwrap_or_default();
-    let deadline_us = o.deadline.as_micros() as u64;
-    let priority = PriorityResult {
+    let rec = m.rec.clone();
+    let mut result = m.finish(o, S3Workload::Priority, run_config(o, bucket, objects, sizes), digest).await;
+    let get = result.operations.get("GET").cloned().unwrap_or_default();
+    result.priority = Some(PriorityResult {
         deadline_ms: o.deadline.as_secs_f64() * 1000.0,
         interval_ms: o.interval.as_secs_f64() * 1000.0,
         reads: get.ops + get.errors,
-        deadline_misses: rec.count_over(OpKind::Get, deadline_us) + get.errors,
-        writer_mib_per_s: operations.get("PUT").map_or(0.0, |p| p.mib_per_s),
-    };
-    let result = S3BenchResult {
-        workload: S3Workload::Priority.name().into(),
-        endpoint: o.endpoint.clone(),
-        started_at,
-        config: run_config(o, bucket, objects, sizes),
-        seconds,
-        total: totals(&operations),
-        operations,
-        first_error: rec.first_error(),
-        timeline,
-        plan_digest: format!("{digest:016x}"),
-        priority: Some(priority),
-        ..Default::default()
-    };
+        deadline_misses: rec.count_over(OpKind::Get, o.deadline.as_micros() as u64) + get.errors,
+        writer_mib_per_s: result.operations.get("PUT").map_or(0.0, |p| p.mib_per_s),
+    });
     cleanup(o, client, bucket).await?;
     Ok(result)
 }
@@ -506,44 +498,26 @@ async fn run_list(o: &S3BenchOptions, client: &BenchClient) -> Result<S3BenchRes
         let page = client.list_page(bucket, "", None, token.take(), LIST_PAGE_KEYS).await.map_err(|e| e.1)?;
         token = page.next;
     }
-    let started_at = now_rfc3339();
-    let phase = Arc::new(Phase { measure_from: Instant::now(), stop_at: Instant::now() + o.duration });
-    let rec = Arc::new(Recorder::new(phase.measure_from));
-    let (done_tx, done_rx) = watch::channel(false);
-    let sampler = spawn_sampler(rec.clone(), phase.clone(), String::new(), o.progress, done_rx);
-    let (flat_keys, flat_s) = list_pass(o, client, bucket, &rec, &phase, false).await;
-    let (delim_keys, delim_s) = list_pass(o, client, bucket, &rec, &phase, true).await;
-    let _ = done_tx.send(true);
-    let timeline = sampler.await.unwrap_or_default();
-    let seconds = rec.measured().as_secs_f64();
-    let mut operations = rec.summarize(seconds);
+    let now = Instant::now();
+    let m = Measured::start(o, Phase { measure_from: now, stop_at: now + o.duration }, "");
+    let (flat_keys, flat_s) = list_pass(o, client, bucket, &m.rec, &m.phase, false).await;
+    let (delim_keys, delim_s) = list_pass(o, client, bucket, &m.rec, &m.phase, true).await;
+    let mut result = m.finish(o, S3Workload::List, run_config(o, bucket, objects, sizes), digest).await;
+    // Each listing kind ran in its own part of the phase: its rate is over that part.
     for (name, secs) in [("LIST", flat_s), ("LIST_DELIMITED", delim_s)] {
-        if let Some(r) = operations.get_mut(name) {
+        if let Some(r) = result.operations.get_mut(name) {
             r.ops_per_s = r.ops as f64 / secs.max(1e-9);
         }
     }
-    let list = ListResult {
+    result.total = totals(&result.operations);
+    result.list = Some(ListResult {
         objects,
         prefixes: o.prefixes,
         keys_listed_flat: flat_keys,
         keys_per_s_flat: flat_keys as f64 / flat_s.max(1e-9),
         keys_listed_delimited: delim_keys,
         keys_per_s_delimited: delim_keys as f64 / delim_s.max(1e-9),
-    };
-    let result = S3BenchResult {
-        workload: S3Workload::List.name().into(),
-        endpoint: o.endpoint.clone(),
-        started_at,
-        config: run_config(o, bucket, objects, sizes),
-        seconds,
-        total: totals(&operations),
-        operations,
-        first_error: rec.first_error(),
-        timeline,
-        plan_digest: format!("{digest:016x}"),
-        list: Some(list),
-        ..Default::default()
-    };
+    });
     cleanup(o, client, bucket).await?;
     Ok(result)
 }

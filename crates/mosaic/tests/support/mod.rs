@@ -107,3 +107,40 @@ pub fn kill9(mut s: Server) {
     unsafe { libc::kill(s.child.id() as i32, libc::SIGKILL) };
     let _ = s.child.wait();
 }
+
+/// Starts a server whose root credentials are `access_key`/`secret_key`, with extra environment.
+pub fn start_with_root(data: &Path, access_key: &str, secret_key: &str, env: &[(&str, &str)]) -> Server {
+    let mut all = vec![("MOSAIC_ACCESS_KEY", access_key), ("MOSAIC_SECRET_KEY", secret_key)];
+    all.extend_from_slice(env);
+    start_with_env(data, &all)
+}
+
+/// An aws-sdk-s3 client for a server's S3 address: path style, no retries (a retried error would hide a
+/// failure), and an operation timeout that only guards against a hang.
+pub fn s3_client(endpoint: &str, access_key: &str, secret_key: &str) -> aws_sdk_s3::Client {
+    let creds = aws_sdk_s3::config::Credentials::new(access_key, secret_key, None, None, "test");
+    let timeouts = aws_sdk_s3::config::timeout::TimeoutConfig::builder()
+        .operation_timeout(std::time::Duration::from_secs(60))
+        .build();
+    let conf = aws_sdk_s3::Config::builder()
+        .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
+        .region(aws_sdk_s3::config::Region::new("us-east-1"))
+        .endpoint_url(format!("http://{endpoint}"))
+        .credentials_provider(creds)
+        .force_path_style(true)
+        .retry_config(aws_sdk_s3::config::retry::RetryConfig::disabled())
+        .timeout_config(timeouts)
+        .build();
+    aws_sdk_s3::Client::from_conf(conf)
+}
+
+/// `mosaic admin --json ARGS` against the server, authenticated with the given root credentials.
+pub fn admin(s: &Server, access_key: &str, secret_key: &str, args: &[&str]) -> std::process::Output {
+    mosaic()
+        .env("MOSAIC_ACCESS_KEY", access_key)
+        .env("MOSAIC_SECRET_KEY", secret_key)
+        .args(["admin", "--json", "--admin", &s.admin])
+        .args(args)
+        .output()
+        .expect("running mosaic admin")
+}
