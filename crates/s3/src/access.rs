@@ -246,4 +246,24 @@ mod tests {
         assert!(too_many.unwrap_err().contains("at most"));
         assert!(ring.snapshot().keys["k1"].grants.is_empty());
     }
+
+    #[test]
+    fn the_key_count_is_bounded() {
+        let ring = KeyRing::new("root", "rootsecret", KeySet::default());
+        let key = AccessKey { secret_key: "s".repeat(40), created_unix_s: 1, grants: BTreeMap::new() };
+        let fill = |n: usize| {
+            let key = key.clone();
+            move |s: &mut KeySet| {
+                for i in s.keys.len()..n {
+                    s.keys.insert(format!("k{i}"), key.clone());
+                }
+                Ok(())
+            }
+        };
+        ring.update(fill(KEYS_MAX), |_| Ok(())).unwrap();
+        assert_eq!(ring.snapshot().keys.len(), KEYS_MAX);
+        let past = ring.update(fill(KEYS_MAX + 1), |_| Ok(()));
+        assert!(past.unwrap_err().contains("at most"));
+        assert_eq!(ring.snapshot().keys.len(), KEYS_MAX, "a refused change leaves the set as it was");
+    }
 }
