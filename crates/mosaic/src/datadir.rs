@@ -9,6 +9,7 @@
 //!   drive0/kv/        the metadata database (RocksDB)
 //! ```
 
+use mosaic::datadir_format as format;
 use mosaic_engine::{Engine, EngineConfig, FileDevice};
 use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
@@ -16,18 +17,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 const MARKER: &str = "MOSAIC";
-const MARKER_VERSION: u32 = 1;
 const CREDENTIALS: &str = "credentials";
 const DRIVE_DIR: &str = "drive0";
 /// Default size cap of a new drive file.
 const DEFAULT_DRIVE_MAX_BYTES: u64 = 64 << 30;
 const MIN_DRIVE_BYTES: u64 = 64 << 20;
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Credentials {
-    pub access_key: String,
-    pub secret_key: String,
-}
+pub use mosaic::datadir_format::{Credentials, validate_credentials};
 
 /// What `prepare` found.
 pub enum State {
@@ -37,8 +33,13 @@ pub enum State {
     Existing,
 }
 
-pub(crate) fn crc_line(body: &str) -> String {
-    format!("crc32c={:08x}\n", mosaic_engine::crc32c(body.as_bytes()))
+/// Reads one of the data directory's small files, refusing one too large to be ours before reading it.
+pub(crate) fn read_small_file(path: &Path) -> Result<String, String> {
+    let len = std::fs::metadata(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?.len();
+    if len > format::FILE_MAX_BYTES as u64 {
+        return Err(format!("{} is damaged (larger than {} bytes)", path.display(), format::FILE_MAX_BYTES));
+    }
+    std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
 }
 
 /// Checks the directory and says whether it is new, ours, or someone else's.
@@ -51,20 +52,13 @@ pub fn inspect(dir: &Path) -> Result<bool, String> {
     }
     let marker = dir.join(MARKER);
     if marker.exists() {
-        let text = std::fs::read_to_string(&marker).map_err(|e| format!("cannot read {}: {e}", marker.display()))?;
-        let (body, crc) = text.rsplit_once("crc32c=").ok_or_else(|| format!("{} is damaged", marker.display()))?;
-        if crc_line(body) != format!("crc32c={crc}") {
-            return Err(format!("{} is damaged (checksum mismatch)", marker.display()));
-        }
-        let version = body
-            .lines()
-            .find_map(|l| l.strip_prefix("format_version="))
-            .and_then(|v| v.parse::<u32>().ok())
-            .ok_or_else(|| format!("{} has no format version", marker.display()))?;
-        if version != MARKER_VERSION {
+        let text = read_small_file(&marker)?;
+        let version = format::parse_marker(&text).map_err(|e| format!("{}: {e}", marker.display()))?;
+        if version != format::MARKER_VERSION {
             return Err(format!(
-                "{} was written by a Mosaic with data format {version}; this build reads format {MARKER_VERSION}",
-                dir.display()
+                "{} was written by a Mosaic with data format {version}; this build reads format {}",
+                dir.display(),
+                format::MARKER_VERSION
             ));
         }
         return Ok(true);
@@ -134,12 +128,8 @@ pub fn open_drive(
         FileDevice::create(&drive.join("data"), size).map_err(|e| format!("cannot create the data file: {e}"))?;
     let engine = Engine::format(&drive, wrap(device), cfg).map_err(|e| format!("cannot format the drive: {e}"))?;
     // The marker goes last: a directory with a marker always holds a complete drive.
-    let body = format!(
-        "format_version={MARKER_VERSION}\nuuid={}\ncreated_by=mosaic {}\n",
-        hex::encode(engine.uuid()),
-        env!("CARGO_PKG_VERSION")
-    );
-    write_synced(&dir.join(MARKER), &format!("{body}{}", crc_line(&body)), 0o644)?;
+    let marker = format::encode_marker(&engine.uuid(), concat!("mosaic ", env!("CARGO_PKG_VERSION")));
+    write_synced(&dir.join(MARKER), &marker, 0o644)?;
     Ok((engine, State::Formatted))
 }
 
@@ -180,44 +170,15 @@ pub fn root_credentials(dir: &Path, env: Option<Credentials>) -> Result<(Credent
     }
     let path = dir.join(CREDENTIALS);
     if path.exists() {
-        let text = std::fs::read_to_string(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        return parse_credentials(&text).map(|c| (c, false)).map_err(|e| format!("{}: {e}", path.display()));
+        let text = read_small_file(&path)?;
+        return format::parse_credentials(&text).map(|c| (c, false)).map_err(|e| format!("{}: {e}", path.display()));
     }
     let c = Credentials {
         access_key: random_string(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789", 20),
         secret_key: random_string(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789", 40),
     };
-    let body = format!("version=1\naccess_key={}\nsecret_key={}\n", c.access_key, c.secret_key);
-    write_synced(&path, &format!("{body}{}", crc_line(&body)), 0o600)?;
+    write_synced(&path, &format::encode_credentials(&c), 0o600)?;
     Ok((c, true))
-}
-
-fn parse_credentials(text: &str) -> Result<Credentials, String> {
-    let (body, crc) = text.rsplit_once("crc32c=").ok_or("damaged credentials file")?;
-    if crc_line(body) != format!("crc32c={crc}") {
-        return Err("damaged credentials file (checksum mismatch)".into());
-    }
-    let get = |k: &str| body.lines().find_map(|l| l.strip_prefix(k)).map(str::to_string);
-    if get("version=").as_deref() != Some("1") {
-        return Err("unsupported credentials file version".into());
-    }
-    let c = Credentials {
-        access_key: get("access_key=").ok_or("no access_key")?,
-        secret_key: get("secret_key=").ok_or("no secret_key")?,
-    };
-    validate_credentials(&c)?;
-    Ok(c)
-}
-
-pub fn validate_credentials(c: &Credentials) -> Result<(), String> {
-    let ok = |s: &str| s.chars().all(|ch| ch.is_ascii_graphic());
-    if !(3..=128).contains(&c.access_key.len()) || !ok(&c.access_key) {
-        return Err("MOSAIC_ACCESS_KEY must be 3 to 128 printable ASCII characters".into());
-    }
-    if !(8..=128).contains(&c.secret_key.len()) || !ok(&c.secret_key) {
-        return Err("MOSAIC_SECRET_KEY must be 8 to 128 printable ASCII characters".into());
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -2,34 +2,23 @@
 //! line, the key set as JSON, and a crc32c line. Written to a temporary file, synced and renamed, so a
 //! crash leaves the old set or the new one.
 
+use mosaic::datadir_format;
 use mosaic_s3::access::KeySet;
 use std::path::Path;
 
 const KEYS_FILE: &str = "keys";
-const VERSION_LINE: &str = "version=1\n";
 
 pub fn load(dir: &Path) -> Result<KeySet, String> {
     let path = dir.join(KEYS_FILE);
     if !path.exists() {
         return Ok(KeySet::default());
     }
-    let text = std::fs::read_to_string(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    parse(&text).map_err(|e| format!("{}: {e}", path.display()))
-}
-
-fn parse(text: &str) -> Result<KeySet, String> {
-    let (body, crc) = text.rsplit_once("crc32c=").ok_or("damaged keys file (no checksum)")?;
-    if crate::datadir::crc_line(body) != format!("crc32c={crc}") {
-        return Err("damaged keys file (checksum mismatch)".into());
-    }
-    let json = body.strip_prefix(VERSION_LINE).ok_or("unsupported keys file version")?;
-    serde_json::from_str(json).map_err(|e| format!("damaged keys file: {e}"))
+    let text = crate::datadir::read_small_file(&path)?;
+    datadir_format::parse_keys(&text).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 pub fn save(dir: &Path, keys: &KeySet) -> Result<(), String> {
-    let json = serde_json::to_string(keys).map_err(|e| e.to_string())?;
-    let body = format!("{VERSION_LINE}{json}\n");
-    crate::datadir::write_synced(&dir.join(KEYS_FILE), &format!("{body}{}", crate::datadir::crc_line(&body)), 0o600)
+    crate::datadir::write_synced(&dir.join(KEYS_FILE), &datadir_format::encode_keys(keys)?, 0o600)
 }
 
 #[cfg(test)]

@@ -22,6 +22,8 @@ pub use service::MosaicS3;
 #[doc(hidden)]
 pub mod fuzzing {
     pub use crate::access::copy_source_bucket;
+    pub use crate::checksum::{Algo, Expectations, checksum_b64, verified_body};
     pub use crate::host::DomainHost;
+    pub use crate::multipart::composite_checksum;
     pub use crate::token::{decode as decode_token, encode as encode_token};
 }
