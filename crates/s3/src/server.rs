@@ -164,7 +164,13 @@ async fn handle(
     let status_label = status.as_u16().to_string();
     metrics::counter!("mosaic_s3_requests_total", "op" => op, "status" => status_label.clone()).increment(1);
     metrics::histogram!("mosaic_s3_request_duration_seconds", "op" => op, "status" => status_label).record(ms / 1000.0);
-    tracing::info!(request_id = %id, op, method = %method, path = %path, status = status.as_u16(), ms = format!("{ms:.2}"), "request");
+    // One line per request costs a write to stderr each: at debug, like an access log one turns on. Server
+    // errors always show.
+    if status.is_server_error() {
+        tracing::warn!(request_id = %id, op, method = %method, path = %path, status = status.as_u16(), ms = format!("{ms:.2}"), "request failed");
+    } else {
+        tracing::debug!(request_id = %id, op, method = %method, path = %path, status = status.as_u16(), ms = format!("{ms:.2}"), "request");
+    }
     Ok(resp)
 }
 
