@@ -86,6 +86,15 @@ pub fn model_write(m: &mut Model, name: &[u8], offset: u64, bytes: &[u8]) {
 
 pub fn assert_matches_model(d: &SimDrive, m: &Model) {
     assert_eq!(d.names(), m.keys().cloned().collect::<Vec<_>>(), "names differ");
+    // The batched stat of a listing page agrees with the model, in the order asked (here: reversed).
+    let reader = d.engine().reader();
+    let listed = reader.list(d.coll, b"", b"", usize::MAX).unwrap();
+    let nids: Vec<u64> = listed.iter().rev().map(|(_, nid)| *nid).collect();
+    let stats = reader.stat_many(&nids, b"none").unwrap();
+    for ((name, nid), (info, attr)) in listed.iter().rev().zip(stats) {
+        assert_eq!((info.nid, &info.name, attr), (*nid, name, None));
+        assert_eq!(info.size_bytes, m[name].len() as u64, "stat_many size of {}", String::from_utf8_lossy(name));
+    }
     for (name, want) in m {
         let got = d.read_all(name).expect("object present");
         assert_eq!(got.len(), want.len(), "size of {}", String::from_utf8_lossy(name));

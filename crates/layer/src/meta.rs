@@ -43,6 +43,25 @@ impl ObjectMeta {
     }
 }
 
+/// The fields of the metadata record a listing shows, decoded without the rest (user metadata, checksums).
+#[derive(Deserialize)]
+pub(crate) struct ListedFields {
+    pub version: u8,
+    pub etag: String,
+    pub last_modified_unix_ms: i64,
+}
+
+impl ListedFields {
+    pub(crate) fn decode(raw: &[u8]) -> LayerResult<Self> {
+        let m: ListedFields =
+            serde_json::from_slice(raw).map_err(|e| LayerError::Corrupt(format!("object metadata: {e}")))?;
+        if m.version != META_VERSION {
+            return Err(LayerError::Corrupt(format!("object metadata version {}", m.version)));
+        }
+        Ok(m)
+    }
+}
+
 /// What a client says about an object it writes.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
 pub struct PutOptions {

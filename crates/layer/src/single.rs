@@ -4,7 +4,7 @@
 //! blocks into the target: no data is copied where block boundaries allow.
 
 use crate::error::{LayerError, LayerResult};
-use crate::meta::{META_VERSION, ObjectMeta, Precondition, PutOptions};
+use crate::meta::{ListedFields, META_VERSION, ObjectMeta, Precondition, PutOptions};
 use crate::names::{validate_bucket_name, validate_key};
 use crate::*;
 use async_trait::async_trait;
@@ -642,6 +642,8 @@ impl ObjectLayer for SingleDrive {
             f
         };
         let mut returned = 0usize;
+        // Objects of the page, statted together once the names are known (two batched lookups).
+        let mut listed: Vec<(String, u64)> = Vec::new();
         'outer: loop {
             let want = q.max_keys - returned + 1;
             let batch = reader.list(coll, prefix, &from, want.min(1001))?;
@@ -653,8 +655,7 @@ impl ObjectLayer for SingleDrive {
                 let key = String::from_utf8(name.clone())
                     .map_err(|_| LayerError::Corrupt("a stored key is not UTF-8".into()))?;
                 if returned == q.max_keys {
-                    page.next_marker =
-                        page.objects.last().map(|o| o.key.clone()).max(page.common_prefixes.last().cloned());
+                    page.next_marker = listed.last().map(|o| o.0.clone()).max(page.common_prefixes.last().cloned());
                     break 'outer;
                 }
                 if let Some(d) = delim
@@ -674,18 +675,7 @@ impl ObjectLayer for SingleDrive {
                     returned += 1;
                     continue 'outer;
                 }
-                let info = reader.stat(nid)?;
-                let etag = reader.attr(nid, ATTR_ETAG)?.map(|e| String::from_utf8_lossy(&e).into_owned());
-                let mtime = match reader.attr(nid, ATTR_META)? {
-                    Some(raw) => ObjectMeta::decode(&raw)?.last_modified_unix_ms,
-                    None => (info.mtime_ns / 1_000_000) as i64,
-                };
-                page.objects.push(ListedObject {
-                    key,
-                    size_bytes: info.size_bytes,
-                    etag: etag.unwrap_or_default(),
-                    last_modified_unix_ms: mtime,
-                });
+                listed.push((key, nid));
                 returned += 1;
                 from = name;
                 from.push(0);
@@ -693,6 +683,18 @@ impl ObjectLayer for SingleDrive {
             if batch_len < want.min(1001) {
                 break;
             }
+        }
+        let nids: Vec<u64> = listed.iter().map(|(_, nid)| *nid).collect();
+        let stats = reader.stat_many(&nids, ATTR_META)?;
+        for ((key, _), (info, meta)) in listed.into_iter().zip(stats) {
+            let (etag, mtime) = match meta {
+                Some(raw) => {
+                    let f = ListedFields::decode(&raw)?;
+                    (f.etag, f.last_modified_unix_ms)
+                }
+                None => (String::new(), (info.mtime_ns / 1_000_000) as i64),
+            };
+            page.objects.push(ListedObject { key, size_bytes: info.size_bytes, etag, last_modified_unix_ms: mtime });
         }
         Ok(page)
     }
