@@ -18,6 +18,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 pub trait Device: Send + Sync + 'static {
     fn size_bytes(&self) -> u64;
     fn read_at(&self, buf: &mut [u8], offset_bytes: u64) -> io::Result<()>;
+    /// Reads through the kernel's page cache where the device has one, so hot data comes from memory that
+    /// the kernel reclaims under pressure (and that is not the process's). The default reads directly.
+    fn read_cached_at(&self, buf: &mut [u8], offset_bytes: u64) -> io::Result<()> {
+        self.read_at(buf, offset_bytes)
+    }
+    /// Drops cached pages of a range, so the next cached read comes from the device.
+    fn forget_cached(&self, _offset_bytes: u64, _len_bytes: u64) {}
     fn write_at(&self, buf: &[u8], offset_bytes: u64) -> io::Result<()>;
     /// Makes every write that completed before this call durable.
     fn flush(&self) -> io::Result<()>;
@@ -32,6 +39,10 @@ pub trait Device: Send + Sync + 'static {
 /// file-system extents on the data path.
 pub struct FileDevice {
     file: File,
+    /// The same file opened without O_DIRECT, read-only, for `read_cached_at`. Coherent with the direct
+    /// writes: the kernel invalidates cached pages of a range a direct write or a hole punch covers, and a
+    /// block is only written while no reader can reach it (copy-on-write, deferred reuse).
+    cached: File,
     size_bytes: u64,
     kind: &'static str,
 }
@@ -58,7 +69,11 @@ impl FileDevice {
             (meta.len(), "file")
         };
         let size_bytes = size_bytes - size_bytes % IO_ALIGN_BYTES as u64;
-        Ok(FileDevice { file, size_bytes, kind })
+        let cached = File::open(path)?;
+        // The engine reads exactly the blocks it needs (and keeps its own reads in flight): kernel
+        // read-ahead would only pull in neighbouring blocks of other objects.
+        advise(&cached, 0, 0, libc::POSIX_FADV_RANDOM)?;
+        Ok(FileDevice { file, cached, size_bytes, kind })
     }
 }
 
@@ -73,6 +88,14 @@ fn open_direct(path: &Path) -> io::Result<File> {
         }
         Err(e) => Err(e),
     }
+}
+
+fn advise(file: &File, offset_bytes: u64, len_bytes: u64, advice: libc::c_int) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: plain syscall on an owned fd.
+    let rc =
+        unsafe { libc::posix_fadvise(file.as_raw_fd(), offset_bytes as libc::off_t, len_bytes as libc::off_t, advice) };
+    if rc == 0 { Ok(()) } else { Err(io::Error::from_raw_os_error(rc)) }
 }
 
 fn preallocate(file: &File, size_bytes: u64) -> io::Result<()> {
@@ -104,6 +127,16 @@ impl Device for FileDevice {
         assert_io_aligned(buf, offset_bytes);
         check_bounds(offset_bytes, buf.len(), self.size_bytes)?;
         self.file.read_exact_at(buf, offset_bytes)
+    }
+
+    fn read_cached_at(&self, buf: &mut [u8], offset_bytes: u64) -> io::Result<()> {
+        check_bounds(offset_bytes, buf.len(), self.size_bytes)?;
+        self.cached.read_exact_at(buf, offset_bytes)
+    }
+
+    fn forget_cached(&self, offset_bytes: u64, len_bytes: u64) {
+        // Advisory: a failure leaves the pages cached, and the caller reads directly anyway.
+        let _ = advise(&self.cached, offset_bytes, len_bytes, libc::POSIX_FADV_DONTNEED);
     }
 
     fn write_at(&self, buf: &[u8], offset_bytes: u64) -> io::Result<()> {

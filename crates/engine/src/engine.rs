@@ -56,6 +56,10 @@ pub struct EngineConfig {
     pub discard: bool,
     /// Largest data carried inline in one Write/Append op; bigger writes must be staged.
     pub max_op_data_bytes: usize,
+    /// Object reads go through the kernel's page cache (hot data from memory, outside the process's
+    /// memory); every block is still checked against its checksum, and one that fails is read again from
+    /// the device. Writes, scrub and lazy-sync reads always go to the device directly.
+    pub page_cache_reads: bool,
 }
 
 impl Default for EngineConfig {
@@ -73,6 +77,7 @@ impl Default for EngineConfig {
             kv_write_buffer_bytes: 32 << 20,
             discard: false,
             max_op_data_bytes: 64 << 20,
+            page_cache_reads: true,
         }
     }
 }
@@ -611,11 +616,17 @@ impl Inner {
 
     /// Reads `len_bytes` (a whole number of blocks, at most one run) straight into an aligned buffer: one
     /// device read, no bounce copy.
-    pub(crate) fn read_run(&self, start: u64, len_bytes: usize) -> Result<AlignedBuf> {
+    /// `cached`: through the kernel's page cache (see `EngineConfig::page_cache_reads`).
+    pub(crate) fn read_run(&self, start: u64, len_bytes: usize, cached: bool) -> Result<AlignedBuf> {
         debug_assert!(len_bytes > 0 && len_bytes.is_multiple_of(BLOCK_SIZE_BYTES as usize));
         let mut buf = AlignedBuf::zeroed(len_bytes);
-        self.device.read_at(buf.as_mut_slice(), start * BLOCK_SIZE_BYTES)?;
-        self.counters.record_read(len_bytes as u64);
+        if cached {
+            self.device.read_cached_at(buf.as_mut_slice(), start * BLOCK_SIZE_BYTES)?;
+            self.counters.cached_bytes_read.fetch_add(len_bytes as u64, Ordering::Relaxed);
+        } else {
+            self.device.read_at(buf.as_mut_slice(), start * BLOCK_SIZE_BYTES)?;
+            self.counters.record_read(len_bytes as u64);
+        }
         Ok(buf)
     }
 

@@ -15,6 +15,10 @@ pub struct Counters {
     pub user_bytes_written: AtomicU64,
     pub device_bytes_written: AtomicU64,
     pub device_bytes_read: AtomicU64,
+    /// Bytes read through the kernel's page cache (from memory when cached, else from the device).
+    pub cached_bytes_read: AtomicU64,
+    /// Cached reads whose blocks failed their checksum and were read again from the device.
+    pub cache_rereads: AtomicU64,
     pub rmw_on_write_path: AtomicU64,
     pub rmw_in_lazy_sync: AtomicU64,
     pub checksum_errors: AtomicU64,
@@ -62,6 +66,8 @@ pub struct EngineStats {
     pub user_bytes_written: u64,
     pub device_bytes_written: u64,
     pub device_bytes_read: u64,
+    pub cached_bytes_read: u64,
+    pub cache_rereads: u64,
     pub kv_wal_bytes: u64,
     pub kv_flush_bytes: u64,
     pub kv_compaction_bytes: u64,
@@ -95,6 +101,8 @@ pub fn load(c: &Counters) -> EngineStats {
         user_bytes_written: c.user_bytes_written.load(Relaxed),
         device_bytes_written: c.device_bytes_written.load(Relaxed),
         device_bytes_read: c.device_bytes_read.load(Relaxed),
+        cached_bytes_read: c.cached_bytes_read.load(Relaxed),
+        cache_rereads: c.cache_rereads.load(Relaxed),
         rmw_on_write_path: c.rmw_on_write_path.load(Relaxed),
         rmw_in_lazy_sync: c.rmw_in_lazy_sync.load(Relaxed),
         checksum_errors: c.checksum_errors.load(Relaxed),

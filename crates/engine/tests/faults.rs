@@ -215,3 +215,83 @@ fn a_database_of_another_format_version_is_refused() {
     let e = d.reopen_result(config()).unwrap_err();
     assert!(matches!(e, EngineError::UnsupportedVersion { found: 99, .. }), "{e}");
 }
+
+/// A device whose page-cache reads return one flipped byte until the range is forgotten: a stale or damaged
+/// cached page.
+struct StaleCacheDevice {
+    inner: SimDevice,
+    stale: std::sync::atomic::AtomicBool,
+}
+
+impl Device for StaleCacheDevice {
+    fn size_bytes(&self) -> u64 {
+        self.inner.size_bytes()
+    }
+    fn read_at(&self, buf: &mut [u8], offset_bytes: u64) -> std::io::Result<()> {
+        self.inner.read_at(buf, offset_bytes)
+    }
+    fn read_cached_at(&self, buf: &mut [u8], offset_bytes: u64) -> std::io::Result<()> {
+        self.inner.read_at(buf, offset_bytes)?;
+        if self.stale.load(std::sync::atomic::Ordering::SeqCst) {
+            buf[100] ^= 0x40;
+        }
+        Ok(())
+    }
+    fn forget_cached(&self, _offset_bytes: u64, _len_bytes: u64) {
+        self.stale.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+    fn write_at(&self, buf: &[u8], offset_bytes: u64) -> std::io::Result<()> {
+        self.inner.write_at(buf, offset_bytes)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+    fn kind(&self) -> &'static str {
+        "stale-cache"
+    }
+}
+
+#[test]
+fn a_bad_cached_page_is_read_again_from_the_device() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = Arc::new(StaleCacheDevice { inner: SimDevice::new(DEVICE_BYTES), stale: false.into() });
+    let engine = Engine::format(dir.path(), dev.clone(), config()).unwrap();
+    let coll = engine.submit(Transaction::new().op(Op::CreateCollection { name: "c".into() })).unwrap();
+    let coll = coll.created_collections[0];
+    let want = data(9, 64 << 10);
+    let write = Op::Write { coll, name: b"o".to_vec(), offset: 0, data: want.clone() };
+    engine.submit(Transaction::new().op(write)).unwrap();
+    dev.stale.store(true, std::sync::atomic::Ordering::SeqCst);
+    let r = engine.reader();
+    let info = r.lookup(coll, b"o").unwrap().unwrap();
+    assert_eq!(r.read(info.nid, 0, info.size_bytes).unwrap(), want, "the device's bytes, not the cache's");
+    let s = engine.stats();
+    assert_eq!((s.cache_rereads, s.checksum_errors), (1, 0));
+    assert!(!dev.stale.load(std::sync::atomic::Ordering::SeqCst), "the bad pages were dropped");
+    assert_eq!(r.read(info.nid, 0, info.size_bytes).unwrap(), want);
+    assert_eq!(engine.stats().cache_rereads, 1);
+}
+
+#[test]
+fn reads_through_the_page_cache_see_every_direct_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = FileDevice::create(&dir.path().join("data"), DEVICE_BYTES).unwrap();
+    let engine = Engine::format(&dir.path().join("kv"), Arc::new(dev), config()).unwrap();
+    let coll = engine.submit(Transaction::new().op(Op::CreateCollection { name: "c".into() })).unwrap();
+    let coll = coll.created_collections[0];
+    // Overwrites free blocks that later writes reuse: every read must see the newest bytes, never a page
+    // cached from a block's earlier life.
+    for round in 0..40u64 {
+        let name = format!("o{}", round % 3).into_bytes();
+        let want = data(round, (64 << 10) + (round as usize % 5) * 4096);
+        engine.submit(Transaction::new().op(Op::Remove { coll, name: name.clone() })).ok();
+        let write = Op::Write { coll, name: name.clone(), offset: 0, data: want.clone() };
+        engine.submit(Transaction::new().op(write)).unwrap();
+        let r = engine.reader();
+        let info = r.lookup(coll, &name).unwrap().unwrap();
+        assert_eq!(r.read(info.nid, 0, info.size_bytes).unwrap(), want, "round {round}");
+    }
+    let s = engine.stats();
+    assert!(s.cached_bytes_read >= 40 * (64 << 10), "{s:?}");
+    assert_eq!((s.cache_rereads, s.checksum_errors), (0, 0));
+}

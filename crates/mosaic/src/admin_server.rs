@@ -49,6 +49,8 @@ fn render_metrics(state: &AdminState) -> String {
     g("mosaic_engine_user_bytes_written", s.user_bytes_written);
     g("mosaic_engine_device_bytes_written", s.device_bytes_written);
     g("mosaic_engine_device_bytes_read", s.device_bytes_read);
+    g("mosaic_engine_cached_bytes_read", s.cached_bytes_read);
+    g("mosaic_engine_cache_rereads", s.cache_rereads);
     g("mosaic_engine_kv_wal_bytes", s.kv_wal_bytes);
     g("mosaic_engine_kv_flush_bytes", s.kv_flush_bytes);
     g("mosaic_engine_kv_compaction_bytes", s.kv_compaction_bytes);
@@ -87,6 +89,8 @@ fn stats_json(state: &AdminState) -> serde_json::Value {
             "user_bytes_written": s.user_bytes_written,
             "device_bytes_written": s.device_bytes_written,
             "device_bytes_read": s.device_bytes_read,
+            "cached_bytes_read": s.cached_bytes_read,
+            "cache_rereads": s.cache_rereads,
             "kv_bytes_written": s.kv_bytes_written(),
             "rmw_on_write_path": s.rmw_on_write_path,
             "rmw_in_lazy_sync": s.rmw_in_lazy_sync,

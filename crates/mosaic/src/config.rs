@@ -22,6 +22,7 @@ pub struct FileConfig {
     pub max_connections: Option<usize>,
     pub kv_cache_size: Option<String>,
     pub inline_max_size: Option<String>,
+    pub read_cache: Option<String>,
 }
 
 /// Values given on the command line or in the environment (clap merges the two; flags win).
@@ -68,6 +69,10 @@ pub struct ServerArgs {
     /// Objects up to this size live wholly in the metadata database (e.g. 16KiB).
     #[arg(long, env = "MOSAIC_INLINE_MAX_SIZE", value_name = "SIZE")]
     pub inline_max_size: Option<String>,
+    /// Where object reads are cached: page-cache (the kernel's, outside the process) or off (every read
+    /// from the device).
+    #[arg(long, env = "MOSAIC_READ_CACHE", value_name = "MODE")]
+    pub read_cache: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -90,6 +95,8 @@ pub struct Config {
     pub max_connections: usize,
     pub kv_cache_bytes: u64,
     pub inline_max_bytes: u64,
+    /// Object reads through the kernel's page cache (`read_cache = "page-cache"`).
+    pub page_cache_reads: bool,
     pub simulate_power_loss: bool,
 }
 
@@ -156,6 +163,11 @@ impl Config {
         if inline_max_bytes > MAX_INLINE_BYTES {
             return Err(format!("inline_max_size: {inline_max_bytes} bytes is above the maximum 1MiB"));
         }
+        let page_cache_reads = match pick(&args.read_cache, &file.read_cache).as_deref().unwrap_or("page-cache") {
+            "page-cache" => true,
+            "off" => false,
+            other => return Err(format!("read_cache: {other:?} is not one of page-cache, off")),
+        };
         let domain = pick(&args.domain, &file.domain).filter(|d| !d.is_empty());
         if let Some(d) = &domain {
             mosaic_s3::validate_domain(d).map_err(|e| format!("domain: {e}"))?;
@@ -172,6 +184,7 @@ impl Config {
             max_connections,
             kv_cache_bytes,
             inline_max_bytes,
+            page_cache_reads,
             simulate_power_loss: args.simulate_power_loss,
         })
     }
@@ -196,6 +209,17 @@ mod tests {
         assert_eq!(c.max_connections, 1024);
         assert_eq!(c.inline_max_bytes, 16 << 10);
         assert_eq!(c.drive_size_bytes, None);
+        assert!(c.page_cache_reads);
+    }
+
+    #[test]
+    fn read_cache() {
+        assert!(!resolve(ServerArgs::default(), "read_cache = \"off\"").unwrap().page_cache_reads);
+        let args = ServerArgs { read_cache: Some("page-cache".into()), ..Default::default() };
+        assert!(resolve(args, "read_cache = \"off\"").unwrap().page_cache_reads);
+        let e = resolve(ServerArgs::default(), "read_cache = \"mmap\"").unwrap_err();
+        assert!(e.contains("read_cache") && e.contains("page-cache, off"), "{e}");
+        assert!(resolve(ServerArgs::default(), "read_cache = 1").is_err());
     }
 
     #[test]

@@ -42,6 +42,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
     let engine_cfg = EngineConfig {
         inline_max_bytes: cfg.inline_max_bytes,
         kv_block_cache_bytes: cfg.kv_cache_bytes as usize,
+        page_cache_reads: cfg.page_cache_reads,
         ..Default::default()
     };
     let creds_env = env_credentials()?;
