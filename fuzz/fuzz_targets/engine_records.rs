@@ -3,7 +3,9 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use mosaic_engine::fuzzing::{BlockEntry, Onode, Superblock, decode_frag, encode_frag};
+use mosaic_engine::fuzzing::{
+    BlockEntry, Onode, Superblock, decode_frag, decode_name_entry, encode_frag, encode_name_entry,
+};
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(o) = Onode::decode(data) {
@@ -18,5 +20,9 @@ fuzz_target!(|data: &[u8]| {
     if let Ok((offset, payload)) = decode_frag(data) {
         let again = encode_frag(offset, payload);
         assert_eq!(decode_frag(&again).ok(), Some((offset, payload)));
+    }
+    if let Ok((nid, tag)) = decode_name_entry(data) {
+        let again = encode_name_entry(nid, tag);
+        assert_eq!(decode_name_entry(&again).ok(), Some((nid, tag)));
     }
 });

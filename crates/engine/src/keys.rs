@@ -60,6 +60,31 @@ pub fn nid_sub_key(nid: Nid, sub: &[u8]) -> Vec<u8> {
     k
 }
 
+/// Version byte in front of a name entry's listing tag.
+pub const NAME_TAG_VERSION: u8 = 1;
+
+/// A name index entry: the object's nid (8 bytes, big-endian), then optionally a listing tag: a version
+/// byte and bytes the caller owns (the S3 layer keeps size, ETag and mtime there), which ordered listing
+/// returns without reading the onode.
+pub fn encode_name_entry(nid: Nid, tag: Option<&[u8]>) -> Vec<u8> {
+    let mut v = Vec::with_capacity(9 + tag.map_or(0, <[u8]>::len));
+    v.extend_from_slice(&nid.to_be_bytes());
+    if let Some(t) = tag {
+        v.push(NAME_TAG_VERSION);
+        v.extend_from_slice(t);
+    }
+    v
+}
+
+pub fn decode_name_entry(raw: &[u8]) -> Result<(Nid, Option<&[u8]>)> {
+    let nid = u64_at(raw, 0)?;
+    match raw.get(8) {
+        None => Ok((nid, None)),
+        Some(&NAME_TAG_VERSION) => Ok((nid, Some(&raw[9..]))),
+        Some(v) => Err(EngineError::Corrupt(format!("name entry tag version {v}"))),
+    }
+}
+
 pub fn u64_at(raw: &[u8], at: usize) -> Result<u64> {
     raw.get(at..at + 8)
         .map(|b| u64::from_be_bytes(b.try_into().expect("8 bytes")))

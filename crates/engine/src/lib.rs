@@ -31,8 +31,8 @@ pub use device::{CrashMode, Device, FileDevice, SimDevice, VolatileCacheDevice};
 pub use engine::{BLOCK_SIZE_BYTES, Engine, EngineConfig, MAX_OBJECT_BYTES, WriteMode};
 pub use error::{EngineError, Result};
 pub use keys::{CollectionId, Nid, prefix_end};
-pub use plan::{MAX_ATTR_KEY_BYTES, MAX_ATTR_VALUE_BYTES, MAX_NAME_BYTES};
-pub use reader::{ObjectInfo, Reader};
+pub use plan::{MAX_ATTR_KEY_BYTES, MAX_ATTR_VALUE_BYTES, MAX_NAME_BYTES, MAX_NAME_TAG_BYTES};
+pub use reader::{NameEntry, ObjectInfo, Reader};
 pub use stats::EngineStats;
 pub use superblock::{FORMAT_VERSION, Superblock};
 pub use txn::{Op, Outcome, Priority, Staged, Transaction};
@@ -41,6 +41,6 @@ pub use verify::{CheckReport, ScrubReport};
 /// The decoders of every on-disk record, for the fuzz targets in `fuzz/`. Not a stable API.
 #[doc(hidden)]
 pub mod fuzzing {
-    pub use crate::keys::{BlockEntry, Onode, decode_frag, encode_frag};
+    pub use crate::keys::{BlockEntry, Onode, decode_frag, decode_name_entry, encode_frag, encode_name_entry};
     pub use crate::superblock::Superblock;
 }

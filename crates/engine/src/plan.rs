@@ -19,6 +19,8 @@ const REVERSE_REGISTRY: CollectionId = u32::MAX;
 pub const MAX_NAME_BYTES: usize = 4096;
 pub const MAX_ATTR_KEY_BYTES: usize = 1024;
 pub const MAX_ATTR_VALUE_BYTES: usize = 64 * 1024;
+/// Largest listing tag of a name entry: it is read with every listed name, so it stays small.
+pub const MAX_NAME_TAG_BYTES: usize = 256;
 
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum FragDelta {
@@ -137,6 +139,13 @@ impl Planner<'_, '_> {
                 let (nid, _) = self.lookup(coll, &name)?.ok_or(EngineError::NotFound)?;
                 self.view.top.delete(CF_OMAP, &nid_sub_key(nid, &key));
             }
+            Op::SetNameTag { coll, name, tag } => {
+                if tag.len() > MAX_NAME_TAG_BYTES {
+                    return Err(EngineError::Limit(format!("name tags are at most {MAX_NAME_TAG_BYTES} bytes")));
+                }
+                let (nid, _) = self.lookup(coll, &name)?.ok_or(EngineError::NotFound)?;
+                self.view.top.put(CF_NAMES, &name_key(coll, &name), encode_name_entry(nid, Some(&tag)));
+            }
             Op::SetPriority { coll, name, high } => {
                 let (nid, mut onode) = self.lookup(coll, &name)?.ok_or(EngineError::NotFound)?;
                 if high {
@@ -220,7 +229,7 @@ impl Planner<'_, '_> {
             return Err(EngineError::InvalidArgument(format!("object names are at most {MAX_NAME_BYTES} bytes")));
         }
         let Some(raw) = self.view.get(CF_NAMES, &name_key(coll, name))? else { return Ok(None) };
-        let nid = u64_at(&raw, 0)?;
+        let (nid, _) = decode_name_entry(&raw)?;
         let onode = self.view.get(CF_ONODES, &nid_key(nid))?.ok_or_else(|| {
             EngineError::Corrupt(format!("name {} points at missing object {nid}", String::from_utf8_lossy(name)))
         })?;
@@ -249,7 +258,7 @@ impl Planner<'_, '_> {
             collection: coll,
             name: name.to_vec(),
         };
-        self.view.top.put(CF_NAMES, &name_key(coll, name), nid.to_be_bytes().to_vec());
+        self.view.top.put(CF_NAMES, &name_key(coll, name), encode_name_entry(nid, None));
         self.put_onode(nid, &onode);
         Ok((nid, onode))
     }
@@ -285,8 +294,10 @@ impl Planner<'_, '_> {
         if let Some((dst, _)) = self.lookup(to_coll, to)? {
             self.destroy(dst)?;
         }
+        // The entry moves whole: the listing tag describes the object, not its name.
+        let entry = self.view.get(CF_NAMES, &name_key(coll, from))?.ok_or(EngineError::NotFound)?;
         self.view.top.delete(CF_NAMES, &name_key(coll, from));
-        self.view.top.put(CF_NAMES, &name_key(to_coll, to), nid.to_be_bytes().to_vec());
+        self.view.top.put(CF_NAMES, &name_key(to_coll, to), entry);
         onode.collection = to_coll;
         onode.name = to.to_vec();
         self.put_onode(nid, &onode);

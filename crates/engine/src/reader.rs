@@ -35,6 +35,15 @@ pub struct ObjectInfo {
     pub high_priority: bool,
 }
 
+/// One entry of the name index, as `Reader::list_entries` returns it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NameEntry {
+    pub name: Vec<u8>,
+    pub nid: Nid,
+    /// What `Op::SetNameTag` last stored for this object, if anything.
+    pub tag: Option<Vec<u8>>,
+}
+
 impl ObjectInfo {
     fn from_onode(nid: Nid, o: Onode) -> Self {
         ObjectInfo {
@@ -137,7 +146,7 @@ impl Reader {
 
     pub fn lookup(&self, coll: CollectionId, name: &[u8]) -> Result<Option<ObjectInfo>> {
         let Some(raw) = self.get(CF_NAMES, &name_key(coll, name))? else { return Ok(None) };
-        self.stat(u64_at(&raw, 0)?).map(Some)
+        self.stat(decode_name_entry(&raw)?.0).map(Some)
     }
 
     pub fn stat(&self, nid: Nid) -> Result<ObjectInfo> {
@@ -203,11 +212,20 @@ impl Reader {
     /// Names in a collection that start with `prefix` and are >= `from`, in order, at most `limit`.
     /// Costs one seek plus the entries returned, whatever the collection's size.
     pub fn list(&self, coll: CollectionId, prefix: &[u8], from: &[u8], limit: usize) -> Result<Vec<(Vec<u8>, Nid)>> {
+        Ok(self.list_entries(coll, prefix, from, limit)?.into_iter().map(|e| (e.name, e.nid)).collect())
+    }
+
+    /// Names under `prefix` from `from` on, in order, at most `limit`, each with its listing tag: one scan
+    /// of the name index, no onode read.
+    pub fn list_entries(&self, coll: CollectionId, prefix: &[u8], from: &[u8], limit: usize) -> Result<Vec<NameEntry>> {
         let start = name_key(coll, if from > prefix { from } else { prefix });
         let end = prefix_end(&name_key(coll, prefix)).unwrap_or_else(|| name_key(coll + 1, &[]));
         self.scan(CF_NAMES, &start, &end, limit)?
             .into_iter()
-            .map(|(k, v)| Ok((k[4..].to_vec(), u64_at(&v, 0)?)))
+            .map(|(k, v)| {
+                let (nid, tag) = decode_name_entry(&v)?;
+                Ok(NameEntry { name: k[4..].to_vec(), nid, tag: tag.map(<[u8]>::to_vec) })
+            })
             .collect()
     }
 

@@ -145,6 +145,14 @@ pub enum Op {
         name: Vec<u8>,
         key: Vec<u8>,
     },
+    /// Sets the listing tag of an object's name entry (at most `MAX_NAME_TAG_BYTES`): bytes the caller owns,
+    /// returned by `Reader::list_entries` with the name. The engine keeps it across renames and drops it
+    /// with the name (remove, reset); the caller keeps it current when the object changes.
+    SetNameTag {
+        coll: CollectionId,
+        name: Vec<u8>,
+        tag: Vec<u8>,
+    },
     /// Marks an object high-priority: its reads and writes run in the ForegroundHigh class.
     SetPriority {
         coll: CollectionId,

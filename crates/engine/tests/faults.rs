@@ -295,3 +295,32 @@ fn reads_through_the_page_cache_see_every_direct_write() {
     assert!(s.cached_bytes_read >= 40 * (64 << 10), "{s:?}");
     assert_eq!((s.cache_rereads, s.checksum_errors), (0, 0));
 }
+
+#[test]
+fn name_tags_are_listed_kept_on_rename_dropped_on_reset_and_bounded() {
+    let d = SimDrive::new(config());
+    let e = d.engine();
+    let (coll, a, b) = (d.coll, b"a".to_vec(), b"b".to_vec());
+    put(&d, "a", data(1, 100)).unwrap();
+    let tag = |t: &[u8]| Op::SetNameTag { coll, name: a.clone(), tag: t.to_vec() };
+    e.submit(Transaction::new().op(tag(b"size=100"))).unwrap();
+    let listed = e.reader().list_entries(coll, b"", b"", 10).unwrap();
+    assert_eq!((listed.len(), listed[0].tag.as_deref()), (1, Some(&b"size=100"[..])));
+    // The name index still resolves the name, and a listing without tags sees the same names.
+    assert_eq!(e.reader().lookup(coll, b"a").unwrap().unwrap().size_bytes, 100);
+    assert_eq!(d.names(), vec![a.clone()]);
+    // At the limit it is stored; past it the transaction fails and nothing changes.
+    e.submit(Transaction::new().op(tag(&[7; MAX_NAME_TAG_BYTES]))).unwrap();
+    let err = e.submit(Transaction::new().op(tag(&[7; MAX_NAME_TAG_BYTES + 1]))).unwrap_err();
+    assert!(matches!(err, EngineError::Limit(_)), "{err}");
+    assert_eq!(e.reader().list_entries(coll, b"", b"", 10).unwrap()[0].tag, Some(vec![7; MAX_NAME_TAG_BYTES]));
+    // A rename carries the tag; a reset (an overwrite) drops it; a missing object has none to set.
+    e.submit(Transaction::new().op(Op::Rename { coll, from: a.clone(), to_coll: coll, to: b.clone() })).unwrap();
+    let listed = e.reader().list_entries(coll, b"", b"", 10).unwrap();
+    assert_eq!((listed[0].name.as_slice(), listed[0].tag.clone()), (&b[..], Some(vec![7; MAX_NAME_TAG_BYTES])));
+    e.submit(Transaction::new().op(Op::Reset { coll, name: b.clone() })).unwrap();
+    assert_eq!(e.reader().list_entries(coll, b"", b"", 10).unwrap()[0].tag, None);
+    assert!(matches!(e.submit(Transaction::new().op(tag(b"x"))).unwrap_err(), EngineError::NotFound));
+    let report = e.check().unwrap();
+    assert!(report.problems.is_empty(), "{report:?}");
+}

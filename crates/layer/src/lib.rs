@@ -10,7 +10,7 @@ mod names;
 mod single;
 
 pub use error::{LayerError, LayerResult};
-pub use meta::{ObjectMeta, Precondition, PutOptions};
+pub use meta::{ListTag, ObjectMeta, Precondition, PutOptions};
 pub use names::{MAX_KEY_BYTES, MAX_USER_METADATA_BYTES, validate_bucket_name, validate_key};
 pub use single::{SingleDrive, SingleDriveConfig};
 

@@ -4,7 +4,7 @@
 //! blocks into the target: no data is copied where block boundaries allow.
 
 use crate::error::{LayerError, LayerResult};
-use crate::meta::{ListedFields, META_VERSION, ObjectMeta, Precondition, PutOptions};
+use crate::meta::{ListTag, ListedFields, META_VERSION, ObjectMeta, Precondition, PutOptions};
 use crate::names::{validate_bucket_name, validate_key};
 use crate::*;
 use async_trait::async_trait;
@@ -82,6 +82,14 @@ fn now_ms() -> i64 {
 
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> LayerResult<T> + Send + 'static) -> LayerResult<T> {
     tokio::task::spawn_blocking(f).await.map_err(|e| LayerError::Internal(format!("worker failed: {e}")))?
+}
+
+/// The ops that record an object's metadata: the metadata attribute, the ETag attribute (what conditional
+/// writes assert on) and the listing tag of its name entry (what a listing reads).
+fn push_meta_ops(txn: &mut Transaction, coll: CollectionId, name: &[u8], meta: &ObjectMeta) {
+    txn.push(Op::SetAttr { coll, name: name.to_vec(), key: ATTR_META.to_vec(), value: meta.encode() });
+    txn.push(Op::SetAttr { coll, name: name.to_vec(), key: ATTR_ETAG.to_vec(), value: meta.etag.as_bytes().to_vec() });
+    txn.push(Op::SetNameTag { coll, name: name.to_vec(), tag: ListTag::of(meta).encode() });
 }
 
 fn bucket_collection(bucket: &str) -> String {
@@ -290,8 +298,7 @@ impl SingleDrive {
             expected: old_meta.map(|m| m.etag.into_bytes()),
         });
         txn.push(Op::Append { coll, name: name.clone(), data: ing.0, expected_offset: Some(offset) });
-        txn.push(Op::SetAttr { coll, name: name.clone(), key: ATTR_META.to_vec(), value: meta.encode() });
-        txn.push(Op::SetAttr { coll, name, key: ATTR_ETAG.to_vec(), value: etag.into_bytes() });
+        push_meta_ops(&mut txn, coll, &name, &meta);
         match self.submit(txn).await {
             // A concurrent writer changed the object between our read and the commit.
             Err(LayerError::PreconditionFailed) => Err(LayerError::InvalidWriteOffset),
@@ -501,8 +508,7 @@ impl ObjectLayer for SingleDrive {
         }
         txn.push(Op::Reset { coll, name: name.clone() });
         ing.push_ops(&mut txn, coll, &name, 0);
-        txn.push(Op::SetAttr { coll, name: name.clone(), key: ATTR_META.to_vec(), value: meta.encode() });
-        txn.push(Op::SetAttr { coll, name, key: ATTR_ETAG.to_vec(), value: meta.etag.clone().into_bytes() });
+        push_meta_ops(&mut txn, coll, &name, &meta);
         match self.submit(txn).await {
             // If-Match on a missing key is a failed precondition too.
             Err(LayerError::NoSuchKey) if opts.if_match.is_some() => Err(LayerError::PreconditionFailed),
@@ -617,7 +623,7 @@ impl ObjectLayer for SingleDrive {
             txn.push(Op::Clone { coll: src_coll, from: src, to_coll: dst_coll, to: dst.clone() });
             txn.push(Op::RemoveAttr { coll: dst_coll, name: dst.clone(), key: ATTR_TAGS.to_vec() });
         }
-        txn.push(Op::SetAttr { coll: dst_coll, name: dst, key: ATTR_META.to_vec(), value: meta.encode() });
+        push_meta_ops(&mut txn, dst_coll, &dst, &meta);
         match self.submit(txn).await {
             Err(LayerError::PreconditionFailed) => Err(LayerError::Conflict),
             r => r.map(|_| meta),
@@ -642,20 +648,22 @@ impl ObjectLayer for SingleDrive {
             f
         };
         let mut returned = 0usize;
-        // Objects of the page, statted together once the names are known (two batched lookups).
-        let mut listed: Vec<(String, u64)> = Vec::new();
+        // Objects of the page without a listing tag (written before tags existed), statted together once
+        // the names are known: their index in `page.objects` and nid.
+        let mut untagged: Vec<(usize, u64)> = Vec::new();
         'outer: loop {
             let want = q.max_keys - returned + 1;
-            let batch = reader.list(coll, prefix, &from, want.min(1001))?;
+            let batch = reader.list_entries(coll, prefix, &from, want.min(1001))?;
             if batch.is_empty() {
                 break;
             }
             let batch_len = batch.len();
-            for (name, nid) in batch {
-                let key = String::from_utf8(name.clone())
+            for entry in batch {
+                let key = String::from_utf8(entry.name.clone())
                     .map_err(|_| LayerError::Corrupt("a stored key is not UTF-8".into()))?;
                 if returned == q.max_keys {
-                    page.next_marker = listed.last().map(|o| o.0.clone()).max(page.common_prefixes.last().cloned());
+                    page.next_marker =
+                        page.objects.last().map(|o| o.key.clone()).max(page.common_prefixes.last().cloned());
                     break 'outer;
                 }
                 if let Some(d) = delim
@@ -675,26 +683,38 @@ impl ObjectLayer for SingleDrive {
                     returned += 1;
                     continue 'outer;
                 }
-                listed.push((key, nid));
+                let tag = entry.tag.as_deref().and_then(ListTag::decode);
+                if tag.is_none() {
+                    untagged.push((page.objects.len(), entry.nid));
+                }
+                let tag = tag.unwrap_or_default();
+                page.objects.push(ListedObject {
+                    key,
+                    size_bytes: tag.size_bytes,
+                    etag: tag.etag,
+                    last_modified_unix_ms: tag.last_modified_unix_ms,
+                });
                 returned += 1;
-                from = name;
+                from = entry.name;
                 from.push(0);
             }
             if batch_len < want.min(1001) {
                 break;
             }
         }
-        let nids: Vec<u64> = listed.iter().map(|(_, nid)| *nid).collect();
-        let stats = reader.stat_many(&nids, ATTR_META)?;
-        for ((key, _), (info, meta)) in listed.into_iter().zip(stats) {
-            let (etag, mtime) = match meta {
-                Some(raw) => {
-                    let f = ListedFields::decode(&raw)?;
-                    (f.etag, f.last_modified_unix_ms)
-                }
-                None => (String::new(), (info.mtime_ns / 1_000_000) as i64),
-            };
-            page.objects.push(ListedObject { key, size_bytes: info.size_bytes, etag, last_modified_unix_ms: mtime });
+        if !untagged.is_empty() {
+            let nids: Vec<u64> = untagged.iter().map(|(_, nid)| *nid).collect();
+            for ((i, _), (info, meta)) in untagged.iter().zip(reader.stat_many(&nids, ATTR_META)?) {
+                let o = &mut page.objects[*i];
+                o.size_bytes = info.size_bytes;
+                (o.etag, o.last_modified_unix_ms) = match meta {
+                    Some(raw) => {
+                        let f = ListedFields::decode(&raw)?;
+                        (f.etag, f.last_modified_unix_ms)
+                    }
+                    None => (String::new(), (info.mtime_ns / 1_000_000) as i64),
+                };
+            }
         }
         Ok(page)
     }
@@ -878,8 +898,8 @@ impl ObjectLayer for SingleDrive {
                 pos += n;
             }
         }
-        txn.push(Op::SetAttr { coll, name: name.clone(), key: ATTR_META.to_vec(), value: meta.encode() });
-        txn.push(Op::SetAttr { coll, name, key: ATTR_ETAG.to_vec(), value: etag.into_bytes() });
+        debug_assert_eq!(meta.etag, etag);
+        push_meta_ops(&mut txn, coll, &name, &meta);
         for p in stored.keys() {
             txn.push(Op::Remove { coll: self.mpu, name: part_name(bucket, upload_id, *p) });
         }

@@ -509,6 +509,17 @@ async fn checksums_and_append(default_checksums: bool) {
     let got = get_bytes(&c, "bkt", "log").await;
     assert_eq!(got.len(), 4096);
     assert!(got[..2048].iter().all(|b| *b == 1) && got[2048..].iter().all(|b| *b == 2));
+    // A listing shows what HEAD shows after the append (size, ETag, time), and after a copy.
+    c.copy_object().bucket("bkt").key("log-copy").copy_source("bkt/log").send().await.unwrap();
+    let listed = c.list_objects_v2().bucket("bkt").prefix("log").send().await.unwrap();
+    let listed = listed.contents();
+    assert_eq!(listed.len(), 2);
+    for o in listed {
+        let head = c.head_object().bucket("bkt").key(o.key().unwrap()).send().await.unwrap();
+        assert_eq!((o.size(), o.e_tag()), (Some(4096), head.e_tag()), "{o:?}");
+        // HEAD's Last-Modified is an HTTP date: whole seconds.
+        assert_eq!(o.last_modified().unwrap().secs(), head.last_modified().unwrap().secs(), "{o:?}");
+    }
     s.stop().await;
 }
 
