@@ -581,14 +581,17 @@ impl Inner {
     pub(crate) fn write_blocks(&self, start: u64, data: &[u8]) -> Result<()> {
         debug_assert!((data.len() as u64).is_multiple_of(BLOCK_SIZE_BYTES));
         debug_assert!(start >= self.sb.data_start_block);
-        // Copy into an aligned buffer in pieces of at most 4 MiB.
+        // Pieces of at most 4 MiB, written straight from `data` when it is aligned (the S3 layer stages from
+        // aligned buffers), else copied into an aligned buffer first.
         const CHUNK: usize = 4 << 20;
+        let aligned = (data.as_ptr() as usize).is_multiple_of(crate::aligned::IO_ALIGN_BYTES);
         let mut done = 0;
         while done < data.len() {
             let n = (data.len() - done).min(CHUNK);
-            let buf = AlignedBuf::copy_of(&data[done..done + n]);
+            let copy = (!aligned).then(|| AlignedBuf::copy_of(&data[done..done + n]));
+            let piece = copy.as_ref().map_or(&data[done..done + n], |b| &b.as_slice()[..n]);
             let off = start * BLOCK_SIZE_BYTES + done as u64;
-            if let Err(e) = self.device.write_at(&buf.as_slice()[..n], off) {
+            if let Err(e) = self.device.write_at(piece, off) {
                 self.fail(format!("device write failed at byte {off}: {e}"));
                 return Err(e.into());
             }

@@ -8,6 +8,7 @@ mod error;
 mod meta;
 mod names;
 mod single;
+mod stage_buffers;
 
 pub use error::{LayerError, LayerResult};
 pub use meta::{ListTag, ObjectMeta, Precondition, PutOptions};

@@ -6,6 +6,7 @@
 use crate::error::{LayerError, LayerResult};
 use crate::meta::{ListTag, ListedFields, META_VERSION, ObjectMeta, Precondition, PutOptions};
 use crate::names::{validate_bucket_name, validate_key};
+use crate::stage_buffers::{STAGE_CHUNK_BYTES, StageBuffers};
 use crate::*;
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -23,8 +24,6 @@ const ATTR_ETAG: &[u8] = b"s3.etag";
 const ATTR_TAGS: &[u8] = b"s3.tags";
 const ATTR_UPLOAD: &[u8] = b"s3.upload";
 const ATTR_PART: &[u8] = b"s3.part";
-/// Bytes handed to the drive per staged write while a body streams in.
-const STAGE_CHUNK_BYTES: usize = 8 << 20;
 /// Bytes per chunk of a GET body.
 const READ_CHUNK_BYTES: u64 = 1 << 20;
 /// Chunks of a GET body read ahead of the one being sent (memory per GET: this many chunks).
@@ -51,7 +50,11 @@ pub struct SingleDrive {
     cfg: SingleDriveConfig,
     sys: CollectionId,
     mpu: CollectionId,
+    stage_buffers: Arc<StageBuffers>,
 }
+
+/// A full staging buffer being written to the drive: its offset in the body and the task writing it.
+type StageInFlight = (u64, tokio::task::JoinHandle<LayerResult<(mosaic_engine::Staged, mosaic_engine::AlignedBuf)>>);
 
 #[derive(Serialize, Deserialize)]
 struct BucketRecord {
@@ -130,7 +133,7 @@ impl SingleDrive {
     pub fn new(engine: Engine, cfg: SingleDriveConfig) -> LayerResult<Self> {
         let sys = ensure_collection(&engine, SYS_COLLECTION)?;
         let mpu = ensure_collection(&engine, MPU_COLLECTION)?;
-        Ok(SingleDrive { engine, cfg, sys, mpu })
+        Ok(SingleDrive { engine, cfg, sys, mpu, stage_buffers: Arc::default() })
     }
 
     pub fn engine(&self) -> &Engine {
@@ -148,14 +151,21 @@ impl SingleDrive {
 
     /// Streams a body into the drive: whole blocks are staged as they arrive (the data is written once,
     /// directly to its final blocks); small bodies stay in memory for an inline write.
+    ///
+    /// Past `inline_max_bytes` the body fills aligned 8 MiB buffers; a full one is written by a blocking
+    /// task while the next fills, so receiving and writing overlap (at most one write in flight, two
+    /// buffers per request).
     async fn ingest(&self, body: PutBody, base_offset: u64, max_bytes: u64) -> LayerResult<Ingested> {
         let bs = BLOCK_SIZE_BYTES as usize;
         let inline_max = self.engine.config().inline_max_bytes as usize;
         let mut stream = body.stream;
         let mut md5 = Md5::new();
-        let mut buf: Vec<u8> = Vec::new();
+        // Bytes not (yet) in an aligned buffer: the whole body while it is small, or when it cannot be staged.
+        let mut small: Vec<u8> = Vec::new();
+        let mut fill: Option<(mosaic_engine::AlignedBuf, usize)> = None;
+        let mut in_flight: Option<StageInFlight> = None;
         let mut staged = Vec::new();
-        let mut staged_bytes = 0u64;
+        let mut launched_bytes = 0u64;
         let mut total = 0u64;
         // Staging is only possible when the object's blocks line up with the drive's.
         let can_stage = base_offset.is_multiple_of(BLOCK_SIZE_BYTES);
@@ -166,41 +176,83 @@ impl SingleDrive {
                 return Err(LayerError::EntityTooLarge);
             }
             md5.update(&chunk);
-            buf.extend_from_slice(&chunk);
-            if can_stage && buf.len() >= STAGE_CHUNK_BYTES && total as usize > inline_max {
-                let (s, n) = self.stage_whole_blocks(&mut buf).await?;
-                staged.push((staged_bytes, s));
-                staged_bytes += n;
+            let mut rest: &[u8] = &chunk;
+            if fill.is_none() {
+                if !can_stage || total as usize <= inline_max {
+                    small.extend_from_slice(rest);
+                    continue;
+                }
+                debug_assert!(small.len() <= inline_max && inline_max < STAGE_CHUNK_BYTES);
+                let mut buf = self.stage_buffers.take();
+                buf.as_mut_slice()[..small.len()].copy_from_slice(&small);
+                fill = Some((buf, small.len()));
+                small.clear();
+            }
+            while !rest.is_empty() {
+                let (buf, filled) = fill.as_mut().expect("staging has begun");
+                let n = rest.len().min(STAGE_CHUNK_BYTES - *filled);
+                buf.as_mut_slice()[*filled..*filled + n].copy_from_slice(&rest[..n]);
+                *filled += n;
+                rest = &rest[n..];
+                if *filled == STAGE_CHUNK_BYTES {
+                    let (full, _) = fill.take().expect("just filled");
+                    if let Some(done) = in_flight.take() {
+                        staged.push(self.finish_stage(done).await?);
+                    }
+                    in_flight = Some((launched_bytes, self.launch_stage(full, STAGE_CHUNK_BYTES)));
+                    launched_bytes += STAGE_CHUNK_BYTES as u64;
+                    fill = Some((self.stage_buffers.take(), 0));
+                }
             }
         }
         let extra = match body.finish {
             Some(f) => f()?,
             None => Vec::new(),
         };
-        if can_stage && total as usize > inline_max && buf.len() >= bs {
-            let (s, n) = self.stage_whole_blocks(&mut buf).await?;
-            staged.push((staged_bytes, s));
-            staged_bytes += n;
+        if let Some(done) = in_flight.take() {
+            staged.push(self.finish_stage(done).await?);
+        }
+        let mut tail = small;
+        if let Some((buf, filled)) = fill {
+            let whole = filled / bs * bs;
+            tail = buf.as_slice()[whole..filled].to_vec();
+            if whole > 0 {
+                staged.push(self.finish_stage((launched_bytes, self.launch_stage(buf, whole))).await?);
+                launched_bytes += whole as u64;
+            } else {
+                self.stage_buffers.give(buf);
+            }
         }
         let md5_raw: [u8; 16] = md5.finalize().into();
         Ok(Ingested {
             staged,
-            tail_offset: staged_bytes,
-            tail: buf,
+            tail_offset: launched_bytes,
+            tail,
             size_bytes: total,
             md5_hex: hex::encode(md5_raw),
             extra,
         })
     }
 
-    /// Stages the whole blocks at the front of `buf`, leaving the partial tail in it.
-    async fn stage_whole_blocks(&self, buf: &mut Vec<u8>) -> LayerResult<(mosaic_engine::Staged, u64)> {
-        let n = buf.len() / BLOCK_SIZE_BYTES as usize * BLOCK_SIZE_BYTES as usize;
-        let rest = buf.split_off(n);
-        let data = std::mem::replace(buf, rest);
+    /// Writes the first `len` bytes (whole blocks) of a staging buffer to fresh blocks on a blocking thread.
+    fn launch_stage(
+        &self,
+        buf: mosaic_engine::AlignedBuf,
+        len: usize,
+    ) -> tokio::task::JoinHandle<LayerResult<(mosaic_engine::Staged, mosaic_engine::AlignedBuf)>> {
+        debug_assert!(len > 0 && len.is_multiple_of(BLOCK_SIZE_BYTES as usize));
         let engine = self.engine.clone();
-        let staged = blocking(move || engine.stage(&data, true).map_err(LayerError::from)).await?;
-        Ok((staged, n as u64))
+        tokio::task::spawn_blocking(move || {
+            let staged = engine.stage(&buf.as_slice()[..len], true)?;
+            Ok((staged, buf))
+        })
+    }
+
+    /// Waits for a staging write and returns its buffer to the pool.
+    async fn finish_stage(&self, (offset, task): StageInFlight) -> LayerResult<(u64, mosaic_engine::Staged)> {
+        let (staged, buf) = task.await.map_err(|e| LayerError::Internal(format!("staging task: {e}")))??;
+        self.stage_buffers.give(buf);
+        Ok((offset, staged))
     }
 
     fn read_meta(reader: &Reader, nid: u64) -> LayerResult<ObjectMeta> {

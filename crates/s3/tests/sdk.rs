@@ -43,7 +43,9 @@ async fn objects(default_checksums: bool) {
     let s = TestServer::start().await;
     let c = s.client(default_checksums);
     c.create_bucket().bucket("bkt").send().await.unwrap();
-    for (i, len) in [0usize, 1, 4095, 4096, 16 * 1024, 20_000, (1 << 20) + 3, 9 << 20].into_iter().enumerate() {
+    for (i, len) in
+        [0usize, 1, 4095, 4096, 16 * 1024, 20_000, (1 << 20) + 3, 9 << 20, (25 << 20) + 5].into_iter().enumerate()
+    {
         let data = body(len, i as u8);
         let key = format!("obj/{len}");
         let put = c
