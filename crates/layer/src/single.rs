@@ -183,25 +183,32 @@ impl SingleDrive {
                     continue;
                 }
                 debug_assert!(small.len() <= inline_max && inline_max < STAGE_CHUNK_BYTES);
-                let mut buf = self.stage_buffers.take();
+                let mut buf = self.stage_buffers.take_at_least(small.len() + rest.len());
                 buf.as_mut_slice()[..small.len()].copy_from_slice(&small);
                 fill = Some((buf, small.len()));
                 small.clear();
             }
             while !rest.is_empty() {
                 let (buf, filled) = fill.as_mut().expect("staging has begun");
-                let n = rest.len().min(STAGE_CHUNK_BYTES - *filled);
+                if *filled == buf.len() {
+                    // A buffer smaller than a chunk is full: move to one twice its size.
+                    let mut bigger = self.stage_buffers.take_at_least(buf.len() * 2);
+                    bigger.as_mut_slice()[..*filled].copy_from_slice(&buf.as_slice()[..*filled]);
+                    *buf = bigger;
+                }
+                let n = rest.len().min(buf.len() - *filled);
                 buf.as_mut_slice()[*filled..*filled + n].copy_from_slice(&rest[..n]);
                 *filled += n;
                 rest = &rest[n..];
                 if *filled == STAGE_CHUNK_BYTES {
+                    debug_assert_eq!(buf.len(), STAGE_CHUNK_BYTES);
                     let (full, _) = fill.take().expect("just filled");
                     if let Some(done) = in_flight.take() {
                         staged.push(self.finish_stage(done).await?);
                     }
                     in_flight = Some((launched_bytes, self.launch_stage(full, STAGE_CHUNK_BYTES)));
                     launched_bytes += STAGE_CHUNK_BYTES as u64;
-                    fill = Some((self.stage_buffers.take(), 0));
+                    fill = Some((self.stage_buffers.take_at_least(STAGE_CHUNK_BYTES), 0));
                 }
             }
         }
