@@ -57,7 +57,7 @@ rss() { # pid -> "VmRSS VmHWM" in MiB
 start_servers() {
   rm -rf "$MOSAIC_DIR" "$MINIO_DIR"
   mkdir -p "$MINIO_DIR"
-  MOSAIC_ACCESS_KEY=$AK MOSAIC_SECRET_KEY=$SK "$MOSAIC" server --data "$MOSAIC_DIR" --drive-size 12GiB \
+  MOSAIC_ACCESS_KEY=$AK MOSAIC_SECRET_KEY=$SK "$MOSAIC" server --data "$MOSAIC_DIR" --drive-size "${DRIVE_SIZE:-12GiB}" \
     --s3-address 127.0.0.1:$MOSAIC_PORT --admin-address 127.0.0.1:$((MOSAIC_PORT + 1)) >"${LOG_DIR:-/tmp}/mosaic-bench-server.log" 2>&1 &
   MOSAIC_PID=$!
   MINIO_ROOT_USER=$AK MINIO_ROOT_PASSWORD=$SK MINIO_BROWSER=off MINIO_UPDATE=off \
@@ -74,7 +74,7 @@ start_servers
 {
   echo "date: $(date -u +%FT%TZ)"
   echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM, $(uname -sr)"
-  echo "mosaic: $("$MOSAIC" --version) (commit $(git rev-parse --short HEAD)), drive: preallocated 12 GiB file on $(df -T "$(dirname "$MOSAIC_DIR")" | awk 'NR==2 {print $2" "$1}')"
+  echo "mosaic: $("$MOSAIC" --version) (commit $(git rev-parse --short HEAD)), drive: preallocated ${DRIVE_SIZE:-12GiB} file on $(df -T "$(dirname "$MOSAIC_DIR")" | awk 'NR==2 {print $2" "$1}')"
   echo "minio: $("$MINIO" --version | head -1), drive: $(df -T "$MINIO_DIR" | awk 'NR==2 {print $2" "$1}')"
   echo "common arguments: ${COMMON[*]}"
 } >"$OUT/machine.txt"

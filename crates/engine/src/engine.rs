@@ -60,6 +60,9 @@ pub struct EngineConfig {
     /// memory); every block is still checked against its checksum, and one that fails is read again from
     /// the device. Writes, scrub and lazy-sync reads always go to the device directly.
     pub page_cache_reads: bool,
+    /// Device read rate of the background scrub (bytes per second of blocks verified); 0: no background
+    /// scrub.
+    pub scrub_bytes_per_s: u64,
 }
 
 impl Default for EngineConfig {
@@ -78,6 +81,7 @@ impl Default for EngineConfig {
             discard: false,
             max_op_data_bytes: 64 << 20,
             page_cache_reads: true,
+            scrub_bytes_per_s: 0,
         }
     }
 }
@@ -152,7 +156,8 @@ pub(crate) struct Inner {
     queue_not_empty: Condvar,
     queue_not_full: Condvar,
     failed: Mutex<Option<String>>,
-    shutdown: AtomicBool,
+    pub(crate) shutdown: AtomicBool,
+    pub(crate) scrubber: crate::scrubber::Scrubber,
     /// Wakes the background worker early (shutdown, fragment pressure).
     bg_wake: (Mutex<bool>, Condvar),
     pub(crate) dir: PathBuf,
@@ -280,6 +285,7 @@ impl Engine {
             queue_not_full: Condvar::new(),
             failed: Mutex::new(None),
             shutdown: AtomicBool::new(false),
+            scrubber: Default::default(),
             bg_wake: (Mutex::new(false), Condvar::new()),
             dir: dir.to_path_buf(),
         });
@@ -288,8 +294,24 @@ impl Engine {
         threads.push(std::thread::Builder::new().name("mosaic-commit".into()).spawn(move || committer(i))?);
         let i = inner.clone();
         threads.push(std::thread::Builder::new().name("mosaic-bg".into()).spawn(move || background(i))?);
+        let rate = inner.cfg.scrub_bytes_per_s;
+        if rate > 0 {
+            let i = inner.clone();
+            let scrub = std::thread::Builder::new().name("mosaic-scrub".into());
+            threads.push(scrub.spawn(move || crate::scrubber::run(i, rate))?);
+        }
         tracing::info!(dir = %dir.display(), device = inner.device.kind(), blocks = total_blocks, "drive open");
         Ok(Engine { inner, threads: Arc::new(Mutex::new(threads)) })
+    }
+
+    /// What the background scrub (`EngineConfig::scrub_bytes_per_s`) has found so far.
+    pub fn scrub_status(&self) -> crate::scrubber::ScrubStatus {
+        self.inner.scrubber.status()
+    }
+
+    /// Waits until the background scrub has finished `passes` passes, at most `timeout`.
+    pub fn wait_for_scrub_passes(&self, passes: u64, timeout: std::time::Duration) -> crate::scrubber::ScrubStatus {
+        self.inner.scrubber.wait_for_passes(passes, timeout)
     }
 
     /// The drive's uuid from its superblock.
@@ -525,6 +547,7 @@ impl Engine {
             *m.lock() = true;
             c.notify_all();
         }
+        self.inner.scrubber.stop();
         let threads: Vec<_> = std::mem::take(&mut *self.threads.lock());
         for t in threads {
             let _ = t.join();

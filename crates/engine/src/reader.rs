@@ -106,7 +106,7 @@ impl Reader {
     }
 
     /// Entries in [start, end) of a column family, at most `limit`.
-    fn scan(&self, cf: &str, start: &[u8], end: &[u8], limit: usize) -> Result<Vec<RawEntry>> {
+    pub(crate) fn scan(&self, cf: &str, start: &[u8], end: &[u8], limit: usize) -> Result<Vec<RawEntry>> {
         let mut out = Vec::new();
         let mut ro = rocksdb::ReadOptions::default();
         ro.set_iterate_upper_bound(end.to_vec());

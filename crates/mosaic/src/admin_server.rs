@@ -51,6 +51,9 @@ fn render_metrics(state: &AdminState) -> String {
     g("mosaic_engine_device_bytes_read", s.device_bytes_read);
     g("mosaic_engine_cached_bytes_read", s.cached_bytes_read);
     g("mosaic_engine_cache_rereads", s.cache_rereads);
+    let scrub = state.engine.scrub_status();
+    g("mosaic_engine_scrub_passes", scrub.passes_completed);
+    g("mosaic_engine_scrub_damaged_objects", scrub.damaged.len() as u64);
     g("mosaic_engine_kv_wal_bytes", s.kv_wal_bytes);
     g("mosaic_engine_kv_flush_bytes", s.kv_flush_bytes);
     g("mosaic_engine_kv_compaction_bytes", s.kv_compaction_bytes);
@@ -75,6 +78,25 @@ fn render_metrics(state: &AdminState) -> String {
     state.prometheus.render()
 }
 
+/// The background scrub's progress and the damaged objects of its last finished pass, by name.
+fn scrub_json(state: &AdminState) -> serde_json::Value {
+    let status = state.engine.scrub_status();
+    let reader = state.engine.reader();
+    let damaged: Vec<serde_json::Value> = status
+        .damaged
+        .iter()
+        .map(|(nid, what)| {
+            let name = reader.stat(*nid).map(|i| String::from_utf8_lossy(&i.name).into_owned()).unwrap_or_default();
+            serde_json::json!({ "object": name, "problem": what })
+        })
+        .collect();
+    serde_json::json!({
+        "passes_completed": status.passes_completed,
+        "blocks_checked": status.blocks_checked,
+        "damaged": damaged,
+    })
+}
+
 fn stats_json(state: &AdminState) -> serde_json::Value {
     let s = state.engine.stats();
     serde_json::json!({
@@ -97,7 +119,8 @@ fn stats_json(state: &AdminState) -> serde_json::Value {
             "fragments_outstanding": s.fragments_outstanding,
             "checksum_errors": s.checksum_errors,
             "transactions_committed": s.transactions_committed,
-        }
+        },
+        "background_scrub": scrub_json(state),
     })
 }
 

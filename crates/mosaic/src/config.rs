@@ -23,6 +23,7 @@ pub struct FileConfig {
     pub kv_cache_size: Option<String>,
     pub inline_max_size: Option<String>,
     pub read_cache: Option<String>,
+    pub scrub_rate: Option<String>,
 }
 
 /// Values given on the command line or in the environment (clap merges the two; flags win).
@@ -73,6 +74,9 @@ pub struct ServerArgs {
     /// from the device).
     #[arg(long, env = "MOSAIC_READ_CACHE", value_name = "MODE")]
     pub read_cache: Option<String>,
+    /// Device read rate of the background scrub, per second (e.g. 8MiB); 0 turns it off.
+    #[arg(long, env = "MOSAIC_SCRUB_RATE", value_name = "SIZE")]
+    pub scrub_rate: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -97,6 +101,8 @@ pub struct Config {
     pub inline_max_bytes: u64,
     /// Object reads through the kernel's page cache (`read_cache = "page-cache"`).
     pub page_cache_reads: bool,
+    /// Background scrub rate in bytes per second; 0: off.
+    pub scrub_bytes_per_s: u64,
     pub simulate_power_loss: bool,
 }
 
@@ -107,6 +113,7 @@ pub const DEFAULT_ADMIN_ADDRESS: &str = "127.0.0.1:9001";
 const MAX_CONNECTIONS_LIMIT: usize = 65_536;
 const MAX_SHUTDOWN_SECS: u64 = 3600;
 const MAX_INLINE_BYTES: u64 = 1 << 20;
+const MAX_SCRUB_BYTES_PER_S: u64 = 16 << 30;
 
 pub fn load_file(path: &Path) -> Result<FileConfig, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read config file {}: {e}", path.display()))?;
@@ -168,6 +175,10 @@ impl Config {
             "off" => false,
             other => return Err(format!("read_cache: {other:?} is not one of page-cache, off")),
         };
+        let scrub_bytes_per_s = size("scrub_rate", &pick(&args.scrub_rate, &file.scrub_rate).unwrap_or("8MiB".into()))?;
+        if scrub_bytes_per_s > MAX_SCRUB_BYTES_PER_S {
+            return Err(format!("scrub_rate: {scrub_bytes_per_s} bytes per second is above the maximum 16GiB"));
+        }
         let domain = pick(&args.domain, &file.domain).filter(|d| !d.is_empty());
         if let Some(d) = &domain {
             mosaic_s3::validate_domain(d).map_err(|e| format!("domain: {e}"))?;
@@ -185,6 +196,7 @@ impl Config {
             kv_cache_bytes,
             inline_max_bytes,
             page_cache_reads,
+            scrub_bytes_per_s,
             simulate_power_loss: args.simulate_power_loss,
         })
     }
@@ -210,6 +222,16 @@ mod tests {
         assert_eq!(c.inline_max_bytes, 16 << 10);
         assert_eq!(c.drive_size_bytes, None);
         assert!(c.page_cache_reads);
+        assert_eq!(c.scrub_bytes_per_s, 8 << 20);
+    }
+
+    #[test]
+    fn scrub_rate() {
+        assert_eq!(resolve(ServerArgs::default(), "scrub_rate = \"0\"").unwrap().scrub_bytes_per_s, 0);
+        let args = ServerArgs { scrub_rate: Some("64MiB".into()), ..Default::default() };
+        assert_eq!(resolve(args, "scrub_rate = \"1MiB\"").unwrap().scrub_bytes_per_s, 64 << 20);
+        assert!(resolve(ServerArgs::default(), "scrub_rate = \"fast\"").unwrap_err().contains("scrub_rate"));
+        assert!(resolve(ServerArgs::default(), "scrub_rate = \"17GiB\"").unwrap_err().contains("maximum"));
     }
 
     #[test]

@@ -1,0 +1,144 @@
+//! The background scrub: walks the block map in small steps at a bounded rate, re-reads every block from
+//! the device (never the page cache) and checks its crc32c, and starts over when it reaches the end. Each
+//! step works on a fresh snapshot, so the walk never holds back the reuse of freed blocks, and a step
+//! shrinks while foreground transactions wait, so it takes a bounded share of the device.
+//!
+//! Findings are kept per pass (at most `DAMAGED_LISTED_MAX`); `mosaic admin scrub` still runs a full
+//! scrub on demand. The position is not persisted: a restart begins a new pass.
+
+use crate::engine::{BLOCK_SIZE_BYTES, Inner};
+use crate::error::Result;
+use crate::keys::*;
+use parking_lot::{Condvar, Mutex};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// Blocks verified per step while nothing else waits.
+const STEP_BLOCKS: usize = 256;
+/// Blocks per step while foreground transactions wait.
+const BUSY_STEP_BLOCKS: usize = 16;
+/// Damaged objects remembered per pass.
+pub const DAMAGED_LISTED_MAX: usize = 1000;
+
+/// What the background scrub has found so far.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ScrubStatus {
+    /// Whole passes over the block map finished since the drive was opened.
+    pub passes_completed: u64,
+    /// Blocks verified since the drive was opened.
+    pub blocks_checked: u64,
+    /// Damaged objects of the last finished pass: (nid, what is wrong), by nid.
+    pub damaged: Vec<(Nid, String)>,
+}
+
+#[derive(Default)]
+pub(crate) struct Scrubber {
+    status: Mutex<ScrubStatus>,
+    pass_done: Condvar,
+    /// Wakes the scrub thread from its rate-limit wait (shutdown).
+    wake: (Mutex<bool>, Condvar),
+}
+
+impl Scrubber {
+    pub(crate) fn status(&self) -> ScrubStatus {
+        self.status.lock().clone()
+    }
+
+    /// Waits until at least `passes` passes have finished or `timeout` has passed; returns the status.
+    pub(crate) fn wait_for_passes(&self, passes: u64, timeout: Duration) -> ScrubStatus {
+        let deadline = Instant::now() + timeout;
+        let mut status = self.status.lock();
+        while status.passes_completed < passes {
+            if self.pass_done.wait_until(&mut status, deadline).timed_out() {
+                break;
+            }
+        }
+        status.clone()
+    }
+
+    pub(crate) fn stop(&self) {
+        let (m, c) = &self.wake;
+        *m.lock() = true;
+        c.notify_all();
+    }
+
+    /// Sleeps until `until` unless stopped first; returns false when stopped.
+    fn pause_until(&self, until: Instant) -> bool {
+        let (m, c) = &self.wake;
+        let mut stopped = m.lock();
+        while !*stopped && Instant::now() < until {
+            c.wait_until(&mut stopped, until);
+        }
+        !*stopped
+    }
+}
+
+/// The scrub thread: runs until the engine shuts down.
+pub(crate) fn run(inner: Arc<Inner>, bytes_per_s: u64) {
+    assert!(bytes_per_s > 0, "the scrub thread runs only with a rate");
+    let mut from = nid_key(0).to_vec();
+    let mut damaged: BTreeMap<Nid, String> = BTreeMap::new();
+    while !inner.shutdown.load(Ordering::SeqCst) {
+        let started = Instant::now();
+        let busy = inner.counters.queue_depth[1].load(Ordering::Relaxed)
+            + inner.counters.queue_depth[2].load(Ordering::Relaxed)
+            > 0;
+        let limit = if busy { BUSY_STEP_BLOCKS } else { STEP_BLOCKS };
+        let checked = match step(&inner, &mut from, limit, &mut damaged) {
+            Ok(n) => n,
+            Err(e) => {
+                // The drive failing or shutting down ends the walk; the error is the drive's to report.
+                tracing::debug!(error = %e, "background scrub stopped");
+                return;
+            }
+        };
+        {
+            let mut s = inner.scrubber.status.lock();
+            s.blocks_checked += checked as u64;
+            if checked < limit {
+                s.passes_completed += 1;
+                s.damaged = std::mem::take(&mut damaged).into_iter().collect();
+                from = nid_key(0).to_vec();
+                inner.scrubber.pass_done.notify_all();
+            }
+        }
+        let due =
+            started + Duration::from_secs_f64((checked.max(1) as u64 * BLOCK_SIZE_BYTES) as f64 / bytes_per_s as f64);
+        if !inner.scrubber.pause_until(due) {
+            return;
+        }
+    }
+}
+
+/// Verifies up to `limit` block-map entries from `from` on; moves `from` past them. Returns how many.
+fn step(inner: &Arc<Inner>, from: &mut Vec<u8>, limit: usize, damaged: &mut BTreeMap<Nid, String>) -> Result<usize> {
+    let reader = crate::reader::Reader::new(inner.clone());
+    let entries = reader.scan(CF_BLOCKS, from, &[0xff; 17], limit)?;
+    let mut block = vec![0u8; BLOCK_SIZE_BYTES as usize];
+    for (k, v) in &entries {
+        let (nid, lb) = (u64_at(k, 0)?, u64_at(k, 8)?);
+        let entry = BlockEntry::decode(v)?;
+        inner.counters.blocks_scrubbed.fetch_add(1, Ordering::Relaxed);
+        let finding = match inner.read_blocks(entry.physical_block, &mut block) {
+            Ok(()) if crate::checksum::crc32c(&block) == entry.crc32c => None,
+            Ok(()) => {
+                inner.counters.checksum_errors.fetch_add(1, Ordering::Relaxed);
+                Some(format!("checksum mismatch in block {lb}"))
+            }
+            Err(e) => Some(format!("read error in block {lb}: {e}")),
+        };
+        if let Some(what) = finding {
+            tracing::warn!(nid, block = lb, %what, "background scrub found a damaged block");
+            if damaged.len() < DAMAGED_LISTED_MAX {
+                damaged.entry(nid).or_insert(what);
+            }
+        }
+    }
+    if let Some((k, _)) = entries.last() {
+        *from = k.to_vec();
+        from.push(0);
+    }
+    Ok(entries.len())
+}
