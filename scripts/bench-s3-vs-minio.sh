@@ -92,6 +92,10 @@ for entry in "${WORKLOADS[@]}"; do
     tail -n +1 "$OUT/$name.$target.txt" | tail -3
   done
   echo "$name: mosaic $(rss $MOSAIC_PID) | minio $(rss $MINIO_PID)" >>"$OUT/rss.txt"
+  # MinIO moves deleted objects to .minio.sys/tmp/.trash and purges them later; on this disk the backlog
+  # filled the file system mid-run. Empty it between workloads and give the space back to the host.
+  rm -rf "$MINIO_DIR/.minio.sys/tmp/.trash/"* 2>/dev/null || true
+  fstrim "$(dirname "$MINIO_DIR")" 2>/dev/null || true
   "$MOSAIC" bench compare "$OUT/$name/mosaic/result.json" "$OUT/$name/minio/result.json" \
     --plot "$OUT/$name/compare.svg" >"$OUT/$name/compare.md" || true
   rm -f "$OUT/$name.mosaic.txt" "$OUT/$name.minio.txt"

@@ -1,7 +1,8 @@
 //! The background scrub: walks the block map in small steps at a bounded rate, re-reads every block from
 //! the device (never the page cache) and checks its crc32c, and starts over when it reaches the end. Each
-//! step works on a fresh snapshot, so the walk never holds back the reuse of freed blocks, and a step
-//! shrinks while foreground transactions wait, so it takes a bounded share of the device.
+//! step works on a fresh snapshot, so the walk never holds back the reuse of freed blocks. While foreground
+//! work runs (transactions waiting or committed, object reads since the last step) a step is 16 blocks
+//! instead of 256 and is followed by the pause of a full step: the scrub then reads at 1/16 of its rate.
 //!
 //! Findings are kept per pass (at most `DAMAGED_LISTED_MAX`); `mosaic admin scrub` still runs a full
 //! scrub on demand. The position is not persisted: a restart begins a new pass.
@@ -80,11 +81,14 @@ pub(crate) fn run(inner: Arc<Inner>, bytes_per_s: u64) {
     assert!(bytes_per_s > 0, "the scrub thread runs only with a rate");
     let mut from = nid_key(0).to_vec();
     let mut damaged: BTreeMap<Nid, String> = BTreeMap::new();
+    let mut foreground_seen = foreground_work(&inner);
     while !inner.shutdown.load(Ordering::SeqCst) {
         let started = Instant::now();
-        let busy = inner.counters.queue_depth[1].load(Ordering::Relaxed)
-            + inner.counters.queue_depth[2].load(Ordering::Relaxed)
-            > 0;
+        let foreground_now = foreground_work(&inner);
+        let waiting = inner.counters.queue_depth[1].load(Ordering::Relaxed)
+            + inner.counters.queue_depth[2].load(Ordering::Relaxed);
+        let busy = foreground_now != foreground_seen || waiting > 0;
+        foreground_seen = foreground_now;
         let limit = if busy { BUSY_STEP_BLOCKS } else { STEP_BLOCKS };
         let checked = match step(&inner, &mut from, limit, &mut damaged) {
             Ok(n) => n,
@@ -104,12 +108,23 @@ pub(crate) fn run(inner: Arc<Inner>, bytes_per_s: u64) {
                 inner.scrubber.pass_done.notify_all();
             }
         }
+        // The pause is that of a full step either way: a busy step reads 1/16 of the bytes in the same time.
+        let paced_blocks = if busy { STEP_BLOCKS } else { checked.max(1) };
         let due =
-            started + Duration::from_secs_f64((checked.max(1) as u64 * BLOCK_SIZE_BYTES) as f64 / bytes_per_s as f64);
+            started + Duration::from_secs_f64((paced_blocks as u64 * BLOCK_SIZE_BYTES) as f64 / bytes_per_s as f64);
         if !inner.scrubber.pause_until(due) {
             return;
         }
     }
+}
+
+/// A value that changes whenever foreground work happened: transactions committed and object bytes read
+/// (the scrub's own reads are direct reads, counted elsewhere).
+fn foreground_work(inner: &Inner) -> (u64, u64) {
+    (
+        inner.counters.transactions_committed.load(Ordering::Relaxed),
+        inner.counters.cached_bytes_read.load(Ordering::Relaxed),
+    )
 }
 
 /// Verifies up to `limit` block-map entries from `from` on; moves `from` past them. Returns how many.

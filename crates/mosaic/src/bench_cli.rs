@@ -1,7 +1,7 @@
 //! `mosaic bench`: the command line of the bench crate's workloads (engine, S3 and comparisons).
 
-use crate::size;
 use clap::{Subcommand, ValueEnum};
+use mosaic::size_format;
 use mosaic_bench::s3::{Mix, S3BenchOptions, S3Workload, SizeRange};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -125,9 +125,9 @@ pub fn run(b: BenchArgs) -> Result<ExitCode, String> {
                             r.latency.latency_us_p50, r.latency.latency_us_p99, r.latency.latency_us_p999
                         ),
                     ),
-                    ("user bytes", size::format_size(r.user_bytes)),
-                    ("device bytes written", size::format_size(r.device_bytes_written)),
-                    ("kv bytes written", size::format_size(r.kv_bytes_written)),
+                    ("user bytes", size_format::format_size(r.user_bytes)),
+                    ("device bytes written", size_format::format_size(r.device_bytes_written)),
+                    ("kv bytes written", size_format::format_size(r.kv_bytes_written)),
                     ("(device+kv)/user", format!("{:.2}", r.write_amplification)),
                     (
                         "with lazy sync caught up",
@@ -140,7 +140,7 @@ pub fn run(b: BenchArgs) -> Result<ExitCode, String> {
                     ),
                     ("rmw on write path", r.rmw_on_write_path.to_string()),
                     ("rmw in lazy sync", r.rmw_in_lazy_sync.to_string()),
-                    ("peak RSS", size::format_size(r.rss_bytes_max)),
+                    ("peak RSS", size_format::format_size(r.rss_bytes_max)),
                 ];
                 print!("{}", mosaic_bench::report::table(&rows));
             }
@@ -150,7 +150,7 @@ pub fn run(b: BenchArgs) -> Result<ExitCode, String> {
 }
 
 fn size_arg(s: &str) -> Result<u64, String> {
-    size::parse_size(s)
+    size_format::parse_size(s)
 }
 
 fn duration_arg(s: &str) -> Result<Duration, String> {
@@ -161,13 +161,13 @@ fn duration_arg(s: &str) -> Result<Duration, String> {
 fn size_range_arg(s: &str) -> Result<SizeRange, String> {
     match s.split_once('-') {
         Some((a, b)) => {
-            let r = SizeRange { min: size::parse_size(a)?, max: size::parse_size(b)? };
+            let r = SizeRange { min: size_format::parse_size(a)?, max: size_format::parse_size(b)? };
             if r.min > r.max {
                 return Err(format!("invalid size range {s:?}: the minimum is above the maximum"));
             }
             Ok(r)
         }
-        None => Ok(SizeRange::fixed(size::parse_size(s)?)),
+        None => Ok(SizeRange::fixed(size_format::parse_size(s)?)),
     }
 }
 

@@ -1,7 +1,7 @@
 //! Server configuration: defaults < TOML file (--config / MOSAIC_CONFIG) < MOSAIC_* environment < flags.
 //! Unknown keys in the file are an error naming the key. docs/configuration.md lists every key.
 
-use crate::size::parse_size;
+use mosaic::size_format::parse_size;
 use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

@@ -12,7 +12,6 @@ mod datadir;
 mod keys_file;
 mod logging;
 mod server;
-mod size;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
