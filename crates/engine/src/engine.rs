@@ -37,7 +37,8 @@ pub enum WriteMode {
 
 #[derive(Clone, Debug)]
 pub struct EngineConfig {
-    /// Objects up to this size that have no data blocks live wholly in the KV store.
+    /// Objects up to this size that have no data blocks live wholly in the KV store. The server's default
+    /// (16 KiB) is measured in docs/bench/2026-11-22-inline-threshold.md.
     pub inline_max_bytes: u64,
     /// Lazy sync merges a block once it has this many fragments...
     pub lazy_sync_frag_count: u32,
