@@ -134,17 +134,7 @@ fn step(inner: &Arc<Inner>, from: &mut Vec<u8>, limit: usize, damaged: &mut BTre
     let mut block = vec![0u8; BLOCK_SIZE_BYTES as usize];
     for (k, v) in &entries {
         let (nid, lb) = (u64_at(k, 0)?, u64_at(k, 8)?);
-        let entry = BlockEntry::decode(v)?;
-        inner.counters.blocks_scrubbed.fetch_add(1, Ordering::Relaxed);
-        let finding = match inner.read_blocks(entry.physical_block, &mut block) {
-            Ok(()) if crate::checksum::crc32c(&block) == entry.crc32c => None,
-            Ok(()) => {
-                inner.counters.checksum_errors.fetch_add(1, Ordering::Relaxed);
-                Some(format!("checksum mismatch in block {lb}"))
-            }
-            Err(e) => Some(format!("read error in block {lb}: {e}")),
-        };
-        if let Some(what) = finding {
+        if let Some(what) = crate::verify::verify_block(inner, lb, &BlockEntry::decode(v)?, &mut block) {
             tracing::warn!(nid, block = lb, %what, "background scrub found a damaged block");
             if damaged.len() < DAMAGED_LISTED_MAX {
                 damaged.entry(nid).or_insert(what);

@@ -1,7 +1,7 @@
 //! Whole-drive verification: `check` (space accounting: no leaked and no doubly used block) and `scrub`
 //! (every block and fragment re-read and verified against its checksum).
 
-use crate::engine::{BLOCK_SIZE_BYTES, Engine};
+use crate::engine::{BLOCK_SIZE_BYTES, Engine, Inner};
 use crate::error::Result;
 use crate::keys::*;
 use std::collections::{BTreeMap, BTreeSet};
@@ -118,18 +118,9 @@ impl Engine {
             let (k, v) = item?;
             let nid = u64_at(&k, 0)?;
             let lb = u64_at(&k, 8)?;
-            let e = BlockEntry::decode(&v)?;
             report.blocks_checked += 1;
-            inner.counters.blocks_scrubbed.fetch_add(1, Ordering::Relaxed);
-            match inner.read_blocks(e.physical_block, &mut block) {
-                Ok(()) if crate::checksum::crc32c(&block) == e.crc32c => {}
-                Ok(()) => {
-                    inner.counters.checksum_errors.fetch_add(1, Ordering::Relaxed);
-                    damaged.insert((nid, format!("checksum mismatch in block {lb}")));
-                }
-                Err(err) => {
-                    damaged.insert((nid, format!("read error in block {lb}: {err}")));
-                }
+            if let Some(what) = verify_block(inner, lb, &BlockEntry::decode(&v)?, &mut block) {
+                damaged.insert((nid, what));
             }
             bytes_read += BLOCK_SIZE_BYTES;
             if let Some(rate) = max_bytes_per_s.filter(|r| *r > 0) {
@@ -160,6 +151,21 @@ impl Engine {
         }
         report.damaged.sort();
         Ok(report)
+    }
+}
+
+/// Reads one block of the block map from the device (never the page cache) and checks its crc32c; returns
+/// what is wrong with it, if anything. Shared by the on-demand and the background scrub.
+pub(crate) fn verify_block(inner: &Inner, lblock: u64, entry: &BlockEntry, block: &mut [u8]) -> Option<String> {
+    debug_assert_eq!(block.len() as u64, BLOCK_SIZE_BYTES);
+    inner.counters.blocks_scrubbed.fetch_add(1, Ordering::Relaxed);
+    match inner.read_blocks(entry.physical_block, block) {
+        Ok(()) if crate::checksum::crc32c(block) == entry.crc32c => None,
+        Ok(()) => {
+            inner.counters.checksum_errors.fetch_add(1, Ordering::Relaxed);
+            Some(format!("checksum mismatch in block {lblock}"))
+        }
+        Err(e) => Some(format!("read error in block {lblock}: {e}")),
     }
 }
 
