@@ -1069,3 +1069,45 @@ impl SingleDrive {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mosaic_engine::{EngineConfig, SimDevice};
+
+    fn body(data: &'static [u8]) -> PutBody {
+        PutBody { stream: Box::pin(futures::stream::iter([Ok(Bytes::from_static(data))])), finish: None }
+    }
+
+    /// A drive written before listing tags existed has name entries without one: a listing still shows
+    /// each object's size, ETag and time, from its onode and metadata record.
+    #[test]
+    fn objects_without_a_listing_tag_are_listed_from_their_metadata() {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let engine = Engine::format(dir.path(), Arc::new(SimDevice::new(64 << 20)), EngineConfig::default()).unwrap();
+        let layer = SingleDrive::new(engine.clone(), SingleDriveConfig::default()).unwrap();
+        rt.block_on(async {
+            layer.create_bucket("bkt").await.unwrap();
+            let tagged = layer.put_object("bkt", "a", body(b"hello"), PutOptions::default()).await.unwrap();
+            // "b" as an older build wrote it: data and metadata, no tag.
+            let coll = layer.bucket_coll(&engine.reader(), "bkt").unwrap();
+            let untagged = ObjectMeta { version: META_VERSION, size_bytes: 3, etag: "e0".into(), ..Default::default() };
+            let write = Op::Write { coll, name: b"b".to_vec(), offset: 0, data: b"abc".to_vec() };
+            let meta = Op::SetAttr { coll, name: b"b".to_vec(), key: ATTR_META.to_vec(), value: untagged.encode() };
+            engine.submit(Transaction::new().op(write).op(meta)).unwrap();
+            let entries = engine.reader().list_entries(coll, b"", b"", 10).unwrap();
+            assert_eq!(entries.iter().map(|e| e.tag.is_some()).collect::<Vec<_>>(), [true, false]);
+
+            let q = ListQuery { max_keys: 1000, ..Default::default() };
+            let page = layer.list_objects("bkt", &q).await.unwrap();
+            let got: Vec<(&str, u64, &str, i64)> = page
+                .objects
+                .iter()
+                .map(|o| (o.key.as_str(), o.size_bytes, o.etag.as_str(), o.last_modified_unix_ms))
+                .collect();
+            assert_eq!(got, [("a", 5, tagged.etag.as_str(), tagged.last_modified_unix_ms), ("b", 3, "e0", 0)]);
+        });
+        engine.close().unwrap();
+    }
+}
