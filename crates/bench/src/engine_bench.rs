@@ -5,7 +5,7 @@
 use crate::report::{Latency, latency, rss_bytes_max};
 use hdrhistogram::Histogram;
 use mosaic_engine::{
-    BLOCK_SIZE_BYTES, Device, Engine, EngineConfig, FileDevice, Op, SimDevice, Transaction, WriteMode,
+    AlignedBuf, BLOCK_SIZE_BYTES, Device, Engine, EngineConfig, FileDevice, Op, SimDevice, Transaction, WriteMode,
 };
 use serde::Serialize;
 use std::path::PathBuf;
@@ -130,11 +130,13 @@ pub fn run_engine_bench(o: &EngineBenchOptions, progress: &dyn Fn(u64, u64)) -> 
         .map_err(|e| e.to_string())?
         .created_collections[0];
     let before = engine.stats();
-    let data = Arc::new(payload(writes[0].2, 7));
+    // Aligned memory, as the S3 layer stages from: the device writes it without a bounce copy.
+    let data = Arc::new(AlignedBuf::copy_of(&payload(writes[0].2, 7)));
     let writes = Arc::new(writes);
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let started = Instant::now();
     let qd = o.queue_depth.max(1);
+    let aligned = o.workload == Workload::Aligned;
     let mut handles = Vec::new();
     // Each thread owns the objects i with i % qd == t, so every object's writes stay in order.
     for t in 0..qd {
@@ -143,15 +145,17 @@ pub fn run_engine_bench(o: &EngineBenchOptions, progress: &dyn Fn(u64, u64)) -> 
             let mut h = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).map_err(|e| e.to_string())?;
             for &(obj, offset, len) in writes.iter().filter(|w| w.0 as usize % qd == t) {
                 let name = format!("obj-{obj:08}").into_bytes();
+                let bytes = &data.as_slice()[..len as usize];
                 let t0 = Instant::now();
-                engine
-                    .submit(Transaction::new().op(Op::Write {
-                        coll,
-                        name,
-                        offset,
-                        data: data[..len as usize].to_vec(),
-                    }))
-                    .map_err(|e| e.to_string())?;
+                // Aligned writes take the engine's large-write path (as the S3 layer's PUT does): whole
+                // blocks staged on this thread, then a transaction that references them.
+                let op = if aligned {
+                    let staged = engine.stage(bytes, true).map_err(|e| e.to_string())?;
+                    Op::WriteStaged { coll, name, offset, staged }
+                } else {
+                    Op::Write { coll, name, offset, data: bytes.to_vec() }
+                };
+                engine.submit(Transaction::new().op(op)).map_err(|e| e.to_string())?;
                 h.record(t0.elapsed().as_micros().max(1) as u64).map_err(|e| e.to_string())?;
                 next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }

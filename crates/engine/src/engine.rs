@@ -291,8 +291,13 @@ impl Engine {
             dir: dir.to_path_buf(),
         });
         let mut threads = Vec::new();
+        // One group may wait between the stages: the flusher works on the next while the committer syncs.
+        let (to_committer, from_flusher) = mpsc::sync_channel(1);
         let i = inner.clone();
-        threads.push(std::thread::Builder::new().name("mosaic-commit".into()).spawn(move || committer(i))?);
+        threads.push(std::thread::Builder::new().name("mosaic-flush".into()).spawn(move || flusher(i, to_committer))?);
+        let i = inner.clone();
+        threads
+            .push(std::thread::Builder::new().name("mosaic-commit".into()).spawn(move || committer(i, from_flusher))?);
         let i = inner.clone();
         threads.push(std::thread::Builder::new().name("mosaic-bg".into()).spawn(move || background(i))?);
         let rate = inner.cfg.scrub_bytes_per_s;
@@ -812,7 +817,8 @@ impl Inner {
         }
     }
 
-    /// Device flush (if data was written) and then one synchronous KV batch: the group's commit point.
+    /// Device flush (if planning wrote data: the read-modify-write baseline, small whole-block writes) and
+    /// then one synchronous KV batch: the group's commit point. Staged data was flushed by the flusher.
     fn make_durable(&self, group_ov: Overlay, marks: &[(Extent, bool)], needs_flush: bool) -> Result<()> {
         if needs_flush {
             self.device.flush()?;
@@ -838,8 +844,30 @@ impl Inner {
     }
 }
 
-fn committer(inner: Arc<Inner>) {
+/// First stage of the commit pipeline: takes the next group and makes the data its transactions staged
+/// durable (one device flush), then hands it to the committer. While the committer writes group n's batch
+/// and syncs the WAL, this stage flushes group n+1's data, so the two syncs overlap instead of adding up.
+fn flusher(inner: Arc<Inner>, to_committer: mpsc::SyncSender<Vec<Pending>>) {
     while let Some(group) = inner.take_group() {
+        if group.iter().any(|p| p.txn.has_staged_data()) {
+            if let Err(e) = inner.device.flush() {
+                inner.fail(format!("device flush failed: {e}"));
+                for p in group {
+                    let _ = p.reply.send(Err(EngineError::ReadOnly(format!("device flush failed: {e}"))));
+                }
+                continue;
+            }
+            inner.counters.device_flushes.fetch_add(1, Ordering::Relaxed);
+        }
+        if to_committer.send(group).is_err() {
+            return;
+        }
+    }
+}
+
+/// Second stage: plans each flushed group and commits it with one synchronous KV batch.
+fn committer(inner: Arc<Inner>, from_flusher: mpsc::Receiver<Vec<Pending>>) {
+    while let Ok(group) = from_flusher.recv() {
         inner.commit_group(group);
         let pressure = inner.frag_index.lock().total_bytes > inner.cfg.frag_budget_bytes;
         if pressure {

@@ -498,7 +498,7 @@ impl Planner<'_, '_> {
             }
         }
         self.set_blocks_run(nid, offset / bs, &entries)?;
-        self.ts.device_written = true;
+        // The flusher made the staged data durable before this group reached the committer.
         self.ts.user_bytes += staged.len_bytes;
         self.ts.staged.push(staged);
         if end > onode.size_bytes {
@@ -605,7 +605,6 @@ impl Planner<'_, '_> {
                 self.ts.frees.push(ext);
             }
         }
-        self.ts.device_written = true;
         self.ts.staged.push(staged);
         Ok(())
     }

@@ -216,6 +216,12 @@ impl Transaction {
         self.ops.push(op);
         self
     }
+
+    /// Whether the transaction references blocks written before it was submitted (which the commit
+    /// pipeline must flush to the device before the batch that references them).
+    pub(crate) fn has_staged_data(&self) -> bool {
+        self.ops.iter().any(|op| matches!(op, Op::WriteStaged { .. } | Op::InstallMerged { .. }))
+    }
 }
 
 /// What a committed transaction reports back.
