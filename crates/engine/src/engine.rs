@@ -159,6 +159,8 @@ pub(crate) struct Inner {
     failed: Mutex<Option<String>>,
     pub(crate) shutdown: AtomicBool,
     pub(crate) scrubber: crate::scrubber::Scrubber,
+    /// Prioritized requests in flight; background work waits for them (bounded).
+    pub(crate) high_priority: crate::qos::HighPriorityWork,
     /// Wakes the background worker early (shutdown, fragment pressure).
     bg_wake: (Mutex<bool>, Condvar),
     pub(crate) dir: PathBuf,
@@ -287,6 +289,7 @@ impl Engine {
             failed: Mutex::new(None),
             shutdown: AtomicBool::new(false),
             scrubber: Default::default(),
+            high_priority: Default::default(),
             bg_wake: (Mutex::new(false), Condvar::new()),
             dir: dir.to_path_buf(),
         });
@@ -336,8 +339,14 @@ impl Engine {
     /// Applies a transaction atomically; returns once it is durable.
     pub fn submit(&self, txn: Transaction) -> Result<Outcome> {
         self.check_writable()?;
+        let class = txn.priority.unwrap_or_else(|| {
+            let marks_high = txn.ops.iter().any(|op| matches!(op, Op::SetPriority { high: true, .. }));
+            if marks_high { Priority::ForegroundHigh } else { Priority::Foreground }
+        });
+        // A prioritized transaction holds background work back from its staging writes to its answer.
+        let _prioritized = (class == Priority::ForegroundHigh).then(|| self.priority_guard());
         let txn = self.prepare(txn)?;
-        let class = txn.priority.unwrap_or(Priority::Foreground) as usize;
+        let class = class as usize;
         let (tx, rx) = mpsc::sync_channel(1);
         {
             let mut q = self.inner.queues.lock();
@@ -353,6 +362,13 @@ impl Engine {
         }
         self.inner.queue_not_empty.notify_one();
         rx.recv().map_err(|_| EngineError::ShuttingDown)?
+    }
+
+    /// Marks the caller's work as prioritized (paper 003) until the guard drops: background work (lazy
+    /// sync, scrub) waits before its next step, at most `qos::BACKGROUND_WAIT_MAX` at a time. Transactions
+    /// of the ForegroundHigh class and readers of high-priority objects take one themselves.
+    pub fn priority_guard(&self) -> crate::qos::PriorityGuard {
+        crate::qos::PriorityGuard::new(self.inner.clone())
     }
 
     /// Moves the whole blocks of large writes out of the committer: they are written to fresh blocks here,
@@ -441,6 +457,8 @@ impl Engine {
         s.kv_wal_bytes = i.db_opts.get_ticker_count(Ticker::WalFileBytes);
         s.kv_flush_bytes = i.db_opts.get_ticker_count(Ticker::FlushWriteBytes);
         s.kv_compaction_bytes = i.db_opts.get_ticker_count(Ticker::CompactWriteBytes);
+        s.prioritized_in_flight = i.high_priority.in_flight();
+        s.background_waits_for_priority = i.high_priority.background_waits.load(Ordering::Relaxed);
         {
             let f = i.frag_index.lock();
             s.fragments_outstanding = f.total_count;
@@ -903,6 +921,7 @@ fn background(inner: Arc<Inner>) {
         // committer; the committer bounds this work's share (one background transaction per group while
         // foreground transactions wait). Merging soon also lets the memtable flush drop the fragments.
         loop {
+            inner.high_priority.yield_to_prioritized(crate::qos::BACKGROUND_WAIT_MAX);
             let candidates = inner.lazy_sync_candidates(64, false);
             if candidates.is_empty() || inner.shutdown.load(Ordering::SeqCst) {
                 break;

@@ -18,6 +18,7 @@ mod keys;
 mod kv;
 mod overlay;
 mod plan;
+mod qos;
 mod reader;
 mod scrubber;
 mod stats;
@@ -33,6 +34,7 @@ pub use engine::{BLOCK_SIZE_BYTES, Engine, EngineConfig, MAX_OBJECT_BYTES, Write
 pub use error::{EngineError, Result};
 pub use keys::{CollectionId, Nid, prefix_end};
 pub use plan::{MAX_ATTR_KEY_BYTES, MAX_ATTR_VALUE_BYTES, MAX_NAME_BYTES, MAX_NAME_TAG_BYTES};
+pub use qos::PriorityGuard;
 pub use reader::{NameEntry, ObjectInfo, Reader};
 pub use scrubber::ScrubStatus;
 pub use stats::EngineStats;

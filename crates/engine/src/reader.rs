@@ -63,6 +63,8 @@ pub struct Reader {
     db: Arc<DB>,
     inner: Arc<Inner>,
     epoch: u64,
+    /// Held while this reader serves a high-priority object (see `prioritize`).
+    prioritized: Option<crate::qos::PriorityGuard>,
 }
 
 // SAFETY: the snapshot is a read-only handle to a RocksDB snapshot, which RocksDB allows to be used from
@@ -98,7 +100,15 @@ impl Reader {
         // SAFETY: the snapshot borrows the DB behind `db`, an Arc that this Reader holds and drops after
         // the snapshot (see Drop), so the borrow never outlives the database.
         let snap: SnapshotWithThreadMode<'static, DB> = unsafe { std::mem::transmute(snap) };
-        Reader { snap: ManuallyDrop::new(snap), db, inner, epoch }
+        Reader { snap: ManuallyDrop::new(snap), db, inner, epoch, prioritized: None }
+    }
+
+    /// Marks this reader's work as prioritized (it reads a high-priority object) until it drops: background
+    /// work waits for it (bounded, see `qos`).
+    pub fn prioritize(&mut self) {
+        if self.prioritized.is_none() {
+            self.prioritized = Some(crate::qos::PriorityGuard::new(self.inner.clone()));
+        }
     }
 
     fn get(&self, cf: &str, key: &[u8]) -> Result<Option<Vec<u8>>> {
@@ -260,6 +270,7 @@ impl Reader {
 
     /// Reads up to `len` bytes at `offset`; shorter at the end of the object.
     pub fn read(&self, nid: Nid, offset: u64, len: u64) -> Result<Vec<u8>> {
+        self.inner.counters.object_reads.fetch_add(1, Ordering::Relaxed);
         let info = self.stat(nid)?;
         let end = offset.saturating_add(len).min(info.size_bytes);
         if offset >= end {

@@ -83,6 +83,7 @@ pub(crate) fn run(inner: Arc<Inner>, bytes_per_s: u64) {
     let mut damaged: BTreeMap<Nid, String> = BTreeMap::new();
     let mut foreground_seen = foreground_work(&inner);
     while !inner.shutdown.load(Ordering::SeqCst) {
+        inner.high_priority.yield_to_prioritized(crate::qos::BACKGROUND_WAIT_MAX);
         let started = Instant::now();
         let foreground_now = foreground_work(&inner);
         let waiting = inner.counters.queue_depth[1].load(Ordering::Relaxed)
@@ -118,13 +119,10 @@ pub(crate) fn run(inner: Arc<Inner>, bytes_per_s: u64) {
     }
 }
 
-/// A value that changes whenever foreground work happened: transactions committed and object bytes read
-/// (the scrub's own reads are direct reads, counted elsewhere).
+/// A value that changes whenever foreground work happened: transactions committed and object reads (the
+/// scrub's own reads are not object reads).
 fn foreground_work(inner: &Inner) -> (u64, u64) {
-    (
-        inner.counters.transactions_committed.load(Ordering::Relaxed),
-        inner.counters.cached_bytes_read.load(Ordering::Relaxed),
-    )
+    (inner.counters.transactions_committed.load(Ordering::Relaxed), inner.counters.object_reads.load(Ordering::Relaxed))
 }
 
 /// Verifies up to `limit` block-map entries from `from` on; moves `from` past them. Returns how many.

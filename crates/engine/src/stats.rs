@@ -19,6 +19,8 @@ pub struct Counters {
     pub cached_bytes_read: AtomicU64,
     /// Cached reads whose blocks failed their checksum and were read again from the device.
     pub cache_rereads: AtomicU64,
+    /// Object reads (`Reader::read` calls): the background scrub's signal of foreground reads.
+    pub object_reads: AtomicU64,
     pub rmw_on_write_path: AtomicU64,
     pub rmw_in_lazy_sync: AtomicU64,
     pub checksum_errors: AtomicU64,
@@ -68,6 +70,11 @@ pub struct EngineStats {
     pub device_bytes_read: u64,
     pub cached_bytes_read: u64,
     pub cache_rereads: u64,
+    pub object_reads: u64,
+    /// Prioritized requests in flight (reads of high-priority objects, ForegroundHigh transactions).
+    pub prioritized_in_flight: u64,
+    /// Background steps (lazy sync, scrub) that waited for prioritized requests.
+    pub background_waits_for_priority: u64,
     pub kv_wal_bytes: u64,
     pub kv_flush_bytes: u64,
     pub kv_compaction_bytes: u64,
@@ -103,6 +110,7 @@ pub fn load(c: &Counters) -> EngineStats {
         device_bytes_read: c.device_bytes_read.load(Relaxed),
         cached_bytes_read: c.cached_bytes_read.load(Relaxed),
         cache_rereads: c.cache_rereads.load(Relaxed),
+        object_reads: c.object_reads.load(Relaxed),
         rmw_on_write_path: c.rmw_on_write_path.load(Relaxed),
         rmw_in_lazy_sync: c.rmw_in_lazy_sync.load(Relaxed),
         checksum_errors: c.checksum_errors.load(Relaxed),

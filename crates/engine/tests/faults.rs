@@ -357,3 +357,42 @@ fn the_background_scrub_finds_damaged_blocks_and_starts_over() {
     assert!(status.blocks_checked >= 2 * 32, "{status:?}");
     assert!(d.engine().stats().checksum_errors >= 2);
 }
+
+/// Waits (without sleeping) until `cond` holds, at most 30 s.
+fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !cond() {
+        assert!(std::time::Instant::now() < deadline, "timed out waiting for: {what}");
+        std::thread::yield_now();
+    }
+}
+
+#[test]
+fn prioritized_work_holds_background_work_back_for_a_bounded_time() {
+    let d = SimDrive::new(EngineConfig { lazy_sync: true, ..config() });
+    let e = d.engine();
+    let coll = d.coll;
+    // A high-priority object: its transaction runs in the foreground-high class and marks the onode.
+    let mark = Op::SetPriority { coll, name: b"hot".to_vec(), high: true };
+    e.submit(
+        Transaction::new().op(Op::Write { coll, name: b"hot".to_vec(), offset: 0, data: data(1, 64 << 10) }).op(mark),
+    )
+    .unwrap();
+    assert_eq!(e.stats().prioritized_in_flight, 0, "a transaction's guard ends with its answer");
+    let mut reader = e.reader();
+    let info = reader.lookup(coll, b"hot").unwrap().unwrap();
+    assert!(info.high_priority);
+    reader.prioritize();
+    assert_eq!(e.stats().prioritized_in_flight, 1);
+    // Fragments over lazy sync's threshold: lazy sync waits for the prioritized reader at each step...
+    for i in 0..8u64 {
+        let w = Op::Write { coll, name: b"cold".to_vec(), offset: 16384 + i * 512, data: data(i, 512) };
+        e.submit(Transaction::new().op(w)).unwrap();
+    }
+    eventually("lazy sync waits for prioritized work", || e.stats().background_waits_for_priority > 0);
+    // ...but only for a bounded time, so the merge still happens while the reader is held.
+    eventually("lazy sync merges anyway", || e.stats().fragments_outstanding == 0);
+    assert_eq!(reader.read(info.nid, 0, 64 << 10).unwrap(), data(1, 64 << 10));
+    drop(reader);
+    assert_eq!(e.stats().prioritized_in_flight, 0);
+}

@@ -8,6 +8,16 @@ use std::collections::BTreeMap;
 
 pub const META_VERSION: u8 = 1;
 
+/// User metadata (`x-amz-meta-mosaic-priority`) whose value `high` marks an object high-priority (paper
+/// 003's prioritized objects): its reads and writes run in the drive's foreground-high class and hold
+/// background work back.
+pub const PRIORITY_METADATA_KEY: &str = "mosaic-priority";
+
+/// Whether user metadata asks for high priority.
+pub fn wants_high_priority(user_metadata: &BTreeMap<String, String>) -> bool {
+    user_metadata.get(PRIORITY_METADATA_KEY).is_some_and(|v| v.trim().eq_ignore_ascii_case("high"))
+}
+
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
 pub struct ObjectMeta {
     pub version: u8,

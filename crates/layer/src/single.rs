@@ -93,6 +93,8 @@ fn push_meta_ops(txn: &mut Transaction, coll: CollectionId, name: &[u8], meta: &
     txn.push(Op::SetAttr { coll, name: name.to_vec(), key: ATTR_META.to_vec(), value: meta.encode() });
     txn.push(Op::SetAttr { coll, name: name.to_vec(), key: ATTR_ETAG.to_vec(), value: meta.etag.as_bytes().to_vec() });
     txn.push(Op::SetNameTag { coll, name: name.to_vec(), tag: ListTag::of(meta).encode() });
+    let high = crate::meta::wants_high_priority(&meta.user_metadata);
+    txn.push(Op::SetPriority { coll, name: name.to_vec(), high });
 }
 
 fn bucket_collection(bucket: &str) -> String {
@@ -270,9 +272,13 @@ impl SingleDrive {
     /// Looks up an object and its metadata in one snapshot.
     fn stat_object(&self, bucket: &str, key: &str) -> LayerResult<(Arc<Reader>, u64, ObjectMeta)> {
         validate_key(key)?;
-        let reader = Arc::new(self.engine.reader());
+        let mut reader = self.engine.reader();
         let coll = self.bucket_coll(&reader, bucket)?;
         let info = reader.lookup(coll, key.as_bytes())?.ok_or(LayerError::NoSuchKey)?;
+        if info.high_priority {
+            reader.prioritize();
+        }
+        let reader = Arc::new(reader);
         let mut meta = Self::read_meta(&reader, info.nid)?;
         // The drive's size is the truth (appends change it).
         meta.size_bytes = info.size_bytes;
@@ -543,6 +549,8 @@ impl ObjectLayer for SingleDrive {
         if let Some(offset) = opts.write_offset {
             return self.append(coll, key, body, opts, offset).await;
         }
+        // A high-priority object holds background work back from its first byte to its commit.
+        let _prioritized = crate::meta::wants_high_priority(&opts.user_metadata).then(|| self.engine.priority_guard());
         let ing = self.ingest(body, 0, self.cfg.max_object_bytes).await?;
         let mut meta = opts.clone().into_meta(ing.size_bytes, ing.md5_hex.clone(), now_ms());
         meta.checksums.extend(ing.extra.iter().cloned());
@@ -1108,6 +1116,41 @@ mod tests {
                 .collect();
             assert_eq!(got, [("a", 5, tagged.etag.as_str(), tagged.last_modified_unix_ms), ("b", 3, "e0", 0)]);
         });
+        engine.close().unwrap();
+    }
+
+    /// `x-amz-meta-mosaic-priority: high` marks the object in the drive; a GET of it holds a prioritized
+    /// request until its body is dropped; an overwrite without the metadata clears the mark.
+    #[test]
+    fn priority_metadata_marks_the_object_and_its_reads() {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let engine = Engine::format(dir.path(), Arc::new(SimDevice::new(64 << 20)), EngineConfig::default()).unwrap();
+        let layer = SingleDrive::new(engine.clone(), SingleDriveConfig::default()).unwrap();
+        let high = |key: &str| {
+            let coll = layer.bucket_coll(&engine.reader(), "bkt").unwrap();
+            engine.reader().lookup(coll, key.as_bytes()).unwrap().unwrap().high_priority
+        };
+        rt.block_on(async {
+            layer.create_bucket("bkt").await.unwrap();
+            let mut opts = PutOptions::default();
+            opts.user_metadata.insert(crate::meta::PRIORITY_METADATA_KEY.into(), "High".into());
+            layer.put_object("bkt", "hot", body(b"hello"), opts).await.unwrap();
+            layer.put_object("bkt", "plain", body(b"hello"), PutOptions::default()).await.unwrap();
+            assert!(high("hot"));
+            assert!(!high("plain"));
+
+            let got = layer.get_object("bkt", "hot", None, None, &Precondition::default()).await.unwrap();
+            assert_eq!(engine.stats().prioritized_in_flight, 1, "the GET's reader is prioritized");
+            drop(got);
+            let got = layer.get_object("bkt", "plain", None, None, &Precondition::default()).await.unwrap();
+            assert_eq!(engine.stats().prioritized_in_flight, 0);
+            drop(got);
+
+            layer.put_object("bkt", "hot", body(b"again"), PutOptions::default()).await.unwrap();
+            assert!(!high("hot"), "an overwrite without the metadata is not prioritized");
+        });
+        assert_eq!(engine.stats().prioritized_in_flight, 0);
         engine.close().unwrap();
     }
 }

@@ -68,6 +68,9 @@ fn render_metrics(state: &AdminState) -> String {
     g("mosaic_engine_free_blocks", s.free_blocks);
     g("mosaic_engine_total_blocks", s.total_blocks);
     g("mosaic_engine_free_extents", s.free_extents);
+    g("mosaic_engine_object_reads", s.object_reads);
+    g("mosaic_engine_prioritized_in_flight", s.prioritized_in_flight);
+    g("mosaic_engine_background_waits_for_priority", s.background_waits_for_priority);
     for (i, class) in ["background", "foreground", "foreground_high"].into_iter().enumerate() {
         metrics::gauge!("mosaic_engine_queue_depth", "class" => class).set(s.queue_depth[i] as f64);
     }
@@ -119,6 +122,8 @@ fn stats_json(state: &AdminState) -> serde_json::Value {
             "fragments_outstanding": s.fragments_outstanding,
             "checksum_errors": s.checksum_errors,
             "transactions_committed": s.transactions_committed,
+            "prioritized_in_flight": s.prioritized_in_flight,
+            "background_waits_for_priority": s.background_waits_for_priority,
         },
         "background_scrub": scrub_json(state),
     })
