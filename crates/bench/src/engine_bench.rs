@@ -5,7 +5,8 @@
 use crate::report::{Latency, latency, rss_bytes_max};
 use hdrhistogram::Histogram;
 use mosaic_engine::{
-    AlignedBuf, BLOCK_SIZE_BYTES, Device, Engine, EngineConfig, FileDevice, Op, SimDevice, Transaction, WriteMode,
+    AlignedBuf, BLOCK_SIZE_BYTES, Device, Engine, EngineConfig, FileDevice, IoEngine, Op, SimDevice, Transaction,
+    WriteMode,
 };
 use serde::Serialize;
 use std::path::PathBuf;
@@ -39,6 +40,8 @@ pub struct EngineBenchOptions {
     pub total_bytes: u64,
     pub queue_depth: usize,
     pub mode: WriteMode,
+    /// How a file device issues IO.
+    pub io_engine: IoEngine,
 }
 
 #[derive(Serialize, Clone, Debug)]
@@ -46,6 +49,8 @@ pub struct EngineBenchResult {
     pub workload: Workload,
     pub mode: String,
     pub target: String,
+    /// How the device's IO was issued: io_uring, pread or memory (simulated).
+    pub io_path: String,
     pub io_size_bytes: u64,
     pub object_size_bytes: u64,
     pub queue_depth: usize,
@@ -119,10 +124,15 @@ pub fn run_engine_bench(o: &EngineBenchOptions, progress: &dyn Fn(u64, u64)) -> 
     let (device, target): (Arc<dyn Device>, String) = match &o.target {
         Target::Sim => (Arc::new(SimDevice::new(o.device_bytes)), "sim".into()),
         Target::Path(p) => {
-            let dev = if p.exists() { FileDevice::open(p) } else { FileDevice::create(p, o.device_bytes) };
+            let dev = if p.exists() {
+                FileDevice::open_with(p, o.io_engine)
+            } else {
+                FileDevice::create_with(p, o.device_bytes, o.io_engine)
+            };
             (Arc::new(dev.map_err(|e| format!("cannot open {}: {e}", p.display()))?), p.display().to_string())
         }
     };
+    let io_path = device.io_path().to_string();
     let cfg = EngineConfig { write_mode: o.mode, ..Default::default() };
     let engine = Engine::format(kv_dir.path(), device, cfg).map_err(|e| e.to_string())?;
     let coll = engine
@@ -192,6 +202,7 @@ pub fn run_engine_bench(o: &EngineBenchOptions, progress: &dyn Fn(u64, u64)) -> 
             WriteMode::Rmw => "rmw".into(),
         },
         target,
+        io_path,
         io_size_bytes: writes[0].2,
         object_size_bytes: o.object_size_bytes,
         queue_depth: qd,
@@ -235,6 +246,7 @@ mod tests {
             total_bytes: 256 << 10,
             queue_depth: 2,
             mode: WriteMode::FragmentLog,
+            io_engine: IoEngine::Auto,
         }
     }
 

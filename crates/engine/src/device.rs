@@ -5,9 +5,11 @@
 //! needs plain positional reads and writes plus a flush that makes every completed write durable.
 
 use crate::aligned::{IO_ALIGN_BYTES, assert_io_aligned};
+pub use crate::uring::IoEngine;
 use parking_lot::Mutex;
 use std::fs::{File, OpenOptions};
 use std::io;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 use std::sync::Arc;
@@ -33,6 +35,10 @@ pub trait Device: Send + Sync + 'static {
         Ok(())
     }
     fn kind(&self) -> &'static str;
+    /// How reads and writes reach the device ("io_uring", "pread", "memory").
+    fn io_path(&self) -> &'static str {
+        "memory"
+    }
 }
 
 /// A regular file used with O_DIRECT, preallocated with fallocate so that block writes never allocate
@@ -45,21 +51,31 @@ pub struct FileDevice {
     cached: File,
     size_bytes: u64,
     kind: &'static str,
+    /// Direct reads and writes go through this ring when io_uring is in use, else pread/pwrite.
+    ring: Option<crate::uring::Ring>,
 }
 
 impl FileDevice {
-    /// Creates (or grows) `path` to `size_bytes` and opens it.
+    /// Creates (or grows) `path` to `size_bytes` and opens it (io_uring where the kernel allows it).
     pub fn create(path: &Path, size_bytes: u64) -> io::Result<Self> {
+        Self::create_with(path, size_bytes, IoEngine::Auto)
+    }
+
+    pub fn create_with(path: &Path, size_bytes: u64, io_engine: IoEngine) -> io::Result<Self> {
         assert!(size_bytes.is_multiple_of(IO_ALIGN_BYTES as u64), "device size must be aligned");
         let file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path)?;
         preallocate(&file, size_bytes)?;
         file.sync_all()?;
         drop(file);
-        Self::open(path)
+        Self::open_with(path, io_engine)
     }
 
-    /// Opens an existing file or block device with O_DIRECT.
+    /// Opens an existing file or block device with O_DIRECT (io_uring where the kernel allows it).
     pub fn open(path: &Path) -> io::Result<Self> {
+        Self::open_with(path, IoEngine::Auto)
+    }
+
+    pub fn open_with(path: &Path, io_engine: IoEngine) -> io::Result<Self> {
         let file = open_direct(path)?;
         let meta = file.metadata()?;
         use std::os::unix::fs::FileTypeExt;
@@ -73,7 +89,51 @@ impl FileDevice {
         // The engine reads exactly the blocks it needs (and keeps its own reads in flight): kernel
         // read-ahead would only pull in neighbouring blocks of other objects.
         advise(&cached, 0, 0, libc::POSIX_FADV_RANDOM)?;
-        Ok(FileDevice { file, cached, size_bytes, kind })
+        let ring = match io_engine {
+            IoEngine::Pread => None,
+            IoEngine::IoUring => Some(crate::uring::Ring::new(kind)?),
+            IoEngine::Auto => match crate::uring::Ring::new(kind) {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    tracing::warn!(error = %e, "io_uring is unavailable; the device uses pread/pwrite");
+                    None
+                }
+            },
+        };
+        Ok(FileDevice { file, cached, size_bytes, kind, ring })
+    }
+
+    /// Direct IO through the ring (looping over short transfers) or pread/pwrite.
+    fn direct_read(&self, mut buf: &mut [u8], mut offset_bytes: u64) -> io::Result<()> {
+        let Some(ring) = &self.ring else {
+            return self.file.read_exact_at(buf, offset_bytes);
+        };
+        while !buf.is_empty() {
+            match ring.read(self.file.as_raw_fd(), buf, offset_bytes)? {
+                0 => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "read past the end of the device")),
+                n => {
+                    buf = &mut buf[n..];
+                    offset_bytes += n as u64;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn direct_write(&self, mut buf: &[u8], mut offset_bytes: u64) -> io::Result<()> {
+        let Some(ring) = &self.ring else {
+            return self.file.write_all_at(buf, offset_bytes);
+        };
+        while !buf.is_empty() {
+            match ring.write(self.file.as_raw_fd(), buf, offset_bytes)? {
+                0 => return Err(io::Error::new(io::ErrorKind::WriteZero, "the device took no bytes")),
+                n => {
+                    buf = &buf[n..];
+                    offset_bytes += n as u64;
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -91,7 +151,6 @@ fn open_direct(path: &Path) -> io::Result<File> {
 }
 
 fn advise(file: &File, offset_bytes: u64, len_bytes: u64, advice: libc::c_int) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
     // SAFETY: plain syscall on an owned fd.
     let rc =
         unsafe { libc::posix_fadvise(file.as_raw_fd(), offset_bytes as libc::off_t, len_bytes as libc::off_t, advice) };
@@ -99,7 +158,6 @@ fn advise(file: &File, offset_bytes: u64, len_bytes: u64, advice: libc::c_int) -
 }
 
 fn preallocate(file: &File, size_bytes: u64) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
     // SAFETY: plain syscall on an owned fd.
     let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, size_bytes as libc::off_t) };
     if rc == 0 {
@@ -126,7 +184,7 @@ impl Device for FileDevice {
     fn read_at(&self, buf: &mut [u8], offset_bytes: u64) -> io::Result<()> {
         assert_io_aligned(buf, offset_bytes);
         check_bounds(offset_bytes, buf.len(), self.size_bytes)?;
-        self.file.read_exact_at(buf, offset_bytes)
+        self.direct_read(buf, offset_bytes)
     }
 
     fn read_cached_at(&self, buf: &mut [u8], offset_bytes: u64) -> io::Result<()> {
@@ -142,7 +200,7 @@ impl Device for FileDevice {
     fn write_at(&self, buf: &[u8], offset_bytes: u64) -> io::Result<()> {
         assert_io_aligned(buf, offset_bytes);
         check_bounds(offset_bytes, buf.len(), self.size_bytes)?;
-        self.file.write_all_at(buf, offset_bytes)
+        self.direct_write(buf, offset_bytes)
     }
 
     fn flush(&self) -> io::Result<()> {
@@ -153,7 +211,6 @@ impl Device for FileDevice {
         if self.kind != "file" {
             return Ok(());
         }
-        use std::os::fd::AsRawFd;
         let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
         // SAFETY: plain syscall on an owned fd. Punching a hole frees the file system's blocks; the range
         // reads back as zeros and holds no live data.
@@ -171,6 +228,10 @@ impl Device for FileDevice {
 
     fn kind(&self) -> &'static str {
         self.kind
+    }
+
+    fn io_path(&self) -> &'static str {
+        if self.ring.is_some() { "io_uring" } else { "pread" }
     }
 }
 

@@ -64,6 +64,9 @@ pub struct EngineConfig {
     /// Device read rate of the background scrub (bytes per second of blocks verified); 0: no background
     /// scrub.
     pub scrub_bytes_per_s: u64,
+    /// Bytes of the metadata cache of name entries and onodes (counted with a per-entry overhead);
+    /// 0 turns it off.
+    pub meta_cache_bytes: usize,
 }
 
 impl Default for EngineConfig {
@@ -83,6 +86,7 @@ impl Default for EngineConfig {
             max_op_data_bytes: 64 << 20,
             page_cache_reads: true,
             scrub_bytes_per_s: 0,
+            meta_cache_bytes: 16 << 20,
         }
     }
 }
@@ -159,6 +163,8 @@ pub(crate) struct Inner {
     failed: Mutex<Option<String>>,
     pub(crate) shutdown: AtomicBool,
     pub(crate) scrubber: crate::scrubber::Scrubber,
+    /// Names and onodes, newest committed values (meta_cache.rs).
+    pub(crate) meta_cache: crate::meta_cache::MetaCache,
     /// Prioritized requests in flight; background work waits for them (bounded).
     pub(crate) high_priority: crate::qos::HighPriorityWork,
     /// Wakes the background worker early (shutdown, fragment pressure).
@@ -269,6 +275,7 @@ impl Engine {
                 frag_index.apply(&FragDelta::Add(nid, lb, v.len().saturating_sub(8) as u64));
             }
         }
+        let meta_cache_bytes = cfg.meta_cache_bytes;
         let inner = Arc::new(Inner {
             db: Arc::new(db),
             db_opts,
@@ -290,6 +297,7 @@ impl Engine {
             shutdown: AtomicBool::new(false),
             scrubber: Default::default(),
             high_priority: Default::default(),
+            meta_cache: crate::meta_cache::MetaCache::new(meta_cache_bytes, 1),
             bg_wake: (Mutex::new(false), Condvar::new()),
             dir: dir.to_path_buf(),
         });
@@ -309,7 +317,13 @@ impl Engine {
             let scrub = std::thread::Builder::new().name("mosaic-scrub".into());
             threads.push(scrub.spawn(move || crate::scrubber::run(i, rate))?);
         }
-        tracing::info!(dir = %dir.display(), device = inner.device.kind(), blocks = total_blocks, "drive open");
+        tracing::info!(
+            dir = %dir.display(),
+            device = inner.device.kind(),
+            io = inner.device.io_path(),
+            blocks = total_blocks,
+            "drive open"
+        );
         Ok(Engine { inner, threads: Arc::new(Mutex::new(threads)) })
     }
 
@@ -457,6 +471,9 @@ impl Engine {
         s.kv_wal_bytes = i.db_opts.get_ticker_count(Ticker::WalFileBytes);
         s.kv_flush_bytes = i.db_opts.get_ticker_count(Ticker::FlushWriteBytes);
         s.kv_compaction_bytes = i.db_opts.get_ticker_count(Ticker::CompactWriteBytes);
+        s.meta_cache_hits = i.meta_cache.hits.load(Ordering::Relaxed);
+        s.meta_cache_misses = i.meta_cache.misses.load(Ordering::Relaxed);
+        s.meta_cache_bytes = i.meta_cache.bytes() as u64;
         s.prioritized_in_flight = i.high_priority.in_flight();
         s.background_waits_for_priority = i.high_priority.background_waits.load(Ordering::Relaxed);
         {
@@ -777,7 +794,7 @@ impl Inner {
         let mut user_bytes = 0;
         for p in group {
             let mut ts = TxnState::default();
-            let mut view = View::new(&self.db, &group_ov);
+            let mut view = View::with_cache(&self.db, &group_ov, &self.meta_cache, self.epoch.load(Ordering::SeqCst));
             let r = Planner { inner: self, view: &mut view, ts: &mut ts }.plan(p.txn);
             let top = std::mem::take(&mut view.top);
             drop(view);
@@ -827,6 +844,8 @@ impl Inner {
                 }
             }
             Err(e) => {
+                // Values installed for this group never became durable.
+                self.meta_cache.clear();
                 self.fail(format!("commit failed: {e}"));
                 for (reply, r) in results {
                     let _ = reply.send(r.and(Err(EngineError::ReadOnly(e.to_string()))));
@@ -841,6 +860,14 @@ impl Inner {
         if needs_flush {
             self.device.flush()?;
             self.counters.device_flushes.fetch_add(1, Ordering::Relaxed);
+        }
+        // Names and onodes of this group go into the metadata cache before its batch is written (see
+        // meta_cache.rs); readers use them only once the group's epoch is published.
+        self.meta_cache.begin_install(self.epoch.load(Ordering::SeqCst) + 1);
+        for cf in [CF_NAMES, CF_ONODES] {
+            for (k, v) in group_ov.changes(cf) {
+                self.meta_cache.install(cf, k, v.clone());
+            }
         }
         let mut batch = WriteBatch::default();
         group_ov.into_batch(&self.db, &mut batch)?;

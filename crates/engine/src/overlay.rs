@@ -6,6 +6,7 @@
 
 use crate::error::Result;
 use crate::keys::prefix_end;
+use crate::meta_cache::MetaCache;
 use rocksdb::{DB, Direction, IteratorMode, WriteBatch};
 use std::collections::BTreeMap;
 
@@ -60,6 +61,11 @@ impl Overlay {
         self.cfs.get(cf)?.points.get(key).map(|v| v.as_ref())
     }
 
+    /// The final state of every key of `cf` this overlay touches.
+    pub fn changes<'s>(&'s self, cf: &str) -> impl Iterator<Item = (&'s Vec<u8>, &'s Option<Vec<u8>>)> + 's {
+        self.cfs.get(cf).into_iter().flat_map(|c| c.points.iter())
+    }
+
     /// Writes the final state of every touched key into `batch`.
     pub fn into_batch(self, db: &DB, batch: &mut WriteBatch) -> Result<usize> {
         let mut bytes = 0;
@@ -85,11 +91,14 @@ pub struct View<'a> {
     pub db: &'a DB,
     pub layers: Vec<&'a Overlay>,
     pub top: Overlay,
+    /// The metadata cache and the committed epoch the database holds (the committer plans against the
+    /// newest state, so it may use and fill the cache at that epoch).
+    cache: Option<(&'a MetaCache, u64)>,
 }
 
 impl<'a> View<'a> {
-    pub fn new(db: &'a DB, group: &'a Overlay) -> Self {
-        View { db, layers: vec![group], top: Overlay::default() }
+    pub fn with_cache(db: &'a DB, group: &'a Overlay, cache: &'a MetaCache, committed_epoch: u64) -> Self {
+        View { db, layers: vec![group], top: Overlay::default(), cache: Some((cache, committed_epoch)) }
     }
 
     /// Like `get`, but without asking the database: for keys of objects created in this group.
@@ -114,7 +123,16 @@ impl<'a> View<'a> {
                 return Ok(v.cloned());
             }
         }
-        Ok(self.db.get_cf(crate::kv::cf(self.db, cf)?, key)?)
+        if let Some((cache, epoch)) = self.cache
+            && let Some(v) = cache.get(cf, key, epoch)
+        {
+            return Ok(v);
+        }
+        let v = self.db.get_cf(crate::kv::cf(self.db, cf)?, key)?;
+        if let Some((cache, epoch)) = self.cache {
+            cache.fill(cf, key, &v, epoch);
+        }
+        Ok(v)
     }
 
     /// Every live (key, value) in [start, end), in key order, with at most `limit` results.

@@ -63,6 +63,9 @@ pub struct Reader {
     db: Arc<DB>,
     inner: Arc<Inner>,
     epoch: u64,
+    /// Set when this reader's snapshot is exactly the newest committed state: it may fill the metadata
+    /// cache (meta_cache.rs).
+    fill_epoch: Option<u64>,
     /// Held while this reader serves a high-priority object (see `prioritize`).
     prioritized: Option<crate::qos::PriorityGuard>,
 }
@@ -89,18 +92,20 @@ impl Drop for Reader {
 
 impl Reader {
     pub(crate) fn new(inner: Arc<Inner>) -> Self {
-        let epoch = {
+        let (epoch, fill_epoch) = {
             let mut r = inner.readers.lock();
+            // Read before the published epoch: see meta_cache.rs.
+            let installed = inner.meta_cache.installed_epoch();
             let e = inner.epoch.load(Ordering::SeqCst);
             *r.entry(e).or_insert(0) += 1;
-            e
+            (e, inner.meta_cache.fill_epoch(installed, e))
         };
         let db = inner.db.clone();
         let snap = db.snapshot();
         // SAFETY: the snapshot borrows the DB behind `db`, an Arc that this Reader holds and drops after
         // the snapshot (see Drop), so the borrow never outlives the database.
         let snap: SnapshotWithThreadMode<'static, DB> = unsafe { std::mem::transmute(snap) };
-        Reader { snap: ManuallyDrop::new(snap), db, inner, epoch, prioritized: None }
+        Reader { snap: ManuallyDrop::new(snap), db, inner, epoch, fill_epoch, prioritized: None }
     }
 
     /// Marks this reader's work as prioritized (it reads a high-priority object) until it drops: background
@@ -112,7 +117,15 @@ impl Reader {
     }
 
     fn get(&self, cf: &str, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        Ok(self.snap.get_cf(crate::kv::cf(&self.db, cf)?, key)?)
+        let cache = &self.inner.meta_cache;
+        if let Some(v) = cache.get(cf, key, self.epoch) {
+            return Ok(v);
+        }
+        let v = self.snap.get_cf(crate::kv::cf(&self.db, cf)?, key)?;
+        if let Some(e) = self.fill_epoch {
+            cache.fill(cf, key, &v, e);
+        }
+        Ok(v)
     }
 
     /// Entries in [start, end) of a column family, at most `limit`.

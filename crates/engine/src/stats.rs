@@ -71,6 +71,9 @@ pub struct EngineStats {
     pub cached_bytes_read: u64,
     pub cache_rereads: u64,
     pub object_reads: u64,
+    pub meta_cache_hits: u64,
+    pub meta_cache_misses: u64,
+    pub meta_cache_bytes: u64,
     /// Prioritized requests in flight (reads of high-priority objects, ForegroundHigh transactions).
     pub prioritized_in_flight: u64,
     /// Background steps (lazy sync, scrub) that waited for prioritized requests.

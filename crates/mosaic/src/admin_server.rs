@@ -69,6 +69,9 @@ fn render_metrics(state: &AdminState) -> String {
     g("mosaic_engine_total_blocks", s.total_blocks);
     g("mosaic_engine_free_extents", s.free_extents);
     g("mosaic_engine_object_reads", s.object_reads);
+    g("mosaic_engine_meta_cache_hits", s.meta_cache_hits);
+    g("mosaic_engine_meta_cache_misses", s.meta_cache_misses);
+    g("mosaic_engine_meta_cache_bytes", s.meta_cache_bytes);
     g("mosaic_engine_prioritized_in_flight", s.prioritized_in_flight);
     g("mosaic_engine_background_waits_for_priority", s.background_waits_for_priority);
     for (i, class) in ["background", "foreground", "foreground_high"].into_iter().enumerate() {
@@ -122,6 +125,9 @@ fn stats_json(state: &AdminState) -> serde_json::Value {
             "fragments_outstanding": s.fragments_outstanding,
             "checksum_errors": s.checksum_errors,
             "transactions_committed": s.transactions_committed,
+            "meta_cache_hits": s.meta_cache_hits,
+            "meta_cache_misses": s.meta_cache_misses,
+            "meta_cache_bytes": s.meta_cache_bytes,
             "prioritized_in_flight": s.prioritized_in_flight,
             "background_waits_for_priority": s.background_waits_for_priority,
         },

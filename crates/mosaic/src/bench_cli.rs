@@ -41,6 +41,13 @@ enum ModeArg {
     Rmw,
 }
 
+#[derive(Clone, Copy, ValueEnum)]
+enum IoEngineArg {
+    Auto,
+    IoUring,
+    Pread,
+}
+
 #[derive(clap::Args)]
 struct EngineBenchArgs {
     /// The workload.
@@ -68,6 +75,9 @@ struct EngineBenchArgs {
     /// How unaligned writes are handled.
     #[arg(long, value_enum, default_value = "fragment-log")]
     mode: ModeArg,
+    /// How a file device issues IO: auto (io_uring where the kernel allows it), io-uring or pread.
+    #[arg(long, value_enum, default_value = "auto")]
+    io_engine: IoEngineArg,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
@@ -97,6 +107,11 @@ pub fn run(b: BenchArgs) -> Result<ExitCode, String> {
                     ModeArg::FragmentLog => mosaic_engine::WriteMode::FragmentLog,
                     ModeArg::Rmw => mosaic_engine::WriteMode::Rmw,
                 },
+                io_engine: match a.io_engine {
+                    IoEngineArg::Auto => mosaic_engine::IoEngine::Auto,
+                    IoEngineArg::IoUring => mosaic_engine::IoEngine::IoUring,
+                    IoEngineArg::Pread => mosaic_engine::IoEngine::Pread,
+                },
             };
             let json = a.json;
             let progress = move |done: u64, total: u64| {
@@ -115,7 +130,7 @@ pub fn run(b: BenchArgs) -> Result<ExitCode, String> {
             } else {
                 let rows = vec![
                     ("workload", format!("{:?} ({})", r.workload, r.mode)),
-                    ("target", r.target.clone()),
+                    ("target", format!("{} ({})", r.target, r.io_path)),
                     ("writes", format!("{} x {} B, queue depth {}", r.ops, r.io_size_bytes, r.queue_depth)),
                     ("throughput", format!("{:.1} MiB/s, {:.0} writes/s", r.throughput_mib_s, r.ops_per_s)),
                     (

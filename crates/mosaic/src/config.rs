@@ -21,9 +21,11 @@ pub struct FileConfig {
     pub shutdown_timeout_secs: Option<u64>,
     pub max_connections: Option<usize>,
     pub kv_cache_size: Option<String>,
+    pub meta_cache_size: Option<String>,
     pub inline_max_size: Option<String>,
     pub read_cache: Option<String>,
     pub scrub_rate: Option<String>,
+    pub io_engine: Option<String>,
 }
 
 /// Values given on the command line or in the environment (clap merges the two; flags win).
@@ -67,6 +69,9 @@ pub struct ServerArgs {
     /// Block cache of the metadata database (e.g. 256MiB).
     #[arg(long, env = "MOSAIC_KV_CACHE_SIZE", value_name = "SIZE")]
     pub kv_cache_size: Option<String>,
+    /// The drive's cache of object names and onodes (e.g. 16MiB); 0 turns it off.
+    #[arg(long, env = "MOSAIC_META_CACHE_SIZE", value_name = "SIZE")]
+    pub meta_cache_size: Option<String>,
     /// Objects up to this size live wholly in the metadata database (e.g. 16KiB).
     #[arg(long, env = "MOSAIC_INLINE_MAX_SIZE", value_name = "SIZE")]
     pub inline_max_size: Option<String>,
@@ -77,6 +82,10 @@ pub struct ServerArgs {
     /// Device read rate of the background scrub, per second (e.g. 8MiB); 0 turns it off.
     #[arg(long, env = "MOSAIC_SCRUB_RATE", value_name = "SIZE")]
     pub scrub_rate: Option<String>,
+    /// How the data device issues IO: auto (io_uring where the kernel allows it, else pread/pwrite),
+    /// io-uring, or pread.
+    #[arg(long, env = "MOSAIC_IO_ENGINE", value_name = "ENGINE")]
+    pub io_engine: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -98,11 +107,13 @@ pub struct Config {
     pub shutdown_timeout: Duration,
     pub max_connections: usize,
     pub kv_cache_bytes: u64,
+    pub meta_cache_bytes: u64,
     pub inline_max_bytes: u64,
     /// Object reads through the kernel's page cache (`read_cache = "page-cache"`).
     pub page_cache_reads: bool,
     /// Background scrub rate in bytes per second; 0: off.
     pub scrub_bytes_per_s: u64,
+    pub io_engine: mosaic_engine::IoEngine,
     pub simulate_power_loss: bool,
 }
 
@@ -114,6 +125,7 @@ const MAX_CONNECTIONS_LIMIT: usize = 65_536;
 const MAX_SHUTDOWN_SECS: u64 = 3600;
 const MAX_INLINE_BYTES: u64 = 1 << 20;
 const MAX_SCRUB_BYTES_PER_S: u64 = 16 << 30;
+const MAX_META_CACHE_BYTES: u64 = 64 << 30;
 
 pub fn load_file(path: &Path) -> Result<FileConfig, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read config file {}: {e}", path.display()))?;
@@ -165,6 +177,11 @@ impl Config {
         };
         let kv_cache_bytes =
             size("kv_cache_size", &pick(&args.kv_cache_size, &file.kv_cache_size).unwrap_or("128MiB".into()))?;
+        let meta_cache_bytes =
+            size("meta_cache_size", &pick(&args.meta_cache_size, &file.meta_cache_size).unwrap_or("16MiB".into()))?;
+        if meta_cache_bytes > MAX_META_CACHE_BYTES {
+            return Err(format!("meta_cache_size: {meta_cache_bytes} bytes is above the maximum 64GiB"));
+        }
         let inline_max_bytes =
             size("inline_max_size", &pick(&args.inline_max_size, &file.inline_max_size).unwrap_or("16KiB".into()))?;
         if inline_max_bytes > MAX_INLINE_BYTES {
@@ -174,6 +191,12 @@ impl Config {
             "page-cache" => true,
             "off" => false,
             other => return Err(format!("read_cache: {other:?} is not one of page-cache, off")),
+        };
+        let io_engine = match pick(&args.io_engine, &file.io_engine).as_deref().unwrap_or("auto") {
+            "auto" => mosaic_engine::IoEngine::Auto,
+            "io-uring" => mosaic_engine::IoEngine::IoUring,
+            "pread" => mosaic_engine::IoEngine::Pread,
+            other => return Err(format!("io_engine: {other:?} is not one of auto, io-uring, pread")),
         };
         let scrub_bytes_per_s = size("scrub_rate", &pick(&args.scrub_rate, &file.scrub_rate).unwrap_or("8MiB".into()))?;
         if scrub_bytes_per_s > MAX_SCRUB_BYTES_PER_S {
@@ -194,9 +217,11 @@ impl Config {
             shutdown_timeout: Duration::from_secs(shutdown),
             max_connections,
             kv_cache_bytes,
+            meta_cache_bytes,
             inline_max_bytes,
             page_cache_reads,
             scrub_bytes_per_s,
+            io_engine,
             simulate_power_loss: args.simulate_power_loss,
         })
     }
@@ -235,6 +260,17 @@ mod tests {
     }
 
     #[test]
+    fn io_engine() {
+        assert_eq!(resolve(ServerArgs::default(), "").unwrap().io_engine, mosaic_engine::IoEngine::Auto);
+        let c = resolve(ServerArgs::default(), "io_engine = \"pread\"").unwrap();
+        assert_eq!(c.io_engine, mosaic_engine::IoEngine::Pread);
+        let args = ServerArgs { io_engine: Some("io-uring".into()), ..Default::default() };
+        assert_eq!(resolve(args, "io_engine = \"pread\"").unwrap().io_engine, mosaic_engine::IoEngine::IoUring);
+        let e = resolve(ServerArgs::default(), "io_engine = \"aio\"").unwrap_err();
+        assert!(e.contains("io_engine") && e.contains("auto, io-uring, pread"), "{e}");
+    }
+
+    #[test]
     fn read_cache() {
         assert!(!resolve(ServerArgs::default(), "read_cache = \"off\"").unwrap().page_cache_reads);
         let args = ServerArgs { read_cache: Some("page-cache".into()), ..Default::default() };
@@ -259,6 +295,7 @@ mod tests {
             shutdown_timeout_secs = 5
             max_connections = 10
             kv_cache_size = "64MiB"
+            meta_cache_size = "1MiB"
             inline_max_size = "8KiB"
             "#,
         )
@@ -273,6 +310,7 @@ mod tests {
         assert_eq!(c.shutdown_timeout, Duration::from_secs(5));
         assert_eq!(c.max_connections, 10);
         assert_eq!(c.kv_cache_bytes, 64 << 20);
+        assert_eq!(c.meta_cache_bytes, 1 << 20);
         assert_eq!(c.inline_max_bytes, 8 << 10);
     }
 
@@ -308,6 +346,7 @@ mod tests {
             "max_connections = 0",
             "max_connections = 1000000",
             "kv_cache_size = \"1XB\"",
+            "meta_cache_size = \"65GiB\"",
             "inline_max_size = \"2MiB\"",
             "data_dir = 5",
             "domain = 7",

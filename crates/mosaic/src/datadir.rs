@@ -106,6 +106,7 @@ pub fn open_drive(
     dir: &Path,
     size_bytes: Option<u64>,
     cfg: EngineConfig,
+    io_engine: mosaic_engine::IoEngine,
     simulate_power_loss: bool,
 ) -> Result<(Engine, State), String> {
     let wrap = |d: FileDevice| -> Arc<dyn mosaic_engine::Device> {
@@ -114,7 +115,8 @@ pub fn open_drive(
     let ours = inspect(dir)?;
     let drive = drive_dir(dir);
     if ours {
-        let device = FileDevice::open(&drive.join("data")).map_err(|e| format!("cannot open the data file: {e}"))?;
+        let device = FileDevice::open_with(&drive.join("data"), io_engine)
+            .map_err(|e| format!("cannot open the data file: {e}"))?;
         let engine = Engine::open(&drive, wrap(device), cfg).map_err(|e| format!("cannot open the drive: {e}"))?;
         return Ok((engine, State::Existing));
     }
@@ -124,8 +126,8 @@ pub fn open_drive(
     if size > free {
         return Err(format!("the drive needs {size} bytes but {} has only {free} free", dir.display()));
     }
-    let device =
-        FileDevice::create(&drive.join("data"), size).map_err(|e| format!("cannot create the data file: {e}"))?;
+    let device = FileDevice::create_with(&drive.join("data"), size, io_engine)
+        .map_err(|e| format!("cannot create the data file: {e}"))?;
     let engine = Engine::format(&drive, wrap(device), cfg).map_err(|e| format!("cannot format the drive: {e}"))?;
     // The marker goes last: a directory with a marker always holds a complete drive.
     let marker = format::encode_marker(&engine.uuid(), concat!("mosaic ", env!("CARGO_PKG_VERSION")));

@@ -42,13 +42,14 @@ pub fn run(cfg: Config) -> Result<(), String> {
     let engine_cfg = EngineConfig {
         inline_max_bytes: cfg.inline_max_bytes,
         kv_block_cache_bytes: cfg.kv_cache_bytes as usize,
+        meta_cache_bytes: cfg.meta_cache_bytes as usize,
         page_cache_reads: cfg.page_cache_reads,
         scrub_bytes_per_s: cfg.scrub_bytes_per_s,
         ..Default::default()
     };
     let creds_env = env_credentials()?;
     let (engine, state) =
-        datadir::open_drive(&cfg.data_dir, cfg.drive_size_bytes, engine_cfg, cfg.simulate_power_loss)?;
+        datadir::open_drive(&cfg.data_dir, cfg.drive_size_bytes, engine_cfg, cfg.io_engine, cfg.simulate_power_loss)?;
     let (creds, generated) = datadir::root_credentials(&cfg.data_dir, creds_env)?;
     match state {
         State::Formatted => tracing::info!(dir = %cfg.data_dir.display(), "formatted a new data directory"),
