@@ -22,6 +22,16 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 
 pub const BLOCK_SIZE_BYTES: u64 = 4096;
+
+/// What the block map holds (`Engine::block_map_size`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BlockMapSize {
+    pub entries: u64,
+    /// Logical blocks mapped.
+    pub blocks: u64,
+    /// Bytes of keys and values.
+    pub bytes: u64,
+}
 /// The first 1 MiB of the device holds the superblock and room for its successors.
 pub const DATA_START_BLOCK: u64 = 256;
 /// Largest object the engine accepts: S3's 5 TiB.
@@ -486,6 +496,30 @@ impl Engine {
         s.total_blocks = a.total_blocks();
         s.free_extents = a.free_extent_count() as u64;
         s
+    }
+
+    /// Size of the block map: its entries and the bytes of their keys and values (one pass over the
+    /// column family; for benches and tests).
+    pub fn block_map_size(&self) -> Result<BlockMapSize> {
+        let reader = self.reader();
+        let snap = reader.snapshot_iter_access();
+        let mut size = BlockMapSize::default();
+        for item in snap.iter(CF_BLOCKS)? {
+            let (k, v) = item?;
+            size.entries += 1;
+            size.bytes += (k.len() + v.len()) as u64;
+            size.blocks += BlockRun::decode(&v)?.len_blocks();
+        }
+        Ok(size)
+    }
+
+    /// The block-map runs of an object as (first logical block, first physical block, blocks). For tests.
+    #[doc(hidden)]
+    pub fn debug_block_runs(&self, coll: CollectionId, name: &[u8]) -> Result<Vec<(u64, u64, u64)>> {
+        let reader = self.reader();
+        let nid = reader.lookup(coll, name)?.ok_or(EngineError::NotFound)?.nid;
+        let runs = reader.runs_overlapping(nid, 0, u64::MAX)?;
+        Ok(runs.into_iter().map(|(lb, r)| (lb, r.physical_start, r.len_blocks())).collect())
     }
 
     /// Runs lazy sync until no block is over its thresholds (with `all`: until no indexed fragment is

@@ -176,6 +176,69 @@ impl BlockEntry {
     }
 }
 
+/// Most logical blocks one block-map entry maps (4 MiB): bounds the backward search for the entry that
+/// covers a block, and the work of splitting one.
+pub const MAX_RUN_BLOCKS: u64 = 1024;
+
+/// A block-map entry in extent form: logical blocks from the entry key's block on, stored at consecutive
+/// physical blocks from `physical_start`, with one crc32c per block. Encoded as the physical start
+/// (8 bytes) and the checksums (4 bytes each), so a run of one block is exactly a `BlockEntry`: maps
+/// written before runs existed read as runs of one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BlockRun {
+    pub physical_start: u64,
+    pub crcs: Vec<u32>,
+}
+
+impl BlockRun {
+    pub fn len_blocks(&self) -> u64 {
+        self.crcs.len() as u64
+    }
+
+    /// Block `i` of the run as a single entry.
+    pub fn entry(&self, i: u64) -> BlockEntry {
+        BlockEntry { physical_block: self.physical_start + i, crc32c: self.crcs[i as usize] }
+    }
+
+    /// Blocks [from, to) of the run.
+    pub fn slice(&self, from: u64, to: u64) -> BlockRun {
+        debug_assert!(from < to && to <= self.len_blocks());
+        BlockRun { physical_start: self.physical_start + from, crcs: self.crcs[from as usize..to as usize].to_vec() }
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        debug_assert!(!self.crcs.is_empty() && self.len_blocks() <= MAX_RUN_BLOCKS);
+        let mut v = Vec::with_capacity(8 + 4 * self.crcs.len());
+        v.extend_from_slice(&self.physical_start.to_be_bytes());
+        for c in &self.crcs {
+            v.extend_from_slice(&c.to_be_bytes());
+        }
+        v
+    }
+
+    pub fn decode(raw: &[u8]) -> Result<Self> {
+        let n = raw.len().saturating_sub(8) / 4;
+        if raw.len() < 12 || !(raw.len() - 8).is_multiple_of(4) || n as u64 > MAX_RUN_BLOCKS {
+            return Err(EngineError::Corrupt(format!("block-map entry of {} bytes", raw.len())));
+        }
+        let physical_start = u64_at(raw, 0)?;
+        if physical_start.checked_add(n as u64).is_none() {
+            return Err(EngineError::Corrupt("block-map entry past the end of the address space".into()));
+        }
+        let crcs = raw[8..].chunks_exact(4).map(|c| u32::from_be_bytes([c[0], c[1], c[2], c[3]])).collect();
+        Ok(BlockRun { physical_start, crcs })
+    }
+}
+
+/// Every block of the runs, as (logical block, entry), clipped to [first, end).
+pub fn run_blocks(runs: &[(u64, BlockRun)], first: u64, end: u64) -> impl Iterator<Item = (u64, BlockEntry)> + '_ {
+    runs.iter().flat_map(move |(start, run)| {
+        let from = first.max(*start);
+        let to = end.min(start + run.len_blocks());
+        (from..to).map(move |lb| (lb, run.entry(lb - start)))
+    })
+}
+
 /// A fragment: bytes written inside one block without a read-modify-write. The value carries a crc32c of
 /// its header and data so that a flipped bit in the KV store is detected.
 pub fn encode_frag(offset_in_block: u32, data: &[u8]) -> Vec<u8> {
@@ -220,6 +283,22 @@ mod tests {
             bad[i] ^= 0x10;
             assert!(decode_frag(&bad).is_err());
         }
+    }
+
+    #[test]
+    fn block_runs_decode_what_they_encode_and_refuse_bad_lengths() {
+        let run = BlockRun { physical_start: 300, crcs: (0..MAX_RUN_BLOCKS as u32).collect() };
+        assert_eq!(BlockRun::decode(&run.encode()).unwrap(), run);
+        let one = BlockEntry { physical_block: 9, crc32c: 7 };
+        assert_eq!(BlockRun::decode(&one.encode()).unwrap().entry(0), one, "a block entry is a run of one");
+        let mut past_limit = run.encode();
+        past_limit.extend_from_slice(&[0; 4]);
+        for bad in [&[0u8; 8][..], &[0u8; 13][..], &past_limit[..], &[0xff; 12][..]] {
+            assert!(BlockRun::decode(bad).is_err(), "{} bytes accepted", bad.len());
+        }
+        let runs = vec![(10, run.slice(0, 4)), (20, run.slice(4, 6))];
+        let got: Vec<u64> = run_blocks(&runs, 12, 21).map(|(lb, e)| lb * 1000 + e.physical_block).collect();
+        assert_eq!(got, [12_302, 13_303, 20_304]);
     }
 
     #[test]

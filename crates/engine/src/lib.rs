@@ -32,9 +32,9 @@ pub use aligned::{AlignedBuf, IO_ALIGN_BYTES};
 pub use alloc::LARGE_RUN_BLOCKS;
 pub use checksum::crc32c;
 pub use device::{CrashMode, Device, FileDevice, IoEngine, SimDevice, VolatileCacheDevice};
-pub use engine::{BLOCK_SIZE_BYTES, Engine, EngineConfig, MAX_OBJECT_BYTES, WriteMode};
+pub use engine::{BLOCK_SIZE_BYTES, BlockMapSize, Engine, EngineConfig, MAX_OBJECT_BYTES, WriteMode};
 pub use error::{EngineError, Result};
-pub use keys::{CollectionId, Nid, prefix_end};
+pub use keys::{CollectionId, MAX_RUN_BLOCKS, Nid, prefix_end};
 pub use plan::{MAX_ATTR_KEY_BYTES, MAX_ATTR_VALUE_BYTES, MAX_NAME_BYTES, MAX_NAME_TAG_BYTES};
 pub use qos::PriorityGuard;
 pub use reader::{NameEntry, ObjectInfo, Reader};
@@ -47,6 +47,8 @@ pub use verify::{CheckReport, ScrubReport};
 /// The decoders of every on-disk record, for the fuzz targets in `fuzz/`. Not a stable API.
 #[doc(hidden)]
 pub mod fuzzing {
-    pub use crate::keys::{BlockEntry, Onode, decode_frag, decode_name_entry, encode_frag, encode_name_entry};
+    pub use crate::keys::{
+        BlockEntry, BlockRun, Onode, decode_frag, decode_name_entry, encode_frag, encode_name_entry,
+    };
     pub use crate::superblock::Superblock;
 }

@@ -176,6 +176,58 @@ impl<'a> View<'a> {
         Ok(merged.into_iter().take(limit).collect())
     }
 
+    /// The live entry with the greatest key in [lower, key], or None. With `overlay_only` the database is
+    /// not asked (keys of objects created by the transaction being planned).
+    pub fn floor(
+        &self,
+        cf: &'static str,
+        key: &[u8],
+        lower: &[u8],
+        overlay_only: bool,
+    ) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        if lower > key {
+            return Ok(None);
+        }
+        let mut all_layers: Vec<&Overlay> = self.layers.clone();
+        all_layers.push(&self.top);
+        let mut touched = std::collections::BTreeSet::new();
+        for l in &all_layers {
+            if let Some(c) = l.cfs.get(cf) {
+                touched.extend(c.points.range(lower.to_vec()..=key.to_vec()).map(|(k, _)| k.clone()));
+            }
+        }
+        // The greatest key the overlays leave live (their newest state decides).
+        let mut from_overlays = None;
+        for k in touched.iter().rev() {
+            if let Some(v) = self.get(cf, k)? {
+                from_overlays = Some((k.clone(), v));
+                break;
+            }
+        }
+        if overlay_only {
+            return Ok(from_overlays);
+        }
+        // The greatest database key that no overlay touches.
+        let mut ro = rocksdb::ReadOptions::default();
+        ro.set_iterate_lower_bound(lower.to_vec());
+        let it = self.db.iterator_cf_opt(crate::kv::cf(self.db, cf)?, ro, IteratorMode::From(key, Direction::Reverse));
+        let mut from_db = None;
+        for item in it {
+            let (k, v) = item?;
+            if k.as_ref() < lower {
+                break;
+            }
+            if !touched.contains(k.as_ref()) {
+                from_db = Some((k.to_vec(), v.to_vec()));
+                break;
+            }
+        }
+        Ok(match (from_overlays, from_db) {
+            (Some(a), Some(b)) => Some(if a.0 > b.0 { a } else { b }),
+            (a, b) => a.or(b),
+        })
+    }
+
     pub fn scan_prefix(&self, cf: &'static str, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         let end = prefix_end(prefix).unwrap_or_else(|| vec![0xFF; prefix.len() + 1]);
         self.scan(cf, prefix, &end, usize::MAX)

@@ -272,8 +272,8 @@ impl Planner<'_, '_> {
         let onode = Onode::decode(&self.view.get(CF_ONODES, &nid_key(nid))?.ok_or(EngineError::NotFound)?)?;
         self.view.top.delete(CF_NAMES, &name_key(onode.collection, &onode.name));
         self.view.top.delete(CF_ONODES, &nid_key(nid));
-        for (_, entry) in self.blocks_from(nid, 0)? {
-            self.free_block(entry.physical_block)?;
+        for (_, run) in self.runs_overlapping(nid, 0, u64::MAX)? {
+            self.free_blocks(run.physical_start, run.len_blocks())?;
         }
         let (start, end) = (nid_key(nid), nid_key(nid + 1));
         for cf in [CF_BLOCKS, CF_FRAGS, CF_ATTRS, CF_OMAP] {
@@ -314,9 +314,11 @@ impl Planner<'_, '_> {
         }
         let (dst, _) = self.create_object(to_coll, to)?;
         let inline = self.is_inline(src, &src_onode)?;
-        for (lb, entry) in self.blocks_from(src, 0)? {
-            self.share_block(entry.physical_block)?;
-            self.view.top.put(CF_BLOCKS, &block_key(dst, lb), entry.encode().to_vec());
+        for (lb, run) in self.runs_overlapping(src, 0, u64::MAX)? {
+            for p in run.physical_start..run.physical_start + run.len_blocks() {
+                self.share_block(p)?;
+            }
+            self.view.top.put(CF_BLOCKS, &block_key(dst, lb), run.encode());
         }
         for (k, v) in self.view.scan_prefix(CF_FRAGS, &nid_key(src))? {
             let (lb, seq) = (u64_at(&k, 8)?, u64_at(&k, 16)?);
@@ -373,24 +375,24 @@ impl Planner<'_, '_> {
         let blocks = len.div_ceil(bs);
         let first_src = src_offset / bs;
         let first_dst = dst_offset / bs;
-        let src_blocks: std::collections::BTreeMap<u64, BlockEntry> =
-            self.blocks_range(src_nid, first_src, first_src + blocks)?.into_iter().collect();
-        for i in 0..blocks {
-            let (slb, dlb) = (first_src + i, first_dst + i);
-            match src_blocks.get(&slb) {
-                Some(entry) => {
-                    self.share_block(entry.physical_block)?;
-                    self.set_block_unmarked(dst_nid, dlb, *entry)?;
-                }
-                None => self.clear_block(dst_nid, dlb)?,
+        // The destination range loses its blocks and fragments, then gets the source's, shared.
+        self.punch(dst_nid, first_dst, first_dst + blocks)?;
+        self.delete_frags(dst_nid, first_dst, first_dst + blocks)?;
+        for (start, run) in self.runs_overlapping(src_nid, first_src, first_src + blocks)? {
+            let from = first_src.max(start);
+            let to = (first_src + blocks).min(start + run.len_blocks());
+            let piece = run.slice(from - start, to - start);
+            for p in piece.physical_start..piece.physical_start + piece.len_blocks() {
+                self.share_block(p)?;
             }
-            let start = frag_key(src_nid, slb, 0);
-            let end = frag_key(src_nid, slb + 1, 0);
-            for (k, v) in self.view.scan(CF_FRAGS, &start, &end, usize::MAX)? {
-                let seq = u64_at(&k, 16)?;
-                self.ts.frag_deltas.push(FragDelta::Add(dst_nid, dlb, v.len().saturating_sub(8) as u64));
-                self.view.top.put(CF_FRAGS, &frag_key(dst_nid, dlb, seq), v);
-            }
+            self.view.top.put(CF_BLOCKS, &block_key(dst_nid, first_dst + (from - first_src)), piece.encode());
+        }
+        let (fs, fe) = (frag_key(src_nid, first_src, 0), frag_key(src_nid, first_src + blocks, 0));
+        for (k, v) in self.view.scan(CF_FRAGS, &fs, &fe, usize::MAX)? {
+            let (slb, seq) = (u64_at(&k, 8)?, u64_at(&k, 16)?);
+            let dlb = first_dst + (slb - first_src);
+            self.ts.frag_deltas.push(FragDelta::Add(dst_nid, dlb, v.len().saturating_sub(8) as u64));
+            self.view.top.put(CF_FRAGS, &frag_key(dst_nid, dlb, seq), v);
         }
         if dst_was_inline && dst_end > self.inner.cfg.inline_max_bytes {
             self.index_existing_frags(dst_nid)?;
@@ -410,10 +412,7 @@ impl Planner<'_, '_> {
         let bs = BLOCK_SIZE_BYTES;
         if size < onode.size_bytes {
             let first_dead = size.div_ceil(bs);
-            for (_, entry) in self.blocks_from(nid, first_dead)? {
-                self.free_block(entry.physical_block)?;
-            }
-            self.delete_all(CF_BLOCKS, &block_key(nid, first_dead), &nid_key(nid + 1))?;
+            self.punch(nid, first_dead, u64::MAX)?;
             self.delete_all(CF_FRAGS, &frag_key(nid, first_dead, 0), &nid_key(nid + 1))?;
             self.ts.frag_deltas.push(FragDelta::ClearFrom(nid, first_dead));
             if !size.is_multiple_of(bs) {
@@ -588,10 +587,7 @@ impl Planner<'_, '_> {
         assert_eq!(physical.len(), blocks.len(), "one staged block per merged block");
         for (&p, b) in physical.iter().zip(&blocks) {
             let ext = Extent { start: p, len: 1 };
-            let base = match self.view.get(CF_BLOCKS, &block_key(b.nid, b.lblock))? {
-                Some(raw) => Some(BlockEntry::decode(&raw)?.physical_block),
-                None => None,
-            };
+            let base = self.block_at(b.nid, b.lblock)?.map(|e| e.physical_block);
             let (fs, fe) = (frag_key(b.nid, b.lblock, 0), frag_key(b.nid, b.lblock + 1, 0));
             let frags: Vec<Vec<u8>> =
                 self.view.scan(CF_FRAGS, &fs, &fe, usize::MAX)?.into_iter().map(|(k, _)| k).collect();
@@ -612,8 +608,8 @@ impl Planner<'_, '_> {
     /// The current content of one logical block: base block (checked) with fragments applied in order.
     fn block_content(&self, nid: Nid, lb: u64) -> Result<Vec<u8>> {
         let mut content = vec![0u8; BLOCK_SIZE_BYTES as usize];
-        if let Some(raw) = self.view.get(CF_BLOCKS, &block_key(nid, lb))? {
-            read_verified_block(self.inner, nid, lb, &BlockEntry::decode(&raw)?, &mut content)?;
+        if let Some(entry) = self.block_at(nid, lb)? {
+            read_verified_block(self.inner, nid, lb, &entry, &mut content)?;
         }
         let frags = self.view.scan(CF_FRAGS, &frag_key(nid, lb, 0), &frag_key(nid, lb + 1, 0), usize::MAX)?;
         apply_fragments(&mut content, nid, lb, frags.iter().map(|(_, v)| v.as_slice()))?;
@@ -638,81 +634,110 @@ impl Planner<'_, '_> {
     }
 
     // ---- block map -----------------------------------------------------------------------------
+    //
+    // Entries are runs (`BlockRun`): up to MAX_RUN_BLOCKS logical blocks at consecutive physical blocks,
+    // keyed by their first logical block; the runs of one object never overlap. Changing blocks inside a
+    // run splits it (the pieces keep their checksums, nothing is read).
 
     fn has_blocks(&self, nid: Nid) -> Result<bool> {
         Ok(!self.view.scan(CF_BLOCKS, &nid_key(nid), &nid_key(nid + 1), 1)?.is_empty())
     }
 
-    fn blocks_from(&self, nid: Nid, first: u64) -> Result<Vec<(u64, BlockEntry)>> {
-        self.blocks_range(nid, first, u64::MAX)
+    /// The runs of `nid` that map any block in [first, end) (end u64::MAX: to the object's end), in order.
+    fn runs_overlapping(&self, nid: Nid, first: u64, end: u64) -> Result<Vec<(u64, BlockRun)>> {
+        let fresh = self.ts.fresh_nids.contains(&nid);
+        let mut out = Vec::new();
+        if first > 0 {
+            // A run that starts before `first` may reach into the range; it starts at most MAX_RUN_BLOCKS-1
+            // blocks earlier.
+            let lower = block_key(nid, first.saturating_sub(MAX_RUN_BLOCKS - 1));
+            if let Some((k, v)) = self.view.floor(CF_BLOCKS, &block_key(nid, first - 1), &lower, fresh)? {
+                let (start, run) = (u64_at(&k, 8)?, BlockRun::decode(&v)?);
+                if start + run.len_blocks() > first {
+                    out.push((start, run));
+                }
+            }
+        }
+        let (from, to) = (
+            block_key(nid, first),
+            if end == u64::MAX { nid_key(nid + 1).to_vec() } else { block_key(nid, end).to_vec() },
+        );
+        let rest = if fresh {
+            let keys = self.view.top.keys_in(CF_BLOCKS, &from, &to);
+            keys.into_iter().filter_map(|k| self.view.get_overlay_only(CF_BLOCKS, &k).map(|v| (k, v))).collect()
+        } else {
+            self.view.scan(CF_BLOCKS, &from, &to, usize::MAX)?
+        };
+        for (k, v) in rest {
+            out.push((u64_at(&k, 8)?, BlockRun::decode(&v)?));
+        }
+        debug_assert!(out.windows(2).all(|w| w[0].0 + w[0].1.len_blocks() <= w[1].0), "runs overlap");
+        Ok(out)
     }
 
-    fn blocks_range(&self, nid: Nid, first: u64, end: u64) -> Result<Vec<(u64, BlockEntry)>> {
-        let end_key = if end == u64::MAX { nid_key(nid + 1).to_vec() } else { block_key(nid, end).to_vec() };
-        self.view
-            .scan(CF_BLOCKS, &block_key(nid, first), &end_key, usize::MAX)?
-            .into_iter()
-            .map(|(k, v)| Ok((u64_at(&k, 8)?, BlockEntry::decode(&v)?)))
-            .collect()
+    /// The entry of one logical block, if it has one.
+    fn block_at(&self, nid: Nid, lb: u64) -> Result<Option<BlockEntry>> {
+        let runs = self.runs_overlapping(nid, lb, lb + 1)?;
+        Ok(run_blocks(&runs, lb, lb + 1).next().map(|(_, e)| e))
+    }
+
+    /// Unmaps [first, end): runs inside go, runs across an edge are cut (each piece keeps its checksums),
+    /// and the unmapped physical blocks lose a reference. Fragments are the caller's.
+    fn punch(&mut self, nid: Nid, first: u64, end: u64) -> Result<()> {
+        for (start, run) in self.runs_overlapping(nid, first, end)? {
+            let run_end = start + run.len_blocks();
+            let (cut_from, cut_to) = (first.max(start), end.min(run_end));
+            self.view.top.delete(CF_BLOCKS, &block_key(nid, start));
+            if start < cut_from {
+                self.view.top.put(CF_BLOCKS, &block_key(nid, start), run.slice(0, cut_from - start).encode());
+            }
+            if cut_to < run_end {
+                let right = run.slice(cut_to - start, run.len_blocks());
+                self.view.top.put(CF_BLOCKS, &block_key(nid, cut_to), right.encode());
+            }
+            self.free_blocks(run.physical_start + (cut_from - start), cut_to - cut_from)?;
+        }
+        Ok(())
+    }
+
+    /// Maps logical blocks from `first_lb` on to `entries` (blocks already marked used), after unmapping
+    /// what was there; physically consecutive blocks become one run.
+    fn map_blocks(&mut self, nid: Nid, first_lb: u64, entries: &[BlockEntry]) -> Result<()> {
+        self.punch(nid, first_lb, first_lb + entries.len() as u64)?;
+        let mut i = 0;
+        while i < entries.len() {
+            let mut run = BlockRun { physical_start: entries[i].physical_block, crcs: vec![entries[i].crc32c] };
+            while i + run.crcs.len() < entries.len()
+                && run.len_blocks() < MAX_RUN_BLOCKS
+                && entries[i + run.crcs.len()].physical_block == run.physical_start + run.len_blocks()
+            {
+                run.crcs.push(entries[i + run.crcs.len()].crc32c);
+            }
+            self.view.top.put(CF_BLOCKS, &block_key(nid, first_lb + i as u64), run.encode());
+            i += run.crcs.len();
+        }
+        Ok(())
     }
 
     /// Points a logical block at a new physical block (already marked used), freeing the old one and
     /// dropping the block's fragments, which the new content supersedes.
     fn set_block_unmarked(&mut self, nid: Nid, lb: u64, entry: BlockEntry) -> Result<()> {
-        let key = block_key(nid, lb);
-        let old = if self.ts.fresh_nids.contains(&nid) {
-            self.view.get_overlay_only(CF_BLOCKS, &key)
-        } else {
-            self.view.get(CF_BLOCKS, &key)?
-        };
-        if let Some(old) = old {
-            self.free_block(BlockEntry::decode(&old)?.physical_block)?;
-        }
-        self.view.top.put(CF_BLOCKS, &block_key(nid, lb), entry.encode().to_vec());
-        if self.ts.fresh_nids.contains(&nid) {
-            // Only this transaction can have written fragments of a new object.
-            let (start, end) = (frag_key(nid, lb, 0), frag_key(nid, lb + 1, 0));
-            let keys: Vec<Vec<u8>> = self.view.top.keys_in(CF_FRAGS, &start, &end);
-            for k in keys {
-                self.view.top.delete(CF_FRAGS, &k);
-            }
-        } else {
-            self.delete_all(CF_FRAGS, &frag_key(nid, lb, 0), &frag_key(nid, lb + 1, 0))?;
-        }
-        self.ts.frag_deltas.push(FragDelta::ClearBlock(nid, lb));
-        Ok(())
+        self.set_blocks_run(nid, lb, &[entry])
     }
 
-    /// Removes a logical block and its fragments (a hole reads as zeros).
-    fn clear_block(&mut self, nid: Nid, lb: u64) -> Result<()> {
-        if let Some(old) = self.view.get(CF_BLOCKS, &block_key(nid, lb))? {
-            self.free_block(BlockEntry::decode(&old)?.physical_block)?;
-            self.view.top.delete(CF_BLOCKS, &block_key(nid, lb));
-        }
-        self.delete_all(CF_FRAGS, &frag_key(nid, lb, 0), &frag_key(nid, lb + 1, 0))?;
-        self.ts.frag_deltas.push(FragDelta::ClearBlock(nid, lb));
-        Ok(())
-    }
-
-    /// Points a run of logical blocks at new physical blocks (already marked used) with one scan of the
-    /// old entries and one of the fragments, instead of a lookup per block.
+    /// Points a run of logical blocks at new physical blocks (already marked used) and drops their
+    /// fragments, with one scan of the old entries and one of the fragments.
     fn set_blocks_run(&mut self, nid: Nid, first_lb: u64, entries: &[BlockEntry]) -> Result<()> {
         let end_lb = first_lb + entries.len() as u64;
-        let fresh = self.ts.fresh_nids.contains(&nid);
-        let old: Vec<(Vec<u8>, Vec<u8>)> = if fresh {
-            let keys = self.view.top.keys_in(CF_BLOCKS, &block_key(nid, first_lb), &block_key(nid, end_lb));
-            keys.into_iter().filter_map(|k| self.view.get_overlay_only(CF_BLOCKS, &k).map(|v| (k, v))).collect()
-        } else {
-            self.view.scan(CF_BLOCKS, &block_key(nid, first_lb), &block_key(nid, end_lb), usize::MAX)?
-        };
-        for (_, v) in old {
-            self.free_block(BlockEntry::decode(&v)?.physical_block)?;
-        }
-        for (i, e) in entries.iter().enumerate() {
-            self.view.top.put(CF_BLOCKS, &block_key(nid, first_lb + i as u64), e.encode().to_vec());
-        }
-        let (fs, fe) = (frag_key(nid, first_lb, 0), frag_key(nid, end_lb, 0));
-        let frags: Vec<Vec<u8>> = if fresh {
+        self.map_blocks(nid, first_lb, entries)?;
+        self.delete_frags(nid, first_lb, end_lb)
+    }
+
+    /// Deletes the fragments of blocks [first, end) and takes them out of lazy sync's index.
+    fn delete_frags(&mut self, nid: Nid, first: u64, end: u64) -> Result<()> {
+        let (fs, fe) = (frag_key(nid, first, 0), frag_key(nid, end, 0));
+        let frags: Vec<Vec<u8>> = if self.ts.fresh_nids.contains(&nid) {
+            // Only this transaction can have written fragments of a new object.
             self.view.top.keys_in(CF_FRAGS, &fs, &fe)
         } else {
             self.view.scan(CF_FRAGS, &fs, &fe, usize::MAX)?.into_iter().map(|(k, _)| k).collect()
@@ -737,6 +762,33 @@ impl Planner<'_, '_> {
         Ok(())
     }
 
+    /// Drops one reference to each of `n` physical blocks from `start`; blocks whose last reference this
+    /// was are freed (after commit) as whole extents.
+    fn free_blocks(&mut self, start: u64, n: u64) -> Result<()> {
+        if n == 1 {
+            return self.free_block(start);
+        }
+        let shared = self.view.scan(CF_REFS, &nid_key(start), &nid_key(start + n), usize::MAX)?;
+        let mut next = start;
+        for (k, _) in shared {
+            let p = u64_at(&k, 0)?;
+            if p > next {
+                self.free_extent(Extent { start: next, len: p - next });
+            }
+            self.free_block(p)?;
+            next = p + 1;
+        }
+        if next < start + n {
+            self.free_extent(Extent { start: next, len: start + n - next });
+        }
+        Ok(())
+    }
+
+    fn free_extent(&mut self, ext: Extent) {
+        self.ts.marks.push((ext, false));
+        self.ts.frees.push(ext);
+    }
+
     /// Drops one reference to a physical block; the last reference frees it (after commit).
     fn free_block(&mut self, physical: u64) -> Result<()> {
         let key = nid_key(physical);
@@ -750,9 +802,7 @@ impl Planner<'_, '_> {
             }
             return Ok(());
         }
-        let ext = Extent { start: physical, len: 1 };
-        self.ts.marks.push((ext, false));
-        self.ts.frees.push(ext);
+        self.free_extent(Extent { start: physical, len: 1 });
         Ok(())
     }
 

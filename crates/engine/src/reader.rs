@@ -145,6 +145,32 @@ impl Reader {
         Ok(out)
     }
 
+    /// The block-map runs of `nid` that map any block in [first, end): the run that starts before
+    /// `first` and reaches into the range (one backward seek), then a forward scan.
+    pub(crate) fn runs_overlapping(&self, nid: Nid, first: u64, end: u64) -> Result<Vec<(u64, BlockRun)>> {
+        let mut out = Vec::new();
+        if first > 0 {
+            let lower = block_key(nid, first.saturating_sub(MAX_RUN_BLOCKS - 1));
+            let mut ro = rocksdb::ReadOptions::default();
+            ro.set_iterate_lower_bound(lower.to_vec());
+            let key = block_key(nid, first - 1);
+            let cf = crate::kv::cf(&self.db, CF_BLOCKS)?;
+            if let Some(item) = self.snap.iterator_cf_opt(cf, ro, IteratorMode::From(&key, Direction::Reverse)).next() {
+                let (k, v) = item?;
+                if k.as_ref() >= &lower[..] {
+                    let (start, run) = (u64_at(&k, 8)?, BlockRun::decode(&v)?);
+                    if start + run.len_blocks() > first {
+                        out.push((start, run));
+                    }
+                }
+            }
+        }
+        for (k, v) in self.scan(CF_BLOCKS, &block_key(nid, first), &block_key(nid, end), usize::MAX)? {
+            out.push((u64_at(&k, 8)?, BlockRun::decode(&v)?));
+        }
+        Ok(out)
+    }
+
     /// Whole-column-family iteration through this reader's snapshot, for verification.
     pub(crate) fn snapshot_iter_access(&self) -> SnapIter<'_> {
         SnapIter { reader: self }
@@ -268,9 +294,9 @@ impl Reader {
             return Ok(None);
         }
         let mut content = vec![0u8; bs as usize];
-        let base = match self.get(CF_BLOCKS, &block_key(nid, lb))? {
-            Some(raw) => {
-                let e = BlockEntry::decode(&raw)?;
+        let runs = self.runs_overlapping(nid, lb, lb + 1)?;
+        let base = match run_blocks(&runs, lb, lb + 1).next() {
+            Some((_, e)) => {
                 crate::plan::read_verified_block(&self.inner, nid, lb, &e, &mut content)?;
                 Some(e.physical_block)
             }
@@ -292,11 +318,8 @@ impl Reader {
         let bs = BLOCK_SIZE_BYTES;
         let mut out = vec![0u8; (end - offset) as usize];
         let (lb0, lb1) = (offset / bs, (end - 1) / bs + 1);
-        let entries: Vec<(u64, BlockEntry)> = self
-            .scan(CF_BLOCKS, &block_key(nid, lb0), &block_key(nid, lb1), usize::MAX)?
-            .into_iter()
-            .map(|(k, v)| Ok((u64_at(&k, 8)?, BlockEntry::decode(&v)?)))
-            .collect::<Result<_>>()?;
+        let runs = self.runs_overlapping(nid, lb0, lb1)?;
+        let entries: Vec<(u64, BlockEntry)> = run_blocks(&runs, lb0, lb1).collect();
         let mut i = 0;
         while i < entries.len() {
             // Merge logically and physically contiguous blocks into one device read.

@@ -91,8 +91,8 @@ pub(crate) fn run(inner: Arc<Inner>, bytes_per_s: u64) {
         let busy = foreground_now != foreground_seen || waiting > 0;
         foreground_seen = foreground_now;
         let limit = if busy { BUSY_STEP_BLOCKS } else { STEP_BLOCKS };
-        let checked = match step(&inner, &mut from, limit, &mut damaged) {
-            Ok(n) => n,
+        let (checked, reached_end) = match step(&inner, &mut from, limit, &mut damaged) {
+            Ok(r) => r,
             Err(e) => {
                 // The drive failing or shutting down ends the walk; the error is the drive's to report.
                 tracing::debug!(error = %e, "background scrub stopped");
@@ -102,7 +102,7 @@ pub(crate) fn run(inner: Arc<Inner>, bytes_per_s: u64) {
         {
             let mut s = inner.scrubber.status.lock();
             s.blocks_checked += checked as u64;
-            if checked < limit {
+            if reached_end {
                 s.passes_completed += 1;
                 s.damaged = std::mem::take(&mut damaged).into_iter().collect();
                 from = nid_key(0).to_vec();
@@ -125,23 +125,37 @@ fn foreground_work(inner: &Inner) -> (u64, u64) {
     (inner.counters.transactions_committed.load(Ordering::Relaxed), inner.counters.object_reads.load(Ordering::Relaxed))
 }
 
-/// Verifies up to `limit` block-map entries from `from` on; moves `from` past them. Returns how many.
-fn step(inner: &Arc<Inner>, from: &mut Vec<u8>, limit: usize, damaged: &mut BTreeMap<Nid, String>) -> Result<usize> {
+/// Verifies the blocks of block-map runs from `from` on, whole runs until at least `limit` blocks; moves
+/// `from` past them. Returns the blocks checked and whether the walk reached the end of the map.
+fn step(
+    inner: &Arc<Inner>,
+    from: &mut Vec<u8>,
+    limit: usize,
+    damaged: &mut BTreeMap<Nid, String>,
+) -> Result<(usize, bool)> {
     let reader = crate::reader::Reader::new(inner.clone());
     let entries = reader.scan(CF_BLOCKS, from, &[0xff; 17], limit)?;
     let mut block = vec![0u8; BLOCK_SIZE_BYTES as usize];
+    let mut checked = 0usize;
+    let mut taken = 0usize;
     for (k, v) in &entries {
-        let (nid, lb) = (u64_at(k, 0)?, u64_at(k, 8)?);
-        if let Some(what) = crate::verify::verify_block(inner, lb, &BlockEntry::decode(v)?, &mut block) {
-            tracing::warn!(nid, block = lb, %what, "background scrub found a damaged block");
-            if damaged.len() < DAMAGED_LISTED_MAX {
-                damaged.entry(nid).or_insert(what);
+        let (nid, start) = (u64_at(k, 0)?, u64_at(k, 8)?);
+        let run = BlockRun::decode(v)?;
+        for i in 0..run.len_blocks() {
+            if let Some(what) = crate::verify::verify_block(inner, start + i, &run.entry(i), &mut block) {
+                tracing::warn!(nid, block = start + i, %what, "background scrub found a damaged block");
+                if damaged.len() < DAMAGED_LISTED_MAX {
+                    damaged.entry(nid).or_insert(what);
+                }
             }
         }
-    }
-    if let Some((k, _)) = entries.last() {
+        checked += run.len_blocks() as usize;
+        taken += 1;
         *from = k.to_vec();
         from.push(0);
+        if checked >= limit {
+            break;
+        }
     }
-    Ok(entries.len())
+    Ok((checked, taken == entries.len() && entries.len() < limit))
 }

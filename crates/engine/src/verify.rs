@@ -21,12 +21,18 @@ pub struct CheckReport {
     pub doubly_used_blocks: u64,
     /// Referenced but not marked used in the persisted allocation map.
     pub unmarked_blocks: u64,
+    /// Block-map runs of one object that map the same logical block.
+    pub overlapping_runs: u64,
     pub problems: Vec<String>,
 }
 
 impl CheckReport {
     pub fn is_clean(&self) -> bool {
-        self.leaked_blocks == 0 && self.doubly_used_blocks == 0 && self.unmarked_blocks == 0 && self.problems.is_empty()
+        self.leaked_blocks == 0
+            && self.doubly_used_blocks == 0
+            && self.unmarked_blocks == 0
+            && self.overlapping_runs == 0
+            && self.problems.is_empty()
     }
 }
 
@@ -46,10 +52,23 @@ impl Engine {
         let snap = reader.snapshot_iter_access();
         let mut report = CheckReport::default();
         let mut refcount: BTreeMap<u64, u64> = BTreeMap::new();
+        // The end of the previous run, to find runs of one object that overlap.
+        let mut prev_end: Option<(Nid, u64)> = None;
         for item in snap.iter(CF_BLOCKS)? {
-            let (_, v) = item?;
-            let e = BlockEntry::decode(&v)?;
-            *refcount.entry(e.physical_block).or_default() += 1;
+            let (k, v) = item?;
+            let (nid, start) = (u64_at(&k, 0)?, u64_at(&k, 8)?);
+            let run = BlockRun::decode(&v)?;
+            if let Some((n, end)) = prev_end
+                && n == nid
+                && start < end
+            {
+                report.overlapping_runs += 1;
+                push(&mut report.problems, format!("nid {nid}: the run at block {start} overlaps the one before"));
+            }
+            prev_end = Some((nid, start + run.len_blocks()));
+            for p in run.physical_start..run.physical_start + run.len_blocks() {
+                *refcount.entry(p).or_default() += 1;
+            }
         }
         for item in snap.iter(CF_ONODES)? {
             item?;
@@ -117,12 +136,15 @@ impl Engine {
         for item in snap.iter(CF_BLOCKS)? {
             let (k, v) = item?;
             let nid = u64_at(&k, 0)?;
-            let lb = u64_at(&k, 8)?;
-            report.blocks_checked += 1;
-            if let Some(what) = verify_block(inner, lb, &BlockEntry::decode(&v)?, &mut block) {
-                damaged.insert((nid, what));
+            let start = u64_at(&k, 8)?;
+            let run = BlockRun::decode(&v)?;
+            for i in 0..run.len_blocks() {
+                report.blocks_checked += 1;
+                if let Some(what) = verify_block(inner, start + i, &run.entry(i), &mut block) {
+                    damaged.insert((nid, what));
+                }
             }
-            bytes_read += BLOCK_SIZE_BYTES;
+            bytes_read += run.len_blocks() * BLOCK_SIZE_BYTES;
             if let Some(rate) = max_bytes_per_s.filter(|r| *r > 0) {
                 let due = std::time::Duration::from_secs_f64(bytes_read as f64 / rate as f64);
                 if let Some(wait) = due.checked_sub(started.elapsed()) {

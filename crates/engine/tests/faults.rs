@@ -452,3 +452,100 @@ fn readers_racing_overwrites_see_whole_versions_through_the_metadata_cache() {
     let info = r.lookup(coll, b"k").unwrap().unwrap();
     assert_eq!(r.read(info.nid, 0, info.size_bytes).unwrap(), version(1999));
 }
+
+/// Block-map runs: a large write is one entry per MAX_RUN_BLOCKS blocks; overwrites, lazy-sync merges,
+/// truncation and clone_range split runs exactly where they change, including at the run limit.
+#[test]
+fn block_map_runs_split_where_they_change_and_stop_at_the_limit() {
+    let mut d = SimDrive::new(EngineConfig { inline_max_bytes: 0, ..config() });
+    let (coll, bs) = (d.coll, BLOCK_SIZE_BYTES as usize);
+    let blocks = MAX_RUN_BLOCKS as usize + 5;
+    let mut model = data(1, blocks * bs);
+    let staged = d.engine().stage(&model, true).unwrap();
+    d.engine()
+        .submit(Transaction::new().op(Op::WriteStaged { coll, name: b"big".to_vec(), offset: 0, staged }))
+        .unwrap();
+    let runs = d.engine().debug_block_runs(coll, b"big").unwrap();
+    assert_eq!(runs.len(), 2, "one entry per {MAX_RUN_BLOCKS} blocks: {runs:?}");
+    assert_eq!((runs[0].0, runs[0].2, runs[1].0, runs[1].2), (0, MAX_RUN_BLOCKS, MAX_RUN_BLOCKS, 5));
+    let size = d.engine().block_map_size().unwrap();
+    assert_eq!((size.entries, size.blocks), (2, blocks as u64));
+    assert!(size.bytes * 1024 * 1024 / (blocks * bs) as u64 <= 1100, "{size:?}");
+
+    let check = |d: &SimDrive, model: &[u8]| {
+        let r = d.engine().reader();
+        let info = r.lookup(coll, b"big").unwrap().unwrap();
+        assert_eq!(info.size_bytes, model.len() as u64);
+        assert!(r.read(info.nid, 0, info.size_bytes).unwrap() == model, "content differs");
+        // Reads that start inside a run find it by its start up to MAX_RUN_BLOCKS-1 blocks back.
+        for lb in [1, 1000, MAX_RUN_BLOCKS - 1, MAX_RUN_BLOCKS, MAX_RUN_BLOCKS + 2] {
+            let off = lb * bs as u64 + 100;
+            if off < info.size_bytes {
+                let got = r.read(info.nid, off, 5000).unwrap();
+                let end = (off as usize + 5000).min(model.len());
+                assert!(got == model[off as usize..end], "read at block {lb}");
+            }
+        }
+        let report = d.engine().check().unwrap();
+        assert!(report.is_clean(), "{report:?}");
+    };
+    check(&d, &model);
+
+    // An aligned overwrite across the run limit: three runs become five.
+    let over = data(2, 3 * bs);
+    let off = (MAX_RUN_BLOCKS as usize - 1) * bs;
+    d.engine()
+        .submit(Transaction::new().op(Op::Write {
+            coll,
+            name: b"big".to_vec(),
+            offset: off as u64,
+            data: over.clone(),
+        }))
+        .unwrap();
+    model[off..off + over.len()].copy_from_slice(&over);
+    check(&d, &model);
+    let runs = d.engine().debug_block_runs(coll, b"big").unwrap();
+    assert_eq!(runs.iter().map(|r| r.2).sum::<u64>(), blocks as u64, "{runs:?}");
+
+    // Unaligned writes inside a run, merged by lazy sync: the merged block splits its run.
+    for i in 0..8u64 {
+        let w = data(10 + i, 300);
+        let off = 500 * bs + 17 + i as usize * 400;
+        d.engine()
+            .submit(Transaction::new().op(Op::Write {
+                coll,
+                name: b"big".to_vec(),
+                offset: off as u64,
+                data: w.clone(),
+            }))
+            .unwrap();
+        model[off..off + w.len()].copy_from_slice(&w);
+    }
+    d.engine().sync_fragments(true).unwrap();
+    assert_eq!(d.engine().stats().fragments_outstanding, 0);
+    check(&d, &model);
+
+    // clone_range from the middle of a run into another object, then truncate inside a run.
+    let t = Transaction::new().op(Op::CloneRange {
+        src_coll: coll,
+        src: b"big".to_vec(),
+        src_offset: 100 * bs as u64,
+        len: 50 * bs as u64,
+        dst_coll: coll,
+        dst: b"copy".to_vec(),
+        dst_offset: 0,
+    });
+    d.engine().submit(t).unwrap();
+    let r = d.engine().reader();
+    let copy = r.lookup(coll, b"copy").unwrap().unwrap();
+    assert!(r.read(copy.nid, 0, 50 * bs as u64).unwrap() == model[100 * bs..150 * bs]);
+    drop(r);
+    let cut = 700 * bs + 123;
+    d.engine()
+        .submit(Transaction::new().op(Op::Truncate { coll, name: b"big".to_vec(), size_bytes: cut as u64 }))
+        .unwrap();
+    model.truncate(cut);
+    check(&d, &model);
+    d.reopen(config());
+    check(&d, &model);
+}

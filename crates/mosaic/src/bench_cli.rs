@@ -134,6 +134,13 @@ pub fn run(b: BenchArgs) -> Result<ExitCode, String> {
                     ("writes", format!("{} x {} B, queue depth {}", r.ops, r.io_size_bytes, r.queue_depth)),
                     ("throughput", format!("{:.1} MiB/s, {:.0} writes/s", r.throughput_mib_s, r.ops_per_s)),
                     (
+                        "block map",
+                        format!(
+                            "{} entries, {:.0} bytes per MiB mapped",
+                            r.block_map_entries, r.block_map_bytes_per_mib
+                        ),
+                    ),
+                    (
                         "latency p50/p99/p999",
                         format!(
                             "{} / {} / {} us",
