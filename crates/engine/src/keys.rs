@@ -179,37 +179,123 @@ impl BlockEntry {
 /// Most logical blocks one block-map entry maps (4 MiB): bounds the backward search for the entry that
 /// covers a block, and the work of splitting one.
 pub const MAX_RUN_BLOCKS: u64 = 1024;
+/// Blocks one checksum covers in a long run (16 KiB; BlueStore's checksum chunk): the block map of
+/// large objects then costs about 70 bytes per MiB instead of 1 KiB, and a read verifies whole units.
+pub const RUN_CHECKSUM_UNIT_BLOCKS: u64 = 4;
+/// Runs at least this long are built with 16 KiB checksum units; shorter runs keep one per block.
+pub const UNIT_CHECKSUM_MIN_RUN_BLOCKS: u64 = 16;
 
-/// A block-map entry in extent form: logical blocks from the entry key's block on, stored at consecutive
-/// physical blocks from `physical_start`, with one crc32c per block. Encoded as the physical start
-/// (8 bytes) and the checksums (4 bytes each), so a run of one block is exactly a `BlockEntry`: maps
-/// written before runs existed read as runs of one.
+/// A block-map entry in extent form: `len_blocks` logical blocks from the entry key's block on, stored at
+/// consecutive physical blocks from `physical_start`, with one crc32c per checksum unit of `unit_blocks`
+/// blocks counted from the run's start (the last unit may be shorter).
+///
+/// Encoding: the physical start (8 bytes) and one crc per block (4 bytes each) when units are single
+/// blocks, so a run of one block is exactly a `BlockEntry` (maps written before runs existed read as runs
+/// of one); with longer units the physical start, the length (2 bytes) and one crc per unit, which makes
+/// the value's length 2 modulo 4.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BlockRun {
     pub physical_start: u64,
+    pub len_blocks: u64,
+    pub unit_blocks: u64,
     pub crcs: Vec<u32>,
 }
 
+/// One checksum unit of a run: blocks [first, first + blocks) (relative to the run) and their crc32c.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChecksumUnit {
+    pub first: u64,
+    pub blocks: u64,
+    pub crc32c: u32,
+}
+
 impl BlockRun {
+    /// A run with one checksum per block.
+    pub fn per_block(physical_start: u64, crcs: Vec<u32>) -> BlockRun {
+        BlockRun { physical_start, len_blocks: crcs.len() as u64, unit_blocks: 1, crcs }
+    }
+
+    /// A run from per-block checksums, with 16 KiB units when it is long (combined without reading).
+    pub fn from_block_crcs(physical_start: u64, block_crcs: &[u32]) -> BlockRun {
+        let n = block_crcs.len() as u64;
+        if n < UNIT_CHECKSUM_MIN_RUN_BLOCKS {
+            return BlockRun::per_block(physical_start, block_crcs.to_vec());
+        }
+        let unit = RUN_CHECKSUM_UNIT_BLOCKS as usize;
+        let crcs =
+            block_crcs.chunks(unit).map(|c| c.iter().skip(1).fold(c[0], |acc, b| crc_append_block(acc, *b))).collect();
+        BlockRun { physical_start, len_blocks: n, unit_blocks: RUN_CHECKSUM_UNIT_BLOCKS, crcs }
+    }
+
     pub fn len_blocks(&self) -> u64 {
-        self.crcs.len() as u64
+        self.len_blocks
     }
 
-    /// Block `i` of the run as a single entry.
-    pub fn entry(&self, i: u64) -> BlockEntry {
-        BlockEntry { physical_block: self.physical_start + i, crc32c: self.crcs[i as usize] }
+    /// The checksum unit that holds block `i` of the run.
+    pub fn unit_of(&self, i: u64) -> ChecksumUnit {
+        debug_assert!(i < self.len_blocks);
+        let u = i / self.unit_blocks;
+        let first = u * self.unit_blocks;
+        ChecksumUnit { first, blocks: self.unit_blocks.min(self.len_blocks - first), crc32c: self.crcs[u as usize] }
     }
 
-    /// Blocks [from, to) of the run.
-    pub fn slice(&self, from: u64, to: u64) -> BlockRun {
-        debug_assert!(from < to && to <= self.len_blocks());
-        BlockRun { physical_start: self.physical_start + from, crcs: self.crcs[from as usize..to as usize].to_vec() }
+    /// The checksum units that hold blocks [from, to) of the run, in order.
+    pub fn units(&self, from: u64, to: u64) -> impl Iterator<Item = ChecksumUnit> + '_ {
+        let (first_unit, end_unit) = (from / self.unit_blocks, to.div_ceil(self.unit_blocks));
+        (first_unit..end_unit).map(move |u| self.unit_of(u * self.unit_blocks))
+    }
+
+    /// Whether a run can be cut at block `i` without recomputing a checksum.
+    pub fn cuts_cleanly_at(&self, i: u64) -> bool {
+        i.is_multiple_of(self.unit_blocks) || i == self.len_blocks
+    }
+
+    /// Blocks [from, to) of the run, when both ends fall on unit boundaries (or the run's end).
+    pub fn slice(&self, from: u64, to: u64) -> Option<BlockRun> {
+        debug_assert!(from < to && to <= self.len_blocks);
+        if !self.cuts_cleanly_at(from) || !self.cuts_cleanly_at(to) {
+            return None;
+        }
+        let crcs = self.crcs[(from / self.unit_blocks) as usize..to.div_ceil(self.unit_blocks) as usize].to_vec();
+        Some(BlockRun {
+            physical_start: self.physical_start + from,
+            len_blocks: to - from,
+            unit_blocks: self.unit_blocks,
+            crcs,
+        })
+    }
+
+    /// `next` appended to this run, if it continues it physically, the result stays within
+    /// MAX_RUN_BLOCKS and the checksums can be combined without reading: per-block runs join per-block
+    /// runs; a unit run takes per-block checksums, which extend its last unit and start new ones.
+    pub fn joined(&self, next_block_crcs: &[u32], next_physical_start: u64) -> Option<BlockRun> {
+        let n = next_block_crcs.len() as u64;
+        if next_physical_start != self.physical_start + self.len_blocks || self.len_blocks + n > MAX_RUN_BLOCKS {
+            return None;
+        }
+        let mut out = self.clone();
+        for &c in next_block_crcs {
+            if out.unit_blocks == 1 || out.len_blocks.is_multiple_of(out.unit_blocks) {
+                out.crcs.push(c);
+            } else {
+                let last = out.crcs.last_mut().expect("a run has a unit");
+                *last = crc_append_block(*last, c);
+            }
+            out.len_blocks += 1;
+        }
+        // A per-block run that grew long takes units only when built anew (the next split or rewrite).
+        Some(out)
     }
 
     pub fn encode(&self) -> Vec<u8> {
-        debug_assert!(!self.crcs.is_empty() && self.len_blocks() <= MAX_RUN_BLOCKS);
-        let mut v = Vec::with_capacity(8 + 4 * self.crcs.len());
+        debug_assert!(self.len_blocks >= 1 && self.len_blocks <= MAX_RUN_BLOCKS);
+        debug_assert_eq!(self.crcs.len() as u64, self.len_blocks.div_ceil(self.unit_blocks));
+        let mut v = Vec::with_capacity(10 + 4 * self.crcs.len());
         v.extend_from_slice(&self.physical_start.to_be_bytes());
+        if self.unit_blocks > 1 {
+            debug_assert_eq!(self.unit_blocks, RUN_CHECKSUM_UNIT_BLOCKS);
+            v.extend_from_slice(&(self.len_blocks as u16).to_be_bytes());
+        }
         for c in &self.crcs {
             v.extend_from_slice(&c.to_be_bytes());
         }
@@ -217,26 +303,33 @@ impl BlockRun {
     }
 
     pub fn decode(raw: &[u8]) -> Result<Self> {
-        let n = raw.len().saturating_sub(8) / 4;
-        if raw.len() < 12 || !(raw.len() - 8).is_multiple_of(4) || n as u64 > MAX_RUN_BLOCKS {
-            return Err(EngineError::Corrupt(format!("block-map entry of {} bytes", raw.len())));
+        let bad = || EngineError::Corrupt(format!("block-map entry of {} bytes", raw.len()));
+        if raw.len() < 12 {
+            return Err(bad());
         }
         let physical_start = u64_at(raw, 0)?;
-        if physical_start.checked_add(n as u64).is_none() {
-            return Err(EngineError::Corrupt("block-map entry past the end of the address space".into()));
+        let (len_blocks, unit_blocks, crc_bytes) = match (raw.len() - 8) % 4 {
+            0 => (((raw.len() - 8) / 4) as u64, 1, &raw[8..]),
+            2 => {
+                let n = u16::from_be_bytes([raw[8], raw[9]]) as u64;
+                if n == 0 || ((raw.len() - 10) / 4) as u64 != n.div_ceil(RUN_CHECKSUM_UNIT_BLOCKS) {
+                    return Err(bad());
+                }
+                (n, RUN_CHECKSUM_UNIT_BLOCKS, &raw[10..])
+            }
+            _ => return Err(bad()),
+        };
+        if len_blocks > MAX_RUN_BLOCKS || physical_start.checked_add(len_blocks).is_none() {
+            return Err(bad());
         }
-        let crcs = raw[8..].chunks_exact(4).map(|c| u32::from_be_bytes([c[0], c[1], c[2], c[3]])).collect();
-        Ok(BlockRun { physical_start, crcs })
+        let crcs = crc_bytes.chunks_exact(4).map(|c| u32::from_be_bytes([c[0], c[1], c[2], c[3]])).collect();
+        Ok(BlockRun { physical_start, len_blocks, unit_blocks, crcs })
     }
 }
 
-/// Every block of the runs, as (logical block, entry), clipped to [first, end).
-pub fn run_blocks(runs: &[(u64, BlockRun)], first: u64, end: u64) -> impl Iterator<Item = (u64, BlockEntry)> + '_ {
-    runs.iter().flat_map(move |(start, run)| {
-        let from = first.max(*start);
-        let to = end.min(start + run.len_blocks());
-        (from..to).map(move |lb| (lb, run.entry(lb - start)))
-    })
+/// crc32c of A followed by one block B, from crc32c(A) and crc32c(B).
+fn crc_append_block(crc_a: u32, crc_b: u32) -> u32 {
+    crate::checksum::crc32c_append_block(crc_a, crc_b)
 }
 
 /// A fragment: bytes written inside one block without a read-modify-write. The value carries a crc32c of
@@ -287,18 +380,45 @@ mod tests {
 
     #[test]
     fn block_runs_decode_what_they_encode_and_refuse_bad_lengths() {
-        let run = BlockRun { physical_start: 300, crcs: (0..MAX_RUN_BLOCKS as u32).collect() };
-        assert_eq!(BlockRun::decode(&run.encode()).unwrap(), run);
+        let per_block = BlockRun::per_block(300, (0..MAX_RUN_BLOCKS as u32).collect());
+        assert_eq!(BlockRun::decode(&per_block.encode()).unwrap(), per_block);
         let one = BlockEntry { physical_block: 9, crc32c: 7 };
-        assert_eq!(BlockRun::decode(&one.encode()).unwrap().entry(0), one, "a block entry is a run of one");
-        let mut past_limit = run.encode();
+        let as_run = BlockRun::decode(&one.encode()).unwrap();
+        assert_eq!(
+            (as_run.physical_start, as_run.len_blocks, as_run.crcs[0]),
+            (9, 1, 7),
+            "a block entry is a run of one"
+        );
+        let units = BlockRun::from_block_crcs(50, &(0..18).collect::<Vec<u32>>());
+        assert_eq!((units.unit_blocks, units.crcs.len()), (4, 5));
+        assert_eq!(BlockRun::decode(&units.encode()).unwrap(), units);
+        let mut past_limit = per_block.encode();
         past_limit.extend_from_slice(&[0; 4]);
-        for bad in [&[0u8; 8][..], &[0u8; 13][..], &past_limit[..], &[0xff; 12][..]] {
+        let mut wrong_units = units.encode();
+        wrong_units.extend_from_slice(&[0; 4]);
+        let zero_len = [&[0u8; 8][..], &[0, 0], &[0; 4]].concat();
+        for bad in [&[0u8; 8][..], &[0u8; 13][..], &past_limit[..], &[0xff; 12][..], &wrong_units[..], &zero_len[..]] {
             assert!(BlockRun::decode(bad).is_err(), "{} bytes accepted", bad.len());
         }
-        let runs = vec![(10, run.slice(0, 4)), (20, run.slice(4, 6))];
-        let got: Vec<u64> = run_blocks(&runs, 12, 21).map(|(lb, e)| lb * 1000 + e.physical_block).collect();
-        assert_eq!(got, [12_302, 13_303, 20_304]);
+    }
+
+    #[test]
+    fn unit_checksums_are_the_crc32c_of_their_blocks() {
+        let data: Vec<u8> = (0..18 * 4096u32).map(|i| (i % 251) as u8).collect();
+        let block_crcs: Vec<u32> = data.chunks(4096).map(crate::checksum::crc32c).collect();
+        let run = BlockRun::from_block_crcs(0, &block_crcs);
+        for u in run.units(0, 18) {
+            let bytes = &data[(u.first * 4096) as usize..((u.first + u.blocks) * 4096) as usize];
+            assert_eq!(crate::checksum::crc32c(bytes), u.crc32c, "unit at {}", u.first);
+        }
+        // Cuts off unit boundaries need the data; on them, slices keep their units.
+        assert!(run.slice(1, 8).is_none());
+        assert_eq!(run.slice(4, 18).unwrap().units(0, 14).next().unwrap().crc32c, run.unit_of(4).crc32c);
+        // Joining per-block checksums extends the short last unit and starts new ones.
+        let head = BlockRun::from_block_crcs(0, &block_crcs[..17]);
+        let joined = head.joined(&block_crcs[17..], 17).unwrap();
+        assert_eq!(joined, run);
+        assert!(head.joined(&block_crcs[17..], 99).is_none(), "not physically contiguous");
     }
 
     #[test]

@@ -381,11 +381,12 @@ impl Planner<'_, '_> {
         for (start, run) in self.runs_overlapping(src_nid, first_src, first_src + blocks)? {
             let from = first_src.max(start);
             let to = (first_src + blocks).min(start + run.len_blocks());
-            let piece = run.slice(from - start, to - start);
-            for p in piece.physical_start..piece.physical_start + piece.len_blocks() {
-                self.share_block(p)?;
+            for (lb, piece) in self.piece(src_nid, start, &run, from - start, to - start)? {
+                for p in piece.physical_start..piece.physical_start + piece.len_blocks() {
+                    self.share_block(p)?;
+                }
+                self.view.top.put(CF_BLOCKS, &block_key(dst_nid, first_dst + (lb - first_src)), piece.encode());
             }
-            self.view.top.put(CF_BLOCKS, &block_key(dst_nid, first_dst + (from - first_src)), piece.encode());
         }
         let (fs, fe) = (frag_key(src_nid, first_src, 0), frag_key(src_nid, first_src + blocks, 0));
         for (k, v) in self.view.scan(CF_FRAGS, &fs, &fe, usize::MAX)? {
@@ -587,7 +588,7 @@ impl Planner<'_, '_> {
         assert_eq!(physical.len(), blocks.len(), "one staged block per merged block");
         for (&p, b) in physical.iter().zip(&blocks) {
             let ext = Extent { start: p, len: 1 };
-            let base = self.block_at(b.nid, b.lblock)?.map(|e| e.physical_block);
+            let base = self.run_at(b.nid, b.lblock)?.map(|(start, r)| r.physical_start + (b.lblock - start));
             let (fs, fe) = (frag_key(b.nid, b.lblock, 0), frag_key(b.nid, b.lblock + 1, 0));
             let frags: Vec<Vec<u8>> =
                 self.view.scan(CF_FRAGS, &fs, &fe, usize::MAX)?.into_iter().map(|(k, _)| k).collect();
@@ -608,8 +609,8 @@ impl Planner<'_, '_> {
     /// The current content of one logical block: base block (checked) with fragments applied in order.
     fn block_content(&self, nid: Nid, lb: u64) -> Result<Vec<u8>> {
         let mut content = vec![0u8; BLOCK_SIZE_BYTES as usize];
-        if let Some(entry) = self.block_at(nid, lb)? {
-            read_verified_block(self.inner, nid, lb, &entry, &mut content)?;
+        if let Some((start, run)) = self.run_at(nid, lb)? {
+            read_verified_block(self.inner, nid, start, &run, lb, &mut content)?;
         }
         let frags = self.view.scan(CF_FRAGS, &frag_key(nid, lb, 0), &frag_key(nid, lb + 1, 0), usize::MAX)?;
         apply_fragments(&mut content, nid, lb, frags.iter().map(|(_, v)| v.as_slice()))?;
@@ -675,10 +676,45 @@ impl Planner<'_, '_> {
         Ok(out)
     }
 
-    /// The entry of one logical block, if it has one.
-    fn block_at(&self, nid: Nid, lb: u64) -> Result<Option<BlockEntry>> {
-        let runs = self.runs_overlapping(nid, lb, lb + 1)?;
-        Ok(run_blocks(&runs, lb, lb + 1).next().map(|(_, e)| e))
+    /// The run that maps logical block `lb`, as (its first logical block, run), if any.
+    fn run_at(&self, nid: Nid, lb: u64) -> Result<Option<(u64, BlockRun)>> {
+        Ok(self.runs_overlapping(nid, lb, lb + 1)?.into_iter().next())
+    }
+
+    /// The runs that map blocks [from, to) of `run` (which starts at logical block `start`): the run's own
+    /// checksum units where the cut falls on their boundaries; a unit cut through is read (checked) and
+    /// its kept blocks get one checksum each.
+    fn piece(&mut self, nid: Nid, start: u64, run: &BlockRun, from: u64, to: u64) -> Result<Vec<(u64, BlockRun)>> {
+        if let Some(r) = run.slice(from, to) {
+            return Ok(vec![(start + from, r)]);
+        }
+        let unit = run.unit_blocks;
+        let mut out = Vec::with_capacity(3);
+        let a = from.next_multiple_of(unit).min(to);
+        if a > from {
+            out.push((start + from, self.rechecksum(nid, start, run, from, a)?));
+        }
+        let b = if to == run.len_blocks() { to } else { (to / unit * unit).max(a) };
+        if b > a {
+            out.push((start + a, run.slice(a, b).expect("cut on unit boundaries")));
+        }
+        if to > b {
+            out.push((start + b, self.rechecksum(nid, start, run, b, to)?));
+        }
+        Ok(out)
+    }
+
+    /// Blocks [from, to) of one checksum unit of `run` as a run with a checksum per block: the unit is read
+    /// from the device and checked first.
+    fn rechecksum(&mut self, nid: Nid, start: u64, run: &BlockRun, from: u64, to: u64) -> Result<BlockRun> {
+        let bs = BLOCK_SIZE_BYTES as usize;
+        let unit = run.unit_of(from);
+        assert!(to <= unit.first + unit.blocks, "a re-checksummed piece lies within one unit");
+        let mut buf = vec![0u8; unit.blocks as usize * bs];
+        read_verified_unit(self.inner, nid, start, run, unit, &mut buf)?;
+        self.inner.counters.checksum_split_reads.fetch_add(1, Ordering::Relaxed);
+        let crcs = (from..to).map(|i| crate::checksum::crc32c(&buf[(i - unit.first) as usize * bs..][..bs])).collect();
+        Ok(BlockRun::per_block(run.physical_start + from, crcs))
     }
 
     /// Unmaps [first, end): runs inside go, runs across an edge are cut (each piece keeps its checksums),
@@ -687,13 +723,17 @@ impl Planner<'_, '_> {
         for (start, run) in self.runs_overlapping(nid, first, end)? {
             let run_end = start + run.len_blocks();
             let (cut_from, cut_to) = (first.max(start), end.min(run_end));
-            self.view.top.delete(CF_BLOCKS, &block_key(nid, start));
+            // Pieces first: a piece cut through a checksum unit reads blocks that are freed below.
+            let mut kept = Vec::new();
             if start < cut_from {
-                self.view.top.put(CF_BLOCKS, &block_key(nid, start), run.slice(0, cut_from - start).encode());
+                kept.extend(self.piece(nid, start, &run, 0, cut_from - start)?);
             }
             if cut_to < run_end {
-                let right = run.slice(cut_to - start, run.len_blocks());
-                self.view.top.put(CF_BLOCKS, &block_key(nid, cut_to), right.encode());
+                kept.extend(self.piece(nid, start, &run, cut_to - start, run.len_blocks())?);
+            }
+            self.view.top.delete(CF_BLOCKS, &block_key(nid, start));
+            for (lb, r) in kept {
+                self.view.top.put(CF_BLOCKS, &block_key(nid, lb), r.encode());
             }
             self.free_blocks(run.physical_start + (cut_from - start), cut_to - cut_from)?;
         }
@@ -701,20 +741,35 @@ impl Planner<'_, '_> {
     }
 
     /// Maps logical blocks from `first_lb` on to `entries` (blocks already marked used), after unmapping
-    /// what was there; physically consecutive blocks become one run.
+    /// what was there. Physically consecutive blocks become one run (16 KiB checksum units when long); a
+    /// run that continues the one ending just before (sequential writes) extends it.
     fn map_blocks(&mut self, nid: Nid, first_lb: u64, entries: &[BlockEntry]) -> Result<()> {
         self.punch(nid, first_lb, first_lb + entries.len() as u64)?;
         let mut i = 0;
         while i < entries.len() {
-            let mut run = BlockRun { physical_start: entries[i].physical_block, crcs: vec![entries[i].crc32c] };
-            while i + run.crcs.len() < entries.len()
-                && run.len_blocks() < MAX_RUN_BLOCKS
-                && entries[i + run.crcs.len()].physical_block == run.physical_start + run.len_blocks()
+            let mut n = 1;
+            while i + n < entries.len()
+                && (n as u64) < MAX_RUN_BLOCKS
+                && entries[i + n].physical_block == entries[i].physical_block + n as u64
             {
-                run.crcs.push(entries[i + run.crcs.len()].crc32c);
+                n += 1;
             }
-            self.view.top.put(CF_BLOCKS, &block_key(nid, first_lb + i as u64), run.encode());
-            i += run.crcs.len();
+            let lb = first_lb + i as u64;
+            let crcs: Vec<u32> = entries[i..i + n].iter().map(|e| e.crc32c).collect();
+            let previous = if lb > 0 { self.run_at(nid, lb - 1)? } else { None };
+            let joined = previous.and_then(|(start, prev)| {
+                (start + prev.len_blocks() == lb)
+                    .then(|| prev.joined(&crcs, entries[i].physical_block).map(|r| (start, r)))?
+            });
+            match joined {
+                Some((start, run)) => self.view.top.put(CF_BLOCKS, &block_key(nid, start), run.encode()),
+                None => self.view.top.put(
+                    CF_BLOCKS,
+                    &block_key(nid, lb),
+                    BlockRun::from_block_crcs(entries[i].physical_block, &crcs).encode(),
+                ),
+            }
+            i += n;
         }
         Ok(())
     }
@@ -825,13 +880,41 @@ pub(crate) fn check_op_data_len(len: usize, max: usize) -> Result<()> {
     Ok(())
 }
 
-/// Reads one physical block into `out` and checks it against its block-map checksum.
-pub(crate) fn read_verified_block(inner: &Inner, nid: Nid, lb: u64, entry: &BlockEntry, out: &mut [u8]) -> Result<()> {
-    inner.read_blocks(entry.physical_block, out)?;
-    if crate::checksum::crc32c(out) != entry.crc32c {
+/// Reads the blocks of one checksum unit of `run` (which starts at logical block `start`) into `out`,
+/// directly from the device, and checks them against the unit's crc32c.
+pub(crate) fn read_verified_unit(
+    inner: &Inner,
+    nid: Nid,
+    start: u64,
+    run: &BlockRun,
+    unit: ChecksumUnit,
+    out: &mut [u8],
+) -> Result<()> {
+    debug_assert_eq!(out.len() as u64, unit.blocks * BLOCK_SIZE_BYTES);
+    let physical = run.physical_start + unit.first;
+    inner.read_blocks(physical, out)?;
+    if crate::checksum::crc32c(out) != unit.crc32c {
         inner.counters.checksum_errors.fetch_add(1, Ordering::Relaxed);
-        return Err(EngineError::Checksum { object: format!("nid {nid}"), block: lb, physical: entry.physical_block });
+        return Err(EngineError::Checksum { object: format!("nid {nid}"), block: start + unit.first, physical });
     }
+    Ok(())
+}
+
+/// Reads logical block `lb` of `run` into `out` (one block), checked by its checksum unit.
+pub(crate) fn read_verified_block(
+    inner: &Inner,
+    nid: Nid,
+    start: u64,
+    run: &BlockRun,
+    lb: u64,
+    out: &mut [u8],
+) -> Result<()> {
+    let bs = BLOCK_SIZE_BYTES as usize;
+    let unit = run.unit_of(lb - start);
+    let mut buf = vec![0u8; unit.blocks as usize * bs];
+    read_verified_unit(inner, nid, start, run, unit, &mut buf)?;
+    let i = (lb - start - unit.first) as usize;
+    out.copy_from_slice(&buf[i * bs..(i + 1) * bs]);
     Ok(())
 }
 

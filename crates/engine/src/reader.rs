@@ -294,11 +294,10 @@ impl Reader {
             return Ok(None);
         }
         let mut content = vec![0u8; bs as usize];
-        let runs = self.runs_overlapping(nid, lb, lb + 1)?;
-        let base = match run_blocks(&runs, lb, lb + 1).next() {
-            Some((_, e)) => {
-                crate::plan::read_verified_block(&self.inner, nid, lb, &e, &mut content)?;
-                Some(e.physical_block)
+        let base = match self.runs_overlapping(nid, lb, lb + 1)?.into_iter().next() {
+            Some((start, run)) => {
+                crate::plan::read_verified_block(&self.inner, nid, start, &run, lb, &mut content)?;
+                Some(run.physical_start + (lb - start))
             }
             None => None,
         };
@@ -319,24 +318,9 @@ impl Reader {
         let mut out = vec![0u8; (end - offset) as usize];
         let (lb0, lb1) = (offset / bs, (end - 1) / bs + 1);
         let runs = self.runs_overlapping(nid, lb0, lb1)?;
-        let entries: Vec<(u64, BlockEntry)> = run_blocks(&runs, lb0, lb1).collect();
-        let mut i = 0;
-        while i < entries.len() {
-            // Merge logically and physically contiguous blocks into one device read.
-            let mut j = i + 1;
-            while j < entries.len()
-                && entries[j].0 == entries[j - 1].0 + 1
-                && entries[j].1.physical_block == entries[j - 1].1.physical_block + 1
-                && (j - i + 1) as u64 * bs <= MAX_READ_RUN_BYTES
-            {
-                j += 1;
-            }
-            let run = self.read_verified_run(&info.name, &entries[i..j])?;
-            let buf = run.as_slice();
-            for (n, (lb, _)) in entries[i..j].iter().enumerate() {
-                copy_clipped(&mut out, offset, lb * bs, &buf[n * bs as usize..(n + 1) * bs as usize]);
-            }
-            i = j;
+        for seg in read_segments(&runs, lb0, lb1) {
+            let buf = self.read_verified_segment(&info.name, &seg)?;
+            copy_clipped(&mut out, offset, seg.first_lb * bs, buf.as_slice());
         }
         for (k, v) in self.scan(CF_FRAGS, &frag_key(nid, lb0, 0), &frag_key(nid, lb1, 0), usize::MAX)? {
             let lb = u64_at(&k, 8)?;
@@ -349,39 +333,82 @@ impl Reader {
 }
 
 impl Reader {
-    /// Reads one physically contiguous run of an object's blocks and checks every block's checksum. A
+    /// Reads one segment (physically contiguous blocks, whole checksum units) and checks every unit. A
     /// cached read that fails a checksum is dropped from the page cache and read again from the device,
     /// which is the truth: only a mismatch there is an error.
-    fn read_verified_run(&self, name: &[u8], entries: &[(u64, BlockEntry)]) -> Result<crate::aligned::AlignedBuf> {
+    fn read_verified_segment(&self, name: &[u8], seg: &Segment) -> Result<crate::aligned::AlignedBuf> {
         let bs = BLOCK_SIZE_BYTES;
-        let first = entries[0].1.physical_block;
-        let len_bytes = entries.len() * bs as usize;
-        debug_assert!(entries.windows(2).all(|w| w[1].1.physical_block == w[0].1.physical_block + 1));
+        let len_bytes = (seg.blocks * bs) as usize;
         if self.inner.cfg.page_cache_reads {
-            let run = self.inner.read_run(first, len_bytes, true)?;
-            if first_bad_block(run.as_slice(), entries).is_none() {
-                return Ok(run);
+            let buf = self.inner.read_run(seg.first_physical, len_bytes, true)?;
+            if first_bad_unit(buf.as_slice(), &seg.units).is_none() {
+                return Ok(buf);
             }
-            self.inner.device.forget_cached(first * bs, len_bytes as u64);
+            self.inner.device.forget_cached(seg.first_physical * bs, len_bytes as u64);
             self.inner.counters.cache_rereads.fetch_add(1, Ordering::Relaxed);
         }
-        let run = self.inner.read_run(first, len_bytes, false)?;
-        if let Some(n) = first_bad_block(run.as_slice(), entries) {
+        let buf = self.inner.read_run(seg.first_physical, len_bytes, false)?;
+        if let Some(u) = first_bad_unit(buf.as_slice(), &seg.units) {
             self.inner.counters.checksum_errors.fetch_add(1, Ordering::Relaxed);
             return Err(EngineError::Checksum {
                 object: String::from_utf8_lossy(name).into_owned(),
-                block: entries[n].0,
-                physical: entries[n].1.physical_block,
+                block: seg.first_lb + u.first,
+                physical: seg.first_physical + u.first,
             });
         }
-        Ok(run)
+        Ok(buf)
     }
 }
 
-/// The index of the first block of a run whose contents do not match its checksum.
-fn first_bad_block(run: &[u8], entries: &[(u64, BlockEntry)]) -> Option<usize> {
+/// Physically contiguous blocks read with one device IO: whole checksum units (relative to the segment).
+struct Segment {
+    first_lb: u64,
+    first_physical: u64,
+    blocks: u64,
+    units: Vec<ChecksumUnit>,
+}
+
+/// The device reads that cover logical blocks [lb0, lb1) of these runs: each run's blocks widened to whole
+/// checksum units, and runs that continue one another logically and physically joined, up to
+/// MAX_READ_RUN_BYTES per read.
+fn read_segments(runs: &[(u64, BlockRun)], lb0: u64, lb1: u64) -> Vec<Segment> {
+    let max_blocks = MAX_READ_RUN_BYTES / BLOCK_SIZE_BYTES;
+    let mut out: Vec<Segment> = Vec::new();
+    for (start, run) in runs {
+        let (from, to) = (lb0.max(*start) - start, lb1.min(start + run.len_blocks()) - start);
+        if from >= to {
+            continue;
+        }
+        for unit in run.units(from, to) {
+            let (lb, physical) = (start + unit.first, run.physical_start + unit.first);
+            match out.last_mut() {
+                Some(seg)
+                    if seg.first_lb + seg.blocks == lb
+                        && seg.first_physical + seg.blocks == physical
+                        && seg.blocks + unit.blocks <= max_blocks =>
+                {
+                    seg.units.push(ChecksumUnit { first: seg.blocks, ..unit });
+                    seg.blocks += unit.blocks;
+                }
+                _ => out.push(Segment {
+                    first_lb: lb,
+                    first_physical: physical,
+                    blocks: unit.blocks,
+                    units: vec![ChecksumUnit { first: 0, ..unit }],
+                }),
+            }
+        }
+    }
+    out
+}
+
+/// The first checksum unit of a segment whose contents do not match.
+fn first_bad_unit(buf: &[u8], units: &[ChecksumUnit]) -> Option<ChecksumUnit> {
     let bs = BLOCK_SIZE_BYTES as usize;
-    entries.iter().enumerate().position(|(n, (_, e))| crate::checksum::crc32c(&run[n * bs..(n + 1) * bs]) != e.crc32c)
+    units.iter().copied().find(|u| {
+        let bytes = &buf[u.first as usize * bs..(u.first + u.blocks) as usize * bs];
+        crate::checksum::crc32c(bytes) != u.crc32c
+    })
 }
 
 /// Copies `data` (which starts at object offset `at`) into `out` (which starts at object offset `base`).

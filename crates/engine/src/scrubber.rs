@@ -135,15 +135,14 @@ fn step(
 ) -> Result<(usize, bool)> {
     let reader = crate::reader::Reader::new(inner.clone());
     let entries = reader.scan(CF_BLOCKS, from, &[0xff; 17], limit)?;
-    let mut block = vec![0u8; BLOCK_SIZE_BYTES as usize];
     let mut checked = 0usize;
     let mut taken = 0usize;
     for (k, v) in &entries {
         let (nid, start) = (u64_at(k, 0)?, u64_at(k, 8)?);
         let run = BlockRun::decode(v)?;
-        for i in 0..run.len_blocks() {
-            if let Some(what) = crate::verify::verify_block(inner, start + i, &run.entry(i), &mut block) {
-                tracing::warn!(nid, block = start + i, %what, "background scrub found a damaged block");
+        for unit in run.units(0, run.len_blocks()) {
+            if let Some(what) = crate::verify::verify_unit(inner, start, &run, unit) {
+                tracing::warn!(nid, block = start + unit.first, %what, "background scrub found a damaged block");
                 if damaged.len() < DAMAGED_LISTED_MAX {
                     damaged.entry(nid).or_insert(what);
                 }

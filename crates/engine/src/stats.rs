@@ -23,6 +23,9 @@ pub struct Counters {
     pub object_reads: AtomicU64,
     pub rmw_on_write_path: AtomicU64,
     pub rmw_in_lazy_sync: AtomicU64,
+    /// Checksum units read on the write path because a change cut through one (a run's blocks changed
+    /// in the middle of a 16 KiB unit: never for S3 writes, which replace or append whole objects).
+    pub checksum_split_reads: AtomicU64,
     pub checksum_errors: AtomicU64,
     pub transactions_committed: AtomicU64,
     pub groups_committed: AtomicU64,
@@ -83,6 +86,7 @@ pub struct EngineStats {
     pub kv_compaction_bytes: u64,
     pub rmw_on_write_path: u64,
     pub rmw_in_lazy_sync: u64,
+    pub checksum_split_reads: u64,
     pub fragments_outstanding: u64,
     pub fragment_bytes_outstanding: u64,
     pub checksum_errors: u64,
@@ -116,6 +120,7 @@ pub fn load(c: &Counters) -> EngineStats {
         object_reads: c.object_reads.load(Relaxed),
         rmw_on_write_path: c.rmw_on_write_path.load(Relaxed),
         rmw_in_lazy_sync: c.rmw_in_lazy_sync.load(Relaxed),
+        checksum_split_reads: c.checksum_split_reads.load(Relaxed),
         checksum_errors: c.checksum_errors.load(Relaxed),
         transactions_committed: c.transactions_committed.load(Relaxed),
         groups_committed: c.groups_committed.load(Relaxed),

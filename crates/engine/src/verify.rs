@@ -132,15 +132,14 @@ impl Engine {
         let mut damaged: BTreeSet<(Nid, String)> = BTreeSet::new();
         let started = std::time::Instant::now();
         let mut bytes_read = 0u64;
-        let mut block = vec![0u8; BLOCK_SIZE_BYTES as usize];
         for item in snap.iter(CF_BLOCKS)? {
             let (k, v) = item?;
             let nid = u64_at(&k, 0)?;
             let start = u64_at(&k, 8)?;
             let run = BlockRun::decode(&v)?;
-            for i in 0..run.len_blocks() {
-                report.blocks_checked += 1;
-                if let Some(what) = verify_block(inner, start + i, &run.entry(i), &mut block) {
+            report.blocks_checked += run.len_blocks();
+            for unit in run.units(0, run.len_blocks()) {
+                if let Some(what) = verify_unit(inner, start, &run, unit) {
                     damaged.insert((nid, what));
                 }
             }
@@ -176,18 +175,24 @@ impl Engine {
     }
 }
 
-/// Reads one block of the block map from the device (never the page cache) and checks its crc32c; returns
-/// what is wrong with it, if anything. Shared by the on-demand and the background scrub.
-pub(crate) fn verify_block(inner: &Inner, lblock: u64, entry: &BlockEntry, block: &mut [u8]) -> Option<String> {
-    debug_assert_eq!(block.len() as u64, BLOCK_SIZE_BYTES);
-    inner.counters.blocks_scrubbed.fetch_add(1, Ordering::Relaxed);
-    match inner.read_blocks(entry.physical_block, block) {
-        Ok(()) if crate::checksum::crc32c(block) == entry.crc32c => None,
+/// Reads one checksum unit of a block-map run from the device (never the page cache) and checks its
+/// crc32c; returns what is wrong with it, if anything. Shared by the on-demand and the background scrub.
+pub(crate) fn verify_unit(inner: &Inner, start: u64, run: &BlockRun, unit: ChecksumUnit) -> Option<String> {
+    let mut buf = vec![0u8; (unit.blocks * BLOCK_SIZE_BYTES) as usize];
+    inner.counters.blocks_scrubbed.fetch_add(unit.blocks, Ordering::Relaxed);
+    let lblock = start + unit.first;
+    let what = if unit.blocks == 1 {
+        format!("block {lblock}")
+    } else {
+        format!("block {lblock} (a {}-block checksum unit)", unit.blocks)
+    };
+    match inner.read_blocks(run.physical_start + unit.first, &mut buf) {
+        Ok(()) if crate::checksum::crc32c(&buf) == unit.crc32c => None,
         Ok(()) => {
             inner.counters.checksum_errors.fetch_add(1, Ordering::Relaxed);
-            Some(format!("checksum mismatch in block {lblock}"))
+            Some(format!("checksum mismatch in {what}"))
         }
-        Err(e) => Some(format!("read error in block {lblock}: {e}")),
+        Err(e) => Some(format!("read error in {what}: {e}")),
     }
 }
 

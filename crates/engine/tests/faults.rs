@@ -87,10 +87,13 @@ fn flipped_data_bits_are_detected_on_read_and_by_scrub() {
     let r = d.engine().reader();
     let info = r.lookup(d.coll, b"victim").unwrap().unwrap();
     let e = r.read(info.nid, 0, info.size_bytes).unwrap_err();
-    assert!(matches!(&e, EngineError::Checksum { object, block: 2, .. } if object == "victim"), "{e}");
+    // Block 2 is in the first 16 KiB checksum unit of the object's run (blocks 0-3): the error names the
+    // unit's first block.
+    assert!(matches!(&e, EngineError::Checksum { object, block: 0, .. } if object == "victim"), "{e}");
     assert!(d.engine().stats().checksum_errors >= 1);
-    // Other blocks of the same object and other objects still read.
-    assert_eq!(r.read(info.nid, 0, 8192).unwrap(), want[..8192]);
+    // Other units of the same object and other objects still read; the damaged unit never does.
+    assert_eq!(r.read(info.nid, 16384, 16384).unwrap(), want[16384..32768]);
+    assert!(r.read(info.nid, 0, 4096).is_err());
     assert_eq!(d.read_all(b"bystander").unwrap(), data(2, 256 << 10));
     let scrub = d.engine().scrub(None).unwrap();
     assert_eq!(scrub.damaged.len(), 1, "{scrub:?}");
@@ -506,6 +509,9 @@ fn block_map_runs_split_where_they_change_and_stop_at_the_limit() {
     check(&d, &model);
     let runs = d.engine().debug_block_runs(coll, b"big").unwrap();
     assert_eq!(runs.iter().map(|r| r.2).sum::<u64>(), blocks as u64, "{runs:?}");
+    // Block 1023 was in the 16 KiB checksum unit of blocks 1020-1023: the kept blocks were read (checked)
+    // and got a checksum each.
+    assert_eq!(d.engine().stats().checksum_split_reads, 1);
 
     // Unaligned writes inside a run, merged by lazy sync: the merged block splits its run.
     for i in 0..8u64 {
