@@ -49,6 +49,8 @@ pub struct EngineBenchResult {
     pub workload: Workload,
     pub mode: String,
     pub target: String,
+    /// What the engine's caches and memtables may hold by configuration (compare with rss_bytes_max).
+    pub memory_budget_bytes: u64,
     /// Block-map entries after the run, and their key and value bytes per MiB of data they map.
     pub block_map_entries: u64,
     pub block_map_bytes_per_mib: f64,
@@ -193,6 +195,7 @@ pub fn run_engine_bench(o: &EngineBenchOptions, progress: &dyn Fn(u64, u64)) -> 
     let lazy_sync_seconds = sync_started.elapsed().as_secs_f64();
     let synced = engine.stats();
     let block_map = engine.block_map_size().map_err(|e| e.to_string())?;
+    let memory_budget_bytes = engine.memory_budget_bytes();
     engine.close().map_err(|e| e.to_string())?;
     let dev_synced = synced.device_bytes_written - before.device_bytes_written;
     let kv_synced = synced.kv_bytes_written() - before.kv_bytes_written();
@@ -231,6 +234,7 @@ pub fn run_engine_bench(o: &EngineBenchOptions, progress: &dyn Fn(u64, u64)) -> 
         write_amplification_with_lazy_sync: (dev_synced + kv_synced) as f64
             / (after.user_bytes_written - before.user_bytes_written).max(1) as f64,
         fragments_outstanding_after_lazy_sync: synced.fragments_outstanding,
+        memory_budget_bytes,
         block_map_entries: block_map.entries,
         block_map_bytes_per_mib: block_map.bytes as f64 / (block_map.blocks.max(1) * BLOCK_SIZE_BYTES) as f64
             * (1 << 20) as f64,

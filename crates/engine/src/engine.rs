@@ -498,6 +498,14 @@ impl Engine {
         s
     }
 
+    /// Memory the drive's caches and buffers may hold by configuration: the KV block cache, all memtables
+    /// and the metadata cache. The process's RSS stays within this plus a constant (threads, allocator,
+    /// IO buffers in flight), which the engine bench measures.
+    pub fn memory_budget_bytes(&self) -> u64 {
+        let c = &self.inner.cfg;
+        (c.kv_block_cache_bytes + crate::kv::DB_WRITE_BUFFER_TOTAL_BYTES + c.meta_cache_bytes) as u64
+    }
+
     /// Size of the block map: its entries and the bytes of their keys and values (one pass over the
     /// column family; for benches and tests).
     pub fn block_map_size(&self) -> Result<BlockMapSize> {

@@ -29,7 +29,7 @@ pub fn db_options(create: bool) -> Options {
 }
 
 /// Memtable memory of all column families together (RocksDB flushes the largest one at this bound).
-const DB_WRITE_BUFFER_TOTAL_BYTES: usize = 96 << 20;
+pub const DB_WRITE_BUFFER_TOTAL_BYTES: usize = 96 << 20;
 
 pub fn open(path: &Path, create: bool, kv: &KvOptions) -> Result<(DB, Options)> {
     let opts = db_options(create);

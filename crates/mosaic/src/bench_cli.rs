@@ -162,7 +162,14 @@ pub fn run(b: BenchArgs) -> Result<ExitCode, String> {
                     ),
                     ("rmw on write path", r.rmw_on_write_path.to_string()),
                     ("rmw in lazy sync", r.rmw_in_lazy_sync.to_string()),
-                    ("peak RSS", size_format::format_size(r.rss_bytes_max)),
+                    (
+                        "peak RSS",
+                        format!(
+                            "{} (caches and memtables may hold {})",
+                            size_format::format_size(r.rss_bytes_max),
+                            size_format::format_size(r.memory_budget_bytes)
+                        ),
+                    ),
                 ];
                 print!("{}", mosaic_bench::report::table(&rows));
             }
