@@ -77,6 +77,9 @@ pub struct EngineConfig {
     /// Bytes of the metadata cache of name entries and onodes (counted with a per-entry overhead);
     /// 0 turns it off.
     pub meta_cache_bytes: usize,
+    /// Bytes of the page cache of recently written blocks (clean, dirty and fragment pages); 0 turns it
+    /// off.
+    pub page_cache_bytes: usize,
 }
 
 impl Default for EngineConfig {
@@ -97,6 +100,7 @@ impl Default for EngineConfig {
             page_cache_reads: true,
             scrub_bytes_per_s: 0,
             meta_cache_bytes: 16 << 20,
+            page_cache_bytes: 32 << 20,
         }
     }
 }
@@ -175,6 +179,8 @@ pub(crate) struct Inner {
     pub(crate) scrubber: crate::scrubber::Scrubber,
     /// Names and onodes, newest committed values (meta_cache.rs).
     pub(crate) meta_cache: crate::meta_cache::MetaCache,
+    /// Clean, dirty and fragment pages of recently written blocks (page_cache.rs).
+    pub(crate) page_cache: crate::page_cache::PageCache,
     /// Prioritized requests in flight; background work waits for them (bounded).
     pub(crate) high_priority: crate::qos::HighPriorityWork,
     /// Wakes the background worker early (shutdown, fragment pressure).
@@ -285,7 +291,7 @@ impl Engine {
                 frag_index.apply(&FragDelta::Add(nid, lb, v.len().saturating_sub(8) as u64));
             }
         }
-        let meta_cache_bytes = cfg.meta_cache_bytes;
+        let (meta_cache_bytes, page_cache_bytes) = (cfg.meta_cache_bytes, cfg.page_cache_bytes);
         let inner = Arc::new(Inner {
             db: Arc::new(db),
             db_opts,
@@ -308,6 +314,7 @@ impl Engine {
             scrubber: Default::default(),
             high_priority: Default::default(),
             meta_cache: crate::meta_cache::MetaCache::new(meta_cache_bytes, 1),
+            page_cache: crate::page_cache::PageCache::new(page_cache_bytes),
             bg_wake: (Mutex::new(false), Condvar::new()),
             dir: dir.to_path_buf(),
         });
@@ -484,6 +491,10 @@ impl Engine {
         s.meta_cache_hits = i.meta_cache.hits.load(Ordering::Relaxed);
         s.meta_cache_misses = i.meta_cache.misses.load(Ordering::Relaxed);
         s.meta_cache_bytes = i.meta_cache.bytes() as u64;
+        s.page_cache_hits = i.page_cache.hits.load(Ordering::Relaxed);
+        s.page_cache_misses = i.page_cache.misses.load(Ordering::Relaxed);
+        s.page_cache_bytes = i.page_cache.bytes() as u64;
+        s.page_cache_dirty_pages = i.page_cache.dirty_pages();
         s.prioritized_in_flight = i.high_priority.in_flight();
         s.background_waits_for_priority = i.high_priority.background_waits.load(Ordering::Relaxed);
         {
@@ -498,12 +509,13 @@ impl Engine {
         s
     }
 
-    /// Memory the drive's caches and buffers may hold by configuration: the KV block cache, all memtables
-    /// and the metadata cache. The process's RSS stays within this plus a constant (threads, allocator,
+    /// Memory the drive's caches and buffers may hold by configuration: the KV block cache, all memtables,
+    /// the metadata cache and the page cache. The process's RSS stays within this plus a constant (threads, allocator,
     /// IO buffers in flight), which the engine bench measures.
     pub fn memory_budget_bytes(&self) -> u64 {
         let c = &self.inner.cfg;
-        (c.kv_block_cache_bytes + crate::kv::DB_WRITE_BUFFER_TOTAL_BYTES + c.meta_cache_bytes) as u64
+        (c.kv_block_cache_bytes + crate::kv::DB_WRITE_BUFFER_TOTAL_BYTES + c.meta_cache_bytes + c.page_cache_bytes)
+            as u64
     }
 
     /// Size of the block map: its entries and the bytes of their keys and values (one pass over the
@@ -832,6 +844,7 @@ impl Inner {
         let mut marks: Vec<(Extent, bool)> = Vec::new();
         let mut frees: Vec<Extent> = Vec::new();
         let mut deltas: Vec<FragDelta> = Vec::new();
+        let mut page_changes: Vec<crate::page_cache::PageChange> = Vec::new();
         let mut needs_flush = false;
         let mut user_bytes = 0;
         for p in group {
@@ -846,6 +859,7 @@ impl Inner {
                     marks.append(&mut ts.marks);
                     frees.append(&mut ts.frees);
                     deltas.append(&mut ts.frag_deltas);
+                    page_changes.append(&mut ts.page_changes);
                     needs_flush |= ts.device_written;
                     user_bytes += ts.user_bytes;
                     for s in ts.staged.iter_mut() {
@@ -865,7 +879,7 @@ impl Inner {
                 }
             }
         }
-        let committed = self.make_durable(group_ov, &marks, needs_flush);
+        let committed = self.make_durable(group_ov, &marks, &page_changes, needs_flush);
         match committed {
             Ok(()) => {
                 let epoch = self.epoch.fetch_add(1, Ordering::SeqCst) + 1;
@@ -888,6 +902,7 @@ impl Inner {
             Err(e) => {
                 // Values installed for this group never became durable.
                 self.meta_cache.clear();
+                self.page_cache.clear();
                 self.fail(format!("commit failed: {e}"));
                 for (reply, r) in results {
                     let _ = reply.send(r.and(Err(EngineError::ReadOnly(e.to_string()))));
@@ -898,19 +913,28 @@ impl Inner {
 
     /// Device flush (if planning wrote data: the read-modify-write baseline, small whole-block writes) and
     /// then one synchronous KV batch: the group's commit point. Staged data was flushed by the flusher.
-    fn make_durable(&self, group_ov: Overlay, marks: &[(Extent, bool)], needs_flush: bool) -> Result<()> {
+    fn make_durable(
+        &self,
+        group_ov: Overlay,
+        marks: &[(Extent, bool)],
+        page_changes: &[crate::page_cache::PageChange],
+        needs_flush: bool,
+    ) -> Result<()> {
         if needs_flush {
             self.device.flush()?;
             self.counters.device_flushes.fetch_add(1, Ordering::Relaxed);
         }
         // Names and onodes of this group go into the metadata cache before its batch is written (see
         // meta_cache.rs); readers use them only once the group's epoch is published.
-        self.meta_cache.begin_install(self.epoch.load(Ordering::SeqCst) + 1);
+        let epoch = self.epoch.load(Ordering::SeqCst) + 1;
+        self.meta_cache.begin_install(epoch);
         for cf in [CF_NAMES, CF_ONODES] {
             for (k, v) in group_ov.changes(cf) {
                 self.meta_cache.install(cf, k, v.clone());
             }
         }
+        // Pages the same way (page_cache.rs).
+        self.page_cache.apply(page_changes, epoch);
         let mut batch = WriteBatch::default();
         group_ov.into_batch(&self.db, &mut batch)?;
         {

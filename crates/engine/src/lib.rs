@@ -18,6 +18,7 @@ mod keys;
 mod kv;
 mod meta_cache;
 mod overlay;
+mod page_cache;
 mod plan;
 mod qos;
 mod reader;

@@ -11,6 +11,7 @@ use crate::engine::{BLOCK_SIZE_BYTES, Inner, MAX_OBJECT_BYTES, WriteMode};
 use crate::error::{EngineError, Result};
 use crate::keys::*;
 use crate::overlay::View;
+use crate::page_cache::PageChange;
 use crate::txn::{MergedBlock, Op, Outcome, Staged, Transaction};
 use std::sync::atomic::Ordering;
 
@@ -43,6 +44,8 @@ pub(crate) struct TxnState {
     pub(crate) user_bytes: u64,
     /// Objects created by this transaction: the database holds nothing of them yet.
     pub(crate) fresh_nids: std::collections::HashSet<Nid>,
+    /// What the page cache must learn when this transaction commits, in op order.
+    pub(crate) page_changes: Vec<PageChange>,
 }
 
 pub(crate) struct Planner<'a, 'v> {
@@ -275,6 +278,7 @@ impl Planner<'_, '_> {
         for (_, run) in self.runs_overlapping(nid, 0, u64::MAX)? {
             self.free_blocks(run.physical_start, run.len_blocks())?;
         }
+        self.ts.page_changes.push(PageChange::Forget { nid, first: 0, end: u64::MAX });
         let (start, end) = (nid_key(nid), nid_key(nid + 1));
         for cf in [CF_BLOCKS, CF_FRAGS, CF_ATTRS, CF_OMAP] {
             self.delete_all(cf, &start, &end)?;
@@ -378,6 +382,7 @@ impl Planner<'_, '_> {
         // The destination range loses its blocks and fragments, then gets the source's, shared.
         self.punch(dst_nid, first_dst, first_dst + blocks)?;
         self.delete_frags(dst_nid, first_dst, first_dst + blocks)?;
+        self.ts.page_changes.push(PageChange::Forget { nid: dst_nid, first: first_dst, end: first_dst + blocks });
         for (start, run) in self.runs_overlapping(src_nid, first_src, first_src + blocks)? {
             let from = first_src.max(start);
             let to = (first_src + blocks).min(start + run.len_blocks());
@@ -414,6 +419,7 @@ impl Planner<'_, '_> {
         if size < onode.size_bytes {
             let first_dead = size.div_ceil(bs);
             self.punch(nid, first_dead, u64::MAX)?;
+            self.ts.page_changes.push(PageChange::Forget { nid, first: first_dead, end: u64::MAX });
             self.delete_all(CF_FRAGS, &frag_key(nid, first_dead, 0), &nid_key(nid + 1))?;
             self.ts.frag_deltas.push(FragDelta::ClearFrom(nid, first_dead));
             if !size.is_multiple_of(bs) {
@@ -421,7 +427,7 @@ impl Planner<'_, '_> {
                 let off = (size % bs) as usize;
                 let zeros = vec![0u8; bs as usize - off];
                 let inline = self.is_inline(nid, &onode)?;
-                self.put_frag(nid, size / bs, off as u32, &zeros, !inline);
+                self.put_frag(nid, size / bs, off as u32, &zeros, !inline, false);
             }
         }
         onode.size_bytes = size;
@@ -464,7 +470,9 @@ impl Planner<'_, '_> {
                 continue;
             }
             if inline || self.inner.cfg.write_mode == WriteMode::FragmentLog {
-                self.put_frag(nid, lb, in_block as u32, piece, !inline);
+                // A block at or past the old end holds nothing yet (truncation drops such blocks).
+                let block_was_empty = lb * bs >= onode.size_bytes;
+                self.put_frag(nid, lb, in_block as u32, piece, !inline, block_was_empty);
             } else {
                 self.rmw_block(nid, lb, in_block as usize, piece)?;
             }
@@ -498,6 +506,8 @@ impl Planner<'_, '_> {
             }
         }
         self.set_blocks_run(nid, offset / bs, &entries)?;
+        let first_lb = offset / bs;
+        self.ts.page_changes.push(PageChange::Forget { nid, first: first_lb, end: first_lb + entries.len() as u64 });
         // The flusher made the staged data durable before this group reached the committer.
         self.ts.user_bytes += staged.len_bytes;
         self.ts.staged.push(staged);
@@ -535,6 +545,7 @@ impl Planner<'_, '_> {
             done += len;
         }
         self.set_blocks_run(nid, first_lb, &entries)?;
+        self.ts.page_changes.push(PageChange::Forget { nid, first: first_lb, end: first_lb + blocks });
         self.ts.device_written = true;
         Ok(())
     }
@@ -554,7 +565,9 @@ impl Planner<'_, '_> {
         self.ts.device_written = true;
         self.ts.marks.push((ext, true));
         let entry = BlockEntry { physical_block: ext.start, crc32c: crate::checksum::crc32c(content) };
-        self.set_block_unmarked(nid, lb, entry)
+        self.set_block_unmarked(nid, lb, entry)?;
+        self.ts.page_changes.push(PageChange::Clean { nid, lblock: lb, data: content.to_vec() });
+        Ok(())
     }
 
     /// Lazy sync of one block: merge its fragments over its base into a fresh block.
@@ -596,6 +609,7 @@ impl Planner<'_, '_> {
             if alive && base == b.expected_base && frags == b.frag_keys {
                 self.ts.marks.push((ext, true));
                 self.set_block_unmarked(b.nid, b.lblock, BlockEntry { physical_block: p, crc32c: b.crc32c })?;
+                self.ts.page_changes.push(PageChange::Synced { nid: b.nid, lblock: b.lblock });
                 self.inner.counters.rmw_in_lazy_sync.fetch_add(1, Ordering::Relaxed);
             } else {
                 // Written to after the merge was read: this staged block was never referenced.
@@ -617,8 +631,15 @@ impl Planner<'_, '_> {
         Ok(content)
     }
 
-    fn put_frag(&mut self, nid: Nid, lb: u64, off: u32, data: &[u8], indexed: bool) {
+    fn put_frag(&mut self, nid: Nid, lb: u64, off: u32, data: &[u8], indexed: bool, block_was_empty: bool) {
         debug_assert!(off as u64 + data.len() as u64 <= BLOCK_SIZE_BYTES);
+        self.ts.page_changes.push(PageChange::Fragment {
+            nid,
+            lblock: lb,
+            offset: off as u16,
+            data: data.to_vec(),
+            block_was_empty,
+        });
         let seq = self.inner.next_frag_seq.fetch_add(1, Ordering::Relaxed);
         self.view.top.put(CF_FRAGS, &frag_key(nid, lb, seq), encode_frag(off, data));
         if indexed {

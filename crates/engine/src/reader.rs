@@ -15,6 +15,9 @@ use std::sync::atomic::Ordering;
 /// A raw (key, value) pair from RocksDB.
 type RawEntry = (Box<[u8]>, Box<[u8]>);
 
+/// Reads of at most this many blocks try the page cache first.
+const PAGE_READ_MAX_BLOCKS: u64 = 64;
+
 /// Largest single device read issued for a contiguous physical run.
 const MAX_READ_RUN_BYTES: u64 = 4 << 20;
 
@@ -143,6 +146,25 @@ impl Reader {
             out.push((k, v));
         }
         Ok(out)
+    }
+
+    /// Serves a small read wholly from the page cache when every block of it has a clean or dirty page
+    /// this reader may see (a partial hit reads the device as usual).
+    fn read_from_pages(&self, nid: Nid, lb0: u64, lb1: u64, offset: u64, out: &mut [u8]) -> bool {
+        if lb1 - lb0 > PAGE_READ_MAX_BLOCKS {
+            return false;
+        }
+        let mut pages = Vec::with_capacity((lb1 - lb0) as usize);
+        for lb in lb0..lb1 {
+            match self.inner.page_cache.get(nid, lb, self.epoch) {
+                Some((_, data)) => pages.push(data),
+                None => return false,
+            }
+        }
+        for (lb, data) in (lb0..lb1).zip(&pages) {
+            copy_clipped(out, offset, lb * BLOCK_SIZE_BYTES, data);
+        }
+        true
     }
 
     /// The block-map runs of `nid` that map any block in [first, end): the run that starts before
@@ -294,14 +316,19 @@ impl Reader {
             return Ok(None);
         }
         let mut content = vec![0u8; bs as usize];
-        let base = match self.runs_overlapping(nid, lb, lb + 1)?.into_iter().next() {
-            Some((start, run)) => {
-                crate::plan::read_verified_block(&self.inner, nid, start, &run, lb, &mut content)?;
-                Some(run.physical_start + (lb - start))
+        let run = self.runs_overlapping(nid, lb, lb + 1)?.into_iter().next();
+        let base = run.as_ref().map(|(start, r)| r.physical_start + (lb - start));
+        match self.inner.page_cache.get(nid, lb, self.epoch) {
+            // The block's whole current content is in memory: no base read, no merge (paper 001's lazy
+            // page sync of a dirty page).
+            Some((_, page)) => content.copy_from_slice(&page),
+            None => {
+                if let Some((start, r)) = &run {
+                    crate::plan::read_verified_block(&self.inner, nid, *start, r, lb, &mut content)?;
+                }
+                crate::plan::apply_fragments(&mut content, nid, lb, frags.iter().map(|(_, v)| &v[..]))?;
             }
-            None => None,
-        };
-        crate::plan::apply_fragments(&mut content, nid, lb, frags.iter().map(|(_, v)| &v[..]))?;
+        }
         let keys = frags.into_iter().map(|(k, _)| k.to_vec()).collect();
         Ok(Some(MergeInput { content, base, frag_keys: keys }))
     }
@@ -317,6 +344,9 @@ impl Reader {
         let bs = BLOCK_SIZE_BYTES;
         let mut out = vec![0u8; (end - offset) as usize];
         let (lb0, lb1) = (offset / bs, (end - 1) / bs + 1);
+        if self.read_from_pages(nid, lb0, lb1, offset, &mut out) {
+            return Ok(out);
+        }
         let runs = self.runs_overlapping(nid, lb0, lb1)?;
         for seg in read_segments(&runs, lb0, lb1) {
             let buf = self.read_verified_segment(&info.name, &seg)?;

@@ -77,6 +77,10 @@ pub struct EngineStats {
     pub meta_cache_hits: u64,
     pub meta_cache_misses: u64,
     pub meta_cache_bytes: u64,
+    pub page_cache_hits: u64,
+    pub page_cache_misses: u64,
+    pub page_cache_bytes: u64,
+    pub page_cache_dirty_pages: u64,
     /// Prioritized requests in flight (reads of high-priority objects, ForegroundHigh transactions).
     pub prioritized_in_flight: u64,
     /// Background steps (lazy sync, scrub) that waited for prioritized requests.

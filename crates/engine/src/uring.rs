@@ -55,6 +55,14 @@ impl Ring {
     /// Creates a ring and its reaper thread, and proves the ring works with one no-op round trip.
     pub(crate) fn new(name: &str) -> io::Result<Ring> {
         let ring = Arc::new(IoUring::new(RING_ENTRIES)?);
+        // Direct writes that the file system cannot start without blocking (ext4 converting unwritten
+        // extents) go to the kernel's io-wq workers, by default at most one per CPU for file IO: on two
+        // cores that allowed two writes in flight where sixteen callers wait (measured: 72% of fio
+        // instead of ~95% with pread). Allow as many workers as requests in flight; older kernels
+        // without this knob keep their default.
+        if let Err(e) = ring.submitter().register_iowq_max_workers(&mut [IN_FLIGHT_MAX as u32, 0]) {
+            tracing::debug!(error = %e, "io_uring worker limit unchanged");
+        }
         let stopping = Arc::new(AtomicBool::new(false));
         let (r, s) = (ring.clone(), stopping.clone());
         let reaper = std::thread::Builder::new().name(format!("mosaic-uring-{name}")).spawn(move || reap(&r, &s))?;

@@ -72,6 +72,11 @@ fn render_metrics(state: &AdminState) -> String {
     g("mosaic_engine_meta_cache_hits", s.meta_cache_hits);
     g("mosaic_engine_meta_cache_misses", s.meta_cache_misses);
     g("mosaic_engine_meta_cache_bytes", s.meta_cache_bytes);
+    g("mosaic_engine_page_cache_hits", s.page_cache_hits);
+    g("mosaic_engine_page_cache_misses", s.page_cache_misses);
+    g("mosaic_engine_page_cache_bytes", s.page_cache_bytes);
+    g("mosaic_engine_page_cache_dirty_pages", s.page_cache_dirty_pages);
+    g("mosaic_engine_checksum_split_reads", s.checksum_split_reads);
     g("mosaic_engine_prioritized_in_flight", s.prioritized_in_flight);
     g("mosaic_engine_background_waits_for_priority", s.background_waits_for_priority);
     for (i, class) in ["background", "foreground", "foreground_high"].into_iter().enumerate() {
@@ -128,6 +133,10 @@ fn stats_json(state: &AdminState) -> serde_json::Value {
             "meta_cache_hits": s.meta_cache_hits,
             "meta_cache_misses": s.meta_cache_misses,
             "meta_cache_bytes": s.meta_cache_bytes,
+            "page_cache_hits": s.page_cache_hits,
+            "page_cache_misses": s.page_cache_misses,
+            "page_cache_bytes": s.page_cache_bytes,
+            "page_cache_dirty_pages": s.page_cache_dirty_pages,
             "prioritized_in_flight": s.prioritized_in_flight,
             "background_waits_for_priority": s.background_waits_for_priority,
         },

@@ -22,6 +22,7 @@ pub struct FileConfig {
     pub max_connections: Option<usize>,
     pub kv_cache_size: Option<String>,
     pub meta_cache_size: Option<String>,
+    pub page_cache_size: Option<String>,
     pub inline_max_size: Option<String>,
     pub read_cache: Option<String>,
     pub scrub_rate: Option<String>,
@@ -72,6 +73,9 @@ pub struct ServerArgs {
     /// The drive's cache of object names and onodes (e.g. 16MiB); 0 turns it off.
     #[arg(long, env = "MOSAIC_META_CACHE_SIZE", value_name = "SIZE")]
     pub meta_cache_size: Option<String>,
+    /// The drive's page cache of recently written blocks (e.g. 32MiB); 0 turns it off.
+    #[arg(long, env = "MOSAIC_PAGE_CACHE_SIZE", value_name = "SIZE")]
+    pub page_cache_size: Option<String>,
     /// Objects up to this size live wholly in the metadata database (e.g. 16KiB).
     #[arg(long, env = "MOSAIC_INLINE_MAX_SIZE", value_name = "SIZE")]
     pub inline_max_size: Option<String>,
@@ -108,6 +112,7 @@ pub struct Config {
     pub max_connections: usize,
     pub kv_cache_bytes: u64,
     pub meta_cache_bytes: u64,
+    pub page_cache_bytes: u64,
     pub inline_max_bytes: u64,
     /// Object reads through the kernel's page cache (`read_cache = "page-cache"`).
     pub page_cache_reads: bool,
@@ -126,6 +131,7 @@ const MAX_SHUTDOWN_SECS: u64 = 3600;
 const MAX_INLINE_BYTES: u64 = 1 << 20;
 const MAX_SCRUB_BYTES_PER_S: u64 = 16 << 30;
 const MAX_META_CACHE_BYTES: u64 = 64 << 30;
+const MAX_PAGE_CACHE_BYTES: u64 = 64 << 30;
 
 pub fn load_file(path: &Path) -> Result<FileConfig, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read config file {}: {e}", path.display()))?;
@@ -182,6 +188,11 @@ impl Config {
         if meta_cache_bytes > MAX_META_CACHE_BYTES {
             return Err(format!("meta_cache_size: {meta_cache_bytes} bytes is above the maximum 64GiB"));
         }
+        let page_cache_bytes =
+            size("page_cache_size", &pick(&args.page_cache_size, &file.page_cache_size).unwrap_or("32MiB".into()))?;
+        if page_cache_bytes > MAX_PAGE_CACHE_BYTES {
+            return Err(format!("page_cache_size: {page_cache_bytes} bytes is above the maximum 64GiB"));
+        }
         let inline_max_bytes =
             size("inline_max_size", &pick(&args.inline_max_size, &file.inline_max_size).unwrap_or("16KiB".into()))?;
         if inline_max_bytes > MAX_INLINE_BYTES {
@@ -218,6 +229,7 @@ impl Config {
             max_connections,
             kv_cache_bytes,
             meta_cache_bytes,
+            page_cache_bytes,
             inline_max_bytes,
             page_cache_reads,
             scrub_bytes_per_s,
@@ -296,6 +308,7 @@ mod tests {
             max_connections = 10
             kv_cache_size = "64MiB"
             meta_cache_size = "1MiB"
+            page_cache_size = "2MiB"
             inline_max_size = "8KiB"
             "#,
         )
@@ -311,6 +324,7 @@ mod tests {
         assert_eq!(c.max_connections, 10);
         assert_eq!(c.kv_cache_bytes, 64 << 20);
         assert_eq!(c.meta_cache_bytes, 1 << 20);
+        assert_eq!(c.page_cache_bytes, 2 << 20);
         assert_eq!(c.inline_max_bytes, 8 << 10);
     }
 
@@ -347,6 +361,7 @@ mod tests {
             "max_connections = 1000000",
             "kv_cache_size = \"1XB\"",
             "meta_cache_size = \"65GiB\"",
+            "page_cache_size = \"65GiB\"",
             "inline_max_size = \"2MiB\"",
             "data_dir = 5",
             "domain = 7",

@@ -43,6 +43,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
         inline_max_bytes: cfg.inline_max_bytes,
         kv_block_cache_bytes: cfg.kv_cache_bytes as usize,
         meta_cache_bytes: cfg.meta_cache_bytes as usize,
+        page_cache_bytes: cfg.page_cache_bytes as usize,
         page_cache_reads: cfg.page_cache_reads,
         scrub_bytes_per_s: cfg.scrub_bytes_per_s,
         ..Default::default()
