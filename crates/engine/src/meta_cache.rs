@@ -23,8 +23,8 @@ const ENTRY_OVERHEAD_BYTES: usize = 64;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Table {
-    Names,
-    Onodes,
+    Names = 0,
+    Onodes = 1,
 }
 
 fn table(cf: &str) -> Option<Table> {
@@ -43,8 +43,15 @@ struct Entry {
 }
 
 struct Shard {
-    map: LruCache<(Table, Vec<u8>), Entry>,
+    /// One map per table, keyed by the raw key, so a lookup borrows the caller's key (no allocation).
+    maps: [LruCache<Vec<u8>, Entry>; 2],
     bytes: usize,
+}
+
+impl Shard {
+    fn map(&mut self, t: Table) -> &mut LruCache<Vec<u8>, Entry> {
+        &mut self.maps[t as usize]
+    }
 }
 
 pub(crate) struct MetaCache {
@@ -64,7 +71,9 @@ impl MetaCache {
     /// `capacity_bytes` 0 turns the cache off.
     pub(crate) fn new(capacity_bytes: usize, published_epoch: u64) -> Self {
         MetaCache {
-            shards: (0..SHARDS).map(|_| Mutex::new(Shard { map: LruCache::unbounded(), bytes: 0 })).collect(),
+            shards: (0..SHARDS)
+                .map(|_| Mutex::new(Shard { maps: [LruCache::unbounded(), LruCache::unbounded()], bytes: 0 }))
+                .collect(),
             shard_capacity_bytes: capacity_bytes / SHARDS,
             installed_epoch: AtomicU64::new(published_epoch),
             hits: AtomicU64::new(0),
@@ -91,7 +100,7 @@ impl MetaCache {
             return None;
         }
         let mut s = self.shard(t, key).lock();
-        let found = match s.map.get(&(t, key.to_vec())) {
+        let found = match s.map(t).get(key) {
             Some(e) if e.from_epoch <= epoch => Some(e.value.clone()),
             _ => None,
         };
@@ -147,18 +156,21 @@ impl MetaCache {
         let size = entry_bytes(key, &value);
         if size > self.shard_capacity_bytes {
             // Never cached: drop any older entry so that it cannot be served.
-            if let Some(old) = s.map.pop(&(t, key.to_vec())) {
+            if let Some(old) = s.map(t).pop(key) {
                 s.bytes -= entry_bytes(key, &old.value);
             }
             return;
         }
-        if let Some(old) = s.map.put((t, key.to_vec()), Entry { value, from_epoch: epoch }) {
+        if let Some(old) = s.map(t).put(key.to_vec(), Entry { value, from_epoch: epoch }) {
             s.bytes -= entry_bytes(key, &old.value);
         }
         s.bytes += size;
         while s.bytes > self.shard_capacity_bytes {
-            let (k, e) = s.map.pop_lru().expect("bytes counted means entries present");
-            s.bytes -= entry_bytes(&k.1, &e.value);
+            // The least recently used of the two tables' oldest entries is not tracked across maps: evict
+            // from the larger map, which keeps both bounded and the shard within its bytes.
+            let victim = if s.maps[0].len() >= s.maps[1].len() { 0 } else { 1 };
+            let (k, e) = s.maps[victim].pop_lru().expect("bytes counted means entries present");
+            s.bytes -= entry_bytes(&k, &e.value);
         }
         debug_assert!(s.bytes <= self.shard_capacity_bytes);
     }
@@ -167,7 +179,8 @@ impl MetaCache {
     pub(crate) fn clear(&self) {
         for s in &self.shards {
             let mut s = s.lock();
-            s.map.clear();
+            s.maps[0].clear();
+            s.maps[1].clear();
             s.bytes = 0;
         }
     }

@@ -160,24 +160,21 @@ impl PageCache {
     fn write_fragment(&self, nid: Nid, lblock: u64, offset: u16, data: &[u8], block_was_empty: bool, epoch: u64) {
         let (start, end) = (offset as usize, offset as usize + data.len());
         debug_assert!(end <= PAGE_BYTES);
-        let existing = self.shard(nid).lock().pages.get(&(nid, lblock)).cloned();
-        let mut page = match existing {
-            Some(p) => p,
-            None if block_was_empty => Page {
-                state: PageState::Dirty,
-                data: vec![0u8; PAGE_BYTES].into_boxed_slice(),
-                known: Vec::new(),
-                from_epoch: epoch,
-                referenced: false,
-            },
-            None => Page {
-                state: PageState::Fragment,
-                data: vec![0u8; PAGE_BYTES].into_boxed_slice(),
-                known: Vec::new(),
-                from_epoch: epoch,
-                referenced: false,
-            },
+        let mut s = self.shard(nid).lock();
+        let Some(page) = s.pages.get_mut(&(nid, lblock)) else {
+            drop(s);
+            let mut data_page = vec![0u8; PAGE_BYTES].into_boxed_slice();
+            data_page[start..end].copy_from_slice(data);
+            let (state, known) = if block_was_empty || (start == 0 && end == PAGE_BYTES) {
+                (PageState::Dirty, Vec::new())
+            } else {
+                (PageState::Fragment, vec![(start as u16, end as u16)])
+            };
+            self.insert(nid, lblock, Page { state, data: data_page, known, from_epoch: epoch, referenced: false });
+            return;
         };
+        // In place: the committer is the only writer, readers copy pages out under this lock.
+        let before = page_bytes(page);
         page.data[start..end].copy_from_slice(data);
         page.from_epoch = epoch;
         match page.state {
@@ -190,7 +187,11 @@ impl PageCache {
                 }
             }
         }
-        self.insert(nid, lblock, page);
+        let after = page_bytes(page);
+        s.bytes = s.bytes + after - before;
+        while s.bytes > self.shard_capacity_bytes {
+            evict_one(&mut s);
+        }
     }
 
     fn insert(&self, nid: Nid, lblock: u64, page: Page) {
