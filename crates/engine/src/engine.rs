@@ -222,7 +222,7 @@ impl Engine {
         let alloc = Allocator::new(total_blocks, DATA_START_BLOCK);
         let mut batch = WriteBatch::default();
         batch.put(META_UUID, sb.uuid);
-        batch.put(META_FORMAT, FORMAT_VERSION.to_be_bytes());
+        batch.put(META_FORMAT, KV_FORMAT_VERSION.to_be_bytes());
         let acf = crate::kv::cf(&db, CF_ALLOC)?;
         for (g, raw) in alloc.all_groups() {
             batch.put_cf(acf, g.to_be_bytes(), raw);
@@ -257,8 +257,22 @@ impl Engine {
         // Every KV record format is versioned by this one number (records without their own version
         // byte rely on it; RocksDB checksums every block and WAL record).
         let kv_format = db.get(META_FORMAT)?.and_then(|v| v.try_into().ok()).map(u32::from_be_bytes);
-        if kv_format != Some(FORMAT_VERSION) {
-            return Err(EngineError::UnsupportedVersion { found: kv_format.unwrap_or(0), supported: FORMAT_VERSION });
+        match kv_format {
+            Some(KV_FORMAT_VERSION) => {}
+            Some(1) => {
+                // Version 1 records read unchanged; mark the drive so that version-1 builds refuse it
+                // from now on (they cannot read the runs this build writes).
+                let mut batch = WriteBatch::default();
+                batch.put(META_FORMAT, KV_FORMAT_VERSION.to_be_bytes());
+                db.write_opt(batch, &sync_write())?;
+                tracing::info!(from = 1, to = KV_FORMAT_VERSION, "database format upgraded");
+            }
+            found => {
+                return Err(EngineError::UnsupportedVersion {
+                    found: found.unwrap_or(0),
+                    supported: KV_FORMAT_VERSION,
+                });
+            }
         }
         let total_blocks = sb.device_size_bytes / BLOCK_SIZE_BYTES;
         let mut groups = Vec::new();

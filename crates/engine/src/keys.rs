@@ -17,6 +17,12 @@ pub const ALL_CFS: [&str; 8] = [CF_NAMES, CF_ONODES, CF_BLOCKS, CF_FRAGS, CF_ATT
 /// Collection id 0 is the registry of collections: its names are collection names, its values ids.
 pub const REGISTRY_COLLECTION: u32 = 0;
 
+/// Version of the KV records' formats, stored under `META_FORMAT`. 2: block-map entries may be runs whose
+/// checksums cover 16 KiB units (a build that knows only version 1 would misread them, so it must refuse
+/// the drive). Version 1 databases (per-block entries, which version 2 reads unchanged) are upgraded in
+/// place when opened.
+pub const KV_FORMAT_VERSION: u32 = 2;
+
 /// Keys of the default column family holding engine state.
 pub const META_UUID: &[u8] = b"uuid";
 pub const META_FORMAT: &[u8] = b"format_version";
@@ -222,8 +228,10 @@ impl BlockRun {
             return BlockRun::per_block(physical_start, block_crcs.to_vec());
         }
         let unit = RUN_CHECKSUM_UNIT_BLOCKS as usize;
-        let crcs =
-            block_crcs.chunks(unit).map(|c| c.iter().skip(1).fold(c[0], |acc, b| crc_append_block(acc, *b))).collect();
+        let crcs = block_crcs
+            .chunks(unit)
+            .map(|c| c.iter().skip(1).fold(c[0], |acc, b| crate::checksum::crc32c_append_block(acc, *b)))
+            .collect();
         BlockRun { physical_start, len_blocks: n, unit_blocks: RUN_CHECKSUM_UNIT_BLOCKS, crcs }
     }
 
@@ -279,7 +287,7 @@ impl BlockRun {
                 out.crcs.push(c);
             } else {
                 let last = out.crcs.last_mut().expect("a run has a unit");
-                *last = crc_append_block(*last, c);
+                *last = crate::checksum::crc32c_append_block(*last, c);
             }
             out.len_blocks += 1;
         }
@@ -325,11 +333,6 @@ impl BlockRun {
         let crcs = crc_bytes.chunks_exact(4).map(|c| u32::from_be_bytes([c[0], c[1], c[2], c[3]])).collect();
         Ok(BlockRun { physical_start, len_blocks, unit_blocks, crcs })
     }
-}
-
-/// crc32c of A followed by one block B, from crc32c(A) and crc32c(B).
-fn crc_append_block(crc_a: u32, crc_b: u32) -> u32 {
-    crate::checksum::crc32c_append_block(crc_a, crc_b)
 }
 
 /// A fragment: bytes written inside one block without a read-modify-write. The value carries a crc32c of

@@ -219,6 +219,34 @@ fn a_database_of_another_format_version_is_refused() {
     assert!(matches!(e, EngineError::UnsupportedVersion { found: 99, .. }), "{e}");
 }
 
+/// A database of the previous format (per-block block-map entries only) opens, reads as before and is marked
+/// with the current version, so that builds of the previous format refuse it afterwards.
+#[test]
+fn a_database_of_the_previous_format_is_upgraded_in_place() {
+    let mut d = SimDrive::new(config());
+    put(&d, "kept", data(3, 20_000)).unwrap();
+    d.engine().close().unwrap();
+    d.engine = None;
+    let set_version = |d: &SimDrive, v: Option<u32>| {
+        let db = rocksdb::DB::open_cf(
+            &rocksdb::Options::default(),
+            d.dir.path().join("kv"),
+            ["names", "onodes", "blocks", "frags", "attrs", "omap", "alloc", "refs"],
+        )
+        .unwrap();
+        if let Some(v) = v {
+            db.put(b"format_version", v.to_be_bytes()).unwrap();
+        }
+        db.get(b"format_version").unwrap().map(|raw| u32::from_be_bytes(raw.try_into().unwrap()))
+    };
+    set_version(&d, Some(1));
+    d.reopen_result(config()).unwrap();
+    assert_eq!(d.read_all(b"kept").unwrap(), data(3, 20_000));
+    d.engine().close().unwrap();
+    d.engine = None;
+    assert_eq!(set_version(&d, None), Some(2));
+}
+
 /// A device whose page-cache reads return one flipped byte until the range is forgotten: a stale or damaged
 /// cached page.
 struct StaleCacheDevice {
