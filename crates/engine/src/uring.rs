@@ -223,6 +223,18 @@ mod tests {
         for t in threads {
             t.join().unwrap();
         }
+        // Past the in-flight limit: more callers than IN_FLIGHT_MAX at once wait for a slot, none is lost.
+        let many: Vec<_> = (0..IN_FLIGHT_MAX + 72)
+            .map(|i| {
+                let (ring, file) = (ring.clone(), file.clone());
+                std::thread::spawn(move || {
+                    let mut back = AlignedBuf::zeroed(4096);
+                    ring.read(file.as_raw_fd(), back.as_mut_slice(), (i % 64) as u64 * 4096).unwrap()
+                })
+            })
+            .collect();
+        assert!(many.into_iter().all(|t| t.join().unwrap() == 4096));
+        assert_eq!(*ring.in_flight.lock(), 0);
         // An error comes back as the errno: a read from a closed descriptor number.
         let mut buf = AlignedBuf::zeroed(4096);
         assert!(ring.read(-1, buf.as_mut_slice(), 0).is_err());
