@@ -10,7 +10,7 @@ VENV ?= $(shell if [ -w /var/cache ]; then echo /var/cache/mosaic-venv; else ech
 CARGO ?= cargo
 MOSAIC := $(CARGO_TARGET_DIR)/release/mosaic
 
-.PHONY: run test deps build lint unit clients fmt
+.PHONY: run test deps build lint unit clients fmt prune
 
 run: deps build
 	$(MOSAIC) server
@@ -34,7 +34,12 @@ clients: build
 	@scripts/client-deps.sh $(VENV)
 	MOSAIC_BIN=$(MOSAIC) $(VENV)/bin/pytest -q -p no:cacheprovider tests/python
 
-test: deps lint unit clients
+# Superseded test executables (RocksDB linked into each) are removed first, so the target directory
+# outside the clone stays bounded across runs.
+prune:
+	@scripts/prune-target.sh
+
+test: deps prune lint unit clients
 	@echo "make test: all checks passed"
 
 fmt:

@@ -33,9 +33,11 @@ pub struct Extent {
 }
 
 pub struct Allocator {
-    /// Free extents by start block, coalesced.
+    /// Free extents by start block, coalesced, all below `limit_blocks`.
     free: BTreeMap<u64, u64>,
     free_blocks: u64,
+    /// Blocks the device holds now: a thin drive file grows toward `total_blocks` in steps (`grow`).
+    limit_blocks: u64,
     /// Persisted view: a set bit means the block is referenced by committed metadata.
     bitmap: Vec<u64>,
     dirty_groups: BTreeSet<u64>,
@@ -45,27 +47,30 @@ pub struct Allocator {
 }
 
 impl Allocator {
-    /// A fresh allocator where every block from `data_start_block` is free.
-    pub fn new(total_blocks: u64, data_start_block: u64) -> Self {
-        assert!(data_start_block < total_blocks);
+    /// A fresh allocator where every block from `data_start_block` to `limit_blocks` is free (and the
+    /// blocks up to `total_blocks` become free as the device grows).
+    pub fn new(total_blocks: u64, data_start_block: u64, limit_blocks: u64) -> Self {
+        assert!(data_start_block < limit_blocks && limit_blocks <= total_blocks, "{data_start_block} {limit_blocks}");
         let words = total_blocks.div_ceil(64) as usize;
         let mut a = Allocator {
             free: BTreeMap::new(),
             free_blocks: 0,
+            limit_blocks,
             bitmap: vec![0; words],
             dirty_groups: BTreeSet::new(),
             total_blocks,
             data_start_block,
             large_cursor: data_start_block,
         };
-        a.insert_free(Extent { start: data_start_block, len: total_blocks - data_start_block });
+        a.insert_free(Extent { start: data_start_block, len: limit_blocks - data_start_block });
         // The superblock area counts as used in the persisted view.
         a.set_bits(0, data_start_block, true);
         a
     }
 
-    /// Rebuilds the allocator from persisted bitmap groups.
-    pub fn from_groups(total_blocks: u64, data_start_block: u64, groups: &[(u64, Vec<u8>)]) -> Self {
+    /// Rebuilds the allocator from persisted bitmap groups. Blocks marked used beyond `limit_blocks` (none,
+    /// unless the device shrank) raise the limit to cover them.
+    pub fn from_groups(total_blocks: u64, data_start_block: u64, limit_blocks: u64, groups: &[(u64, Vec<u8>)]) -> Self {
         let words = total_blocks.div_ceil(64) as usize;
         let mut bitmap = vec![0u64; words];
         for (group, raw) in groups {
@@ -76,9 +81,15 @@ impl Allocator {
                 }
             }
         }
+        let last_used = (0..bitmap.len()).rev().find(|w| bitmap[*w] != 0).map_or(0, |w| {
+            let word = bitmap[w];
+            w as u64 * 64 + 63 - word.leading_zeros() as u64 + 1
+        });
+        let limit_blocks = limit_blocks.max(last_used).clamp(data_start_block + 1, total_blocks);
         let mut a = Allocator {
             free: BTreeMap::new(),
             free_blocks: 0,
+            limit_blocks,
             bitmap,
             dirty_groups: BTreeSet::new(),
             total_blocks,
@@ -86,7 +97,7 @@ impl Allocator {
             large_cursor: data_start_block,
         };
         let mut run_start = None;
-        for b in data_start_block..total_blocks {
+        for b in data_start_block..limit_blocks {
             let used = a.bit(b);
             match (used, run_start) {
                 (false, None) => run_start = Some(b),
@@ -98,17 +109,32 @@ impl Allocator {
             }
         }
         if let Some(s) = run_start {
-            a.insert_free(Extent { start: s, len: total_blocks - s });
+            a.insert_free(Extent { start: s, len: limit_blocks - s });
         }
         a
     }
 
+    /// Free blocks the device holds now (not counting the room it may still grow into).
     pub fn free_blocks(&self) -> u64 {
         self.free_blocks
     }
 
     pub fn total_blocks(&self) -> u64 {
         self.total_blocks
+    }
+
+    /// Blocks the device holds now.
+    pub fn limit_blocks(&self) -> u64 {
+        self.limit_blocks
+    }
+
+    /// The device now holds `new_limit` blocks: the blocks it gained become free.
+    pub fn grow(&mut self, new_limit: u64) {
+        assert!(new_limit > self.limit_blocks && new_limit <= self.total_blocks, "grow to {new_limit}");
+        let before = self.free_blocks;
+        self.insert_free(Extent { start: self.limit_blocks, len: new_limit - self.limit_blocks });
+        assert_eq!(self.free_blocks, before + new_limit - self.limit_blocks, "every gained block is free once");
+        self.limit_blocks = new_limit;
     }
 
     pub fn free_extent_count(&self) -> usize {
@@ -143,7 +169,7 @@ impl Allocator {
     /// Returns blocks to the free map. Callers guarantee the blocks hold no data that durable metadata or
     /// an active reader references.
     pub fn release(&mut self, ext: Extent) {
-        debug_assert!(ext.start >= self.data_start_block && ext.start + ext.len <= self.total_blocks);
+        debug_assert!(ext.start >= self.data_start_block && ext.start + ext.len <= self.limit_blocks);
         self.insert_free(ext);
     }
 
@@ -277,7 +303,7 @@ mod tests {
 
     #[test]
     fn large_runs_are_contiguous() {
-        let mut a = Allocator::new(100_000, 256);
+        let mut a = Allocator::new(100_000, 256, 100_000);
         let e = a.allocate(2048, Placement::Large).unwrap();
         assert_eq!(e.len(), 1);
         assert_eq!(e[0].len, 2048);
@@ -285,7 +311,7 @@ mod tests {
 
     #[test]
     fn hot_and_cold_are_apart() {
-        let mut a = Allocator::new(100_000, 256);
+        let mut a = Allocator::new(100_000, 256, 100_000);
         let hot = a.allocate(1, Placement::Hot).unwrap()[0];
         let cold = a.allocate(1, Placement::Cold).unwrap()[0];
         assert_eq!(hot.start, 256);
@@ -294,7 +320,7 @@ mod tests {
 
     #[test]
     fn full_and_release() {
-        let mut a = Allocator::new(1000, 10);
+        let mut a = Allocator::new(1000, 10, 1000);
         let all = a.allocate(990, Placement::Cold).unwrap();
         assert!(a.allocate(1, Placement::Hot).is_none());
         for e in all {
@@ -307,26 +333,50 @@ mod tests {
     #[test]
     #[should_panic(expected = "double free")]
     fn double_free_panics() {
-        let mut a = Allocator::new(1000, 10);
+        let mut a = Allocator::new(1000, 10, 1000);
         a.release(Extent { start: 20, len: 1 });
     }
 
     #[test]
     fn bitmap_round_trip() {
-        let mut a = Allocator::new(70_000, 256);
+        let mut a = Allocator::new(70_000, 256, 70_000);
         let e = a.allocate(5000, Placement::Large).unwrap();
         for x in &e {
             a.mark(*x, true);
         }
         let groups = a.all_groups();
-        let b = Allocator::from_groups(70_000, 256, &groups);
+        let b = Allocator::from_groups(70_000, 256, 70_000, &groups);
         assert_eq!(b.free_blocks(), 70_000 - 256 - 5000);
+    }
+
+    #[test]
+    fn a_thin_device_grows_into_its_capacity() {
+        let mut a = Allocator::new(10_000, 16, 1_000);
+        assert_eq!((a.free_blocks(), a.limit_blocks()), (984, 1_000));
+        assert!(a.allocate(985, Placement::Large).is_none(), "nothing past the limit");
+        let cold = a.allocate(1, Placement::Cold).unwrap()[0];
+        assert_eq!(cold.start, 999, "cold data at the top of what the device holds");
+        a.mark(cold, true);
+        a.grow(4_000);
+        assert_eq!(a.free_blocks(), 983 + 3_000);
+        let big = a.allocate(3_500, Placement::Large).unwrap();
+        assert!(big.iter().all(|e| e.start + e.len <= 4_000));
+        // Reopened from the bitmap with a smaller limit than a used block: the limit covers it.
+        let b = Allocator::from_groups(10_000, 16, 500, &a.all_groups());
+        assert_eq!(b.limit_blocks(), 1_000);
+        assert!(!b.is_free(999));
+    }
+
+    #[test]
+    #[should_panic(expected = "grow to")]
+    fn growing_past_the_capacity_is_a_bug() {
+        Allocator::new(1_000, 16, 100).grow(1_001);
     }
 
     proptest! {
         #[test]
         fn no_block_is_handed_out_twice(ops in proptest::collection::vec((1u64..300, 0u8..3, any::<bool>()), 1..200)) {
-            let mut a = Allocator::new(20_000, 16);
+            let mut a = Allocator::new(20_000, 16, 20_000);
             let mut held: Vec<Extent> = Vec::new();
             for (n, p, rel) in ops {
                 if rel && !held.is_empty() {

@@ -1,11 +1,13 @@
-//! Data devices: where object blocks live. One trait, three backends: a preallocated regular file and a raw
-//! block device (both O_DIRECT), and a simulated in-memory device that can crash, for the crash tests.
+//! Data devices: where object blocks live. One trait, three backends: a regular file and a raw block
+//! device (both O_DIRECT), and a simulated in-memory device that can crash, for the crash tests. A regular
+//! file is either preallocated whole or thin: it holds what is stored and grows in preallocated steps
+//! (`grow_to`) up to its capacity.
 //!
 //! The engine never overwrites a block referenced by durable metadata (copy-on-write), so a device only
 //! needs plain positional reads and writes plus a flush that makes every completed write durable.
 
-use crate::aligned::{IO_ALIGN_BYTES, assert_io_aligned};
 pub use crate::uring::IoEngine;
+use mosaic_store::{IO_ALIGN_BYTES, assert_io_aligned};
 use parking_lot::Mutex;
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -13,12 +15,25 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// A block device as the engine sees it. Offsets and lengths are multiples of [`IO_ALIGN_BYTES`] and
 /// buffers are aligned; implementations assert it.
 pub trait Device: Send + Sync + 'static {
+    /// Bytes the device holds now: every IO lies below this.
     fn size_bytes(&self) -> u64;
+    /// The most the device can grow to (a block device: its size).
+    fn capacity_bytes(&self) -> u64 {
+        self.size_bytes()
+    }
+    /// Grows the device to hold `size_bytes` (at most its capacity); the new bytes read as zeros. A device
+    /// that cannot grow refuses anything larger than it is.
+    fn grow_to(&self, size_bytes: u64) -> io::Result<()> {
+        if size_bytes <= self.size_bytes() {
+            return Ok(());
+        }
+        Err(io::Error::new(io::ErrorKind::Unsupported, "this device cannot grow"))
+    }
     fn read_at(&self, buf: &mut [u8], offset_bytes: u64) -> io::Result<()>;
     /// Reads through the kernel's page cache where the device has one, so hot data comes from memory that
     /// the kernel reclaims under pressure (and that is not the process's). The default reads directly.
@@ -41,15 +56,16 @@ pub trait Device: Send + Sync + 'static {
     }
 }
 
-/// A regular file used with O_DIRECT, preallocated with fallocate so that block writes never allocate
-/// file-system extents on the data path.
+/// A regular file used with O_DIRECT, preallocated with fallocate (whole, or in growth steps) so that block
+/// writes never allocate file-system extents on the data path.
 pub struct FileDevice {
     file: File,
     /// The same file opened without O_DIRECT, read-only, for `read_cached_at`. Coherent with the direct
     /// writes: the kernel invalidates cached pages of a range a direct write or a hole punch covers, and a
     /// block is only written while no reader can reach it (copy-on-write, deferred reuse).
     cached: File,
-    size_bytes: u64,
+    /// Bytes preallocated now; a regular file grows (never shrinks) through `grow_to`.
+    size_bytes: AtomicU64,
     kind: &'static str,
     /// Direct reads and writes go through this ring when io_uring is in use, else pread/pwrite.
     ring: Option<crate::uring::Ring>,
@@ -61,8 +77,11 @@ impl FileDevice {
         Self::create_with(path, size_bytes, IoEngine::Auto)
     }
 
+    /// Creates (or grows) `path` to `size_bytes`, preallocated, and opens it.
     pub fn create_with(path: &Path, size_bytes: u64, io_engine: IoEngine) -> io::Result<Self> {
-        assert!(size_bytes.is_multiple_of(IO_ALIGN_BYTES as u64), "device size must be aligned");
+        if !size_bytes.is_multiple_of(IO_ALIGN_BYTES as u64) {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "the device size must be a multiple of 4 KiB"));
+        }
         let file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path)?;
         preallocate(&file, size_bytes)?;
         file.sync_all()?;
@@ -100,7 +119,11 @@ impl FileDevice {
                 }
             },
         };
-        Ok(FileDevice { file, cached, size_bytes, kind, ring })
+        Ok(FileDevice { file, cached, size_bytes: AtomicU64::new(size_bytes), kind, ring })
+    }
+
+    fn size(&self) -> u64 {
+        self.size_bytes.load(Ordering::Acquire)
     }
 
     /// Direct IO through the ring (looping over short transfers) or pread/pwrite.
@@ -176,19 +199,40 @@ fn block_device_size(file: &File) -> io::Result<u64> {
     f.seek(SeekFrom::End(0))
 }
 
+/// The largest file a regular file device may grow to (the kernel's file offset limit, rounded down).
+const FILE_CAPACITY_BYTES: u64 = (i64::MAX as u64) / IO_ALIGN_BYTES as u64 * IO_ALIGN_BYTES as u64;
+
 impl Device for FileDevice {
     fn size_bytes(&self) -> u64 {
-        self.size_bytes
+        self.size()
+    }
+
+    fn capacity_bytes(&self) -> u64 {
+        if self.kind == "file" { FILE_CAPACITY_BYTES } else { self.size() }
+    }
+
+    fn grow_to(&self, size_bytes: u64) -> io::Result<()> {
+        if size_bytes <= self.size() {
+            return Ok(());
+        }
+        if self.kind != "file" || !size_bytes.is_multiple_of(IO_ALIGN_BYTES as u64) {
+            return Err(io::Error::new(io::ErrorKind::Unsupported, "only a regular file grows, in whole blocks"));
+        }
+        preallocate(&self.file, size_bytes)?;
+        // The new size is durable with the next flush (fdatasync keeps what is needed to read the data
+        // written there), which comes before any metadata that references the new blocks.
+        self.size_bytes.fetch_max(size_bytes, Ordering::AcqRel);
+        Ok(())
     }
 
     fn read_at(&self, buf: &mut [u8], offset_bytes: u64) -> io::Result<()> {
         assert_io_aligned(buf, offset_bytes);
-        check_bounds(offset_bytes, buf.len(), self.size_bytes)?;
+        check_bounds(offset_bytes, buf.len(), self.size())?;
         self.direct_read(buf, offset_bytes)
     }
 
     fn read_cached_at(&self, buf: &mut [u8], offset_bytes: u64) -> io::Result<()> {
-        check_bounds(offset_bytes, buf.len(), self.size_bytes)?;
+        check_bounds(offset_bytes, buf.len(), self.size())?;
         self.cached.read_exact_at(buf, offset_bytes)
     }
 
@@ -199,7 +243,7 @@ impl Device for FileDevice {
 
     fn write_at(&self, buf: &[u8], offset_bytes: u64) -> io::Result<()> {
         assert_io_aligned(buf, offset_bytes);
-        check_bounds(offset_bytes, buf.len(), self.size_bytes)?;
+        check_bounds(offset_bytes, buf.len(), self.size())?;
         self.direct_write(buf, offset_bytes)
     }
 
@@ -264,13 +308,21 @@ struct SimState {
 pub struct SimDevice {
     state: Arc<Mutex<SimState>>,
     failing: Arc<AtomicBool>,
-    size_bytes: u64,
+    /// What the device holds now (`grow_to` raises it up to the capacity).
+    size_bytes: Arc<AtomicU64>,
+    capacity_bytes: u64,
 }
 
 impl SimDevice {
     pub fn new(size_bytes: u64) -> Self {
-        assert!(size_bytes.is_multiple_of(IO_ALIGN_BYTES as u64));
-        let image = vec![0u8; size_bytes as usize];
+        Self::thin(size_bytes, size_bytes)
+    }
+
+    /// A device that holds `size_bytes` and may grow to `capacity_bytes`, like a thin drive file.
+    pub fn thin(size_bytes: u64, capacity_bytes: u64) -> Self {
+        assert!(size_bytes.is_multiple_of(IO_ALIGN_BYTES as u64) && size_bytes <= capacity_bytes);
+        assert!(capacity_bytes.is_multiple_of(IO_ALIGN_BYTES as u64));
+        let image = vec![0u8; capacity_bytes as usize];
         SimDevice {
             state: Arc::new(Mutex::new(SimState {
                 durable: image.clone(),
@@ -279,7 +331,8 @@ impl SimDevice {
                 crash_countdown: None,
             })),
             failing: Arc::new(AtomicBool::new(false)),
-            size_bytes,
+            size_bytes: Arc::new(AtomicU64::new(size_bytes)),
+            capacity_bytes,
         }
     }
 
@@ -355,12 +408,25 @@ impl SimDevice {
 
 impl Device for SimDevice {
     fn size_bytes(&self) -> u64 {
-        self.size_bytes
+        self.size_bytes.load(Ordering::Acquire)
+    }
+
+    fn capacity_bytes(&self) -> u64 {
+        self.capacity_bytes
+    }
+
+    fn grow_to(&self, size_bytes: u64) -> io::Result<()> {
+        self.check_failing()?;
+        if size_bytes > self.capacity_bytes {
+            return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+        }
+        self.size_bytes.fetch_max(size_bytes, Ordering::AcqRel);
+        Ok(())
     }
 
     fn read_at(&self, buf: &mut [u8], offset_bytes: u64) -> io::Result<()> {
         assert_io_aligned(buf, offset_bytes);
-        check_bounds(offset_bytes, buf.len(), self.size_bytes)?;
+        check_bounds(offset_bytes, buf.len(), self.size_bytes())?;
         self.check_failing()?;
         let s = self.state.lock();
         let off = offset_bytes as usize;
@@ -370,7 +436,7 @@ impl Device for SimDevice {
 
     fn write_at(&self, buf: &[u8], offset_bytes: u64) -> io::Result<()> {
         assert_io_aligned(buf, offset_bytes);
-        check_bounds(offset_bytes, buf.len(), self.size_bytes)?;
+        check_bounds(offset_bytes, buf.len(), self.size_bytes())?;
         self.check_failing()?;
         let mut s = self.state.lock();
         if self.tick(&mut s) {
@@ -428,7 +494,7 @@ impl VolatileCacheDevice {
         let mut run: Vec<(u64, Box<[u8]>)> = Vec::new();
         let write_run = |run: &mut Vec<(u64, Box<[u8]>)>| -> io::Result<()> {
             let Some(start) = run.first().map(|(o, _)| *o) else { return Ok(()) };
-            let mut buf = crate::aligned::AlignedBuf::zeroed(run.len() * IO_ALIGN_BYTES);
+            let mut buf = mosaic_store::AlignedBuf::zeroed(run.len() * IO_ALIGN_BYTES);
             for (i, (_, b)) in run.iter().enumerate() {
                 buf.as_mut_slice()[i * IO_ALIGN_BYTES..(i + 1) * IO_ALIGN_BYTES].copy_from_slice(b);
             }
@@ -449,6 +515,14 @@ impl VolatileCacheDevice {
 impl Device for VolatileCacheDevice {
     fn size_bytes(&self) -> u64 {
         self.inner.size_bytes()
+    }
+
+    fn capacity_bytes(&self) -> u64 {
+        self.inner.capacity_bytes()
+    }
+
+    fn grow_to(&self, size_bytes: u64) -> io::Result<()> {
+        self.inner.grow_to(size_bytes)
     }
 
     fn read_at(&self, buf: &mut [u8], offset_bytes: u64) -> io::Result<()> {
@@ -494,7 +568,7 @@ impl Device for VolatileCacheDevice {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::aligned::AlignedBuf;
+    use mosaic_store::AlignedBuf;
 
     fn read(d: &dyn Device, offset: u64) -> Vec<u8> {
         let mut buf = AlignedBuf::zeroed(2 * IO_ALIGN_BYTES);

@@ -41,6 +41,35 @@ pub enum EngineError {
     ShuttingDown,
     #[error("limit exceeded: {0}")]
     Limit(String),
+    /// Operation `index` (of kind `op`) of a transaction failed; nothing of the transaction was applied.
+    #[error("operation {index} ({op}): {source}")]
+    Op { index: usize, op: &'static str, source: Box<EngineError> },
+}
+
+impl EngineError {
+    /// `e`, attributed to operation `index` of its transaction.
+    pub(crate) fn in_op(index: usize, op: &'static str, e: EngineError) -> EngineError {
+        match e {
+            already @ EngineError::Op { .. } => already,
+            e => EngineError::Op { index, op, source: Box::new(e) },
+        }
+    }
+
+    /// The error itself, without the operation it happened in.
+    pub fn cause(&self) -> &EngineError {
+        match self {
+            EngineError::Op { source, .. } => source,
+            e => e,
+        }
+    }
+
+    /// The index of the operation that failed, for an error of a transaction's operation.
+    pub fn op_index(&self) -> Option<usize> {
+        match self {
+            EngineError::Op { index, .. } => Some(*index),
+            _ => None,
+        }
+    }
 }
 
 pub type Result<T> = std::result::Result<T, EngineError>;

@@ -30,6 +30,18 @@ pub const META_FORMAT: &[u8] = b"format_version";
 pub type CollectionId = u32;
 pub type Nid = u64;
 
+/// Largest object the engine accepts: S3's 5 TiB.
+pub const MAX_OBJECT_BYTES: u64 = 5 << 40;
+/// Blocks of the largest object: bounds every scan of one object's block map.
+pub const MAX_OBJECT_BLOCKS: u64 = MAX_OBJECT_BYTES / crate::superblock::BLOCK_SIZE_BYTES;
+/// Most fragments one block may hold: the write path merges a block before it passes half of this, so a
+/// scan of a block's fragments is bounded (lazy sync merges far earlier, at `lazy_sync_frag_count`).
+pub const MAX_FRAGS_PER_BLOCK: usize = 4096;
+/// Most collections a drive holds (S3 allows a million buckets per account).
+pub const MAX_COLLECTIONS: usize = 1 << 20;
+/// Most attributes plus omap entries of one object (a clone copies them all in one transaction).
+pub const MAX_ATTRS_PER_OBJECT: usize = 1 << 16;
+
 pub fn name_key(coll: CollectionId, name: &[u8]) -> Vec<u8> {
     let mut k = Vec::with_capacity(4 + name.len());
     k.extend_from_slice(&coll.to_be_bytes());
@@ -79,6 +91,7 @@ pub fn encode_name_entry(nid: Nid, tag: Option<&[u8]>) -> Vec<u8> {
         v.push(NAME_TAG_VERSION);
         v.extend_from_slice(t);
     }
+    debug_assert!(decode_name_entry(&v).is_ok_and(|d| d == (nid, tag)), "a name entry decodes back");
     v
 }
 
@@ -141,6 +154,7 @@ impl Onode {
         v.extend_from_slice(&self.flags.to_be_bytes());
         v.extend_from_slice(&self.collection.to_be_bytes());
         v.extend_from_slice(&self.name);
+        debug_assert_eq!(Onode::decode(&v).ok().as_ref(), Some(self), "an onode decodes back before it is written");
         v
     }
 
@@ -307,6 +321,7 @@ impl BlockRun {
         for c in &self.crcs {
             v.extend_from_slice(&c.to_be_bytes());
         }
+        debug_assert_eq!(BlockRun::decode(&v).ok().as_ref(), Some(self), "a run decodes back before it is written");
         v
     }
 
@@ -335,6 +350,24 @@ impl BlockRun {
     }
 }
 
+/// Applies a block's fragment values, in key (write) order, over its content.
+pub(crate) fn apply_fragments<'a>(
+    content: &mut [u8],
+    nid: Nid,
+    lb: u64,
+    values: impl Iterator<Item = &'a [u8]>,
+) -> Result<()> {
+    for v in values {
+        let (off, data) = decode_frag(v)?;
+        let off = off as usize;
+        if off + data.len() > content.len() {
+            return Err(EngineError::Corrupt(format!("fragment past its block in nid {nid} block {lb}")));
+        }
+        content[off..off + data.len()].copy_from_slice(data);
+    }
+    Ok(())
+}
+
 /// A fragment: bytes written inside one block without a read-modify-write. The value carries a crc32c of
 /// its header and data so that a flipped bit in the KV store is detected.
 pub fn encode_frag(offset_in_block: u32, data: &[u8]) -> Vec<u8> {
@@ -343,6 +376,7 @@ pub fn encode_frag(offset_in_block: u32, data: &[u8]) -> Vec<u8> {
     v.extend_from_slice(data);
     let crc = crate::checksum::crc32c(&v);
     v.extend_from_slice(&crc.to_be_bytes());
+    debug_assert!(decode_frag(&v).is_ok_and(|(o, d)| o == offset_in_block && d == data), "a fragment decodes back");
     v
 }
 

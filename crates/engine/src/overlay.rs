@@ -228,8 +228,32 @@ impl<'a> View<'a> {
         })
     }
 
-    pub fn scan_prefix(&self, cf: &'static str, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    /// Every live entry in [start, end); more than `cap` is an error naming `what` (every scan is bounded
+    /// by an invariant or a limit, never by the data alone).
+    pub fn scan_capped(
+        &self,
+        cf: &'static str,
+        start: &[u8],
+        end: &[u8],
+        cap: usize,
+        what: &str,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let out = self.scan(cf, start, end, cap.saturating_add(1))?;
+        if out.len() > cap {
+            return Err(crate::error::EngineError::Limit(format!("more than {cap} {what}")));
+        }
+        Ok(out)
+    }
+
+    /// Every live entry whose key starts with `prefix`, bounded as `scan_capped`.
+    pub fn scan_prefix(
+        &self,
+        cf: &'static str,
+        prefix: &[u8],
+        cap: usize,
+        what: &str,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         let end = prefix_end(prefix).unwrap_or_else(|| vec![0xFF; prefix.len() + 1]);
-        self.scan(cf, prefix, &end, usize::MAX)
+        self.scan_capped(cf, prefix, &end, cap, what)
     }
 }

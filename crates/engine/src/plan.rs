@@ -7,13 +7,18 @@
 //! ablation baseline) and lazy sync (`MergeBlock`) read a block to merge into it.
 
 use crate::alloc::{Extent, Placement};
-use crate::engine::{BLOCK_SIZE_BYTES, Inner, MAX_OBJECT_BYTES, WriteMode};
+use crate::blockio::BlockIo;
+use crate::config::{EngineConfig, WriteMode};
 use crate::error::{EngineError, Result};
+use crate::frag_index::{FragDelta, FragIndex};
 use crate::keys::*;
 use crate::overlay::View;
 use crate::page_cache::PageChange;
+use crate::space::Space;
+use crate::superblock::BLOCK_SIZE_BYTES;
 use crate::txn::{MergedBlock, Op, Outcome, Staged, Transaction};
-use std::sync::atomic::Ordering;
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Registry namespace mapping collection id -> collection name.
 const REVERSE_REGISTRY: CollectionId = u32::MAX;
@@ -22,15 +27,6 @@ pub const MAX_ATTR_KEY_BYTES: usize = 1024;
 pub const MAX_ATTR_VALUE_BYTES: usize = 64 * 1024;
 /// Largest listing tag of a name entry: it is read with every listed name, so it stays small.
 pub const MAX_NAME_TAG_BYTES: usize = 256;
-
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum FragDelta {
-    Add(Nid, u64, u64),
-    ClearBlock(Nid, u64),
-    ClearObject(Nid),
-    /// Every block from this logical block on.
-    ClearFrom(Nid, u64),
-}
 
 #[derive(Default)]
 pub(crate) struct TxnState {
@@ -46,12 +42,41 @@ pub(crate) struct TxnState {
     pub(crate) fresh_nids: std::collections::HashSet<Nid>,
     /// What the page cache must learn when this transaction commits, in op order.
     pub(crate) page_changes: Vec<PageChange>,
+    /// Fragments this transaction added, per block (the write path bounds a block's fragments).
+    pub(crate) frag_adds: FragAdds,
+    /// Attribute (or omap) entries of objects this transaction added to, counted (see `check_attr_room`).
+    pub(crate) attr_counts: std::collections::HashMap<(Nid, &'static str), usize>,
+}
+
+/// Fragments added per block since the last committed state.
+pub(crate) type FragAdds = std::collections::HashMap<(Nid, u64), u32>;
+
+/// Fragments of one block above which the write path counts them exactly (lazy sync keeps blocks far
+/// below, so the count is rare); at half of `MAX_FRAGS_PER_BLOCK` it merges the block first.
+const FRAG_COUNT_CHECK: usize = 256;
+
+/// Ids the planner hands out: object ids and fragment sequence numbers, both only increasing.
+pub(crate) struct Ids {
+    pub(crate) next_nid: AtomicU64,
+    pub(crate) next_frag_seq: AtomicU64,
+}
+
+/// What planning needs beyond its view: the configuration, block IO (whole-block writes of the RMW
+/// baseline, reads of checksum units cut through), space, ids, and the committed fragment counts.
+pub(crate) struct PlanCtx<'a> {
+    pub(crate) cfg: &'a EngineConfig,
+    pub(crate) io: &'a BlockIo,
+    pub(crate) space: &'a Space,
+    pub(crate) ids: &'a Ids,
+    pub(crate) frags: &'a Mutex<FragIndex>,
 }
 
 pub(crate) struct Planner<'a, 'v> {
-    pub(crate) inner: &'a Inner,
+    pub(crate) ctx: &'a PlanCtx<'a>,
     pub(crate) view: &'a mut View<'v>,
     pub(crate) ts: &'a mut TxnState,
+    /// Fragments the group's earlier transactions added.
+    pub(crate) group_frag_adds: &'a FragAdds,
 }
 
 fn now_ns() -> u64 {
@@ -63,10 +88,12 @@ pub(crate) fn reverse_registry_key(coll: CollectionId) -> Vec<u8> {
 }
 
 impl Planner<'_, '_> {
+    /// Plans every operation in order; the first failure fails the transaction and names its operation.
     pub(crate) fn plan(mut self, txn: Transaction) -> Result<Outcome> {
         let mut out = Outcome::default();
-        for op in txn.ops {
-            self.op(op, &mut out)?;
+        for (index, op) in txn.ops.into_iter().enumerate() {
+            let name = op.kind_name();
+            self.op(op, &mut out).map_err(|e| EngineError::in_op(index, name, e))?;
         }
         Ok(out)
     }
@@ -125,22 +152,24 @@ impl Planner<'_, '_> {
             Op::SetAttr { coll, name, key, value } => {
                 check_attr(&key, Some(&value))?;
                 let (nid, _) = self.lookup(coll, &name)?.ok_or(EngineError::NotFound)?;
+                self.check_attr_room(CF_ATTRS, nid, &key)?;
                 self.view.top.put(CF_ATTRS, &nid_sub_key(nid, &key), value);
             }
             Op::RemoveAttr { coll, name, key } => {
                 check_attr(&key, None)?;
                 let (nid, _) = self.lookup(coll, &name)?.ok_or(EngineError::NotFound)?;
-                self.view.top.delete(CF_ATTRS, &nid_sub_key(nid, &key));
+                self.forget_attr(CF_ATTRS, nid, &key)?;
             }
             Op::OmapSet { coll, name, key, value } => {
                 check_attr(&key, Some(&value))?;
                 let (nid, _) = self.lookup(coll, &name)?.ok_or(EngineError::NotFound)?;
+                self.check_attr_room(CF_OMAP, nid, &key)?;
                 self.view.top.put(CF_OMAP, &nid_sub_key(nid, &key), value);
             }
             Op::OmapRemove { coll, name, key } => {
                 check_attr(&key, None)?;
                 let (nid, _) = self.lookup(coll, &name)?.ok_or(EngineError::NotFound)?;
-                self.view.top.delete(CF_OMAP, &nid_sub_key(nid, &key));
+                self.forget_attr(CF_OMAP, nid, &key)?;
             }
             Op::SetNameTag { coll, name, tag } => {
                 if tag.len() > MAX_NAME_TAG_BYTES {
@@ -167,14 +196,55 @@ impl Planner<'_, '_> {
                     return Err(EngineError::AssertionFailed);
                 }
             }
+            Op::AssertExists { coll, name } => {
+                if self.lookup(coll, &name)?.is_none() {
+                    return Err(EngineError::AssertionFailed);
+                }
+            }
             Op::MergeBlock { nid, lblock } => self.merge_block(nid, lblock)?,
             Op::InstallMerged { staged, blocks } => self.install_merged(staged, blocks)?,
         }
         Ok(())
     }
 
+    /// An object holds at most `MAX_ATTRS_PER_OBJECT` attributes (and as many omap entries), so that
+    /// removing or cloning it is bounded. Replacing a value is always allowed. The count is taken once per
+    /// object and transaction (one bounded scan) and kept up to date from there.
+    fn check_attr_room(&mut self, cf: &'static str, nid: Nid, key: &[u8]) -> Result<()> {
+        let sub = nid_sub_key(nid, key);
+        let fresh = self.ts.fresh_nids.contains(&nid);
+        let exists =
+            if fresh { self.view.get_overlay_only(cf, &sub).is_some() } else { self.view.get(cf, &sub)?.is_some() };
+        if exists {
+            return Ok(());
+        }
+        let count = match self.ts.attr_counts.get(&(nid, cf)) {
+            Some(n) => *n,
+            // Only this transaction can have written entries of an object it created.
+            None if fresh => 0,
+            None => self.view.scan(cf, &nid_key(nid), &nid_key(nid + 1), MAX_ATTRS_PER_OBJECT)?.len(),
+        };
+        if count >= MAX_ATTRS_PER_OBJECT {
+            return Err(EngineError::Limit(format!("an object holds at most {MAX_ATTRS_PER_OBJECT} {cf} entries")));
+        }
+        self.ts.attr_counts.insert((nid, cf), count + 1);
+        Ok(())
+    }
+
+    /// Removes an attribute (or omap entry), keeping the transaction's count of them exact.
+    fn forget_attr(&mut self, cf: &'static str, nid: Nid, key: &[u8]) -> Result<()> {
+        let sub = nid_sub_key(nid, key);
+        if let Some(n) = self.ts.attr_counts.get(&(nid, cf)).copied()
+            && self.view.get(cf, &sub)?.is_some()
+        {
+            self.ts.attr_counts.insert((nid, cf), n.saturating_sub(1));
+        }
+        self.view.top.delete(cf, &sub);
+        Ok(())
+    }
+
     fn check_data_len(&self, len: usize) -> Result<()> {
-        check_op_data_len(len, self.inner.cfg.max_op_data_bytes)
+        check_op_data_len(len, self.ctx.cfg.max_op_data_bytes)
     }
 
     // ---- collections -------------------------------------------------------------------------------
@@ -187,13 +257,15 @@ impl Planner<'_, '_> {
         if self.view.get(CF_NAMES, &key)?.is_some() {
             return Err(EngineError::CollectionExists(name.to_string()));
         }
-        let existing = self.view.scan_prefix(CF_NAMES, &collection_prefix(REVERSE_REGISTRY))?;
-        let mut id = 1;
-        for (k, _) in existing {
-            id = id.max(u32_at(&k, 4)? + 1);
-        }
-        if id == REVERSE_REGISTRY {
-            return Err(EngineError::Limit("too many collections".into()));
+        // Ids are handed out above the highest in use: the reverse registry is ordered by id, so that is
+        // one backward seek.
+        let (lower, highest) = (collection_prefix(REVERSE_REGISTRY), reverse_registry_key(REVERSE_REGISTRY - 1));
+        let id = match self.view.floor(CF_NAMES, &highest, &lower, false)? {
+            Some((k, _)) => u32_at(&k, 4)? + 1,
+            None => 1,
+        };
+        if id as usize > MAX_COLLECTIONS {
+            return Err(EngineError::Limit(format!("at most {MAX_COLLECTIONS} collections")));
         }
         self.view.top.put(CF_NAMES, &key, id.to_be_bytes().to_vec());
         self.view.top.put(CF_NAMES, &reverse_registry_key(id), name.as_bytes().to_vec());
@@ -251,7 +323,7 @@ impl Planner<'_, '_> {
         if name.is_empty() || name.len() > MAX_NAME_BYTES {
             return Err(EngineError::InvalidArgument(format!("object names are 1 to {MAX_NAME_BYTES} bytes")));
         }
-        let nid = self.inner.next_nid.fetch_add(1, Ordering::Relaxed);
+        let nid = self.ctx.ids.next_nid.fetch_add(1, Ordering::Relaxed);
         self.ts.fresh_nids.insert(nid);
         let onode = Onode {
             size_bytes: 0,
@@ -280,9 +352,10 @@ impl Planner<'_, '_> {
         }
         self.ts.page_changes.push(PageChange::Forget { nid, first: 0, end: u64::MAX });
         let (start, end) = (nid_key(nid), nid_key(nid + 1));
-        for cf in [CF_BLOCKS, CF_FRAGS, CF_ATTRS, CF_OMAP] {
-            self.delete_all(cf, &start, &end)?;
-        }
+        self.delete_all(CF_BLOCKS, &start, &end, MAX_OBJECT_BLOCKS as usize)?;
+        self.delete_all(CF_FRAGS, &start, &end, object_frags_cap(onode.size_bytes))?;
+        self.delete_all(CF_ATTRS, &start, &end, MAX_ATTRS_PER_OBJECT)?;
+        self.delete_all(CF_OMAP, &start, &end, MAX_ATTRS_PER_OBJECT)?;
         self.ts.frag_deltas.push(FragDelta::ClearObject(nid));
         Ok(())
     }
@@ -318,13 +391,14 @@ impl Planner<'_, '_> {
         }
         let (dst, _) = self.create_object(to_coll, to)?;
         let inline = self.is_inline(src, &src_onode)?;
+        let frags_cap = object_frags_cap(src_onode.size_bytes);
         for (lb, run) in self.runs_overlapping(src, 0, u64::MAX)? {
             for p in run.physical_start..run.physical_start + run.len_blocks() {
                 self.share_block(p)?;
             }
             self.view.top.put(CF_BLOCKS, &block_key(dst, lb), run.encode());
         }
-        for (k, v) in self.view.scan_prefix(CF_FRAGS, &nid_key(src))? {
+        for (k, v) in self.view.scan_prefix(CF_FRAGS, &nid_key(src), frags_cap, "fragments in an object")? {
             let (lb, seq) = (u64_at(&k, 8)?, u64_at(&k, 16)?);
             if !inline {
                 self.ts.frag_deltas.push(FragDelta::Add(dst, lb, v.len().saturating_sub(8) as u64));
@@ -332,7 +406,7 @@ impl Planner<'_, '_> {
             self.view.top.put(CF_FRAGS, &frag_key(dst, lb, seq), v);
         }
         for cf in [CF_ATTRS, CF_OMAP] {
-            for (k, v) in self.view.scan_prefix(cf, &nid_key(src))? {
+            for (k, v) in self.view.scan_prefix(cf, &nid_key(src), MAX_ATTRS_PER_OBJECT, "attributes of an object")? {
                 self.view.top.put(cf, &nid_sub_key(dst, &k[8..]), v);
             }
         }
@@ -394,13 +468,14 @@ impl Planner<'_, '_> {
             }
         }
         let (fs, fe) = (frag_key(src_nid, first_src, 0), frag_key(src_nid, first_src + blocks, 0));
-        for (k, v) in self.view.scan(CF_FRAGS, &fs, &fe, usize::MAX)? {
+        let cap = (blocks as usize).saturating_mul(MAX_FRAGS_PER_BLOCK);
+        for (k, v) in self.view.scan_capped(CF_FRAGS, &fs, &fe, cap, "fragments in the cloned range")? {
             let (slb, seq) = (u64_at(&k, 8)?, u64_at(&k, 16)?);
             let dlb = first_dst + (slb - first_src);
             self.ts.frag_deltas.push(FragDelta::Add(dst_nid, dlb, v.len().saturating_sub(8) as u64));
             self.view.top.put(CF_FRAGS, &frag_key(dst_nid, dlb, seq), v);
         }
-        if dst_was_inline && dst_end > self.inner.cfg.inline_max_bytes {
+        if dst_was_inline && dst_end > self.ctx.cfg.inline_max_bytes {
             self.index_existing_frags(dst_nid)?;
         }
         if dst_end > dst_onode.size_bytes {
@@ -420,7 +495,8 @@ impl Planner<'_, '_> {
             let first_dead = size.div_ceil(bs);
             self.punch(nid, first_dead, u64::MAX)?;
             self.ts.page_changes.push(PageChange::Forget { nid, first: first_dead, end: u64::MAX });
-            self.delete_all(CF_FRAGS, &frag_key(nid, first_dead, 0), &nid_key(nid + 1))?;
+            let cap = object_frags_cap(onode.size_bytes);
+            self.delete_all(CF_FRAGS, &frag_key(nid, first_dead, 0), &nid_key(nid + 1), cap)?;
             self.ts.frag_deltas.push(FragDelta::ClearFrom(nid, first_dead));
             if !size.is_multiple_of(bs) {
                 // Zero the tail of the last block so that growing the object later reads zeros there.
@@ -439,7 +515,7 @@ impl Planner<'_, '_> {
     // ---- the write path ----------------------------------------------------------------------------
 
     fn is_inline(&self, nid: Nid, onode: &Onode) -> Result<bool> {
-        Ok(onode.size_bytes <= self.inner.cfg.inline_max_bytes && !self.has_blocks(nid)?)
+        Ok(crate::blockmap::lives_in_kv(onode.size_bytes, self.has_blocks(nid)?, self.ctx.cfg.inline_max_bytes))
     }
 
     fn write(&mut self, nid: Nid, mut onode: Onode, offset: u64, data: &[u8]) -> Result<()> {
@@ -450,7 +526,7 @@ impl Planner<'_, '_> {
         }
         let bs = BLOCK_SIZE_BYTES;
         let was_inline = self.is_inline(nid, &onode)?;
-        let inline = was_inline && end <= self.inner.cfg.inline_max_bytes;
+        let inline = was_inline && end <= self.ctx.cfg.inline_max_bytes;
         if was_inline && !inline {
             self.index_existing_frags(nid)?;
         }
@@ -469,7 +545,8 @@ impl Planner<'_, '_> {
                 pos += run_blocks * bs;
                 continue;
             }
-            if inline || self.inner.cfg.write_mode == WriteMode::FragmentLog {
+            if inline || self.ctx.cfg.write_mode == WriteMode::FragmentLog {
+                self.bound_fragments(nid, lb, inline)?;
                 // A block at or past the old end holds nothing yet (truncation drops such blocks).
                 let block_was_empty = lb * bs >= onode.size_bytes;
                 self.put_frag(nid, lb, in_block as u32, piece, !inline, block_was_empty);
@@ -530,13 +607,13 @@ impl Planner<'_, '_> {
         } else {
             Placement::Cold
         };
-        let extents = self.inner.allocate(blocks, placement)?;
+        let extents = self.ctx.space.allocate(self.ctx.io, blocks, placement)?;
         self.ts.fresh.extend(extents.iter().copied());
         let mut done = 0usize;
         let mut entries = Vec::with_capacity(blocks as usize);
         for ext in extents {
             let len = ext.len as usize * bs;
-            self.inner.write_blocks(ext.start, &data[done..done + len])?;
+            self.ctx.io.write_blocks(ext.start, &data[done..done + len])?;
             self.ts.marks.push((ext, true));
             for (i, block) in data[done..done + len].chunks_exact(bs).enumerate() {
                 entries
@@ -554,14 +631,14 @@ impl Planner<'_, '_> {
     fn rmw_block(&mut self, nid: Nid, lb: u64, in_block: usize, piece: &[u8]) -> Result<()> {
         let mut content = self.block_content(nid, lb)?;
         content[in_block..in_block + piece.len()].copy_from_slice(piece);
-        self.inner.counters.rmw_on_write_path.fetch_add(1, Ordering::Relaxed);
+        self.ctx.io.counters().rmw_on_write_path.fetch_add(1, Ordering::Relaxed);
         self.write_fresh_block(nid, lb, &content)
     }
 
     fn write_fresh_block(&mut self, nid: Nid, lb: u64, content: &[u8]) -> Result<()> {
-        let ext = self.inner.allocate(1, Placement::Hot)?[0];
+        let ext = self.ctx.space.allocate(self.ctx.io, 1, Placement::Hot)?[0];
         self.ts.fresh.push(ext);
-        self.inner.write_blocks(ext.start, content)?;
+        self.ctx.io.write_blocks(ext.start, content)?;
         self.ts.device_written = true;
         self.ts.marks.push((ext, true));
         let entry = BlockEntry { physical_block: ext.start, crc32c: crate::checksum::crc32c(content) };
@@ -591,7 +668,7 @@ impl Planner<'_, '_> {
             }
             Err(e) => return Err(e),
         };
-        self.inner.counters.rmw_in_lazy_sync.fetch_add(1, Ordering::Relaxed);
+        self.ctx.io.counters().rmw_in_lazy_sync.fetch_add(1, Ordering::Relaxed);
         self.write_fresh_block(nid, lb, &content)
     }
 
@@ -603,14 +680,18 @@ impl Planner<'_, '_> {
             let ext = Extent { start: p, len: 1 };
             let base = self.run_at(b.nid, b.lblock)?.map(|(start, r)| r.physical_start + (b.lblock - start));
             let (fs, fe) = (frag_key(b.nid, b.lblock, 0), frag_key(b.nid, b.lblock + 1, 0));
-            let frags: Vec<Vec<u8>> =
-                self.view.scan(CF_FRAGS, &fs, &fe, usize::MAX)?.into_iter().map(|(k, _)| k).collect();
+            let frags: Vec<Vec<u8>> = self
+                .view
+                .scan_capped(CF_FRAGS, &fs, &fe, MAX_FRAGS_PER_BLOCK, "fragments in a block")?
+                .into_iter()
+                .map(|(k, _)| k)
+                .collect();
             let alive = self.view.get(CF_ONODES, &nid_key(b.nid))?.is_some();
             if alive && base == b.expected_base && frags == b.frag_keys {
                 self.ts.marks.push((ext, true));
                 self.set_block_unmarked(b.nid, b.lblock, BlockEntry { physical_block: p, crc32c: b.crc32c })?;
                 self.ts.page_changes.push(PageChange::Synced { nid: b.nid, lblock: b.lblock });
-                self.inner.counters.rmw_in_lazy_sync.fetch_add(1, Ordering::Relaxed);
+                self.ctx.io.counters().rmw_in_lazy_sync.fetch_add(1, Ordering::Relaxed);
             } else {
                 // Written to after the merge was read: this staged block was never referenced.
                 self.ts.frees.push(ext);
@@ -624,15 +705,57 @@ impl Planner<'_, '_> {
     fn block_content(&self, nid: Nid, lb: u64) -> Result<Vec<u8>> {
         let mut content = vec![0u8; BLOCK_SIZE_BYTES as usize];
         if let Some((start, run)) = self.run_at(nid, lb)? {
-            read_verified_block(self.inner, nid, start, &run, lb, &mut content)?;
+            self.ctx.io.read_verified_block(nid, start, &run, lb, &mut content)?;
         }
-        let frags = self.view.scan(CF_FRAGS, &frag_key(nid, lb, 0), &frag_key(nid, lb + 1, 0), usize::MAX)?;
+        let (fs, fe) = (frag_key(nid, lb, 0), frag_key(nid, lb + 1, 0));
+        let frags = self.view.scan_capped(CF_FRAGS, &fs, &fe, MAX_FRAGS_PER_BLOCK, "fragments in a block")?;
         apply_fragments(&mut content, nid, lb, frags.iter().map(|(_, v)| v.as_slice()))?;
         Ok(content)
     }
 
+    /// Keeps a block below `MAX_FRAGS_PER_BLOCK` fragments, so that every scan of a block's fragments is
+    /// bounded: when lazy sync has fallen behind (or is off), a block's fragments are merged into a fresh
+    /// block first; an object that lives in the KV store gets its block's fragments joined into one.
+    fn bound_fragments(&mut self, nid: Nid, lb: u64, inline: bool) -> Result<()> {
+        let key = (nid, lb);
+        let added = |m: &FragAdds| m.get(&key).copied().unwrap_or(0) as usize;
+        let known =
+            self.ctx.frags.lock().count(nid, lb) as usize + added(self.group_frag_adds) + added(&self.ts.frag_adds);
+        // Objects in the KV store are not indexed: their count is known only for one this transaction made.
+        let unknown = inline && !self.ts.fresh_nids.contains(&nid);
+        if known < FRAG_COUNT_CHECK && !unknown {
+            return Ok(());
+        }
+        let (fs, fe) = (frag_key(nid, lb, 0), frag_key(nid, lb + 1, 0));
+        let frags = self.view.scan_capped(CF_FRAGS, &fs, &fe, MAX_FRAGS_PER_BLOCK, "fragments in a block")?;
+        if frags.len() + 1 < MAX_FRAGS_PER_BLOCK / 2 {
+            return Ok(());
+        }
+        if !inline {
+            let content = self.block_content(nid, lb)?;
+            self.ctx.io.counters().rmw_on_write_path.fetch_add(1, Ordering::Relaxed);
+            self.write_fresh_block(nid, lb, &content)?;
+            self.ts.frag_adds.remove(&key);
+            return Ok(());
+        }
+        // One fragment covering what they covered, with the bytes they left.
+        let mut content = vec![0u8; BLOCK_SIZE_BYTES as usize];
+        let (mut lo, mut hi) = (BLOCK_SIZE_BYTES as usize, 0usize);
+        for (k, v) in &frags {
+            let (off, data) = decode_frag(v)?;
+            (lo, hi) = (lo.min(off as usize), hi.max(off as usize + data.len()));
+            apply_fragments(&mut content, nid, lb, std::iter::once(v.as_slice()))?;
+            self.view.top.delete(CF_FRAGS, k);
+        }
+        let seq = self.ctx.ids.next_frag_seq.fetch_add(1, Ordering::Relaxed);
+        self.view.top.put(CF_FRAGS, &frag_key(nid, lb, seq), encode_frag(lo as u32, &content[lo..hi]));
+        self.ts.frag_adds.insert(key, 1);
+        Ok(())
+    }
+
     fn put_frag(&mut self, nid: Nid, lb: u64, off: u32, data: &[u8], indexed: bool, block_was_empty: bool) {
         debug_assert!(off as u64 + data.len() as u64 <= BLOCK_SIZE_BYTES);
+        *self.ts.frag_adds.entry((nid, lb)).or_default() += 1;
         self.ts.page_changes.push(PageChange::Fragment {
             nid,
             lblock: lb,
@@ -640,7 +763,7 @@ impl Planner<'_, '_> {
             data: data.to_vec(),
             block_was_empty,
         });
-        let seq = self.inner.next_frag_seq.fetch_add(1, Ordering::Relaxed);
+        let seq = self.ctx.ids.next_frag_seq.fetch_add(1, Ordering::Relaxed);
         self.view.top.put(CF_FRAGS, &frag_key(nid, lb, seq), encode_frag(off, data));
         if indexed {
             self.ts.frag_deltas.push(FragDelta::Add(nid, lb, data.len() as u64));
@@ -649,7 +772,8 @@ impl Planner<'_, '_> {
 
     /// An inline object is growing out of the KV store: its fragments become lazy-sync work.
     fn index_existing_frags(&mut self, nid: Nid) -> Result<()> {
-        for (k, v) in self.view.scan_prefix(CF_FRAGS, &nid_key(nid))? {
+        let cap = object_frags_cap(self.ctx.cfg.inline_max_bytes);
+        for (k, v) in self.view.scan_prefix(CF_FRAGS, &nid_key(nid), cap, "fragments of an object in the KV store")? {
             self.ts.frag_deltas.push(FragDelta::Add(nid, u64_at(&k, 8)?, v.len().saturating_sub(8) as u64));
         }
         Ok(())
@@ -668,33 +792,7 @@ impl Planner<'_, '_> {
     /// The runs of `nid` that map any block in [first, end) (end u64::MAX: to the object's end), in order.
     fn runs_overlapping(&self, nid: Nid, first: u64, end: u64) -> Result<Vec<(u64, BlockRun)>> {
         let fresh = self.ts.fresh_nids.contains(&nid);
-        let mut out = Vec::new();
-        if first > 0 {
-            // A run that starts before `first` may reach into the range; it starts at most MAX_RUN_BLOCKS-1
-            // blocks earlier.
-            let lower = block_key(nid, first.saturating_sub(MAX_RUN_BLOCKS - 1));
-            if let Some((k, v)) = self.view.floor(CF_BLOCKS, &block_key(nid, first - 1), &lower, fresh)? {
-                let (start, run) = (u64_at(&k, 8)?, BlockRun::decode(&v)?);
-                if start + run.len_blocks() > first {
-                    out.push((start, run));
-                }
-            }
-        }
-        let (from, to) = (
-            block_key(nid, first),
-            if end == u64::MAX { nid_key(nid + 1).to_vec() } else { block_key(nid, end).to_vec() },
-        );
-        let rest = if fresh {
-            let keys = self.view.top.keys_in(CF_BLOCKS, &from, &to);
-            keys.into_iter().filter_map(|k| self.view.get_overlay_only(CF_BLOCKS, &k).map(|v| (k, v))).collect()
-        } else {
-            self.view.scan(CF_BLOCKS, &from, &to, usize::MAX)?
-        };
-        for (k, v) in rest {
-            out.push((u64_at(&k, 8)?, BlockRun::decode(&v)?));
-        }
-        debug_assert!(out.windows(2).all(|w| w[0].0 + w[0].1.len_blocks() <= w[1].0), "runs overlap");
-        Ok(out)
+        crate::blockmap::runs_overlapping(&PlanRuns { view: &*self.view, fresh }, nid, first, end)
     }
 
     /// The run that maps logical block `lb`, as (its first logical block, run), if any.
@@ -732,8 +830,8 @@ impl Planner<'_, '_> {
         let unit = run.unit_of(from);
         assert!(to <= unit.first + unit.blocks, "a re-checksummed piece lies within one unit");
         let mut buf = vec![0u8; unit.blocks as usize * bs];
-        read_verified_unit(self.inner, nid, start, run, unit, &mut buf)?;
-        self.inner.counters.checksum_split_reads.fetch_add(1, Ordering::Relaxed);
+        self.ctx.io.read_verified_unit(nid, start, run, unit, &mut buf)?;
+        self.ctx.io.counters().checksum_split_reads.fetch_add(1, Ordering::Relaxed);
         let crcs = (from..to).map(|i| crate::checksum::crc32c(&buf[(i - unit.first) as usize * bs..][..bs])).collect();
         Ok(BlockRun::per_block(run.physical_start + from, crcs))
     }
@@ -816,7 +914,12 @@ impl Planner<'_, '_> {
             // Only this transaction can have written fragments of a new object.
             self.view.top.keys_in(CF_FRAGS, &fs, &fe)
         } else {
-            self.view.scan(CF_FRAGS, &fs, &fe, usize::MAX)?.into_iter().map(|(k, _)| k).collect()
+            let cap = (end.saturating_sub(first) as usize).saturating_mul(MAX_FRAGS_PER_BLOCK);
+            self.view
+                .scan_capped(CF_FRAGS, &fs, &fe, cap, "fragments in a range")?
+                .into_iter()
+                .map(|(k, _)| k)
+                .collect()
         };
         let mut cleared = None;
         for k in frags {
@@ -830,9 +933,9 @@ impl Planner<'_, '_> {
         Ok(())
     }
 
-    /// Point-deletes every live key in [start, end).
-    fn delete_all(&mut self, cf: &'static str, start: &[u8], end: &[u8]) -> Result<()> {
-        for (k, _) in self.view.scan(cf, start, end, usize::MAX)? {
+    /// Point-deletes every live key in [start, end), of which there are at most `cap`.
+    fn delete_all(&mut self, cf: &'static str, start: &[u8], end: &[u8], cap: usize) -> Result<()> {
+        for (k, _) in self.view.scan_capped(cf, start, end, cap, cf)? {
             self.view.top.delete(cf, &k);
         }
         Ok(())
@@ -844,7 +947,8 @@ impl Planner<'_, '_> {
         if n == 1 {
             return self.free_block(start);
         }
-        let shared = self.view.scan(CF_REFS, &nid_key(start), &nid_key(start + n), usize::MAX)?;
+        let shared =
+            self.view.scan_capped(CF_REFS, &nid_key(start), &nid_key(start + n), n as usize, "shared blocks")?;
         let mut next = start;
         for (k, _) in shared {
             let p = u64_at(&k, 0)?;
@@ -901,60 +1005,30 @@ pub(crate) fn check_op_data_len(len: usize, max: usize) -> Result<()> {
     Ok(())
 }
 
-/// Reads the blocks of one checksum unit of `run` (which starts at logical block `start`) into `out`,
-/// directly from the device, and checks them against the unit's crc32c.
-pub(crate) fn read_verified_unit(
-    inner: &Inner,
-    nid: Nid,
-    start: u64,
-    run: &BlockRun,
-    unit: ChecksumUnit,
-    out: &mut [u8],
-) -> Result<()> {
-    debug_assert_eq!(out.len() as u64, unit.blocks * BLOCK_SIZE_BYTES);
-    let physical = run.physical_start + unit.first;
-    inner.read_blocks(physical, out)?;
-    if crate::checksum::crc32c(out) != unit.crc32c {
-        inner.counters.checksum_errors.fetch_add(1, Ordering::Relaxed);
-        return Err(EngineError::Checksum { object: format!("nid {nid}"), block: start + unit.first, physical });
+/// The block map as planning sees it: database, group and transaction changes; for an object created by
+/// the transaction (`fresh`) only the transaction's changes, which hold all of it.
+struct PlanRuns<'a, 'v> {
+    view: &'a View<'v>,
+    fresh: bool,
+}
+
+impl crate::blockmap::RunSource for PlanRuns<'_, '_> {
+    fn floor_run(&self, key: &[u8], lower: &[u8]) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        self.view.floor(CF_BLOCKS, key, lower, self.fresh)
     }
-    Ok(())
-}
 
-/// Reads logical block `lb` of `run` into `out` (one block), checked by its checksum unit.
-pub(crate) fn read_verified_block(
-    inner: &Inner,
-    nid: Nid,
-    start: u64,
-    run: &BlockRun,
-    lb: u64,
-    out: &mut [u8],
-) -> Result<()> {
-    let bs = BLOCK_SIZE_BYTES as usize;
-    let unit = run.unit_of(lb - start);
-    let mut buf = vec![0u8; unit.blocks as usize * bs];
-    read_verified_unit(inner, nid, start, run, unit, &mut buf)?;
-    let i = (lb - start - unit.first) as usize;
-    out.copy_from_slice(&buf[i * bs..(i + 1) * bs]);
-    Ok(())
-}
-
-/// Applies a block's fragment values, in key (write) order, over its content.
-pub(crate) fn apply_fragments<'a>(
-    content: &mut [u8],
-    nid: Nid,
-    lb: u64,
-    values: impl Iterator<Item = &'a [u8]>,
-) -> Result<()> {
-    for v in values {
-        let (off, data) = decode_frag(v)?;
-        let off = off as usize;
-        if off + data.len() > content.len() {
-            return Err(EngineError::Corrupt(format!("fragment past its block in nid {nid} block {lb}")));
+    fn scan_runs(&self, from: &[u8], to: &[u8], cap: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        if !self.fresh {
+            return self.view.scan_capped(CF_BLOCKS, from, to, cap, "block-map runs");
         }
-        content[off..off + data.len()].copy_from_slice(data);
+        let keys = self.view.top.keys_in(CF_BLOCKS, from, to);
+        Ok(keys.into_iter().filter_map(|k| self.view.get_overlay_only(CF_BLOCKS, &k).map(|v| (k, v))).collect())
     }
-    Ok(())
+}
+
+/// Most fragments an object of `size_bytes` can hold (`MAX_FRAGS_PER_BLOCK` in each of its blocks).
+fn object_frags_cap(size_bytes: u64) -> usize {
+    (size_bytes.div_ceil(BLOCK_SIZE_BYTES) as usize).saturating_add(1).saturating_mul(MAX_FRAGS_PER_BLOCK)
 }
 
 fn check_attr(key: &[u8], value: Option<&[u8]>) -> Result<()> {

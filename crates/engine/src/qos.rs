@@ -7,6 +7,64 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+/// Scheduling class of a transaction (paper 003's QoS): higher classes are committed first, and background
+/// work takes a bounded share of each group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Priority {
+    Background,
+    Foreground,
+    ForegroundHigh,
+}
+
+impl Priority {
+    /// Every class, lowest first.
+    pub const ALL: [Priority; 3] = [Priority::Background, Priority::Foreground, Priority::ForegroundHigh];
+    /// The foreground classes, highest first: the order a group takes them in.
+    pub const FOREGROUND: [Priority; 2] = [Priority::ForegroundHigh, Priority::Foreground];
+
+    /// The class's name in metrics and reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Priority::Background => "background",
+            Priority::Foreground => "foreground",
+            Priority::ForegroundHigh => "foreground_high",
+        }
+    }
+
+    fn slot(self) -> usize {
+        self as usize
+    }
+}
+
+/// One value per scheduling class, indexed by the class.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PerClass<T>([T; 3]);
+
+impl<T> std::ops::Index<Priority> for PerClass<T> {
+    type Output = T;
+    fn index(&self, p: Priority) -> &T {
+        &self.0[p.slot()]
+    }
+}
+
+impl<T> std::ops::IndexMut<Priority> for PerClass<T> {
+    fn index_mut(&mut self, p: Priority) -> &mut T {
+        &mut self.0[p.slot()]
+    }
+}
+
+impl<T> PerClass<T> {
+    /// A value for each class, made from the class.
+    pub fn from_fn(f: impl FnMut(Priority) -> T) -> Self {
+        PerClass(Priority::ALL.map(f))
+    }
+
+    /// (class, value) pairs, lowest class first.
+    pub fn iter(&self) -> impl Iterator<Item = (Priority, &T)> {
+        Priority::ALL.into_iter().zip(self.0.iter())
+    }
+}
+
 /// Longest a background step waits for prioritized work to finish before it runs anyway.
 pub(crate) const BACKGROUND_WAIT_MAX: Duration = Duration::from_millis(100);
 
@@ -20,7 +78,8 @@ pub(crate) struct HighPriorityWork {
 
 impl HighPriorityWork {
     fn enter(&self) {
-        *self.in_flight.lock() += 1;
+        let mut n = self.in_flight.lock();
+        *n = n.checked_add(1).expect("prioritized requests are counted");
     }
 
     fn leave(&self) {
@@ -53,19 +112,19 @@ impl HighPriorityWork {
 /// Held while a prioritized request is in flight (a read of a high-priority object, or a transaction of
 /// the ForegroundHigh class until it is answered).
 pub struct PriorityGuard {
-    work: Arc<crate::engine::Inner>,
+    work: Arc<HighPriorityWork>,
 }
 
 impl PriorityGuard {
-    pub(crate) fn new(inner: Arc<crate::engine::Inner>) -> Self {
-        inner.high_priority.enter();
-        PriorityGuard { work: inner }
+    pub(crate) fn new(work: Arc<HighPriorityWork>) -> Self {
+        work.enter();
+        PriorityGuard { work }
     }
 }
 
 impl Drop for PriorityGuard {
     fn drop(&mut self) {
-        self.work.high_priority.leave();
+        self.work.leave();
     }
 }
 

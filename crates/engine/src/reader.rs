@@ -4,22 +4,22 @@
 //! A reader pins the commit epoch it started in: blocks freed by later commits are not reused until it is
 //! dropped, so a long GET streams exactly the object it looked up even while the name is overwritten.
 
-use crate::engine::{BLOCK_SIZE_BYTES, Inner};
+use crate::blockio::read_segments;
+use crate::blockmap::{RunSource, lives_in_kv};
+use crate::core::Core;
 use crate::error::{EngineError, Result};
 use crate::keys::*;
+use crate::superblock::BLOCK_SIZE_BYTES;
 use rocksdb::{DB, Direction, IteratorMode, SnapshotWithThreadMode};
 use std::mem::ManuallyDrop;
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock};
 
 /// A raw (key, value) pair from RocksDB.
 type RawEntry = (Box<[u8]>, Box<[u8]>);
 
 /// Reads of at most this many blocks try the page cache first.
 const PAGE_READ_MAX_BLOCKS: u64 = 64;
-
-/// Largest single device read issued for a contiguous physical run.
-const MAX_READ_RUN_BYTES: u64 = 4 << 20;
 
 /// A block merged from a snapshot, with what it was merged from.
 pub(crate) struct MergeInput {
@@ -64,13 +64,13 @@ pub struct Reader {
     // Field order matters: the snapshot must be released before the database handle it borrows.
     snap: ManuallyDrop<SnapshotWithThreadMode<'static, DB>>,
     db: Arc<DB>,
-    inner: Arc<Inner>,
+    core: Arc<Core>,
     epoch: u64,
     /// Set when this reader's snapshot is exactly the newest committed state: it may fill the metadata
     /// cache (meta_cache.rs).
     fill_epoch: Option<u64>,
     /// Held while this reader serves a high-priority object (see `prioritize`).
-    prioritized: Option<crate::qos::PriorityGuard>,
+    prioritized: OnceLock<crate::qos::PriorityGuard>,
 }
 
 // SAFETY: the snapshot is a read-only handle to a RocksDB snapshot, which RocksDB allows to be used from
@@ -83,44 +83,31 @@ impl Drop for Reader {
     fn drop(&mut self) {
         // SAFETY: dropped exactly once, before `db`.
         unsafe { ManuallyDrop::drop(&mut self.snap) };
-        let mut r = self.inner.readers.lock();
-        if let Some(c) = r.get_mut(&self.epoch) {
-            *c -= 1;
-            if *c == 0 {
-                r.remove(&self.epoch);
-            }
-        }
+        self.core.epochs.unpin(self.epoch);
     }
 }
 
 impl Reader {
-    pub(crate) fn new(inner: Arc<Inner>) -> Self {
-        let (epoch, fill_epoch) = {
-            let mut r = inner.readers.lock();
-            // Read before the published epoch: see meta_cache.rs.
-            let installed = inner.meta_cache.installed_epoch();
-            let e = inner.epoch.load(Ordering::SeqCst);
-            *r.entry(e).or_insert(0) += 1;
-            (e, inner.meta_cache.fill_epoch(installed, e))
-        };
-        let db = inner.db.clone();
+    pub(crate) fn new(core: Arc<Core>) -> Self {
+        // The installed epoch is read before the published one: see meta_cache.rs.
+        let (epoch, installed) = core.epochs.pin(|| core.meta_cache.installed_epoch());
+        let fill_epoch = core.meta_cache.fill_epoch(installed, epoch);
+        let db = core.db.clone();
         let snap = db.snapshot();
         // SAFETY: the snapshot borrows the DB behind `db`, an Arc that this Reader holds and drops after
         // the snapshot (see Drop), so the borrow never outlives the database.
         let snap: SnapshotWithThreadMode<'static, DB> = unsafe { std::mem::transmute(snap) };
-        Reader { snap: ManuallyDrop::new(snap), db, inner, epoch, fill_epoch, prioritized: None }
+        Reader { snap: ManuallyDrop::new(snap), db, core, epoch, fill_epoch, prioritized: OnceLock::new() }
     }
 
     /// Marks this reader's work as prioritized (it reads a high-priority object) until it drops: background
     /// work waits for it (bounded, see `qos`).
-    pub fn prioritize(&mut self) {
-        if self.prioritized.is_none() {
-            self.prioritized = Some(crate::qos::PriorityGuard::new(self.inner.clone()));
-        }
+    pub fn prioritize(&self) {
+        self.prioritized.get_or_init(|| crate::qos::PriorityGuard::new(self.core.qos.clone()));
     }
 
     fn get(&self, cf: &str, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        let cache = &self.inner.meta_cache;
+        let cache = &self.core.meta_cache;
         if let Some(v) = cache.get(cf, key, self.epoch) {
             return Ok(v);
         }
@@ -129,6 +116,23 @@ impl Reader {
             cache.fill(cf, key, &v, e);
         }
         Ok(v)
+    }
+
+    /// Entries in [start, end) of a column family; more than `cap` is an error naming `what` (every scan
+    /// is bounded by an invariant or a limit, never by the data alone).
+    pub(crate) fn scan_capped(
+        &self,
+        cf: &str,
+        start: &[u8],
+        end: &[u8],
+        cap: usize,
+        what: &str,
+    ) -> Result<Vec<RawEntry>> {
+        let out = self.scan(cf, start, end, cap.saturating_add(1))?;
+        if out.len() > cap {
+            return Err(EngineError::Limit(format!("more than {cap} {what}")));
+        }
+        Ok(out)
     }
 
     /// Entries in [start, end) of a column family, at most `limit`.
@@ -156,7 +160,7 @@ impl Reader {
         }
         let mut pages = Vec::with_capacity((lb1 - lb0) as usize);
         for lb in lb0..lb1 {
-            match self.inner.page_cache.get(nid, lb, self.epoch) {
+            match self.core.page_cache.get(nid, lb, self.epoch) {
                 Some((_, data)) => pages.push(data),
                 None => return false,
             }
@@ -167,30 +171,9 @@ impl Reader {
         true
     }
 
-    /// The block-map runs of `nid` that map any block in [first, end): the run that starts before
-    /// `first` and reaches into the range (one backward seek), then a forward scan.
+    /// The block-map runs of `nid` that map any block in [first, end), through this snapshot.
     pub(crate) fn runs_overlapping(&self, nid: Nid, first: u64, end: u64) -> Result<Vec<(u64, BlockRun)>> {
-        let mut out = Vec::new();
-        if first > 0 {
-            let lower = block_key(nid, first.saturating_sub(MAX_RUN_BLOCKS - 1));
-            let mut ro = rocksdb::ReadOptions::default();
-            ro.set_iterate_lower_bound(lower.to_vec());
-            let key = block_key(nid, first - 1);
-            let cf = crate::kv::cf(&self.db, CF_BLOCKS)?;
-            if let Some(item) = self.snap.iterator_cf_opt(cf, ro, IteratorMode::From(&key, Direction::Reverse)).next() {
-                let (k, v) = item?;
-                if k.as_ref() >= &lower[..] {
-                    let (start, run) = (u64_at(&k, 8)?, BlockRun::decode(&v)?);
-                    if start + run.len_blocks() > first {
-                        out.push((start, run));
-                    }
-                }
-            }
-        }
-        for (k, v) in self.scan(CF_BLOCKS, &block_key(nid, first), &block_key(nid, end), usize::MAX)? {
-            out.push((u64_at(&k, 8)?, BlockRun::decode(&v)?));
-        }
-        Ok(out)
+        crate::blockmap::runs_overlapping(self, nid, first, end)
     }
 
     /// Whole-column-family iteration through this reader's snapshot, for verification.
@@ -205,11 +188,11 @@ impl Reader {
         }
     }
 
-    /// Every collection, by name.
-    pub fn collections(&self) -> Result<Vec<(String, CollectionId)>> {
-        let p = collection_prefix(REGISTRY_COLLECTION);
-        let end = prefix_end(&p).expect("prefix 0");
-        self.scan(CF_NAMES, &p, &end, usize::MAX)?
+    /// Collections whose name starts with `prefix`, by name, at most `limit`.
+    pub fn collections(&self, prefix: &str, limit: usize) -> Result<Vec<(String, CollectionId)>> {
+        let p = name_key(REGISTRY_COLLECTION, prefix.as_bytes());
+        let end = prefix_end(&p).unwrap_or_else(|| name_key(REGISTRY_COLLECTION + 1, &[]));
+        self.scan(CF_NAMES, &p, &end, limit.min(MAX_COLLECTIONS))?
             .into_iter()
             .map(|(k, v)| Ok((String::from_utf8_lossy(&k[4..]).into_owned(), u32_at(&v, 0)?)))
             .collect()
@@ -259,8 +242,13 @@ impl Reader {
         Ok(out)
     }
 
-    pub fn attrs(&self, nid: Nid) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        self.sub_entries(CF_ATTRS, nid, &[], usize::MAX)
+    /// Attributes of an object with keys greater than `start_after`, in order, at most `limit`.
+    pub fn attrs(&self, nid: Nid, start_after: &[u8], limit: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let mut from = start_after.to_vec();
+        if !from.is_empty() {
+            from.push(0);
+        }
+        self.sub_entries(CF_ATTRS, nid, &from, limit)
     }
 
     /// Omap entries with keys greater than `start_after`, in order, at most `limit`.
@@ -308,25 +296,31 @@ impl Reader {
         let Some(raw) = self.get(CF_ONODES, &nid_key(nid))? else { return Ok(None) };
         let size = Onode::decode(&raw)?.size_bytes;
         let has_blocks = !self.scan(CF_BLOCKS, &nid_key(nid), &nid_key(nid + 1), 1)?.is_empty();
-        if (size <= inline_max_bytes && !has_blocks) || lb * bs >= size {
+        if lives_in_kv(size, has_blocks, inline_max_bytes) || lb * bs >= size {
             return Ok(None);
         }
-        let frags = self.scan(CF_FRAGS, &frag_key(nid, lb, 0), &frag_key(nid, lb + 1, 0), usize::MAX)?;
+        let frags = self.scan_capped(
+            CF_FRAGS,
+            &frag_key(nid, lb, 0),
+            &frag_key(nid, lb + 1, 0),
+            MAX_FRAGS_PER_BLOCK,
+            "fragments in a block",
+        )?;
         if frags.is_empty() {
             return Ok(None);
         }
         let mut content = vec![0u8; bs as usize];
         let run = self.runs_overlapping(nid, lb, lb + 1)?.into_iter().next();
         let base = run.as_ref().map(|(start, r)| r.physical_start + (lb - start));
-        match self.inner.page_cache.get(nid, lb, self.epoch) {
+        match self.core.page_cache.get(nid, lb, self.epoch) {
             // The block's whole current content is in memory: no base read, no merge (paper 001's lazy
             // page sync of a dirty page).
             Some((_, page)) => content.copy_from_slice(&page),
             None => {
                 if let Some((start, r)) = &run {
-                    crate::plan::read_verified_block(&self.inner, nid, *start, r, lb, &mut content)?;
+                    self.core.io.read_verified_block(nid, *start, r, lb, &mut content)?;
                 }
-                crate::plan::apply_fragments(&mut content, nid, lb, frags.iter().map(|(_, v)| &v[..]))?;
+                apply_fragments(&mut content, nid, lb, frags.iter().map(|(_, v)| &v[..]))?;
             }
         }
         let keys = frags.into_iter().map(|(k, _)| k.to_vec()).collect();
@@ -335,7 +329,7 @@ impl Reader {
 
     /// Reads up to `len` bytes at `offset`; shorter at the end of the object.
     pub fn read(&self, nid: Nid, offset: u64, len: u64) -> Result<Vec<u8>> {
-        self.inner.counters.object_reads.fetch_add(1, Ordering::Relaxed);
+        self.core.io.counters().object_reads.fetch_add(1, Ordering::Relaxed);
         let info = self.stat(nid)?;
         let end = offset.saturating_add(len).min(info.size_bytes);
         if offset >= end {
@@ -349,10 +343,12 @@ impl Reader {
         }
         let runs = self.runs_overlapping(nid, lb0, lb1)?;
         for seg in read_segments(&runs, lb0, lb1) {
-            let buf = self.read_verified_segment(&info.name, &seg)?;
+            let buf = self.core.io.read_verified_segment(&info.name, &seg)?;
             copy_clipped(&mut out, offset, seg.first_lb * bs, buf.as_slice());
         }
-        for (k, v) in self.scan(CF_FRAGS, &frag_key(nid, lb0, 0), &frag_key(nid, lb1, 0), usize::MAX)? {
+        let frags_cap = ((lb1 - lb0) as usize).saturating_mul(MAX_FRAGS_PER_BLOCK);
+        let (fs, fe) = (frag_key(nid, lb0, 0), frag_key(nid, lb1, 0));
+        for (k, v) in self.scan_capped(CF_FRAGS, &fs, &fe, frags_cap, "fragments in the range read")? {
             let lb = u64_at(&k, 8)?;
             let (off, data) = decode_frag(&v)
                 .map_err(|e| EngineError::Corrupt(format!("object {}: {e}", String::from_utf8_lossy(&info.name))))?;
@@ -360,85 +356,6 @@ impl Reader {
         }
         Ok(out)
     }
-}
-
-impl Reader {
-    /// Reads one segment (physically contiguous blocks, whole checksum units) and checks every unit. A
-    /// cached read that fails a checksum is dropped from the page cache and read again from the device,
-    /// which is the truth: only a mismatch there is an error.
-    fn read_verified_segment(&self, name: &[u8], seg: &Segment) -> Result<crate::aligned::AlignedBuf> {
-        let bs = BLOCK_SIZE_BYTES;
-        let len_bytes = (seg.blocks * bs) as usize;
-        if self.inner.cfg.page_cache_reads {
-            let buf = self.inner.read_run(seg.first_physical, len_bytes, true)?;
-            if first_bad_unit(buf.as_slice(), &seg.units).is_none() {
-                return Ok(buf);
-            }
-            self.inner.device.forget_cached(seg.first_physical * bs, len_bytes as u64);
-            self.inner.counters.cache_rereads.fetch_add(1, Ordering::Relaxed);
-        }
-        let buf = self.inner.read_run(seg.first_physical, len_bytes, false)?;
-        if let Some(u) = first_bad_unit(buf.as_slice(), &seg.units) {
-            self.inner.counters.checksum_errors.fetch_add(1, Ordering::Relaxed);
-            return Err(EngineError::Checksum {
-                object: String::from_utf8_lossy(name).into_owned(),
-                block: seg.first_lb + u.first,
-                physical: seg.first_physical + u.first,
-            });
-        }
-        Ok(buf)
-    }
-}
-
-/// Physically contiguous blocks read with one device IO: whole checksum units (relative to the segment).
-struct Segment {
-    first_lb: u64,
-    first_physical: u64,
-    blocks: u64,
-    units: Vec<ChecksumUnit>,
-}
-
-/// The device reads that cover logical blocks [lb0, lb1) of these runs: each run's blocks widened to whole
-/// checksum units, and runs that continue one another logically and physically joined, up to
-/// MAX_READ_RUN_BYTES per read.
-fn read_segments(runs: &[(u64, BlockRun)], lb0: u64, lb1: u64) -> Vec<Segment> {
-    let max_blocks = MAX_READ_RUN_BYTES / BLOCK_SIZE_BYTES;
-    let mut out: Vec<Segment> = Vec::new();
-    for (start, run) in runs {
-        let (from, to) = (lb0.max(*start) - start, lb1.min(start + run.len_blocks()) - start);
-        if from >= to {
-            continue;
-        }
-        for unit in run.units(from, to) {
-            let (lb, physical) = (start + unit.first, run.physical_start + unit.first);
-            match out.last_mut() {
-                Some(seg)
-                    if seg.first_lb + seg.blocks == lb
-                        && seg.first_physical + seg.blocks == physical
-                        && seg.blocks + unit.blocks <= max_blocks =>
-                {
-                    seg.units.push(ChecksumUnit { first: seg.blocks, ..unit });
-                    seg.blocks += unit.blocks;
-                }
-                _ => out.push(Segment {
-                    first_lb: lb,
-                    first_physical: physical,
-                    blocks: unit.blocks,
-                    units: vec![ChecksumUnit { first: 0, ..unit }],
-                }),
-            }
-        }
-    }
-    out
-}
-
-/// The first checksum unit of a segment whose contents do not match.
-fn first_bad_unit(buf: &[u8], units: &[ChecksumUnit]) -> Option<ChecksumUnit> {
-    let bs = BLOCK_SIZE_BYTES as usize;
-    units.iter().copied().find(|u| {
-        let bytes = &buf[u.first as usize * bs..(u.first + u.blocks) as usize * bs];
-        crate::checksum::crc32c(bytes) != u.crc32c
-    })
 }
 
 /// Copies `data` (which starts at object offset `at`) into `out` (which starts at object offset `base`).
@@ -451,6 +368,26 @@ fn copy_clipped(out: &mut [u8], base: u64, at: u64, data: &[u8]) {
     }
     out[(start - base) as usize..(end - base) as usize]
         .copy_from_slice(&data[(start - at) as usize..(end - at) as usize]);
+}
+
+impl RunSource for Reader {
+    fn floor_run(&self, key: &[u8], lower: &[u8]) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        let mut ro = rocksdb::ReadOptions::default();
+        ro.set_iterate_lower_bound(lower.to_vec());
+        let cf = crate::kv::cf(&self.db, CF_BLOCKS)?;
+        match self.snap.iterator_cf_opt(cf, ro, IteratorMode::From(key, Direction::Reverse)).next() {
+            Some(item) => {
+                let (k, v) = item?;
+                Ok((k.as_ref() >= lower).then(|| (k.to_vec(), v.to_vec())))
+            }
+            None => Ok(None),
+        }
+    }
+
+    fn scan_runs(&self, from: &[u8], to: &[u8], cap: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let raw = self.scan_capped(CF_BLOCKS, from, to, cap, "block-map runs")?;
+        Ok(raw.into_iter().map(|(k, v)| (k.into_vec(), v.into_vec())).collect())
+    }
 }
 
 pub(crate) struct SnapIter<'a> {

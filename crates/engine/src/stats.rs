@@ -1,6 +1,7 @@
 //! The engine's counters (DESIGN.md 3.6): what the papers measure, kept as atomics so the hot path only
 //! does relaxed increments. `EngineStats` is a point-in-time copy for benches and Prometheus.
 
+use crate::qos::{PerClass, Priority};
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -11,7 +12,7 @@ pub const IO_SIZE_BUCKETS: usize = 11;
 pub const RUN_BUCKETS: usize = 11;
 
 #[derive(Default)]
-pub struct Counters {
+pub(crate) struct Counters {
     pub user_bytes_written: AtomicU64,
     pub device_bytes_written: AtomicU64,
     pub device_bytes_read: AtomicU64,
@@ -34,7 +35,8 @@ pub struct Counters {
     pub discarded_blocks: AtomicU64,
     pub io_size_hist: [AtomicU64; IO_SIZE_BUCKETS],
     pub write_run_hist: [AtomicU64; RUN_BUCKETS],
-    pub queue_depth: [AtomicU64; 3],
+    /// Transactions waiting in each class's queue.
+    pub queue_depth: PerClass<AtomicU64>,
     /// The run being extended: (device offset where it ends, its length in bytes).
     current_run: Mutex<(u64, u64)>,
 }
@@ -44,7 +46,7 @@ fn log2_bucket(v: u64, buckets: usize) -> usize {
 }
 
 impl Counters {
-    pub fn record_write(&self, offset_bytes: u64, bytes: u64) {
+    pub(crate) fn record_write(&self, offset_bytes: u64, bytes: u64) {
         self.device_bytes_written.fetch_add(bytes, Relaxed);
         self.io_size_hist[log2_bucket(bytes / 4096, IO_SIZE_BUCKETS)].fetch_add(1, Relaxed);
         let mut run = self.current_run.lock();
@@ -59,7 +61,7 @@ impl Counters {
         run.0 = offset_bytes + bytes;
     }
 
-    pub fn record_read(&self, bytes: u64) {
+    pub(crate) fn record_read(&self, bytes: u64) {
         self.device_bytes_read.fetch_add(bytes, Relaxed);
         self.io_size_hist[log2_bucket(bytes / 4096, IO_SIZE_BUCKETS)].fetch_add(1, Relaxed);
     }
@@ -101,10 +103,12 @@ pub struct EngineStats {
     pub discarded_blocks: u64,
     pub free_blocks: u64,
     pub total_blocks: u64,
+    /// Blocks the device holds now (a thin drive file grows toward `total_blocks`).
+    pub allocated_blocks: u64,
     pub free_extents: u64,
     pub io_size_hist: Vec<u64>,
     pub write_run_hist: Vec<u64>,
-    pub queue_depth: [u64; 3],
+    pub queue_depth: PerClass<u64>,
 }
 
 impl EngineStats {
@@ -114,7 +118,7 @@ impl EngineStats {
     }
 }
 
-pub fn load(c: &Counters) -> EngineStats {
+pub(crate) fn load(c: &Counters) -> EngineStats {
     EngineStats {
         user_bytes_written: c.user_bytes_written.load(Relaxed),
         device_bytes_written: c.device_bytes_written.load(Relaxed),
@@ -133,7 +137,7 @@ pub fn load(c: &Counters) -> EngineStats {
         discarded_blocks: c.discarded_blocks.load(Relaxed),
         io_size_hist: c.io_size_hist.iter().map(|a| a.load(Relaxed)).collect(),
         write_run_hist: c.write_run_hist.iter().map(|a| a.load(Relaxed)).collect(),
-        queue_depth: [c.queue_depth[0].load(Relaxed), c.queue_depth[1].load(Relaxed), c.queue_depth[2].load(Relaxed)],
+        queue_depth: PerClass::from_fn(|p: Priority| c.queue_depth[p].load(Relaxed)),
         ..Default::default()
     }
 }

@@ -7,6 +7,10 @@ use crate::error::{EngineError, Result};
 pub const SUPERBLOCK_MAGIC: &[u8; 8] = b"MOSAICDR";
 pub const FORMAT_VERSION: u32 = 1;
 pub const SUPERBLOCK_BYTES: usize = 4096;
+/// The unit of allocation, IO alignment and checksums.
+pub const BLOCK_SIZE_BYTES: u64 = 4096;
+/// The first 1 MiB of the device holds the superblock and room for its successors.
+pub const DATA_START_BLOCK: u64 = 256;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Superblock {

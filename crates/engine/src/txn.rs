@@ -5,17 +5,11 @@ use crate::keys::{CollectionId, Nid};
 use parking_lot::Mutex;
 use std::sync::Arc;
 
-/// Scheduling class of a transaction (paper 003's QoS): higher classes are committed first, and background
-/// work takes a bounded share of each group.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Priority {
-    Background = 0,
-    Foreground = 1,
-    ForegroundHigh = 2,
-}
+pub use crate::qos::Priority;
 
 /// Whole blocks already written to fresh device blocks by `Engine::stage`, not yet referenced by any
-/// metadata. Committing a `WriteStaged` op references them; dropping the transaction frees them.
+/// metadata. Committing a `WriteStaged` op references them; dropping the transaction frees them. Either
+/// way they are released exactly once (`released` is set once, by the commit that references them).
 pub struct Staged {
     pub(crate) extents: Vec<Extent>,
     pub(crate) crcs: Vec<u32>,
@@ -44,8 +38,20 @@ impl Drop for Staged {
 }
 
 impl Staged {
+    pub(crate) fn new(extents: Vec<Extent>, crcs: Vec<u32>, len_bytes: u64, alloc: Arc<Mutex<Allocator>>) -> Self {
+        debug_assert_eq!(extents.iter().map(|e| e.len).sum::<u64>() * crate::superblock::BLOCK_SIZE_BYTES, len_bytes);
+        debug_assert_eq!(crcs.len() as u64, len_bytes / crate::superblock::BLOCK_SIZE_BYTES);
+        Staged { extents, crcs, len_bytes, released: false, alloc }
+    }
+
     pub fn len_bytes(&self) -> u64 {
         self.len_bytes
+    }
+
+    /// The blocks now belong to committed metadata: dropping this gives nothing back.
+    pub(crate) fn mark_referenced(&mut self) {
+        assert!(!self.released, "staged blocks are released exactly once");
+        self.released = true;
     }
 }
 
@@ -167,6 +173,11 @@ pub enum Op {
         key: Vec<u8>,
         expected: Option<Vec<u8>>,
     },
+    /// Fails the transaction with AssertionFailed unless the object exists.
+    AssertExists {
+        coll: CollectionId,
+        name: Vec<u8>,
+    },
     /// Lazy sync: merges one block's fragments into a fresh block (in the committer).
     MergeBlock {
         nid: Nid,
@@ -179,6 +190,36 @@ pub enum Op {
         staged: Staged,
         blocks: Vec<MergedBlock>,
     },
+}
+
+impl Op {
+    /// The operation's name, for errors and logs.
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            Op::CreateCollection { .. } => "create-collection",
+            Op::RemoveCollection { .. } => "remove-collection",
+            Op::Create { .. } => "create",
+            Op::Reset { .. } => "reset",
+            Op::Write { .. } => "write",
+            Op::WriteStaged { .. } => "write-staged",
+            Op::Append { .. } => "append",
+            Op::Truncate { .. } => "truncate",
+            Op::Remove { .. } => "remove",
+            Op::Rename { .. } => "rename",
+            Op::Clone { .. } => "clone",
+            Op::CloneRange { .. } => "clone-range",
+            Op::SetAttr { .. } => "set-attr",
+            Op::RemoveAttr { .. } => "remove-attr",
+            Op::OmapSet { .. } => "omap-set",
+            Op::OmapRemove { .. } => "omap-remove",
+            Op::SetNameTag { .. } => "set-name-tag",
+            Op::SetPriority { .. } => "set-priority",
+            Op::AssertAttr { .. } => "assert-attr",
+            Op::AssertExists { .. } => "assert-exists",
+            Op::MergeBlock { .. } => "merge-block",
+            Op::InstallMerged { .. } => "install-merged",
+        }
+    }
 }
 
 /// One block merged by lazy sync from a snapshot (see `Op::InstallMerged`).

@@ -193,7 +193,7 @@ fn reap(ring: &IoUring, stopping: &AtomicBool) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::aligned::AlignedBuf;
+    use mosaic_store::AlignedBuf;
     use std::os::fd::AsRawFd;
 
     #[test]

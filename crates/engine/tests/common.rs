@@ -170,7 +170,7 @@ pub fn try_apply(d: &mut SimDrive, m: &mut Model, op: &ModelOp, cfg: &EngineConf
                 expected_offset: Some(expected + len as u64 + 1),
             }));
             match err {
-                Err(EngineError::OffsetMismatch { .. }) => {}
+                Err(e) if matches!(e.cause(), EngineError::OffsetMismatch { .. }) => {}
                 Err(e) => return Err(e),
                 Ok(_) => panic!("append at a wrong offset was accepted"),
             }
@@ -193,7 +193,7 @@ pub fn try_apply(d: &mut SimDrive, m: &mut Model, op: &ModelOp, cfg: &EngineConf
                     r?;
                     v.resize(size as usize, 0);
                 }
-                None => assert!(matches!(r, Err(EngineError::NotFound)), "{r:?}"),
+                None => assert!(matches!(r.as_ref().map_err(EngineError::cause), Err(EngineError::NotFound)), "{r:?}"),
             }
         }
         ModelOp::Remove { obj } => {
@@ -205,7 +205,7 @@ pub fn try_apply(d: &mut SimDrive, m: &mut Model, op: &ModelOp, cfg: &EngineConf
                         return Err(e);
                     }
                 }
-                None => assert!(matches!(r, Err(EngineError::NotFound)), "{r:?}"),
+                None => assert!(matches!(r.as_ref().map_err(EngineError::cause), Err(EngineError::NotFound)), "{r:?}"),
             };
         }
         ModelOp::Rename { from, to } => {
@@ -221,7 +221,7 @@ pub fn try_apply(d: &mut SimDrive, m: &mut Model, op: &ModelOp, cfg: &EngineConf
                     m.remove(&name(from));
                     m.insert(name(to), v);
                 }
-                None => assert!(matches!(r, Err(EngineError::NotFound)), "{r:?}"),
+                None => assert!(matches!(r.as_ref().map_err(EngineError::cause), Err(EngineError::NotFound)), "{r:?}"),
             }
         }
         ModelOp::Clone { from, to } => {
@@ -236,7 +236,7 @@ pub fn try_apply(d: &mut SimDrive, m: &mut Model, op: &ModelOp, cfg: &EngineConf
                     r?;
                     m.insert(name(to), v);
                 }
-                None => assert!(matches!(r, Err(EngineError::NotFound)), "{r:?}"),
+                None => assert!(matches!(r.as_ref().map_err(EngineError::cause), Err(EngineError::NotFound)), "{r:?}"),
             }
         }
         ModelOp::CloneRange { from, to } => {

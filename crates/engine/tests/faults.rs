@@ -29,7 +29,7 @@ fn device_full_is_clean_and_recoverable() {
         i += 1;
         assert!(i < 1000, "the device never filled up");
     };
-    assert!(matches!(err, EngineError::NoSpace { .. }), "{err}");
+    assert!(matches!(err.cause(), EngineError::NoSpace { .. }), "{err}");
     // Everything acknowledged is intact, and accounting is exact.
     for (n, name) in written.iter().enumerate() {
         assert_eq!(d.read_all(name.as_bytes()).unwrap(), data(n as u64, 1 << 20));
@@ -50,12 +50,12 @@ fn device_errors_make_the_drive_read_only() {
     put(&d, "before", data(1, 64 << 10)).unwrap();
     d.device.set_failing(true);
     let e = put(&d, "during", data(2, 64 << 10)).unwrap_err();
-    assert!(matches!(e, EngineError::Io(_) | EngineError::ReadOnly(_)), "{e}");
+    assert!(matches!(e.cause(), EngineError::Io(_) | EngineError::ReadOnly(_)), "{e}");
     assert!(!d.engine().is_healthy());
     assert!(d.engine().failure().is_some());
     // Later writes are refused with a clear error, never silently dropped.
     let e = put(&d, "later", data(3, 100)).unwrap_err();
-    assert!(matches!(e, EngineError::ReadOnly(_)), "{e}");
+    assert!(matches!(e.cause(), EngineError::ReadOnly(_)), "{e}");
     d.device.set_failing(false);
     d.reopen(config());
     assert_eq!(d.read_all(b"before").unwrap(), data(1, 64 << 10));
@@ -89,7 +89,7 @@ fn flipped_data_bits_are_detected_on_read_and_by_scrub() {
     let e = r.read(info.nid, 0, info.size_bytes).unwrap_err();
     // Block 2 is in the first 16 KiB checksum unit of the object's run (blocks 0-3): the error names the
     // unit's first block.
-    assert!(matches!(&e, EngineError::Checksum { object, block: 0, .. } if object == "victim"), "{e}");
+    assert!(matches!(e.cause(), EngineError::Checksum { object, block: 0, .. } if object == "victim"), "{e}");
     assert!(d.engine().stats().checksum_errors >= 1);
     // Other units of the same object and other objects still read; the damaged unit never does.
     assert_eq!(r.read(info.nid, 16384, 16384).unwrap(), want[16384..32768]);
@@ -170,7 +170,9 @@ fn staged_blocks_of_a_failed_transaction_are_reused() {
                 .op(Op::Append { coll: d.coll, name: b"x".to_vec(), data: vec![1], expected_offset: Some(7) }),
         )
         .unwrap_err();
-    assert!(matches!(e, EngineError::OffsetMismatch { .. }));
+    assert!(matches!(e.cause(), EngineError::OffsetMismatch { .. }));
+    assert_eq!(e.op_index(), Some(1), "the error names the append, the second operation: {e}");
+    assert!(e.to_string().starts_with("operation 1 (append): "), "{e}");
     assert_eq!(d.engine().stats().free_blocks, free_before);
     assert!(d.read_all(b"x").is_none());
     assert!(d.engine().check().unwrap().is_clean());
@@ -183,20 +185,20 @@ fn limits_hold_at_the_limit_and_fail_past_it() {
     let name = |n: usize| vec![b'n'; n];
     submit(Op::Create { coll: d.coll, name: name(MAX_NAME_BYTES) }).unwrap();
     let e = submit(Op::Create { coll: d.coll, name: name(MAX_NAME_BYTES + 1) }).unwrap_err();
-    assert!(matches!(e, EngineError::InvalidArgument(_)), "{e}");
+    assert!(matches!(e.cause(), EngineError::InvalidArgument(_)), "{e}");
     let obj = name(MAX_NAME_BYTES);
     let attr =
         |k: usize, v: usize| Op::SetAttr { coll: d.coll, name: obj.clone(), key: vec![b'k'; k], value: vec![0; v] };
     submit(attr(MAX_ATTR_KEY_BYTES, MAX_ATTR_VALUE_BYTES)).unwrap();
-    assert!(matches!(submit(attr(MAX_ATTR_KEY_BYTES + 1, 1)).unwrap_err(), EngineError::InvalidArgument(_)));
-    assert!(matches!(submit(attr(1, MAX_ATTR_VALUE_BYTES + 1)).unwrap_err(), EngineError::Limit(_)));
+    assert!(matches!(submit(attr(MAX_ATTR_KEY_BYTES + 1, 1)).unwrap_err().cause(), EngineError::InvalidArgument(_)));
+    assert!(matches!(submit(attr(1, MAX_ATTR_VALUE_BYTES + 1)).unwrap_err().cause(), EngineError::Limit(_)));
     // One op carries at most max_op_data_bytes, aligned or not.
     let write = |offset: u64, len: usize| Op::Write { coll: d.coll, name: obj.clone(), offset, data: vec![7; len] };
     submit(write(0, 1 << 20)).unwrap();
-    assert!(matches!(submit(write(0, (1 << 20) + 1)).unwrap_err(), EngineError::Limit(_)));
-    assert!(matches!(submit(write(100, (1 << 20) + 1)).unwrap_err(), EngineError::Limit(_)));
+    assert!(matches!(submit(write(0, (1 << 20) + 1)).unwrap_err().cause(), EngineError::Limit(_)));
+    assert!(matches!(submit(write(100, (1 << 20) + 1)).unwrap_err().cause(), EngineError::Limit(_)));
     let e = submit(write(MAX_OBJECT_BYTES, 1)).unwrap_err();
-    assert!(matches!(e, EngineError::Limit(_)), "{e}");
+    assert!(matches!(e.cause(), EngineError::Limit(_)), "{e}");
     assert_eq!(d.read_all(&obj).unwrap(), vec![7; 1 << 20]);
     assert!(d.engine().check().unwrap().is_clean());
 }
@@ -216,7 +218,7 @@ fn a_database_of_another_format_version_is_refused() {
         db.put(b"format_version", 99u32.to_be_bytes()).unwrap();
     }
     let e = d.reopen_result(config()).unwrap_err();
-    assert!(matches!(e, EngineError::UnsupportedVersion { found: 99, .. }), "{e}");
+    assert!(matches!(e.cause(), EngineError::UnsupportedVersion { found: 99, .. }), "{e}");
 }
 
 /// A database of the previous format (per-block block-map entries only) opens, reads as before and is marked
@@ -343,7 +345,7 @@ fn name_tags_are_listed_kept_on_rename_dropped_on_reset_and_bounded() {
     // At the limit it is stored; past it the transaction fails and nothing changes.
     e.submit(Transaction::new().op(tag(&[7; MAX_NAME_TAG_BYTES]))).unwrap();
     let err = e.submit(Transaction::new().op(tag(&[7; MAX_NAME_TAG_BYTES + 1]))).unwrap_err();
-    assert!(matches!(err, EngineError::Limit(_)), "{err}");
+    assert!(matches!(err.cause(), EngineError::Limit(_)), "{err}");
     assert_eq!(e.reader().list_entries(coll, b"", b"", 10).unwrap()[0].tag, Some(vec![7; MAX_NAME_TAG_BYTES]));
     // A rename carries the tag; a reset (an overwrite) drops it; a missing object has none to set.
     e.submit(Transaction::new().op(Op::Rename { coll, from: a.clone(), to_coll: coll, to: b.clone() })).unwrap();
@@ -351,7 +353,7 @@ fn name_tags_are_listed_kept_on_rename_dropped_on_reset_and_bounded() {
     assert_eq!((listed[0].name.as_slice(), listed[0].tag.clone()), (&b[..], Some(vec![7; MAX_NAME_TAG_BYTES])));
     e.submit(Transaction::new().op(Op::Reset { coll, name: b.clone() })).unwrap();
     assert_eq!(e.reader().list_entries(coll, b"", b"", 10).unwrap()[0].tag, None);
-    assert!(matches!(e.submit(Transaction::new().op(tag(b"x"))).unwrap_err(), EngineError::NotFound));
+    assert!(matches!(e.submit(Transaction::new().op(tag(b"x"))).unwrap_err().cause(), EngineError::NotFound));
     let report = e.check().unwrap();
     assert!(report.problems.is_empty(), "{report:?}");
 }
@@ -378,7 +380,7 @@ fn the_background_scrub_finds_damaged_blocks_and_starts_over() {
     d.device.corrupt_byte(physical * 4096 + 5);
     // Reopen with the background scrub on: the scrub reads with O_DIRECT-style device reads, and finds it.
     let mut d = d;
-    d.reopen(EngineConfig { scrub_bytes_per_s: 64 << 20, ..config() });
+    d.reopen(EngineConfig { scrub_bytes_per_s: 64 << 20, scrub_pass_interval: std::time::Duration::ZERO, ..config() });
     let status = d.engine().wait_for_scrub_passes(2, std::time::Duration::from_secs(60));
     assert!(status.passes_completed >= 2, "{status:?}");
     assert_eq!(status.damaged.len(), 1, "{status:?}");
@@ -387,6 +389,24 @@ fn the_background_scrub_finds_damaged_blocks_and_starts_over() {
     // Every block of both objects is verified in each pass.
     assert!(status.blocks_checked >= 2 * 32, "{status:?}");
     assert!(d.engine().stats().checksum_errors >= 2);
+}
+
+/// An idle server stays idle: once the background scrub has walked an empty drive, and again once it has
+/// walked a drive that then does not change, no new pass starts before the pass interval (counted passes).
+#[test]
+fn background_scrub_of_an_unchanged_drive_waits_for_its_interval() {
+    let interval = std::time::Duration::from_secs(3600);
+    let cfg = EngineConfig { scrub_bytes_per_s: 1 << 30, scrub_pass_interval: interval, ..config() };
+    let d = SimDrive::new(cfg);
+    let status = d.engine().wait_for_scrub_passes(1, std::time::Duration::from_secs(60));
+    assert_eq!((status.passes_started, status.passes_completed), (1, 1), "{status:?}");
+    let next = status.next_pass_in.expect("waiting for the interval");
+    assert!(next > interval - std::time::Duration::from_secs(60), "{status:?}");
+    // Writes wake nothing: the scrub still waits for its interval (a bounded look for a second pass).
+    put(&d, "o", data(1, 64 << 10)).unwrap();
+    let status = d.engine().wait_for_scrub_passes(2, std::time::Duration::from_millis(300));
+    assert_eq!((status.passes_started, status.passes_completed), (1, 1), "{status:?}");
+    assert_eq!(status.blocks_checked, 0, "the first pass walked an empty drive");
 }
 
 /// Waits (without sleeping) until `cond` holds, at most 30 s.
@@ -410,7 +430,7 @@ fn prioritized_work_holds_background_work_back_for_a_bounded_time() {
     )
     .unwrap();
     assert_eq!(e.stats().prioritized_in_flight, 0, "a transaction's guard ends with its answer");
-    let mut reader = e.reader();
+    let reader = e.reader();
     let info = reader.lookup(coll, b"hot").unwrap().unwrap();
     assert!(info.high_priority);
     reader.prioritize();

@@ -55,23 +55,3 @@ pub enum LayerError {
 }
 
 pub type LayerResult<T> = Result<T, LayerError>;
-
-impl From<mosaic_engine::EngineError> for LayerError {
-    fn from(e: mosaic_engine::EngineError) -> Self {
-        use mosaic_engine::EngineError as E;
-        match e {
-            E::NoSpace { .. } => LayerError::StorageFull,
-            E::NotFound => LayerError::NoSuchKey,
-            E::CollectionNotFound(_) => LayerError::NoSuchBucket,
-            E::CollectionExists(_) => LayerError::BucketExists,
-            E::CollectionNotEmpty(_) => LayerError::BucketNotEmpty,
-            E::OffsetMismatch { .. } => LayerError::InvalidWriteOffset,
-            E::AssertionFailed | E::AlreadyExists => LayerError::PreconditionFailed,
-            E::ReadOnly(why) => LayerError::Unavailable(why),
-            E::ShuttingDown => LayerError::Unavailable("shutting down".into()),
-            E::Checksum { .. } | E::Corrupt(_) => LayerError::Corrupt(e.to_string()),
-            E::Limit(why) => LayerError::InvalidArgument(why),
-            other => LayerError::Internal(other.to_string()),
-        }
-    }
-}

@@ -1,19 +1,36 @@
-//! The ObjectLayer: what the S3 frontend asks of storage (DESIGN.md section 4), and its first
-//! implementation on one engine drive ([`SingleDrive`]). The cluster (wave 2) implements the same trait.
+//! The S3 semantics, written once: the [`ObjectLayer`] the S3 frontend calls (DESIGN.md section 4), and
+//! [`S3Semantics`], its implementation over any `mosaic_store::Store` (one drive, an erasure set, a
+//! cluster), so that nothing of S3 is written twice.
 //!
-//! This crate knows buckets, keys, object metadata and multipart uploads. It does not know HTTP, XML,
-//! SigV4 or S3 error codes (the `s3` crate maps [`LayerError`] to them), nor where a drive's blocks live.
+//! This crate knows buckets, keys, object metadata, conditions, multipart uploads and listing. It does not
+//! know HTTP, XML, SigV4 or S3 error codes (the `s3` crate maps [`LayerError`] to them), nor how a store
+//! keeps its data: it depends on the storage traits only, never on an engine.
+//!
+//! Modules by concern: `buckets`, `objects` (PUT, append, GET, copy, tags), `multipart`, `listing`,
+//! `ingest` (bodies streamed into staged units), `records` (the layer's own records), `meta` (object
+//! metadata and conditions), `semantics` (the struct and the trait's dispatch).
 
+mod buckets;
 mod error;
+mod ingest;
+mod listing;
 mod meta;
+mod multipart;
 mod names;
-mod single;
-mod stage_buffers;
+mod objects;
+mod records;
+mod semantics;
+#[doc(hidden)]
+pub mod testing;
 
+pub use buckets::MAX_BUCKETS;
 pub use error::{LayerError, LayerResult};
+pub use listing::MAX_LIST_KEYS;
 pub use meta::{ListTag, ObjectMeta, Precondition, PutOptions};
+pub use multipart::{MAX_PART_BYTES, MAX_PARTS, MIN_PART_BYTES};
 pub use names::{MAX_KEY_BYTES, MAX_USER_METADATA_BYTES, validate_bucket_name, validate_key};
-pub use single::{SingleDrive, SingleDriveConfig};
+pub use objects::MAX_TAGS;
+pub use semantics::{DEFAULT_MAX_OBJECT_BYTES, S3Semantics, SemanticsConfig};
 
 use async_trait::async_trait;
 use bytes::Bytes;

@@ -79,8 +79,8 @@ fn render_metrics(state: &AdminState) -> String {
     g("mosaic_engine_checksum_split_reads", s.checksum_split_reads);
     g("mosaic_engine_prioritized_in_flight", s.prioritized_in_flight);
     g("mosaic_engine_background_waits_for_priority", s.background_waits_for_priority);
-    for (i, class) in ["background", "foreground", "foreground_high"].into_iter().enumerate() {
-        metrics::gauge!("mosaic_engine_queue_depth", "class" => class).set(s.queue_depth[i] as f64);
+    for (class, depth) in s.queue_depth.iter() {
+        metrics::gauge!("mosaic_engine_queue_depth", "class" => class.name()).set(*depth as f64);
     }
     for (i, v) in s.io_size_hist.iter().enumerate() {
         let le = format!("{}", 4096u64 << i);
@@ -110,14 +110,17 @@ fn scrub_json(state: &AdminState) -> serde_json::Value {
 
 fn stats_json(state: &AdminState) -> serde_json::Value {
     let s = state.engine.stats();
+    let space = state.engine.space_usage();
     serde_json::json!({
         "version": env!("CARGO_PKG_VERSION"),
         "uptime_secs": state.started.elapsed().as_secs(),
         "ready": state.layer.is_ready(),
         "drive": {
             "uuid": hex::encode(state.engine.uuid()),
-            "total_bytes": s.total_blocks * 4096,
-            "free_bytes": s.free_blocks * 4096,
+            "used_bytes": space.used_bytes,
+            "allocated_bytes": space.allocated_bytes,
+            "max_bytes": space.capacity_bytes,
+            "free_bytes": space.capacity_bytes - space.used_bytes,
             "free_extents": s.free_extents,
             "user_bytes_written": s.user_bytes_written,
             "device_bytes_written": s.device_bytes_written,

@@ -16,6 +16,7 @@ pub struct FileConfig {
     pub admin_address: Option<String>,
     pub domain: Option<String>,
     pub drive_size: Option<String>,
+    pub drive_preallocate: Option<bool>,
     pub log_format: Option<String>,
     pub log_level: Option<String>,
     pub shutdown_timeout_secs: Option<u64>,
@@ -26,6 +27,7 @@ pub struct FileConfig {
     pub inline_max_size: Option<String>,
     pub read_cache: Option<String>,
     pub scrub_rate: Option<String>,
+    pub scrub_interval: Option<String>,
     pub io_engine: Option<String>,
 }
 
@@ -47,10 +49,14 @@ pub struct ServerArgs {
     /// Domain for virtual-host-style requests (bucket.DOMAIN); path style always works.
     #[arg(long, env = "MOSAIC_DOMAIN", value_name = "DOMAIN")]
     pub domain: Option<String>,
-    /// Size of the drive's data file when it is created (e.g. 64GiB); default: half the free space, at
-    /// most 64 GiB. Ignored once the drive exists.
+    /// Most the drive's data file grows to (e.g. 64GiB); default: nine tenths of the free space when the
+    /// drive is created, at most 1 TiB. The file holds what is stored and grows in preallocated steps.
+    /// Ignored once the drive exists.
     #[arg(long, env = "MOSAIC_DRIVE_SIZE", value_name = "SIZE")]
     pub drive_size: Option<String>,
+    /// Preallocate the whole drive file when it is created, instead of growing it as data arrives.
+    #[arg(long, env = "MOSAIC_DRIVE_PREALLOCATE")]
+    pub drive_preallocate: bool,
     /// Log format: text or json.
     #[arg(long, env = "MOSAIC_LOG_FORMAT", value_name = "FORMAT")]
     pub log_format: Option<String>,
@@ -86,6 +92,10 @@ pub struct ServerArgs {
     /// Device read rate of the background scrub, per second (e.g. 8MiB); 0 turns it off.
     #[arg(long, env = "MOSAIC_SCRUB_RATE", value_name = "SIZE")]
     pub scrub_rate: Option<String>,
+    /// Shortest time from the start of one background scrub pass to the start of the next (e.g. 24h,
+    /// 7d): an idle or unchanged drive is not walked again before then.
+    #[arg(long, env = "MOSAIC_SCRUB_INTERVAL", value_name = "DURATION")]
+    pub scrub_interval: Option<String>,
     /// How the data device issues IO: auto (io_uring where the kernel allows it, else pread/pwrite),
     /// io-uring, or pread.
     #[arg(long, env = "MOSAIC_IO_ENGINE", value_name = "ENGINE")]
@@ -106,6 +116,8 @@ pub struct Config {
     pub admin_address: SocketAddr,
     pub domain: Option<String>,
     pub drive_size_bytes: Option<u64>,
+    /// Preallocate the whole drive file at format time (else it grows in steps).
+    pub drive_preallocate: bool,
     pub log_format: LogFormat,
     pub log_level: String,
     pub shutdown_timeout: Duration,
@@ -118,6 +130,8 @@ pub struct Config {
     pub page_cache_reads: bool,
     /// Background scrub rate in bytes per second; 0: off.
     pub scrub_bytes_per_s: u64,
+    /// Shortest time between the starts of two background scrub passes.
+    pub scrub_interval: Duration,
     pub io_engine: mosaic_engine::IoEngine,
     pub simulate_power_loss: bool,
 }
@@ -130,6 +144,8 @@ const MAX_CONNECTIONS_LIMIT: usize = 65_536;
 const MAX_SHUTDOWN_SECS: u64 = 3600;
 const MAX_INLINE_BYTES: u64 = 1 << 20;
 const MAX_SCRUB_BYTES_PER_S: u64 = 16 << 30;
+const MIN_SCRUB_INTERVAL: Duration = Duration::from_secs(1);
+const MAX_SCRUB_INTERVAL: Duration = Duration::from_secs(366 * 24 * 3600);
 const MAX_META_CACHE_BYTES: u64 = 64 << 30;
 const MAX_PAGE_CACHE_BYTES: u64 = 64 << 30;
 
@@ -213,6 +229,12 @@ impl Config {
         if scrub_bytes_per_s > MAX_SCRUB_BYTES_PER_S {
             return Err(format!("scrub_rate: {scrub_bytes_per_s} bytes per second is above the maximum 16GiB"));
         }
+        let interval = pick(&args.scrub_interval, &file.scrub_interval).unwrap_or("24h".into());
+        let scrub_interval = humantime::parse_duration(&interval)
+            .map_err(|e| format!("scrub_interval: {interval:?} is not a duration such as 24h or 7d: {e}"))?;
+        if !(MIN_SCRUB_INTERVAL..=MAX_SCRUB_INTERVAL).contains(&scrub_interval) {
+            return Err(format!("scrub_interval: {interval} is not between 1s and 366d"));
+        }
         let domain = pick(&args.domain, &file.domain).filter(|d| !d.is_empty());
         if let Some(d) = &domain {
             mosaic_s3::validate_domain(d).map_err(|e| format!("domain: {e}"))?;
@@ -223,6 +245,7 @@ impl Config {
             admin_address: addr("admin_address", &admin)?,
             domain,
             drive_size_bytes,
+            drive_preallocate: args.drive_preallocate || file.drive_preallocate.unwrap_or(false),
             log_format,
             log_level,
             shutdown_timeout: Duration::from_secs(shutdown),
@@ -233,6 +256,7 @@ impl Config {
             inline_max_bytes,
             page_cache_reads,
             scrub_bytes_per_s,
+            scrub_interval,
             io_engine,
             simulate_power_loss: args.simulate_power_loss,
         })
@@ -260,6 +284,19 @@ mod tests {
         assert_eq!(c.drive_size_bytes, None);
         assert!(c.page_cache_reads);
         assert_eq!(c.scrub_bytes_per_s, 8 << 20);
+    }
+
+    #[test]
+    fn scrub_interval() {
+        assert_eq!(resolve(ServerArgs::default(), "").unwrap().scrub_interval, Duration::from_secs(86_400));
+        let c = resolve(ServerArgs::default(), "scrub_interval = \"7d\"").unwrap();
+        assert_eq!(c.scrub_interval, Duration::from_secs(7 * 86_400));
+        let args = ServerArgs { scrub_interval: Some("1s".into()), ..Default::default() };
+        assert_eq!(resolve(args, "scrub_interval = \"7d\"").unwrap().scrub_interval, Duration::from_secs(1));
+        for bad in ["soon", "0s", "500ms", "400d"] {
+            let e = resolve(ServerArgs::default(), &format!("scrub_interval = \"{bad}\"")).unwrap_err();
+            assert!(e.starts_with("scrub_interval: "), "{e}");
+        }
     }
 
     #[test]

@@ -1,5 +1,6 @@
-//! The data directory: its marker file (format version + checksum), the drive (a preallocated data file used
-//! with O_DIRECT plus its metadata database), and the root credentials (mode 0600).
+//! The data directory: its marker file (format version + checksum), the drive (a data file used with
+//! O_DIRECT plus its metadata database), and the root credentials (mode 0600). The data file is thin by
+//! default: it holds what is stored and grows in large preallocated steps up to the drive's maximum.
 //!
 //! ```text
 //! mosaic-data/
@@ -19,9 +20,11 @@ use std::sync::Arc;
 const MARKER: &str = "MOSAIC";
 const CREDENTIALS: &str = "credentials";
 const DRIVE_DIR: &str = "drive0";
-/// Default size cap of a new drive file.
-const DEFAULT_DRIVE_MAX_BYTES: u64 = 64 << 30;
+/// Most a new drive grows to by default (the allocator keeps a bitmap of 32 MiB per TiB in memory).
+const DEFAULT_DRIVE_MAX_BYTES: u64 = 1 << 40;
 const MIN_DRIVE_BYTES: u64 = 64 << 20;
+/// What a thin data file holds when it is created: the superblock area (the engine grows it from there).
+const THIN_FILE_START_BYTES: u64 = 1 << 20;
 
 pub use mosaic::datadir_format::{Credentials, validate_credentials};
 
@@ -80,9 +83,10 @@ pub fn inspect(dir: &Path) -> Result<bool, String> {
     ))
 }
 
-fn default_drive_size(dir: &Path) -> u64 {
-    let free = free_bytes(dir).unwrap_or(DEFAULT_DRIVE_MAX_BYTES * 2);
-    (free / 2).clamp(MIN_DRIVE_BYTES, DEFAULT_DRIVE_MAX_BYTES) / 4096 * 4096
+/// The maximum of a new drive when none is configured: nine tenths of the free space, at most 1 TiB.
+fn default_drive_max(dir: &Path) -> u64 {
+    let free = free_bytes(dir).unwrap_or(DEFAULT_DRIVE_MAX_BYTES);
+    (free / 10 * 9).clamp(MIN_DRIVE_BYTES, DEFAULT_DRIVE_MAX_BYTES) / 4096 * 4096
 }
 
 fn free_bytes(dir: &Path) -> Option<u64> {
@@ -101,10 +105,13 @@ pub fn drive_dir(dir: &Path) -> PathBuf {
     dir.join(DRIVE_DIR)
 }
 
-/// Opens the drive, formatting the directory first if it is new. Refuses a foreign directory.
+/// Opens the drive, formatting the directory first if it is new. Refuses a foreign directory. A new drive
+/// may grow to `max_bytes` (default: see `default_drive_max`); with `preallocate` its file takes all of
+/// it at once.
 pub fn open_drive(
     dir: &Path,
-    size_bytes: Option<u64>,
+    max_bytes: Option<u64>,
+    preallocate: bool,
     cfg: EngineConfig,
     io_engine: mosaic_engine::IoEngine,
     simulate_power_loss: bool,
@@ -121,14 +128,16 @@ pub fn open_drive(
         return Ok((engine, State::Existing));
     }
     std::fs::create_dir_all(&drive).map_err(|e| format!("cannot create {}: {e}", drive.display()))?;
-    let size = size_bytes.unwrap_or_else(|| default_drive_size(dir)) / 4096 * 4096;
+    let max = max_bytes.unwrap_or_else(|| default_drive_max(dir)) / 4096 * 4096;
+    let initial = if preallocate { max } else { THIN_FILE_START_BYTES };
     let free = free_bytes(dir).unwrap_or(u64::MAX);
-    if size > free {
-        return Err(format!("the drive needs {size} bytes but {} has only {free} free", dir.display()));
+    if initial > free {
+        return Err(format!("the drive needs {initial} bytes but {} has only {free} free", dir.display()));
     }
-    let device = FileDevice::create_with(&drive.join("data"), size, io_engine)
+    let device = FileDevice::create_with(&drive.join("data"), initial, io_engine)
         .map_err(|e| format!("cannot create the data file: {e}"))?;
-    let engine = Engine::format(&drive, wrap(device), cfg).map_err(|e| format!("cannot format the drive: {e}"))?;
+    let engine = Engine::format_with_capacity(&drive, wrap(device), max, cfg)
+        .map_err(|e| format!("cannot format the drive: {e}"))?;
     // The marker goes last: a directory with a marker always holds a complete drive.
     let marker = format::encode_marker(&engine.uuid(), concat!("mosaic ", env!("CARGO_PKG_VERSION")));
     write_synced(&dir.join(MARKER), &marker, 0o644)?;

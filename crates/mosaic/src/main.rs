@@ -107,7 +107,22 @@ fn path_segment(s: &str) -> String {
     s.chars().filter(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_')).collect()
 }
 
+/// The Rust runtime ignores SIGPIPE, so printing into a closed pipe (`mosaic admin info | head -1`) is an
+/// error that `println!` turns into a panic. A command-line tool should end quietly instead, as `cat` does:
+/// the default action ends the process when its reader has gone. Sockets are unaffected (std sends with
+/// MSG_NOSIGNAL). The server keeps ignoring the signal and writes its one message without panicking.
+fn end_quietly_on_closed_stdout() {
+    // SAFETY: restores the default disposition of one signal, before any other thread exists.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn main() -> ExitCode {
+    // Before parsing: `mosaic --help | head -1` prints too.
+    if std::env::args_os().nth(1).is_none_or(|a| a != "server") {
+        end_quietly_on_closed_stdout();
+    }
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Server(args) => run_server(*args),

@@ -4,8 +4,9 @@
 use crate::admin_server::{self, AdminState};
 use crate::config::Config;
 use crate::datadir::{self, Credentials, State};
+use mosaic_drive::DriveStore;
 use mosaic_engine::EngineConfig;
-use mosaic_layer::{ObjectLayer, SingleDrive, SingleDriveConfig};
+use mosaic_layer::{ObjectLayer, S3Semantics, SemanticsConfig};
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::net::TcpListener;
@@ -46,11 +47,18 @@ pub fn run(cfg: Config) -> Result<(), String> {
         page_cache_bytes: cfg.page_cache_bytes as usize,
         page_cache_reads: cfg.page_cache_reads,
         scrub_bytes_per_s: cfg.scrub_bytes_per_s,
+        scrub_pass_interval: cfg.scrub_interval,
         ..Default::default()
     };
     let creds_env = env_credentials()?;
-    let (engine, state) =
-        datadir::open_drive(&cfg.data_dir, cfg.drive_size_bytes, engine_cfg, cfg.io_engine, cfg.simulate_power_loss)?;
+    let (engine, state) = datadir::open_drive(
+        &cfg.data_dir,
+        cfg.drive_size_bytes,
+        cfg.drive_preallocate,
+        engine_cfg,
+        cfg.io_engine,
+        cfg.simulate_power_loss,
+    )?;
     let (creds, generated) = datadir::root_credentials(&cfg.data_dir, creds_env)?;
     match state {
         State::Formatted => tracing::info!(dir = %cfg.data_dir.display(), "formatted a new data directory"),
@@ -58,17 +66,27 @@ pub fn run(cfg: Config) -> Result<(), String> {
     }
     if generated {
         // Printed once, on the start that created them; they are stored (mode 0600) in the data directory.
-        println!("Root credentials (stored in {}/credentials):", cfg.data_dir.display());
-        println!("  access key: {}", creds.access_key);
-        println!("  secret key: {}", creds.secret_key);
+        // A closed stdout must not stop the server: the credentials are in the file too.
+        use std::io::Write as _;
+        let shown = writeln!(
+            std::io::stdout(),
+            "Root credentials (stored in {}/credentials):\n  access key: {}\n  secret key: {}",
+            cfg.data_dir.display(),
+            creds.access_key,
+            creds.secret_key
+        );
+        if let Err(e) = shown {
+            tracing::warn!(error = %e, "could not print the root credentials; they are in the data directory");
+        }
     }
-    let drive = SingleDrive::new(engine.clone(), SingleDriveConfig::default()).map_err(|e| e.to_string())?;
-    let layer: Arc<dyn ObjectLayer> = Arc::new(drive);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("mosaic-io")
         .build()
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
+    let store = Arc::new(DriveStore::new(engine.clone()));
+    let semantics = rt.block_on(S3Semantics::open(store, SemanticsConfig::default()));
+    let layer: Arc<dyn ObjectLayer> = Arc::new(semantics.map_err(|e| format!("cannot open the store: {e}"))?);
     let result = rt.block_on(serve_all(cfg.clone(), layer.clone(), engine, creds, prometheus, started));
     let closed = rt.block_on(layer.shutdown());
     drop(rt);

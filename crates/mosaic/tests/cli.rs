@@ -183,6 +183,23 @@ fn server_lifecycle() {
     assert_eq!(code, 0, "{info}");
     let info: serde_json::Value = serde_json::from_str(&info).unwrap();
     let uuid = info["drive"]["uuid"].as_str().unwrap().to_string();
+    // The drive takes what it stores, not its maximum: the file starts at one growth step.
+    let drive = &info["drive"];
+    assert_eq!(drive["max_bytes"].as_u64(), Some(256 << 20), "{drive}");
+    assert_eq!(drive["allocated_bytes"].as_u64(), Some(65 << 20), "{drive}");
+    let used = drive["used_bytes"].as_u64().unwrap();
+    assert!((1 << 20..4 << 20).contains(&used), "{drive}");
+    assert_eq!(std::fs::metadata(data.join("drive0/data")).unwrap().len(), 65 << 20);
+    // A reader that goes away (`mosaic admin info | head -1`) ends the command quietly, never a panic.
+    for args in [&["admin", "--admin", &admin_addr, "--data", data.to_str().unwrap(), "info"][..], &["--help"]] {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let out = mosaic().args(args).stdout(writer).stderr(Stdio::piped()).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked") && !stderr.contains("Broken pipe"), "{args:?}: {stderr}");
+        use std::os::unix::process::ExitStatusExt;
+        assert!(out.status.success() || out.status.signal() == Some(libc::SIGPIPE), "{args:?}: {:?}", out.status);
+    }
     assert_eq!(admin(&["check"]).0, 0);
     assert_eq!(admin(&["scrub", "--json"]).0, 0);
     // Wrong credentials are refused by the admin port.

@@ -5,8 +5,9 @@
 use aws_sdk_s3::config::{
     BehaviorVersion, Credentials, Region, RequestChecksumCalculation, ResponseChecksumValidation,
 };
+use mosaic_drive::DriveStore;
 use mosaic_engine::{Engine, EngineConfig, SimDevice};
-use mosaic_layer::{SingleDrive, SingleDriveConfig};
+use mosaic_layer::{S3Semantics, SemanticsConfig};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -35,7 +36,8 @@ impl TestServer {
         let dir = tempfile::tempdir().unwrap();
         let device = SimDevice::new(device_bytes);
         let engine = Engine::format(dir.path(), Arc::new(device), EngineConfig::default()).unwrap();
-        let layer = Arc::new(SingleDrive::new(engine.clone(), SingleDriveConfig::default()).unwrap());
+        let store = Arc::new(DriveStore::new(engine.clone()));
+        let layer = Arc::new(S3Semantics::open(store, SemanticsConfig::default()).await.unwrap());
         let service = mosaic_s3::build_service(layer, ACCESS_KEY, SECRET_KEY, domain).unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();

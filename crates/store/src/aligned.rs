@@ -1,4 +1,5 @@
-//! Heap buffers aligned for O_DIRECT. The device asserts alignment on every IO: ext4 silently accepts a
+//! Heap buffers aligned for O_DIRECT: what a body is staged from, at every level (a drive writes them
+//! without a bounce copy). The device asserts alignment on every IO: ext4 silently accepts a
 //! misaligned buffer on some paths, so tests on a file would not notice a bug that a block device rejects.
 
 use std::alloc::{Layout, alloc, alloc_zeroed, dealloc};
@@ -65,6 +66,12 @@ impl AlignedBuf {
     }
 }
 
+impl std::fmt::Debug for AlignedBuf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AlignedBuf").field("len_bytes", &self.len_bytes).finish()
+    }
+}
+
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
         let layout = Layout::from_size_align(self.len_bytes, IO_ALIGN_BYTES).expect("valid layout");
@@ -78,4 +85,20 @@ pub fn assert_io_aligned(buf: &[u8], offset_bytes: u64) {
     assert_eq!(buf.as_ptr() as usize % IO_ALIGN_BYTES, 0, "IO buffer address is not aligned");
     assert_eq!(buf.len() % IO_ALIGN_BYTES, 0, "IO length is not aligned");
     assert_eq!(offset_bytes % IO_ALIGN_BYTES as u64, 0, "IO offset is not aligned");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buffers_are_aligned_rounded_up_and_initialised() {
+        let b = AlignedBuf::zeroed(1);
+        assert_eq!((b.len(), b.as_slice().as_ptr() as usize % IO_ALIGN_BYTES), (IO_ALIGN_BYTES, 0));
+        assert!(b.as_slice().iter().all(|x| *x == 0));
+        let c = AlignedBuf::copy_of(&[7; 5000]);
+        assert_eq!(c.len(), 2 * IO_ALIGN_BYTES);
+        assert!(c.as_slice()[..5000].iter().all(|x| *x == 7) && c.as_slice()[5000..].iter().all(|x| *x == 0));
+        assert_io_aligned(c.as_slice(), 8192);
+    }
 }

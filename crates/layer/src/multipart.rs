@@ -1,0 +1,333 @@
+//! Multipart uploads: an upload is a record in the multipart collection, each part an object of its own
+//! there (its data plus a part record). Completion is one transaction that clones the parts' data into the
+//! target where their boundaries fall on the store's units (no data copied), copies the rest, writes the
+//! metadata and removes the upload.
+
+use crate::error::{LayerError, LayerResult};
+use crate::ingest::Ingested;
+use crate::meta::{ObjectMeta, Precondition, PutOptions};
+use crate::records::*;
+use crate::semantics::{S3Semantics, push_meta_ops, read_meta};
+use crate::*;
+use md5::{Digest, Md5};
+use mosaic_store::{ErrorKind, Op, Snapshot, Store, Txn};
+use std::collections::BTreeMap;
+
+pub const MAX_PARTS: u32 = 10_000;
+pub const MIN_PART_BYTES: u64 = 5 << 20;
+pub const MAX_PART_BYTES: u64 = 5 << 30;
+/// Most uploads one ListMultipartUploads call walks (S3 pages them by 1,000; deleting a bucket aborts
+/// them all, in calls of this many).
+pub const MAX_UPLOADS_LISTED: usize = 10_000;
+/// Bytes of a part copied per read when its boundaries do not fall on the store's units.
+const COPY_CHUNK_BYTES: u64 = 32 << 20;
+
+impl<S: Store> S3Semantics<S> {
+    pub(crate) async fn create_multipart_impl(&self, bucket: &str, key: &str, opts: PutOptions) -> LayerResult<String> {
+        validate_key(key)?;
+        opts.validate()?;
+        self.bucket_coll(&self.store.snapshot(), bucket).await?;
+        let upload_id = hex::encode(rand::random::<[u8; 16]>());
+        let rec = UploadRecord { version: RECORD_VERSION, key: key.to_string(), initiated_unix_ms: now_ms(), opts };
+        let name = upload_name(bucket, &upload_id);
+        let txn = Txn::new().op(Op::Create { coll: self.mpu.clone(), name: name.clone() }).op(Op::SetAttr {
+            coll: self.mpu.clone(),
+            name,
+            key: ATTR_UPLOAD.to_vec(),
+            value: rec.encode(),
+        });
+        self.commit(txn).await?;
+        Ok(upload_id)
+    }
+
+    pub(crate) async fn upload_part_impl(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        part: u32,
+        body: PutBody,
+    ) -> LayerResult<PartInfo> {
+        check_part_number(part)?;
+        self.upload_record(&self.store.snapshot(), bucket, key, upload_id).await?;
+        let ing = self.ingest(body, 0, MAX_PART_BYTES).await?;
+        self.store_part(bucket, upload_id, part, ing).await
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn upload_part_copy_impl(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        part: u32,
+        src_bucket: &str,
+        src_key: &str,
+        range: Option<RangeRequest>,
+        src_pre: &Precondition,
+    ) -> LayerResult<PartInfo> {
+        check_part_number(part)?;
+        self.upload_record(&self.store.snapshot(), bucket, key, upload_id).await?;
+        let got = self.get_object(src_bucket, src_key, range, None, src_pre).await?;
+        let len = got.range.map(|r| r.end - r.start).unwrap_or(got.meta.size_bytes);
+        if len > MAX_PART_BYTES {
+            return Err(LayerError::InvalidArgument("a part is at most 5 GiB".into()));
+        }
+        let ing = self.ingest(PutBody { stream: got.body, finish: None }, 0, MAX_PART_BYTES).await?;
+        self.store_part(bucket, upload_id, part, ing).await
+    }
+
+    pub(crate) async fn complete_multipart_impl(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        parts: Vec<CompletePart>,
+        pre: &Precondition,
+        extra_meta: Vec<(String, String)>,
+    ) -> LayerResult<ObjectMeta> {
+        let snap = self.store.snapshot();
+        let coll = self.bucket_coll(&snap, bucket).await?;
+        let rec = self.upload_record(&snap, bucket, key, upload_id).await?;
+        if parts.is_empty() {
+            return Err(LayerError::InvalidArgument("a multipart upload needs at least one part".into()));
+        }
+        let stored: BTreeMap<u32, PartRecord> = self.parts_of(&snap, bucket, upload_id).await?.into_iter().collect();
+        let sizes = check_parts(&parts, &stored)?;
+        // Conditional completion (If-None-Match: * / If-Match) is checked again inside the transaction.
+        let existing = match snap.lookup(&coll, key.as_bytes()).await? {
+            Some(info) => Some(read_meta(&snap, &info.obj, bucket, key).await?),
+            None => None,
+        };
+        if let Some(m) = &existing {
+            pre.check(m).map_err(|_| LayerError::PreconditionFailed)?;
+        } else if pre.if_match.is_some() {
+            return Err(LayerError::NoSuchKey);
+        }
+        let md5s: Vec<u8> =
+            parts.iter().flat_map(|p| hex::decode(&stored[&p.part_number].etag).unwrap_or_default()).collect();
+        let etag = format!("{}-{}", hex::encode(Md5::digest(&md5s)), parts.len());
+        let total: u64 = sizes.iter().sum();
+        let mut meta = rec.opts.clone().into_meta(total, etag, now_ms());
+        meta.part_sizes = sizes.clone();
+        meta.checksums.extend(extra_meta);
+        let name = key.as_bytes().to_vec();
+        let mut txn = Txn::new();
+        let upload = txn.push(Op::AssertExists { coll: self.mpu.clone(), name: upload_name(bucket, upload_id) });
+        let expected = existing.as_ref().map(|m| m.etag.clone().into_bytes());
+        let unchanged =
+            txn.push(Op::AssertAttr { coll: coll.clone(), name: name.clone(), key: ATTR_ETAG.to_vec(), expected });
+        txn.push(Op::Reset { coll: coll.clone(), name: name.clone() });
+        let unit = self.store.geometry().unit_bytes;
+        let mut offset = 0u64;
+        let mut copied = Vec::new();
+        for (p, size) in parts.iter().zip(&sizes) {
+            let pname = part_name(bucket, upload_id, p.part_number);
+            let is_last = offset + size == total;
+            if offset.is_multiple_of(unit) && (size.is_multiple_of(unit) || is_last) && *size > 0 {
+                txn.push(Op::CloneRange {
+                    src_coll: self.mpu.clone(),
+                    src: pname,
+                    src_offset: 0,
+                    len: *size,
+                    dst_coll: coll.clone(),
+                    dst: name.clone(),
+                    dst_offset: offset,
+                });
+            } else if *size > 0 {
+                copied.push((pname, offset, *size));
+            }
+            offset += size;
+        }
+        // Parts whose boundaries do not fall on units are copied (whole units staged, edges written).
+        for (pname, offset, size) in copied {
+            let info = snap.lookup(&self.mpu, &pname).await?.ok_or(LayerError::NoSuchUpload)?;
+            let mut pos = 0;
+            while pos < size {
+                let n = (size - pos).min(COPY_CHUNK_BYTES);
+                let data = snap.read(&info.obj, pos, n).await?;
+                if data.len() as u64 != n {
+                    return Err(LayerError::Corrupt(format!(
+                        "part {} is shorter than its record",
+                        String::from_utf8_lossy(&pname)
+                    )));
+                }
+                self.push_copy_ops(&mut txn, &coll, &name, offset + pos, &data).await?;
+                pos += n;
+            }
+        }
+        drop(snap);
+        push_meta_ops(&mut txn, &coll, &name, &meta);
+        for p in stored.keys() {
+            txn.push(Op::Remove { coll: self.mpu.clone(), name: part_name(bucket, upload_id, *p) });
+        }
+        txn.push(Op::Remove { coll: self.mpu.clone(), name: upload_name(bucket, upload_id) });
+        match self.commit(txn).await {
+            Err(e) if e.is_op(upload, ErrorKind::AssertionFailed) => Err(LayerError::NoSuchUpload),
+            Err(e) if e.is_op(unchanged, ErrorKind::AssertionFailed) => Err(LayerError::PreconditionFailed),
+            // A part replaced or removed since it was checked (a concurrent upload of it, or an abort).
+            Err(e) if e.kind == ErrorKind::NotFound => Err(LayerError::NoSuchUpload),
+            r => r.map(|_| meta).map_err(LayerError::from),
+        }
+    }
+
+    pub(crate) async fn abort_multipart_impl(&self, bucket: &str, key: &str, upload_id: &str) -> LayerResult<()> {
+        let snap = self.store.snapshot();
+        self.upload_record(&snap, bucket, key, upload_id).await?;
+        let parts = self.parts_of(&snap, bucket, upload_id).await?;
+        drop(snap);
+        let mut txn = Txn::new();
+        for (p, _) in parts {
+            txn.push(Op::Remove { coll: self.mpu.clone(), name: part_name(bucket, upload_id, p) });
+        }
+        let upload = txn.push(Op::Remove { coll: self.mpu.clone(), name: upload_name(bucket, upload_id) });
+        match self.commit(txn).await {
+            Err(e) if e.is_op(upload, ErrorKind::NotFound) => Err(LayerError::NoSuchUpload),
+            // A part went meanwhile (a concurrent abort or completion): the upload is being ended.
+            Err(e) if e.kind == ErrorKind::NotFound => Err(LayerError::NoSuchUpload),
+            r => r.map(|_| ()).map_err(LayerError::from),
+        }
+    }
+
+    pub(crate) async fn list_parts_impl(&self, bucket: &str, key: &str, upload_id: &str) -> LayerResult<Vec<PartInfo>> {
+        let snap = self.store.snapshot();
+        self.upload_record(&snap, bucket, key, upload_id).await?;
+        Ok(self
+            .parts_of(&snap, bucket, upload_id)
+            .await?
+            .into_iter()
+            .map(|(n, r)| PartInfo {
+                part_number: n,
+                size_bytes: r.size_bytes,
+                etag: r.etag,
+                last_modified_unix_ms: r.last_modified_unix_ms,
+                checksums: r.checksums,
+            })
+            .collect())
+    }
+
+    pub(crate) async fn list_uploads_impl(&self, bucket: &str, prefix: &str) -> LayerResult<Vec<UploadInfo>> {
+        let snap = self.store.snapshot();
+        self.bucket_coll(&snap, bucket).await?;
+        let base = format!("{bucket}/").into_bytes();
+        let mut from = base.clone();
+        let mut out = Vec::new();
+        for _ in 0..MAX_UPLOADS_LISTED {
+            let batch = snap.list_entries(&self.mpu, &base, &from, 1).await?;
+            let Some(entry) = batch.into_iter().next() else { break };
+            // Skip this upload's parts ("<bucket>/<id>/...") with one seek: '0' sorts right after '/'.
+            from = entry.name.clone();
+            from.push(b'0');
+            // A part without its upload (left by an upload being removed): not an upload.
+            let Some(raw) = snap.attr(&entry.obj, ATTR_UPLOAD).await? else { continue };
+            let id = String::from_utf8_lossy(&entry.name[base.len()..]).into_owned();
+            let rec = UploadRecord::decode(&raw, &format!(" of upload {id}"))?;
+            if rec.key.starts_with(prefix) {
+                out.push(UploadInfo { upload_id: id, key: rec.key, initiated_unix_ms: rec.initiated_unix_ms });
+            }
+        }
+        out.sort_by(|a, b| (&a.key, a.initiated_unix_ms).cmp(&(&b.key, b.initiated_unix_ms)));
+        Ok(out)
+    }
+
+    async fn upload_record(
+        &self,
+        snap: &S::Snapshot,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+    ) -> LayerResult<UploadRecord> {
+        let info = snap.lookup(&self.mpu, &upload_name(bucket, upload_id)).await?.ok_or(LayerError::NoSuchUpload)?;
+        let raw = snap.attr(&info.obj, ATTR_UPLOAD).await?.ok_or(LayerError::NoSuchUpload)?;
+        let rec = UploadRecord::decode(&raw, &format!(" of upload {upload_id}"))?;
+        if rec.key != key {
+            return Err(LayerError::NoSuchUpload);
+        }
+        Ok(rec)
+    }
+
+    async fn parts_of(&self, snap: &S::Snapshot, bucket: &str, upload_id: &str) -> LayerResult<Vec<(u32, PartRecord)>> {
+        let prefix = parts_prefix(bucket, upload_id);
+        let mut out = Vec::new();
+        for entry in snap.list_entries(&self.mpu, &prefix, &prefix, MAX_PARTS as usize + 1).await? {
+            let num: u32 = std::str::from_utf8(&entry.name[prefix.len()..])
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .filter(|n| (1..=MAX_PARTS).contains(n))
+                .ok_or_else(|| LayerError::Corrupt(format!("upload {upload_id} holds a part with a bad name")))?;
+            let whose = format!(" {num} of upload {upload_id}");
+            let raw = snap
+                .attr(&entry.obj, ATTR_PART)
+                .await?
+                .ok_or_else(|| LayerError::Corrupt(format!("the part record{whose} is missing")))?;
+            out.push((num, PartRecord::decode(&raw, &whose)?));
+        }
+        Ok(out)
+    }
+
+    async fn store_part(
+        &self,
+        bucket: &str,
+        upload_id: &str,
+        part: u32,
+        ing: Ingested<S::Staged>,
+    ) -> LayerResult<PartInfo> {
+        let rec = PartRecord {
+            version: RECORD_VERSION,
+            etag: ing.md5_hex.clone(),
+            size_bytes: ing.size_bytes,
+            last_modified_unix_ms: now_ms(),
+            checksums: ing.extra.clone(),
+        };
+        let name = part_name(bucket, upload_id, part);
+        let coll = &self.mpu;
+        let mut txn = Txn::new();
+        // The upload must still exist when the part commits.
+        let upload = txn.push(Op::AssertExists { coll: coll.clone(), name: upload_name(bucket, upload_id) });
+        txn.push(Op::Reset { coll: coll.clone(), name: name.clone() });
+        ing.push_ops(&mut txn, coll, &name, 0);
+        txn.push(Op::SetAttr { coll: coll.clone(), name, key: ATTR_PART.to_vec(), value: rec.encode() });
+        match self.commit(txn).await {
+            Err(e) if e.is_op(upload, ErrorKind::AssertionFailed) => return Err(LayerError::NoSuchUpload),
+            r => r?,
+        };
+        Ok(PartInfo {
+            part_number: part,
+            size_bytes: rec.size_bytes,
+            etag: rec.etag,
+            last_modified_unix_ms: rec.last_modified_unix_ms,
+            checksums: rec.checksums,
+        })
+    }
+}
+
+fn check_part_number(part: u32) -> LayerResult<()> {
+    if part == 0 || part > MAX_PARTS {
+        return Err(LayerError::InvalidArgument(format!("part numbers are 1 to {MAX_PARTS}")));
+    }
+    Ok(())
+}
+
+/// Checks the parts a completion names against the stored ones (ascending, present, same ETag, all but the
+/// last at least 5 MiB); returns their sizes.
+fn check_parts(parts: &[CompletePart], stored: &BTreeMap<u32, PartRecord>) -> LayerResult<Vec<u64>> {
+    // The order first: a list out of order is refused whatever its parts are.
+    if parts.windows(2).any(|w| w[1].part_number <= w[0].part_number) {
+        return Err(LayerError::InvalidPartOrder);
+    }
+    let mut sizes = Vec::with_capacity(parts.len());
+    for (i, p) in parts.iter().enumerate() {
+        let s = stored.get(&p.part_number).ok_or_else(|| LayerError::InvalidPart(format!("part {}", p.part_number)))?;
+        if p.etag.trim().trim_matches('"') != s.etag {
+            return Err(LayerError::InvalidPart(format!("part {} ETag", p.part_number)));
+        }
+        if hex::decode(&s.etag).map_or(true, |d| d.len() != 16) {
+            return Err(LayerError::Corrupt(format!("the ETag of part {} is damaged", p.part_number)));
+        }
+        if i + 1 < parts.len() && s.size_bytes < MIN_PART_BYTES {
+            return Err(LayerError::EntityTooSmall);
+        }
+        sizes.push(s.size_bytes);
+    }
+    Ok(sizes)
+}

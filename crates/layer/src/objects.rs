@@ -1,0 +1,305 @@
+//! Objects: PUT (an overwrite is one transaction: reset, data, metadata, so readers see the old object or
+//! the new one), S3 append, GET and HEAD with conditions, ranges and part numbers, DELETE, CopyObject (a
+//! clone: no data moves) and tags.
+
+use crate::error::{LayerError, LayerResult};
+use crate::meta::{META_VERSION, ObjectMeta, Precondition, PutOptions};
+use crate::records::*;
+use crate::semantics::{S3Semantics, push_meta_ops, read_meta};
+use crate::*;
+use bytes::Bytes;
+use futures::StreamExt;
+use md5::{Digest, Md5};
+use mosaic_store::{ErrorKind, Op, Snapshot, Store, Txn};
+use std::sync::Arc;
+
+/// Bytes per chunk of a GET body.
+const READ_CHUNK_BYTES: u64 = 1 << 20;
+/// Chunks of a GET body read ahead of the one being sent (memory per GET: this many chunks).
+const READ_AHEAD_CHUNKS: usize = 4;
+pub const MAX_TAGS: usize = 10;
+
+impl<S: Store> S3Semantics<S> {
+    pub(crate) async fn put_object_impl(
+        &self,
+        bucket: &str,
+        key: &str,
+        body: PutBody,
+        opts: PutOptions,
+    ) -> LayerResult<ObjectMeta> {
+        validate_key(key)?;
+        opts.validate()?;
+        let coll = self.bucket_coll(&self.store.snapshot(), bucket).await?;
+        if let Some(offset) = opts.write_offset {
+            return self.append(coll, bucket, key, body, opts, offset).await;
+        }
+        // A high-priority object holds background work back from its first byte to its commit.
+        let _prioritized = crate::meta::wants_high_priority(&opts.user_metadata).then(|| self.store.hold_priority());
+        let ing = self.ingest(body, 0, self.cfg.max_object_bytes).await?;
+        let mut meta = opts.clone().into_meta(ing.size_bytes, ing.md5_hex.clone(), now_ms());
+        meta.checksums.extend(ing.extra.iter().cloned());
+        let name = key.as_bytes().to_vec();
+        let mut txn = Txn::new();
+        // Conditions are checked inside the transaction, so no concurrent writer slips between.
+        let mut condition = None;
+        if opts.if_none_match_any {
+            let expected = None;
+            condition = Some(txn.push(Op::AssertAttr {
+                coll: coll.clone(),
+                name: name.clone(),
+                key: ATTR_ETAG.to_vec(),
+                expected,
+            }));
+        }
+        if let Some(etag) = &opts.if_match {
+            let etag = etag.trim().trim_matches('"');
+            let op = if etag == "*" {
+                Op::AssertExists { coll: coll.clone(), name: name.clone() }
+            } else {
+                let expected = Some(etag.as_bytes().to_vec());
+                Op::AssertAttr { coll: coll.clone(), name: name.clone(), key: ATTR_ETAG.to_vec(), expected }
+            };
+            condition = Some(txn.push(op));
+        }
+        txn.push(Op::Reset { coll: coll.clone(), name: name.clone() });
+        ing.push_ops(&mut txn, &coll, &name, 0);
+        push_meta_ops(&mut txn, &coll, &name, &meta);
+        match self.commit(txn).await {
+            Err(e) if condition.is_some_and(|i| e.is_op(i, ErrorKind::AssertionFailed)) => {
+                Err(LayerError::PreconditionFailed)
+            }
+            r => r.map(|_| meta).map_err(LayerError::from),
+        }
+    }
+
+    /// S3 append (`x-amz-write-offset-bytes`): the bytes go into one append operation at the current end,
+    /// which must be `offset`; the ETag chains the previous one with the new bytes' MD5.
+    async fn append(
+        &self,
+        coll: S::Coll,
+        bucket: &str,
+        key: &str,
+        body: PutBody,
+        opts: PutOptions,
+        offset: u64,
+    ) -> LayerResult<ObjectMeta> {
+        let snap = self.store.snapshot();
+        let existing = match snap.lookup(&coll, key.as_bytes()).await? {
+            Some(info) => Some((read_meta(&snap, &info.obj, bucket, key).await?, info.size_bytes)),
+            None => None,
+        };
+        drop(snap);
+        let (old_meta, old_size) = match existing {
+            Some((m, size)) => (Some(m), size),
+            None if offset == 0 => (None, 0),
+            None => return Err(LayerError::NoSuchKey),
+        };
+        if offset != old_size {
+            return Err(LayerError::InvalidWriteOffset);
+        }
+        let geometry = self.store.geometry();
+        let max = self.cfg.max_object_bytes.saturating_sub(offset).min(geometry.max_op_data_bytes);
+        let (data, md5) = self.ingest_to_memory(body, max).await?;
+        let new_size = offset + data.len() as u64;
+        let etag = match &old_meta {
+            Some(m) => {
+                let mut h = Md5::new();
+                h.update(m.etag.as_bytes());
+                h.update(md5);
+                hex::encode(h.finalize())
+            }
+            None => hex::encode(md5),
+        };
+        let mut meta = match old_meta.clone() {
+            Some(m) => m,
+            None => opts.clone().into_meta(0, String::new(), now_ms()),
+        };
+        meta.size_bytes = new_size;
+        meta.etag = etag;
+        meta.last_modified_unix_ms = now_ms();
+        meta.checksums.clear();
+        let name = key.as_bytes().to_vec();
+        let mut txn = Txn::new();
+        // The object must still be the one whose end was checked.
+        let expected = old_meta.map(|m| m.etag.into_bytes());
+        let same =
+            txn.push(Op::AssertAttr { coll: coll.clone(), name: name.clone(), key: ATTR_ETAG.to_vec(), expected });
+        let append =
+            txn.push(Op::Append { coll: coll.clone(), name: name.clone(), data, expected_offset: Some(offset) });
+        push_meta_ops(&mut txn, &coll, &name, &meta);
+        match self.commit(txn).await {
+            // A concurrent writer changed the object between our read and the commit.
+            Err(e) if e.is_op(same, ErrorKind::AssertionFailed) || e.is_op(append, ErrorKind::OffsetMismatch) => {
+                Err(LayerError::InvalidWriteOffset)
+            }
+            r => r.map(|_| meta).map_err(LayerError::from),
+        }
+    }
+
+    pub(crate) async fn get_object_impl(
+        &self,
+        bucket: &str,
+        key: &str,
+        range: Option<RangeRequest>,
+        part_number: Option<u32>,
+        pre: &Precondition,
+    ) -> LayerResult<GetResult> {
+        let (snap, _, info, meta) = self.stat_object(bucket, key).await?;
+        pre.check(&meta)?;
+        let range = resolve_range(&meta, range, part_number)?;
+        let (start, end) = range.map(|r| (r.start, r.end)).unwrap_or((0, meta.size_bytes));
+        let mut body = body_stream(snap, info.obj, start, end);
+        // Read the first chunk before answering: a damaged or unreadable object then gets an error status
+        // instead of a 200 whose body breaks off (small objects fail wholly up front).
+        let body: ByteStream = match body.next().await {
+            Some(Err(e)) => return Err(e),
+            Some(Ok(first)) => Box::pin(futures::stream::once(async { Ok(first) }).chain(body)),
+            None => body,
+        };
+        Ok(GetResult { meta, range, body })
+    }
+
+    pub(crate) async fn delete_object_impl(&self, bucket: &str, key: &str) -> LayerResult<()> {
+        validate_key(key)?;
+        let coll = self.bucket_coll(&self.store.snapshot(), bucket).await?;
+        match self.commit(Txn::new().op(Op::Remove { coll, name: key.as_bytes().to_vec() })).await {
+            // Deleting a missing key succeeds (S3 semantics).
+            Err(e) if e.is_op(0, ErrorKind::NotFound) => Ok(()),
+            r => r.map(|_| ()).map_err(LayerError::from),
+        }
+    }
+
+    pub(crate) async fn copy_object_impl(
+        &self,
+        src_bucket: &str,
+        src_key: &str,
+        src_pre: &Precondition,
+        dst_bucket: &str,
+        dst_key: &str,
+        new_meta: Option<PutOptions>,
+    ) -> LayerResult<ObjectMeta> {
+        validate_key(dst_key)?;
+        let (snap, src_coll, _, src_meta) = self.stat_object(src_bucket, src_key).await?;
+        src_pre.check(&src_meta)?;
+        let dst_coll = self.bucket_coll(&snap, dst_bucket).await?;
+        drop(snap);
+        let same = src_bucket == dst_bucket && src_key == dst_key;
+        if same && new_meta.is_none() {
+            return Err(LayerError::InvalidArgument(
+                "copying an object to itself requires the REPLACE metadata directive".into(),
+            ));
+        }
+        let mut meta = match new_meta {
+            Some(opts) => {
+                opts.validate()?;
+                let mut m = opts.into_meta(src_meta.size_bytes, src_meta.etag.clone(), now_ms());
+                m.checksums = src_meta.checksums.clone();
+                m.part_sizes = src_meta.part_sizes.clone();
+                m
+            }
+            None => ObjectMeta { last_modified_unix_ms: now_ms(), ..src_meta.clone() },
+        };
+        meta.version = META_VERSION;
+        let (src, dst) = (src_key.as_bytes().to_vec(), dst_key.as_bytes().to_vec());
+        let mut txn = Txn::new();
+        // The source must be the version whose conditions were checked.
+        let expected = Some(src_meta.etag.clone().into_bytes());
+        let source =
+            txn.push(Op::AssertAttr { coll: src_coll.clone(), name: src.clone(), key: ATTR_ETAG.to_vec(), expected });
+        if !same {
+            txn.push(Op::Clone { coll: src_coll, from: src, to_coll: dst_coll.clone(), to: dst.clone() });
+            txn.push(Op::RemoveAttr { coll: dst_coll.clone(), name: dst.clone(), key: ATTR_TAGS.to_vec() });
+        }
+        push_meta_ops(&mut txn, &dst_coll, &dst, &meta);
+        match self.commit(txn).await {
+            Err(e) if e.is_op(source, ErrorKind::AssertionFailed) => Err(LayerError::Conflict),
+            r => r.map(|_| meta).map_err(LayerError::from),
+        }
+    }
+
+    pub(crate) async fn get_tags_impl(&self, bucket: &str, key: &str) -> LayerResult<Vec<(String, String)>> {
+        let (snap, _, info, _) = self.stat_object(bucket, key).await?;
+        match snap.attr(&info.obj, ATTR_TAGS).await? {
+            Some(raw) => decode_tags(&raw, &format!("{bucket}/{key}")),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    pub(crate) async fn put_tags_impl(&self, bucket: &str, key: &str, tags: Vec<(String, String)>) -> LayerResult<()> {
+        if tags.len() > MAX_TAGS {
+            return Err(LayerError::InvalidArgument(format!("at most {MAX_TAGS} tags per object")));
+        }
+        for (k, v) in &tags {
+            if k.is_empty() || k.chars().count() > 128 || v.chars().count() > 256 {
+                return Err(LayerError::InvalidArgument("tag keys are 1-128 and values 0-256 characters".into()));
+            }
+        }
+        let (snap, coll, _, _) = self.stat_object(bucket, key).await?;
+        drop(snap);
+        let name = key.as_bytes().to_vec();
+        let op = if tags.is_empty() {
+            Op::RemoveAttr { coll, name, key: ATTR_TAGS.to_vec() }
+        } else {
+            Op::SetAttr { coll, name, key: ATTR_TAGS.to_vec(), value: encode_tags(&tags) }
+        };
+        match self.commit(Txn::new().op(op)).await {
+            // Deleted since it was found.
+            Err(e) if e.is_op(0, ErrorKind::NotFound) => Err(LayerError::NoSuchKey),
+            r => r.map(|_| ()).map_err(LayerError::from),
+        }
+    }
+}
+
+/// The byte range a GET serves: from a Range header or a part number (not both), None for the whole.
+pub(crate) fn resolve_range(
+    meta: &ObjectMeta,
+    range: Option<RangeRequest>,
+    part_number: Option<u32>,
+) -> LayerResult<Option<ByteRange>> {
+    match (range, part_number) {
+        (Some(_), Some(_)) => Err(LayerError::InvalidArgument("Range and partNumber cannot be combined".into())),
+        (Some(r), None) => Ok(Some(r.resolve(meta.size_bytes)?)),
+        (None, Some(p)) if meta.part_sizes.is_empty() => {
+            if p != 1 {
+                return Err(LayerError::InvalidRange);
+            }
+            Ok(None)
+        }
+        (None, Some(p)) => {
+            let idx = p.checked_sub(1).ok_or(LayerError::InvalidRange)? as usize;
+            let sizes = &meta.part_sizes;
+            if idx >= sizes.len() {
+                return Err(LayerError::InvalidRange);
+            }
+            let start: u64 = sizes[..idx].iter().sum();
+            Ok(Some(ByteRange { start, end: start + sizes[idx] }))
+        }
+        (None, None) => Ok(None),
+    }
+}
+
+/// The body of [start, end) as a stream of chunks, `READ_AHEAD_CHUNKS` reads in flight so the store stays
+/// busy while the client drains the socket. The first error ends the stream; a short read is an error.
+pub(crate) fn body_stream<Sn: Snapshot>(snap: Arc<Sn>, obj: Sn::Obj, start: u64, end: u64) -> ByteStream {
+    let chunks =
+        (start..end).step_by(READ_CHUNK_BYTES as usize).map(move |pos| (pos, (end - pos).min(READ_CHUNK_BYTES)));
+    let reads = futures::stream::iter(chunks)
+        .map(move |(pos, len)| {
+            let (snap, obj) = (snap.clone(), obj.clone());
+            async move {
+                match snap.read(&obj, pos, len).await {
+                    Ok(data) if data.len() as u64 == len => Ok::<Bytes, LayerError>(data),
+                    Ok(_) => Err(LayerError::Internal("object shrank while reading".into())),
+                    Err(e) => Err(e.into()),
+                }
+            }
+        })
+        .buffered(READ_AHEAD_CHUNKS);
+    let s = reads.scan(false, |failed, item| {
+        let out = if *failed { None } else { Some(item) };
+        *failed = out.as_ref().is_some_and(|i| i.is_err());
+        futures::future::ready(out)
+    });
+    // A store's read futures need not be Sync; the stream is only ever polled through `&mut`.
+    Box::pin(sync_wrapper::SyncStream::new(s))
+}

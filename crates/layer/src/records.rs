@@ -1,0 +1,184 @@
+//! The S3 layer's own records in the store: a bucket's record, a multipart upload's record and a part's
+//! record (JSON attributes with a version), where they live (collection and object names), and the
+//! attribute keys. A record of an unknown version is refused and a damaged one is an error naming it,
+//! never a default.
+
+use crate::error::{LayerError, LayerResult};
+use crate::meta::PutOptions;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+/// Collection of the layer's own state: one object per bucket, holding its record.
+pub(crate) const SYS_COLLECTION: &str = "sys";
+/// Collection of multipart uploads: one object per upload (its record) and per part (data and record).
+pub(crate) const MPU_COLLECTION: &str = "mpu";
+/// A bucket's objects live in the collection of this prefix plus the bucket's name.
+pub(crate) const BUCKET_PREFIX: &str = "b/";
+
+pub(crate) const ATTR_META: &[u8] = b"s3.meta";
+/// The ETag alone, what conditional writes assert on.
+pub(crate) const ATTR_ETAG: &[u8] = b"s3.etag";
+pub(crate) const ATTR_TAGS: &[u8] = b"s3.tags";
+pub(crate) const ATTR_BUCKET: &[u8] = b"bucket";
+pub(crate) const ATTR_UPLOAD: &[u8] = b"s3.upload";
+pub(crate) const ATTR_PART: &[u8] = b"s3.part";
+
+/// The version every record of this build writes and the only one it reads.
+pub(crate) const RECORD_VERSION: u8 = 1;
+
+pub(crate) fn bucket_collection(bucket: &str) -> String {
+    format!("{BUCKET_PREFIX}{bucket}")
+}
+
+pub(crate) fn bucket_record_name(bucket: &str) -> Vec<u8> {
+    format!("bucket/{bucket}").into_bytes()
+}
+
+pub(crate) fn upload_name(bucket: &str, upload_id: &str) -> Vec<u8> {
+    format!("{bucket}/{upload_id}").into_bytes()
+}
+
+pub(crate) fn part_name(bucket: &str, upload_id: &str, part: u32) -> Vec<u8> {
+    format!("{bucket}/{upload_id}/{part:05}").into_bytes()
+}
+
+/// The prefix of every part name of an upload.
+pub(crate) fn parts_prefix(bucket: &str, upload_id: &str) -> Vec<u8> {
+    format!("{bucket}/{upload_id}/").into_bytes()
+}
+
+/// A record with a version byte that is checked on decode.
+pub(crate) trait Record: Serialize + DeserializeOwned {
+    /// What the record is, for errors ("the record of bucket b").
+    const KIND: &'static str;
+    fn version(&self) -> u8;
+
+    fn encode(&self) -> Vec<u8> {
+        debug_assert_eq!(self.version(), RECORD_VERSION);
+        let raw = serde_json::to_vec(self).expect("records serialize");
+        debug_assert!(Self::decode(&raw, "").is_ok(), "a {} decodes back before it is written", Self::KIND);
+        raw
+    }
+
+    /// Decodes the record of `whose` (named in errors).
+    fn decode(raw: &[u8], whose: &str) -> LayerResult<Self> {
+        let r: Self = serde_json::from_slice(raw)
+            .map_err(|e| LayerError::Corrupt(format!("the {} record{whose} is damaged: {e}", Self::KIND)))?;
+        if r.version() != RECORD_VERSION {
+            return Err(LayerError::Corrupt(format!(
+                "the {} record{whose} has version {}; this build reads version {RECORD_VERSION}",
+                Self::KIND,
+                r.version()
+            )));
+        }
+        Ok(r)
+    }
+}
+
+#[derive(Serialize, Deserialize, Debug, PartialEq, Eq)]
+pub(crate) struct BucketRecord {
+    pub(crate) version: u8,
+    pub(crate) created_unix_ms: i64,
+}
+
+impl Record for BucketRecord {
+    const KIND: &'static str = "bucket";
+    fn version(&self) -> u8 {
+        self.version
+    }
+}
+
+#[derive(Serialize, Deserialize, Debug, PartialEq, Eq)]
+pub(crate) struct UploadRecord {
+    pub(crate) version: u8,
+    pub(crate) key: String,
+    pub(crate) initiated_unix_ms: i64,
+    pub(crate) opts: PutOptions,
+}
+
+impl Record for UploadRecord {
+    const KIND: &'static str = "multipart upload";
+    fn version(&self) -> u8 {
+        self.version
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub(crate) struct PartRecord {
+    pub(crate) version: u8,
+    pub(crate) etag: String,
+    pub(crate) size_bytes: u64,
+    pub(crate) last_modified_unix_ms: i64,
+    pub(crate) checksums: Vec<(String, String)>,
+}
+
+impl Record for PartRecord {
+    const KIND: &'static str = "part";
+    fn version(&self) -> u8 {
+        self.version
+    }
+}
+
+/// Object tags as stored: a JSON list of (key, value), without a version of their own (they change with
+/// the metadata record's version, `meta::META_VERSION`).
+pub(crate) fn decode_tags(raw: &[u8], whose: &str) -> LayerResult<Vec<(String, String)>> {
+    serde_json::from_slice(raw).map_err(|e| LayerError::Corrupt(format!("the tags of {whose} are damaged: {e}")))
+}
+
+pub(crate) fn encode_tags(tags: &[(String, String)]) -> Vec<u8> {
+    serde_json::to_vec(tags).expect("tags serialize")
+}
+
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip() {
+        let b = BucketRecord { version: RECORD_VERSION, created_unix_ms: 5 };
+        assert_eq!(BucketRecord::decode(&b.encode(), " of bucket b").unwrap(), b);
+        let p = PartRecord {
+            version: RECORD_VERSION,
+            etag: "e".into(),
+            size_bytes: 3,
+            last_modified_unix_ms: 4,
+            checksums: vec![("CRC32".into(), "x".into())],
+        };
+        assert_eq!(PartRecord::decode(&p.encode(), "").unwrap(), p);
+        let u = UploadRecord {
+            version: RECORD_VERSION,
+            key: "k".into(),
+            initiated_unix_ms: 1,
+            opts: PutOptions::default(),
+        };
+        assert_eq!(UploadRecord::decode(&u.encode(), "").unwrap(), u);
+    }
+
+    /// An unknown version is refused, and damage is an error that names the record: never a default value
+    /// (a damaged bucket record once read as created at time 0).
+    #[test]
+    fn unknown_versions_and_damage_are_errors_naming_the_record() {
+        let future = br#"{"version":2,"created_unix_ms":5}"#;
+        let e = BucketRecord::decode(future, " of bucket photos").unwrap_err();
+        assert_eq!(
+            e,
+            LayerError::Corrupt("the bucket record of bucket photos has version 2; this build reads version 1".into())
+        );
+        for damaged in [&b"{"[..], b"", b"\xff", br#"{"version":1}"#] {
+            let e = BucketRecord::decode(damaged, " of bucket photos").unwrap_err();
+            let LayerError::Corrupt(what) = e else { panic!("{e:?}") };
+            assert!(what.starts_with("the bucket record of bucket photos is damaged"), "{what}");
+        }
+        let e = PartRecord::decode(
+            br#"{"version":0,"etag":"","size_bytes":0,"last_modified_unix_ms":0,"checksums":[]}"#,
+            " 3",
+        )
+        .unwrap_err();
+        assert!(matches!(e, LayerError::Corrupt(w) if w.contains("part record 3 has version 0")));
+        assert!(decode_tags(b"[1]", "b/k").is_err());
+    }
+}

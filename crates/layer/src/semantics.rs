@@ -1,0 +1,274 @@
+//! `S3Semantics`: the S3 object semantics, written once over any [`Store`]. This module holds the struct,
+//! its opening, and the helpers its concerns share; each concern lives in its own module (`buckets`,
+//! `objects`, `multipart`, `listing`, `ingest`), and [`ObjectLayer`] is implemented here by handing every
+//! call to the module that owns it.
+
+use crate::error::{LayerError, LayerResult};
+use crate::ingest::StageBuffers;
+use crate::meta::{ObjectMeta, Precondition, PutOptions};
+use crate::records::*;
+use crate::*;
+use async_trait::async_trait;
+use mosaic_store::{ErrorKind, ObjectInfo, Op, Outcome, Snapshot, Store, StoreError, Txn};
+use std::sync::Arc;
+
+/// Largest object accepted by PUT by default: S3's 5 TiB.
+pub const DEFAULT_MAX_OBJECT_BYTES: u64 = 5 << 40;
+
+#[derive(Clone, Debug)]
+pub struct SemanticsConfig {
+    /// Largest object accepted by PUT, in bytes.
+    pub max_object_bytes: u64,
+}
+
+impl Default for SemanticsConfig {
+    fn default() -> Self {
+        SemanticsConfig { max_object_bytes: DEFAULT_MAX_OBJECT_BYTES }
+    }
+}
+
+/// The S3 semantics over a store: buckets are collections, objects are store objects with their metadata
+/// in attributes and a listing tag on their name, multipart parts are objects of their own cloned into
+/// the target at completion.
+pub struct S3Semantics<S: Store> {
+    pub(crate) store: Arc<S>,
+    pub(crate) cfg: SemanticsConfig,
+    pub(crate) sys: S::Coll,
+    pub(crate) mpu: S::Coll,
+    pub(crate) stage_buffers: Arc<StageBuffers>,
+}
+
+/// A transaction of this layer's store.
+pub(crate) type StoreTxn<S> = Txn<<S as Store>::Coll, <S as Store>::Staged>;
+
+/// A store error as a layer error, when no operation of the transaction gives it a more precise meaning.
+impl From<StoreError> for LayerError {
+    fn from(e: StoreError) -> Self {
+        match e.kind {
+            ErrorKind::NotFound => LayerError::NoSuchKey,
+            ErrorKind::AlreadyExists | ErrorKind::AssertionFailed => LayerError::PreconditionFailed,
+            ErrorKind::CollectionNotFound => LayerError::NoSuchBucket,
+            ErrorKind::CollectionExists => LayerError::BucketExists,
+            ErrorKind::CollectionNotEmpty => LayerError::BucketNotEmpty,
+            ErrorKind::OffsetMismatch => LayerError::InvalidWriteOffset,
+            ErrorKind::NoSpace => LayerError::StorageFull,
+            ErrorKind::Unavailable => LayerError::Unavailable(e.message),
+            ErrorKind::Corrupt => LayerError::Corrupt(e.message),
+            ErrorKind::Limit | ErrorKind::InvalidArgument => LayerError::InvalidArgument(e.message),
+            ErrorKind::Internal => LayerError::Internal(e.to_string()),
+        }
+    }
+}
+
+impl<S: Store> S3Semantics<S> {
+    /// Opens the semantics on a store, creating the layer's own collections on first use.
+    pub async fn open(store: Arc<S>, cfg: SemanticsConfig) -> LayerResult<Self> {
+        let sys = ensure_collection(&*store, SYS_COLLECTION).await?;
+        let mpu = ensure_collection(&*store, MPU_COLLECTION).await?;
+        Ok(S3Semantics { store, cfg, sys, mpu, stage_buffers: Arc::default() })
+    }
+
+    pub fn store(&self) -> &Arc<S> {
+        &self.store
+    }
+
+    pub(crate) async fn commit(&self, txn: StoreTxn<S>) -> Result<Outcome, StoreError> {
+        self.store.commit(txn).await
+    }
+
+    /// The collection of a bucket in `snap`.
+    pub(crate) async fn bucket_coll(&self, snap: &S::Snapshot, bucket: &str) -> LayerResult<S::Coll> {
+        snap.collection(&bucket_collection(bucket)).await?.ok_or(LayerError::NoSuchBucket)
+    }
+
+    /// Looks up an object and its metadata in one snapshot; prioritizes the snapshot's reads when the
+    /// object is high-priority.
+    pub(crate) async fn stat_object(
+        &self,
+        bucket: &str,
+        key: &str,
+    ) -> LayerResult<(Arc<S::Snapshot>, S::Coll, ObjectInfo<S::Obj>, ObjectMeta)> {
+        validate_key(key)?;
+        let snap = self.store.snapshot();
+        let coll = self.bucket_coll(&snap, bucket).await?;
+        let info = snap.lookup(&coll, key.as_bytes()).await?.ok_or(LayerError::NoSuchKey)?;
+        if info.high_priority {
+            snap.prioritize();
+        }
+        let mut meta = read_meta(&snap, &info.obj, bucket, key).await?;
+        // The store's size is the truth (appends change it).
+        meta.size_bytes = info.size_bytes;
+        Ok((Arc::new(snap), coll, info, meta))
+    }
+}
+
+/// An object's metadata record.
+pub(crate) async fn read_meta<Sn: Snapshot>(
+    snap: &Sn,
+    obj: &Sn::Obj,
+    bucket: &str,
+    key: &str,
+) -> LayerResult<ObjectMeta> {
+    let raw = snap
+        .attr(obj, ATTR_META)
+        .await?
+        .ok_or_else(|| LayerError::Corrupt(format!("object {bucket}/{key} has no metadata record")))?;
+    ObjectMeta::decode(&raw)
+}
+
+/// The ops that record an object's metadata: the metadata attribute, the ETag attribute (what conditional
+/// writes assert on), the listing tag of its name entry (what a listing reads), and its priority.
+pub(crate) fn push_meta_ops<C: Clone, St>(txn: &mut Txn<C, St>, coll: &C, name: &[u8], meta: &ObjectMeta) {
+    let (c, n) = (|| coll.clone(), || name.to_vec());
+    txn.push(Op::SetAttr { coll: c(), name: n(), key: ATTR_META.to_vec(), value: meta.encode() });
+    txn.push(Op::SetAttr { coll: c(), name: n(), key: ATTR_ETAG.to_vec(), value: meta.etag.as_bytes().to_vec() });
+    txn.push(Op::SetNameTag { coll: c(), name: n(), tag: crate::meta::ListTag::of(meta).encode() });
+    let high = crate::meta::wants_high_priority(&meta.user_metadata);
+    txn.push(Op::SetPriority { coll: c(), name: n(), high });
+}
+
+async fn ensure_collection<S: Store>(store: &S, name: &str) -> LayerResult<S::Coll> {
+    if let Some(c) = store.snapshot().collection(name).await? {
+        return Ok(c);
+    }
+    match store.commit(Txn::new().op(Op::CreateCollection { name: name.into() })).await {
+        Ok(_) => {}
+        // Created meanwhile by someone else: as good.
+        Err(e) if e.kind == ErrorKind::CollectionExists => {}
+        Err(e) => return Err(e.into()),
+    }
+    store
+        .snapshot()
+        .collection(name)
+        .await?
+        .ok_or_else(|| LayerError::Internal(format!("collection {name} vanished after its creation")))
+}
+
+#[async_trait]
+impl<S: Store> ObjectLayer for S3Semantics<S> {
+    async fn create_bucket(&self, bucket: &str) -> LayerResult<()> {
+        self.create_bucket_impl(bucket).await
+    }
+
+    async fn delete_bucket(&self, bucket: &str) -> LayerResult<()> {
+        self.delete_bucket_impl(bucket).await
+    }
+
+    async fn bucket_info(&self, bucket: &str) -> LayerResult<BucketInfo> {
+        self.bucket_info_impl(bucket).await
+    }
+
+    async fn list_buckets(&self) -> LayerResult<Vec<BucketInfo>> {
+        self.list_buckets_impl().await
+    }
+
+    async fn put_object(&self, bucket: &str, key: &str, body: PutBody, opts: PutOptions) -> LayerResult<ObjectMeta> {
+        self.put_object_impl(bucket, key, body, opts).await
+    }
+
+    async fn get_object(
+        &self,
+        bucket: &str,
+        key: &str,
+        range: Option<RangeRequest>,
+        part_number: Option<u32>,
+        pre: &Precondition,
+    ) -> LayerResult<GetResult> {
+        self.get_object_impl(bucket, key, range, part_number, pre).await
+    }
+
+    async fn head_object(&self, bucket: &str, key: &str, pre: &Precondition) -> LayerResult<ObjectMeta> {
+        let (_, _, _, meta) = self.stat_object(bucket, key).await?;
+        pre.check(&meta)?;
+        Ok(meta)
+    }
+
+    async fn delete_object(&self, bucket: &str, key: &str) -> LayerResult<()> {
+        self.delete_object_impl(bucket, key).await
+    }
+
+    async fn copy_object(
+        &self,
+        src_bucket: &str,
+        src_key: &str,
+        src_pre: &Precondition,
+        dst_bucket: &str,
+        dst_key: &str,
+        new_meta: Option<PutOptions>,
+    ) -> LayerResult<ObjectMeta> {
+        self.copy_object_impl(src_bucket, src_key, src_pre, dst_bucket, dst_key, new_meta).await
+    }
+
+    async fn list_objects(&self, bucket: &str, q: &ListQuery) -> LayerResult<ListPage> {
+        self.list_objects_impl(bucket, q).await
+    }
+
+    async fn get_tags(&self, bucket: &str, key: &str) -> LayerResult<Vec<(String, String)>> {
+        self.get_tags_impl(bucket, key).await
+    }
+
+    async fn put_tags(&self, bucket: &str, key: &str, tags: Vec<(String, String)>) -> LayerResult<()> {
+        self.put_tags_impl(bucket, key, tags).await
+    }
+
+    async fn create_multipart(&self, bucket: &str, key: &str, opts: PutOptions) -> LayerResult<String> {
+        self.create_multipart_impl(bucket, key, opts).await
+    }
+
+    async fn upload_part(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        part: u32,
+        body: PutBody,
+    ) -> LayerResult<PartInfo> {
+        self.upload_part_impl(bucket, key, upload_id, part, body).await
+    }
+
+    async fn upload_part_copy(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        part: u32,
+        src_bucket: &str,
+        src_key: &str,
+        range: Option<RangeRequest>,
+        src_pre: &Precondition,
+    ) -> LayerResult<PartInfo> {
+        self.upload_part_copy_impl(bucket, key, upload_id, part, src_bucket, src_key, range, src_pre).await
+    }
+
+    async fn complete_multipart(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        parts: Vec<CompletePart>,
+        pre: &Precondition,
+        extra_meta: Vec<(String, String)>,
+    ) -> LayerResult<ObjectMeta> {
+        self.complete_multipart_impl(bucket, key, upload_id, parts, pre, extra_meta).await
+    }
+
+    async fn abort_multipart(&self, bucket: &str, key: &str, upload_id: &str) -> LayerResult<()> {
+        self.abort_multipart_impl(bucket, key, upload_id).await
+    }
+
+    async fn list_parts(&self, bucket: &str, key: &str, upload_id: &str) -> LayerResult<Vec<PartInfo>> {
+        self.list_parts_impl(bucket, key, upload_id).await
+    }
+
+    async fn list_uploads(&self, bucket: &str, prefix: &str) -> LayerResult<Vec<UploadInfo>> {
+        self.list_uploads_impl(bucket, prefix).await
+    }
+
+    fn is_ready(&self) -> bool {
+        self.store.is_ready()
+    }
+
+    async fn shutdown(&self) -> LayerResult<()> {
+        self.store.close().await.map_err(LayerError::from)
+    }
+}

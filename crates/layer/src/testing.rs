@@ -1,0 +1,471 @@
+//! The semantics suite: every S3 behaviour this layer owns, checked through [`S3Semantics`] on a store,
+//! without HTTP. Each store implementation runs it (`run_suite`) from its own tests, so that one drive, an
+//! erasure set and a cluster are held to exactly the same semantics. Not an API: hidden from the docs.
+
+use crate::*;
+use bytes::Bytes;
+use futures::StreamExt;
+use md5::{Digest, Md5};
+use mosaic_store::Store;
+use std::sync::Arc;
+
+/// Runs every case, each on a fresh store from `new_store`.
+pub async fn run_suite<S: Store>(mut new_store: impl FnMut() -> Arc<S>) {
+    macro_rules! case {
+        ($case:ident) => {{
+            let layer = open(new_store(), SemanticsConfig::default()).await;
+            $case(&layer).await;
+            layer.shutdown().await.expect(concat!(stringify!($case), ": the store closes"));
+        }};
+    }
+    case!(buckets);
+    case!(put_get_round_trip);
+    case!(ranges_and_part_numbers);
+    case!(overwrite_is_atomic);
+    case!(conditional_writes_and_reads);
+    case!(delete);
+    case!(multipart_assembly);
+    case!(multipart_errors);
+    case!(listing_with_delimiters_and_markers);
+    case!(tags);
+    case!(append);
+    case!(copy);
+    case!(keys_and_limits);
+    let small = open(new_store(), SemanticsConfig { max_object_bytes: 100_000 }).await;
+    object_size_limit(&small).await;
+    small.shutdown().await.expect("the store closes");
+}
+
+async fn open<S: Store>(store: Arc<S>, cfg: SemanticsConfig) -> S3Semantics<S> {
+    S3Semantics::open(store, cfg).await.expect("the layer opens on a fresh store")
+}
+
+/// Deterministic bytes of a length, different per seed.
+pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// A body of `data` in chunks of `chunk` bytes (as an HTTP body arrives).
+pub fn body(data: &[u8], chunk: usize) -> PutBody {
+    let chunks: Vec<LayerResult<Bytes>> = data.chunks(chunk.max(1)).map(|c| Ok(Bytes::copy_from_slice(c))).collect();
+    PutBody { stream: Box::pin(futures::stream::iter(chunks)), finish: None }
+}
+
+fn md5_hex(data: &[u8]) -> String {
+    hex::encode(Md5::digest(data))
+}
+
+async fn put<L: ObjectLayer>(l: &L, bucket: &str, key: &str, data: &[u8]) -> ObjectMeta {
+    l.put_object(bucket, key, body(data, 64 << 10), PutOptions::default()).await.expect("put")
+}
+
+async fn get_all<L: ObjectLayer>(l: &L, bucket: &str, key: &str) -> LayerResult<Vec<u8>> {
+    let got = l.get_object(bucket, key, None, None, &Precondition::default()).await?;
+    collect(got.body).await
+}
+
+async fn collect(mut body: ByteStream) -> LayerResult<Vec<u8>> {
+    let mut out = Vec::new();
+    while let Some(chunk) = body.next().await {
+        out.extend_from_slice(&chunk?);
+    }
+    Ok(out)
+}
+
+async fn buckets<L: ObjectLayer>(l: &L) {
+    assert_eq!(l.bucket_info("bk1").await, Err(LayerError::NoSuchBucket));
+    l.create_bucket("bk1").await.unwrap();
+    assert_eq!(l.create_bucket("bk1").await, Err(LayerError::BucketExists));
+    assert!(matches!(l.create_bucket("Bad_Name").await, Err(LayerError::InvalidBucketName(_))));
+    l.create_bucket("bk2").await.unwrap();
+    let info = l.bucket_info("bk1").await.unwrap();
+    assert!(info.created_unix_ms > 1_600_000_000_000, "a real creation time: {info:?}");
+    let names: Vec<String> = l.list_buckets().await.unwrap().into_iter().map(|b| b.name).collect();
+    assert_eq!(names, ["bk1", "bk2"]);
+    put(l, "bk1", "k", b"x").await;
+    assert_eq!(l.delete_bucket("bk1").await, Err(LayerError::BucketNotEmpty));
+    // An abandoned upload does not keep a bucket alive.
+    l.create_multipart("bk2", "k", PutOptions::default()).await.unwrap();
+    l.delete_bucket("bk2").await.unwrap();
+    assert_eq!(l.delete_bucket("bk2").await, Err(LayerError::NoSuchBucket));
+    assert_eq!(
+        l.put_object("bk2", "k", body(b"x", 1), PutOptions::default()).await.err(),
+        Some(LayerError::NoSuchBucket)
+    );
+    l.delete_object("bk1", "k").await.unwrap();
+    l.delete_bucket("bk1").await.unwrap();
+    assert!(l.list_buckets().await.unwrap().is_empty());
+}
+
+async fn put_get_round_trip<L: ObjectLayer>(l: &L) {
+    l.create_bucket("bkt").await.unwrap();
+    // Empty, tiny, inline-sized, around unit boundaries, and several staging buffers' worth.
+    for (i, len) in
+        [0usize, 1, 100, 4095, 4096, 4097, 16 * 1024, 65_536 + 17, 3 * 4096 + 5, (9 << 20) + 5].iter().enumerate()
+    {
+        let data = pattern(i as u64, *len);
+        let key = format!("obj-{len}");
+        let mut opts = PutOptions { content_type: Some("x/y".into()), ..Default::default() };
+        opts.user_metadata.insert("k".into(), "v".into());
+        let meta = l.put_object("bkt", &key, body(&data, 7919), opts).await.unwrap();
+        assert_eq!((meta.size_bytes, meta.etag.as_str()), (*len as u64, md5_hex(&data).as_str()), "{key}");
+        assert_eq!(get_all(l, "bkt", &key).await.unwrap(), data, "{key}");
+        let head = l.head_object("bkt", &key, &Precondition::default()).await.unwrap();
+        assert_eq!((head.size_bytes, head.etag, head.content_type.as_deref()), (*len as u64, meta.etag, Some("x/y")));
+        assert_eq!(head.user_metadata.get("k").map(String::as_str), Some("v"));
+    }
+    assert_eq!(get_all(l, "bkt", "missing").await, Err(LayerError::NoSuchKey));
+    assert_eq!(l.head_object("nob", "k", &Precondition::default()).await.err(), Some(LayerError::NoSuchBucket));
+}
+
+async fn ranges_and_part_numbers<L: ObjectLayer>(l: &L) {
+    l.create_bucket("bkt").await.unwrap();
+    let data = pattern(9, 3 << 20);
+    put(l, "bkt", "k", &data).await;
+    let read = |r: RangeRequest| async move {
+        let got = l.get_object("bkt", "k", Some(r), None, &Precondition::default()).await?;
+        let range = got.range.expect("a range");
+        Ok::<_, LayerError>((range, collect(got.body).await?))
+    };
+    let (r, bytes) = read(RangeRequest::FromTo { first: 10, last: Some(19) }).await.unwrap();
+    assert_eq!((r, bytes.as_slice()), (ByteRange { start: 10, end: 20 }, &data[10..20]));
+    let (_, bytes) = read(RangeRequest::FromTo { first: 4090, last: Some(1 << 30) }).await.unwrap();
+    assert_eq!(bytes, &data[4090..]);
+    let (_, bytes) = read(RangeRequest::Suffix { len: 5000 }).await.unwrap();
+    assert_eq!(bytes, &data[data.len() - 5000..]);
+    assert_eq!(read(RangeRequest::FromTo { first: 3 << 20, last: None }).await.err(), Some(LayerError::InvalidRange));
+    // A simple object is part 1 of 1.
+    let got = l.get_object("bkt", "k", None, Some(1), &Precondition::default()).await.unwrap();
+    assert_eq!(collect(got.body).await.unwrap(), data);
+    assert_eq!(
+        l.get_object("bkt", "k", None, Some(2), &Precondition::default()).await.err(),
+        Some(LayerError::InvalidRange)
+    );
+    let both = l.get_object("bkt", "k", Some(RangeRequest::Suffix { len: 1 }), Some(1), &Precondition::default()).await;
+    assert!(matches!(both.err(), Some(LayerError::InvalidArgument(_))));
+}
+
+/// Readers see the old object or the new one, whole: a GET that began before an overwrite streams the old
+/// version to its end, and later GETs see the new one.
+async fn overwrite_is_atomic<L: ObjectLayer>(l: &L) {
+    l.create_bucket("bkt").await.unwrap();
+    let (old, new) = (pattern(1, 6 << 20), pattern(2, (5 << 20) + 3));
+    put(l, "bkt", "k", &old).await;
+    let during = l.get_object("bkt", "k", None, None, &Precondition::default()).await.unwrap();
+    put(l, "bkt", "k", &new).await;
+    put(l, "bkt", "small", b"before").await;
+    assert_eq!(collect(during.body).await.unwrap(), old, "the earlier GET streams the old version whole");
+    assert_eq!(get_all(l, "bkt", "k").await.unwrap(), new);
+    // An overwrite that fails (its body breaks off) leaves the old object as it was.
+    let broken = PutBody {
+        stream: Box::pin(futures::stream::iter(vec![
+            Ok(Bytes::from(vec![7u8; 5 << 20])),
+            Err(LayerError::IncompleteBody("the client went away".into())),
+        ])),
+        finish: None,
+    };
+    assert!(l.put_object("bkt", "k", broken, PutOptions::default()).await.is_err());
+    assert_eq!(get_all(l, "bkt", "k").await.unwrap(), new);
+    // So does one whose finisher refuses the body (a checksum that does not match).
+    let refused = PutBody {
+        stream: Box::pin(futures::stream::iter(vec![Ok(Bytes::from_static(b"after"))])),
+        finish: Some(Box::new(|| Err(LayerError::BadDigest("x-amz-checksum-crc32".into())))),
+    };
+    assert!(matches!(
+        l.put_object("bkt", "small", refused, PutOptions::default()).await,
+        Err(LayerError::BadDigest(_))
+    ));
+    assert_eq!(get_all(l, "bkt", "small").await.unwrap(), b"before");
+}
+
+async fn conditional_writes_and_reads<L: ObjectLayer>(l: &L) {
+    l.create_bucket("bkt").await.unwrap();
+    let only_new = PutOptions { if_none_match_any: true, ..Default::default() };
+    let m = l.put_object("bkt", "k", body(b"one", 3), only_new.clone()).await.unwrap();
+    assert_eq!(l.put_object("bkt", "k", body(b"two", 3), only_new).await.err(), Some(LayerError::PreconditionFailed));
+    let wrong = PutOptions { if_match: Some("\"0123\"".into()), ..Default::default() };
+    assert_eq!(l.put_object("bkt", "k", body(b"two", 3), wrong).await.err(), Some(LayerError::PreconditionFailed));
+    let right = PutOptions { if_match: Some(format!("\"{}\"", m.etag)), ..Default::default() };
+    let m2 = l.put_object("bkt", "k", body(b"two", 3), right).await.unwrap();
+    let any = PutOptions { if_match: Some("*".into()), ..Default::default() };
+    l.put_object("bkt", "k", body(b"three", 5), any.clone()).await.unwrap();
+    assert_eq!(l.put_object("bkt", "missing", body(b"x", 1), any).await.err(), Some(LayerError::PreconditionFailed));
+    assert_eq!(get_all(l, "bkt", "k").await.unwrap(), b"three");
+    assert!(l.head_object("bkt", "missing", &Precondition::default()).await.is_err());
+    // Reads: If-None-Match of the current ETag is NotModified; If-Match of an old one fails.
+    let cur = l.head_object("bkt", "k", &Precondition::default()).await.unwrap();
+    let pre = Precondition { if_none_match: Some(format!("\"{}\"", cur.etag)), ..Default::default() };
+    assert_eq!(l.get_object("bkt", "k", None, None, &pre).await.err(), Some(LayerError::NotModified));
+    let pre = Precondition { if_match: Some(m2.etag), ..Default::default() };
+    assert_eq!(l.head_object("bkt", "k", &pre).await.err(), Some(LayerError::PreconditionFailed));
+}
+
+async fn delete<L: ObjectLayer>(l: &L) {
+    l.create_bucket("bkt").await.unwrap();
+    l.delete_object("bkt", "never").await.unwrap();
+    put(l, "bkt", "k", &pattern(3, 100_000)).await;
+    l.delete_object("bkt", "k").await.unwrap();
+    assert_eq!(get_all(l, "bkt", "k").await, Err(LayerError::NoSuchKey));
+    assert_eq!(l.delete_object("nob", "k").await, Err(LayerError::NoSuchBucket));
+    let page = l.list_objects("bkt", &ListQuery { max_keys: 10, ..Default::default() }).await.unwrap();
+    assert!(page.objects.is_empty());
+}
+
+async fn multipart_assembly<L: ObjectLayer>(l: &L) {
+    l.create_bucket("bkt").await.unwrap();
+    let opts = PutOptions { content_type: Some("a/b".into()), ..Default::default() };
+    let id = l.create_multipart("bkt", "big", opts).await.unwrap();
+    // Aligned parts are cloned; a part of odd size makes every later boundary unaligned (copied).
+    let parts_data = [pattern(1, 5 << 20), pattern(2, (5 << 20) + 1), pattern(3, 5 << 20), pattern(4, 12_345)];
+    let mut completes = Vec::new();
+    for (i, d) in parts_data.iter().enumerate().rev() {
+        let p = l.upload_part("bkt", "big", &id, i as u32 + 1, body(d, 1 << 20)).await.unwrap();
+        assert_eq!((p.size_bytes, p.etag.as_str()), (d.len() as u64, md5_hex(d).as_str()));
+        completes.push(CompletePart { part_number: p.part_number, etag: format!("\"{}\"", p.etag) });
+    }
+    completes.reverse();
+    let listed = l.list_parts("bkt", "big", &id).await.unwrap();
+    assert_eq!(listed.iter().map(|p| p.part_number).collect::<Vec<_>>(), [1, 2, 3, 4]);
+    let uploads = l.list_uploads("bkt", "bi").await.unwrap();
+    assert_eq!((uploads.len(), uploads[0].upload_id.as_str(), uploads[0].key.as_str()), (1, id.as_str(), "big"));
+    assert!(l.list_uploads("bkt", "x").await.unwrap().is_empty());
+    let meta = l.complete_multipart("bkt", "big", &id, completes, &Precondition::default(), Vec::new()).await.unwrap();
+    let whole: Vec<u8> = parts_data.concat();
+    let md5s: Vec<u8> = parts_data.iter().flat_map(|d| Md5::digest(d).to_vec()).collect();
+    assert_eq!(meta.etag, format!("{}-4", md5_hex(&md5s)));
+    assert_eq!(get_all(l, "bkt", "big").await.unwrap(), whole);
+    let head = l.head_object("bkt", "big", &Precondition::default()).await.unwrap();
+    assert_eq!(
+        (head.etag, head.content_type.as_deref(), head.size_bytes),
+        (meta.etag, Some("a/b"), whole.len() as u64)
+    );
+    // Part numbers read back exactly their parts.
+    let mut start = 0;
+    for (i, d) in parts_data.iter().enumerate() {
+        let got = l.get_object("bkt", "big", None, Some(i as u32 + 1), &Precondition::default()).await.unwrap();
+        assert_eq!(got.range, Some(ByteRange { start, end: start + d.len() as u64 }));
+        assert_eq!(&collect(got.body).await.unwrap(), d);
+        start += d.len() as u64;
+    }
+    assert!(l.list_uploads("bkt", "").await.unwrap().is_empty(), "the upload is gone");
+    assert_eq!(l.list_parts("bkt", "big", &id).await.err(), Some(LayerError::NoSuchUpload));
+    // UploadPartCopy: a range of an object becomes a part.
+    let id = l.create_multipart("bkt", "copied", PutOptions::default()).await.unwrap();
+    let range = Some(RangeRequest::FromTo { first: 100, last: Some(100 + (5 << 20) - 1) });
+    let p1 = l.upload_part_copy("bkt", "copied", &id, 1, "bkt", "big", range, &Precondition::default()).await.unwrap();
+    let p2 = l.upload_part("bkt", "copied", &id, 2, body(b"tail", 4)).await.unwrap();
+    let parts = vec![CompletePart { part_number: 1, etag: p1.etag }, CompletePart { part_number: 2, etag: p2.etag }];
+    l.complete_multipart("bkt", "copied", &id, parts, &Precondition::default(), Vec::new()).await.unwrap();
+    let mut expected = whole[100..100 + (5 << 20)].to_vec();
+    expected.extend_from_slice(b"tail");
+    assert_eq!(get_all(l, "bkt", "copied").await.unwrap(), expected);
+}
+
+async fn multipart_errors<L: ObjectLayer>(l: &L) {
+    l.create_bucket("bkt").await.unwrap();
+    assert_eq!(l.upload_part("bkt", "k", "nope", 1, body(b"x", 1)).await.err(), Some(LayerError::NoSuchUpload));
+    let id = l.create_multipart("bkt", "k", PutOptions::default()).await.unwrap();
+    assert_eq!(l.upload_part("bkt", "other", &id, 1, body(b"x", 1)).await.err(), Some(LayerError::NoSuchUpload));
+    for bad in [0, MAX_PARTS + 1] {
+        assert!(matches!(
+            l.upload_part("bkt", "k", &id, bad, body(b"x", 1)).await,
+            Err(LayerError::InvalidArgument(_))
+        ));
+    }
+    let small = l.upload_part("bkt", "k", &id, 1, body(b"small", 5)).await.unwrap();
+    let last = l.upload_part("bkt", "k", &id, 2, body(b"last", 4)).await.unwrap();
+    let part = |n: u32, e: &str| CompletePart { part_number: n, etag: e.to_string() };
+    let none = Precondition::default();
+    let complete = |parts: Vec<CompletePart>| l.complete_multipart("bkt", "k", &id, parts, &none, Vec::new());
+    assert_eq!(complete(vec![]).await.err().map(|e| matches!(e, LayerError::InvalidArgument(_))), Some(true));
+    assert_eq!(
+        complete(vec![part(2, &last.etag), part(1, &small.etag)]).await.err(),
+        Some(LayerError::InvalidPartOrder)
+    );
+    assert!(matches!(complete(vec![part(1, "0011")]).await, Err(LayerError::InvalidPart(_))));
+    assert!(matches!(complete(vec![part(3, &last.etag)]).await, Err(LayerError::InvalidPart(_))));
+    assert_eq!(complete(vec![part(1, &small.etag), part(2, &last.etag)]).await.err(), Some(LayerError::EntityTooSmall));
+    // The upload survived every refused completion; an abort ends it.
+    assert_eq!(l.list_parts("bkt", "k", &id).await.unwrap().len(), 2);
+    l.abort_multipart("bkt", "k", &id).await.unwrap();
+    assert_eq!(l.abort_multipart("bkt", "k", &id).await, Err(LayerError::NoSuchUpload));
+    assert_eq!(complete(vec![part(1, &small.etag)]).await.err(), Some(LayerError::NoSuchUpload));
+    assert_eq!(get_all(l, "bkt", "k").await, Err(LayerError::NoSuchKey));
+}
+
+async fn listing_with_delimiters_and_markers<L: ObjectLayer>(l: &L) {
+    l.create_bucket("bkt").await.unwrap();
+    let keys = ["a", "a/1", "a/2", "a/b/1", "a/b/2", "b/1", "c", "c/", "c/x", "d!", "e/f/g"];
+    for (i, k) in keys.iter().enumerate() {
+        put(l, "bkt", k, &pattern(i as u64, i * 10)).await;
+    }
+    let q = |prefix: &str, delimiter: Option<&str>, start_after: &str, max_keys: usize| ListQuery {
+        prefix: prefix.into(),
+        delimiter: delimiter.map(str::to_string),
+        start_after: start_after.into(),
+        max_keys,
+    };
+    let list = |q: ListQuery| async move { l.list_objects("bkt", &q).await.unwrap() };
+    let names = |p: &ListPage| p.objects.iter().map(|o| o.key.clone()).collect::<Vec<_>>();
+    let all = list(q("", None, "", 1000)).await;
+    assert_eq!(names(&all), keys);
+    assert_eq!(all.next_marker, None);
+    assert!(all.objects.iter().enumerate().all(|(i, o)| o.size_bytes == i as u64 * 10 && !o.etag.is_empty()));
+    let top = list(q("", Some("/"), "", 1000)).await;
+    assert_eq!(
+        (names(&top), top.common_prefixes.clone()),
+        (vec!["a".into(), "c".into(), "d!".into()], vec!["a/".to_string(), "b/".into(), "c/".into(), "e/".into()])
+    );
+    let under_a = list(q("a/", Some("/"), "", 1000)).await;
+    assert_eq!(
+        (names(&under_a), under_a.common_prefixes.clone()),
+        (vec!["a/1".into(), "a/2".into()], vec!["a/b/".to_string()])
+    );
+    // Paging two at a time through keys and prefixes visits each exactly once, in order.
+    let mut seen = Vec::new();
+    let mut marker = String::new();
+    for _ in 0..10 {
+        let page = list(q("", Some("/"), &marker, 2)).await;
+        assert!(page.objects.len() + page.common_prefixes.len() <= 2);
+        let mut items: Vec<String> = names(&page);
+        items.extend(page.common_prefixes.clone());
+        items.sort();
+        seen.extend(items);
+        match page.next_marker {
+            Some(m) => marker = m,
+            None => break,
+        }
+    }
+    assert_eq!(seen, ["a", "a/", "b/", "c", "c/", "d!", "e/"]);
+    // A marker inside a prefix that was returned skips the rest of it.
+    assert_eq!(names(&list(q("", Some("/"), "a/1", 1000)).await), ["c", "d!"]);
+    assert!(list(q("", None, "", 0)).await.objects.is_empty());
+    assert_eq!(names(&list(q("c", None, "c", 1000)).await), ["c/", "c/x"]);
+    assert_eq!(l.list_objects("nob", &q("", None, "", 10)).await.err(), Some(LayerError::NoSuchBucket));
+}
+
+async fn tags<L: ObjectLayer>(l: &L) {
+    l.create_bucket("bkt").await.unwrap();
+    put(l, "bkt", "k", b"x").await;
+    assert!(l.get_tags("bkt", "k").await.unwrap().is_empty());
+    let t = vec![("a".to_string(), "1".to_string()), ("b".into(), "".into())];
+    l.put_tags("bkt", "k", t.clone()).await.unwrap();
+    assert_eq!(l.get_tags("bkt", "k").await.unwrap(), t);
+    let too_many: Vec<(String, String)> = (0..=MAX_TAGS).map(|i| (format!("k{i}"), "v".into())).collect();
+    assert!(matches!(l.put_tags("bkt", "k", too_many).await, Err(LayerError::InvalidArgument(_))));
+    assert!(matches!(l.put_tags("bkt", "k", vec![("".into(), "v".into())]).await, Err(LayerError::InvalidArgument(_))));
+    // A copy does not carry the source's tags; an overwrite drops them; removing them leaves none.
+    l.copy_object("bkt", "k", &Precondition::default(), "bkt", "c", None).await.unwrap();
+    assert!(l.get_tags("bkt", "c").await.unwrap().is_empty());
+    l.put_tags("bkt", "k", Vec::new()).await.unwrap();
+    assert!(l.get_tags("bkt", "k").await.unwrap().is_empty());
+    l.put_tags("bkt", "k", t).await.unwrap();
+    put(l, "bkt", "k", b"y").await;
+    assert!(l.get_tags("bkt", "k").await.unwrap().is_empty());
+    assert_eq!(l.put_tags("bkt", "missing", Vec::new()).await, Err(LayerError::NoSuchKey));
+}
+
+async fn append<L: ObjectLayer>(l: &L) {
+    l.create_bucket("bkt").await.unwrap();
+    let at = |offset: u64| PutOptions { write_offset: Some(offset), ..Default::default() };
+    assert_eq!(l.put_object("bkt", "log", body(b"x", 1), at(5)).await.err(), Some(LayerError::NoSuchKey));
+    let mut expected = Vec::new();
+    let mut etag = String::new();
+    for i in 0..40u64 {
+        let rec = pattern(i, 2048 + i as usize);
+        let m = l.put_object("bkt", "log", body(&rec, 1000), at(expected.len() as u64)).await.unwrap();
+        etag = if etag.is_empty() {
+            md5_hex(&rec)
+        } else {
+            let mut h = Md5::new();
+            h.update(etag.as_bytes());
+            h.update(Md5::digest(&rec));
+            hex::encode(h.finalize())
+        };
+        expected.extend_from_slice(&rec);
+        assert_eq!((m.size_bytes, m.etag.as_str()), (expected.len() as u64, etag.as_str()), "append {i}");
+    }
+    assert_eq!(get_all(l, "bkt", "log").await.unwrap(), expected);
+    assert_eq!(l.put_object("bkt", "log", body(b"x", 1), at(3)).await.err(), Some(LayerError::InvalidWriteOffset));
+    let listed = l.list_objects("bkt", &ListQuery { max_keys: 10, ..Default::default() }).await.unwrap();
+    assert_eq!((listed.objects[0].size_bytes, listed.objects[0].etag.as_str()), (expected.len() as u64, etag.as_str()));
+}
+
+async fn copy<L: ObjectLayer>(l: &L) {
+    l.create_bucket("bkt").await.unwrap();
+    l.create_bucket("ckt").await.unwrap();
+    let data = pattern(5, (4 << 20) + 77);
+    let mut opts = PutOptions::default();
+    opts.user_metadata.insert("m".into(), "1".into());
+    let src = l.put_object("bkt", "src", body(&data, 1 << 20), opts).await.unwrap();
+    let copied = l.copy_object("bkt", "src", &Precondition::default(), "ckt", "dst", None).await.unwrap();
+    assert_eq!(copied.etag, src.etag);
+    assert_eq!(get_all(l, "ckt", "dst").await.unwrap(), data);
+    assert_eq!(
+        l.head_object("ckt", "dst", &Precondition::default()).await.unwrap().user_metadata.get("m").map(String::as_str),
+        Some("1")
+    );
+    let replace = PutOptions { content_type: Some("t/u".into()), ..Default::default() };
+    let m = l.copy_object("bkt", "src", &Precondition::default(), "ckt", "dst2", Some(replace)).await.unwrap();
+    assert!(m.user_metadata.is_empty() && m.content_type.as_deref() == Some("t/u"));
+    // The copy is independent of its source.
+    put(l, "bkt", "src", b"changed").await;
+    assert_eq!(get_all(l, "ckt", "dst").await.unwrap(), data);
+    assert!(matches!(
+        l.copy_object("bkt", "src", &Precondition::default(), "bkt", "src", None).await,
+        Err(LayerError::InvalidArgument(_))
+    ));
+    let self_replace = PutOptions { content_type: Some("new/type".into()), ..Default::default() };
+    l.copy_object("bkt", "src", &Precondition::default(), "bkt", "src", Some(self_replace)).await.unwrap();
+    assert_eq!(get_all(l, "bkt", "src").await.unwrap(), b"changed");
+    let pre = Precondition { if_match: Some("\"nope\"".into()), for_copy_source: true, ..Default::default() };
+    assert_eq!(l.copy_object("bkt", "src", &pre, "ckt", "x", None).await.err(), Some(LayerError::PreconditionFailed));
+    assert_eq!(
+        l.copy_object("bkt", "missing", &Precondition::default(), "ckt", "x", None).await.err(),
+        Some(LayerError::NoSuchKey)
+    );
+    assert_eq!(
+        l.copy_object("bkt", "src", &Precondition::default(), "nob", "x", None).await.err(),
+        Some(LayerError::NoSuchBucket)
+    );
+}
+
+async fn keys_and_limits<L: ObjectLayer>(l: &L) {
+    l.create_bucket("bkt").await.unwrap();
+    let longest = "k".repeat(MAX_KEY_BYTES);
+    put(l, "bkt", &longest, b"at the limit").await;
+    assert_eq!(get_all(l, "bkt", &longest).await.unwrap(), b"at the limit");
+    let too_long = "k".repeat(MAX_KEY_BYTES + 1);
+    assert_eq!(
+        l.put_object("bkt", &too_long, body(b"x", 1), PutOptions::default()).await.err(),
+        Some(LayerError::KeyTooLong)
+    );
+    assert!(matches!(
+        l.put_object("bkt", "", body(b"x", 1), PutOptions::default()).await,
+        Err(LayerError::InvalidKey(_))
+    ));
+    let mut big = PutOptions::default();
+    big.user_metadata.insert("k".into(), "v".repeat(MAX_USER_METADATA_BYTES));
+    assert_eq!(l.put_object("bkt", "m", body(b"x", 1), big).await.err(), Some(LayerError::MetadataTooLarge));
+    // Keys are bytes in order, unicode included.
+    for k in ["ü/ñ", "z", "\u{7f}"] {
+        put(l, "bkt", k, k.as_bytes()).await;
+        assert_eq!(get_all(l, "bkt", k).await.unwrap(), k.as_bytes());
+    }
+}
+
+async fn object_size_limit<L: ObjectLayer>(l: &L) {
+    l.create_bucket("bkt").await.unwrap();
+    put(l, "bkt", "at", &pattern(1, 100_000)).await;
+    let past = l.put_object("bkt", "past", body(&pattern(1, 100_001), 4096), PutOptions::default()).await;
+    assert_eq!(past.err(), Some(LayerError::EntityTooLarge));
+    assert_eq!(get_all(l, "bkt", "past").await, Err(LayerError::NoSuchKey));
+}

@@ -1,0 +1,106 @@
+//! The S3 semantics on one drive: the semantics suite, and what only a drive can show (objects written
+//! before listing tags existed, priority marks reaching the engine).
+
+use mosaic_drive::DriveStore;
+use mosaic_engine::{Engine, EngineConfig, Op, SimDevice, Transaction};
+use mosaic_layer::testing::{body, run_suite};
+use mosaic_layer::*;
+use mosaic_store::{Snapshot, Store};
+use std::sync::Arc;
+
+fn drive(dirs: &mut Vec<tempfile::TempDir>) -> Arc<DriveStore> {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let engine =
+        Engine::format(dir.path(), Arc::new(SimDevice::new(256 << 20)), EngineConfig::default()).expect("format");
+    dirs.push(dir);
+    Arc::new(DriveStore::new(engine))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_semantics_suite_holds_on_one_drive() {
+    let mut dirs = Vec::new();
+    run_suite(|| drive(&mut dirs)).await;
+}
+
+async fn bucket_coll(store: &DriveStore, bucket: &str) -> u32 {
+    store.snapshot().collection(&format!("b/{bucket}")).await.unwrap().unwrap()
+}
+
+/// A drive written before listing tags existed has name entries without one: a listing still shows each
+/// object's size, ETag and time, from its onode and metadata record.
+#[tokio::test]
+async fn objects_without_a_listing_tag_are_listed_from_their_metadata() {
+    let mut dirs = Vec::new();
+    let store = drive(&mut dirs);
+    let layer = S3Semantics::open(store.clone(), SemanticsConfig::default()).await.unwrap();
+    layer.create_bucket("bkt").await.unwrap();
+    let tagged = layer.put_object("bkt", "a", body(b"hello", 5), PutOptions::default()).await.unwrap();
+    // "b" as an older build wrote it: data and metadata, no tag.
+    let coll = bucket_coll(&store, "bkt").await;
+    let untagged = ObjectMeta { version: 1, size_bytes: 3, etag: "e0".into(), ..Default::default() };
+    let write = Op::Write { coll, name: b"b".to_vec(), offset: 0, data: b"abc".to_vec() };
+    let meta = Op::SetAttr { coll, name: b"b".to_vec(), key: b"s3.meta".to_vec(), value: untagged.encode() };
+    let engine = store.engine().clone();
+    engine.submit(Transaction::new().op(write).op(meta)).unwrap();
+    let entries = engine.reader().list_entries(coll, b"", b"", 10).unwrap();
+    assert_eq!(entries.iter().map(|e| e.tag.is_some()).collect::<Vec<_>>(), [true, false]);
+    let page = layer.list_objects("bkt", &ListQuery { max_keys: 1000, ..Default::default() }).await.unwrap();
+    let got: Vec<(&str, u64, &str, i64)> =
+        page.objects.iter().map(|o| (o.key.as_str(), o.size_bytes, o.etag.as_str(), o.last_modified_unix_ms)).collect();
+    assert_eq!(got, [("a", 5, tagged.etag.as_str(), tagged.last_modified_unix_ms), ("b", 3, "e0", 0)]);
+    layer.shutdown().await.unwrap();
+}
+
+/// `x-amz-meta-mosaic-priority: high` marks the object in the drive; a GET of it holds a prioritized
+/// request until its body is dropped; an overwrite without the metadata clears the mark.
+#[tokio::test]
+async fn priority_metadata_marks_the_object_and_its_reads() {
+    let mut dirs = Vec::new();
+    let store = drive(&mut dirs);
+    let engine = store.engine().clone();
+    let layer = S3Semantics::open(store.clone(), SemanticsConfig::default()).await.unwrap();
+    layer.create_bucket("bkt").await.unwrap();
+    let coll = bucket_coll(&store, "bkt").await;
+    let high = |key: &str| engine.reader().lookup(coll, key.as_bytes()).unwrap().unwrap().high_priority;
+    let mut opts = PutOptions::default();
+    opts.user_metadata.insert("mosaic-priority".into(), "High".into());
+    layer.put_object("bkt", "hot", body(b"hello", 5), opts).await.unwrap();
+    layer.put_object("bkt", "plain", body(b"hello", 5), PutOptions::default()).await.unwrap();
+    assert!(high("hot"));
+    assert!(!high("plain"));
+    let got = layer.get_object("bkt", "hot", None, None, &Precondition::default()).await.unwrap();
+    assert_eq!(engine.stats().prioritized_in_flight, 1, "the GET's reader is prioritized");
+    drop(got);
+    let got = layer.get_object("bkt", "plain", None, None, &Precondition::default()).await.unwrap();
+    assert_eq!(engine.stats().prioritized_in_flight, 0);
+    drop(got);
+    layer.put_object("bkt", "hot", body(b"again", 5), PutOptions::default()).await.unwrap();
+    assert!(!high("hot"), "an overwrite without the metadata is not prioritized");
+    assert_eq!(engine.stats().prioritized_in_flight, 0);
+    layer.shutdown().await.unwrap();
+}
+
+/// A damaged bucket record is an error that names the bucket, never a bucket created at time 0.
+#[tokio::test]
+async fn a_damaged_bucket_record_is_reported() {
+    let mut dirs = Vec::new();
+    let store = drive(&mut dirs);
+    let layer = S3Semantics::open(store.clone(), SemanticsConfig::default()).await.unwrap();
+    layer.create_bucket("photos").await.unwrap();
+    let sys = store.snapshot().collection("sys").await.unwrap().unwrap();
+    let damage =
+        Op::SetAttr { coll: sys, name: b"bucket/photos".to_vec(), key: b"bucket".to_vec(), value: b"{\"vers".to_vec() };
+    store.engine().submit(Transaction::new().op(damage)).unwrap();
+    let e = layer.bucket_info("photos").await.unwrap_err();
+    assert!(matches!(&e, LayerError::Corrupt(w) if w.contains("bucket record of bucket photos is damaged")), "{e:?}");
+    let future = Op::SetAttr {
+        coll: sys,
+        name: b"bucket/photos".to_vec(),
+        key: b"bucket".to_vec(),
+        value: br#"{"version":9,"created_unix_ms":1}"#.to_vec(),
+    };
+    store.engine().submit(Transaction::new().op(future)).unwrap();
+    let e = layer.list_buckets().await.unwrap_err();
+    assert!(matches!(&e, LayerError::Corrupt(w) if w.contains("has version 9")), "{e:?}");
+    layer.shutdown().await.unwrap();
+}

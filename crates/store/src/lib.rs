@@ -1,0 +1,118 @@
+//! The storage interface Mosaic's S3 semantics are written against (DESIGN.md section 2; paper 003's
+//! object interface): exactly what the semantics need from storage, and nothing of how it is stored.
+//!
+//! - a read [`Snapshot`]: collections, name lookup, attributes, ordered name iteration with listing tags,
+//!   batched stat and ranged reads, all of one consistent state;
+//! - staging of whole aligned units ([`Store::stage`]): a block on one drive, a stripe on an erasure set
+//!   ([`Geometry::unit_bytes`]), written before the transaction that references them;
+//! - [`Store::commit`] of a [`Txn`]: operations applied atomically and durably, or not at all; a failure
+//!   names the operation that failed ([`StoreError::op_index`]).
+//!
+//! One drive implements it (`mosaic-drive`); an erasure set of drives and a cluster implement it too, so
+//! nothing of S3 is written twice. This crate depends on no storage engine (as TiKV's engine_traits does
+//! not depend on RocksDB): a store built on something else implements the same traits.
+
+mod aligned;
+mod error;
+mod txn;
+
+pub use aligned::{AlignedBuf, IO_ALIGN_BYTES, assert_io_aligned};
+pub use error::{ErrorKind, StoreError, StoreResult};
+pub use txn::{Op, Outcome, Priority, Txn};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+
+/// The units a store works in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Geometry {
+    /// Staged data, `WriteStaged` offsets and `CloneRange` offsets are multiples of this.
+    pub unit_bytes: u64,
+    /// Largest data carried in one `Write` or `Append` operation; larger writes are staged.
+    pub max_op_data_bytes: u64,
+    /// Objects up to this size are cheapest written in the operation itself (no staging).
+    pub inline_max_bytes: u64,
+}
+
+/// An object as a lookup finds it. `O` is the store's handle to it, valid within the snapshot that
+/// returned it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectInfo<O> {
+    pub obj: O,
+    pub size_bytes: u64,
+    pub mtime_ns: u64,
+    pub high_priority: bool,
+}
+
+/// One entry of a collection's name index.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NameEntry<O> {
+    pub name: Vec<u8>,
+    pub obj: O,
+    /// What `Op::SetNameTag` last stored for the object, if anything.
+    pub tag: Option<Vec<u8>>,
+}
+
+/// A consistent read view: every method sees the same committed state, whatever commits meanwhile.
+#[async_trait]
+pub trait Snapshot: Send + Sync + 'static {
+    type Coll: Clone + Send + Sync + 'static;
+    type Obj: Clone + Send + Sync + 'static;
+
+    async fn collection(&self, name: &str) -> StoreResult<Option<Self::Coll>>;
+    /// Collections whose name starts with `prefix`, by name, at most `limit`.
+    async fn collections(&self, prefix: &str, limit: usize) -> StoreResult<Vec<(String, Self::Coll)>>;
+    async fn lookup(&self, coll: &Self::Coll, name: &[u8]) -> StoreResult<Option<ObjectInfo<Self::Obj>>>;
+    async fn attr(&self, obj: &Self::Obj, key: &[u8]) -> StoreResult<Option<Vec<u8>>>;
+    /// Names under `prefix` from `from` on (inclusive), in order, at most `limit`, with their listing tags.
+    /// Costs one seek plus the entries returned, whatever the collection's size.
+    async fn list_entries(
+        &self,
+        coll: &Self::Coll,
+        prefix: &[u8],
+        from: &[u8],
+        limit: usize,
+    ) -> StoreResult<Vec<NameEntry<Self::Obj>>>;
+    /// Facts and one attribute of many objects, in the order given, in one batch.
+    async fn stat_many(
+        &self,
+        objs: &[Self::Obj],
+        attr_key: &[u8],
+    ) -> StoreResult<Vec<(ObjectInfo<Self::Obj>, Option<Vec<u8>>)>>;
+    /// Up to `len` bytes at `offset`, every byte verified against its checksum; shorter at the end.
+    async fn read(&self, obj: &Self::Obj, offset: u64, len: u64) -> StoreResult<Bytes>;
+    /// Marks the work done through this snapshot as prioritized (it serves a high-priority object) until
+    /// the snapshot is dropped: background work yields to it.
+    fn prioritize(&self);
+}
+
+/// Held while prioritized work is in flight; dropping it ends the hold.
+pub type PriorityHold = Box<dyn Send + Sync>;
+
+/// A store: snapshots to read, staging and atomic transactions to write.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// A collection, as the store names it internally.
+    type Coll: Clone + Send + Sync + std::fmt::Debug + 'static;
+    /// An object within a snapshot.
+    type Obj: Clone + Send + Sync + 'static;
+    /// Units written by `stage` and not yet referenced; dropping them gives their space back.
+    type Staged: Send + 'static;
+    type Snapshot: Snapshot<Coll = Self::Coll, Obj = Self::Obj>;
+
+    fn geometry(&self) -> Geometry;
+    /// A consistent view of everything committed so far.
+    fn snapshot(&self) -> Self::Snapshot;
+    /// Writes the first `len_bytes` of `buf` (a multiple of `unit_bytes`) to fresh space for a later
+    /// `Op::WriteStaged`; returns the buffer for reuse.
+    async fn stage(&self, buf: AlignedBuf, len_bytes: usize) -> StoreResult<(Self::Staged, AlignedBuf)>;
+    /// Applies a transaction atomically; returns once it is durable (on a write quorum, where the store
+    /// has one).
+    async fn commit(&self, txn: Txn<Self::Coll, Self::Staged>) -> StoreResult<Outcome>;
+    /// Holds background work back while a prioritized request is in flight (paper 003).
+    fn hold_priority(&self) -> PriorityHold;
+    /// Whether the store can take writes.
+    fn is_ready(&self) -> bool;
+    /// Finishes queued work and closes the store.
+    async fn close(&self) -> StoreResult<()>;
+}
