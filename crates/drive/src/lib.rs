@@ -74,6 +74,8 @@ fn engine_op(op: Op<CollectionId, Staged>) -> mosaic_engine::Op {
         Op::WriteStaged { coll, name, offset, staged } => E::WriteStaged { coll, name, offset, staged },
         Op::Append { coll, name, data, expected_offset } => E::Append { coll, name, data, expected_offset },
         Op::Remove { coll, name } => E::Remove { coll, name },
+        Op::Rename { coll, from, to_coll, to } => E::Rename { coll, from, to_coll, to },
+        Op::Truncate { coll, name, size_bytes } => E::Truncate { coll, name, size_bytes },
         Op::Clone { coll, from, to_coll, to } => E::Clone { coll, from, to_coll, to },
         Op::CloneRange { src_coll, src, src_offset, len, dst_coll, dst, dst_offset } => {
             E::CloneRange { src_coll, src, src_offset, len, dst_coll, dst, dst_offset }
@@ -119,7 +121,7 @@ impl Store for DriveStore {
         DriveSnapshot { reader: Arc::new(self.engine.reader()) }
     }
 
-    async fn stage(&self, buf: AlignedBuf, len_bytes: usize) -> StoreResult<(Staged, AlignedBuf)> {
+    async fn stage(&self, buf: AlignedBuf, len_bytes: usize, _hint: &[u8]) -> StoreResult<(Staged, AlignedBuf)> {
         if len_bytes == 0 || len_bytes > buf.len() {
             return Err(StoreError::new(ErrorKind::InvalidArgument, "staged bytes must lie in the buffer"));
         }
@@ -238,11 +240,11 @@ mod tests {
     #[tokio::test]
     async fn staging_checks_its_bounds() {
         let (_dir, store) = drive();
-        let e = store.stage(AlignedBuf::zeroed(4096), 8192).await.unwrap_err();
+        let e = store.stage(AlignedBuf::zeroed(4096), 8192, b"o").await.unwrap_err();
         assert_eq!(e.kind, ErrorKind::InvalidArgument);
-        let e = store.stage(AlignedBuf::zeroed(8192), 100).await.unwrap_err();
+        let e = store.stage(AlignedBuf::zeroed(8192), 100, b"o").await.unwrap_err();
         assert_eq!(e.kind, ErrorKind::InvalidArgument, "{e}");
-        let (staged, buf) = store.stage(AlignedBuf::zeroed(8192), 4096).await.unwrap();
+        let (staged, buf) = store.stage(AlignedBuf::zeroed(8192), 4096, b"o").await.unwrap();
         assert_eq!((staged.len_bytes(), buf.len()), (4096, 8192));
         store.close().await.unwrap();
     }

@@ -97,12 +97,14 @@ impl<S: Store> S3Semantics<S> {
     }
 
     /// Streams a body into the store, `base_offset` being where it starts in its object; more than
-    /// `max_bytes` fails with EntityTooLarge.
+    /// `max_bytes` fails with EntityTooLarge. `key` is the object the body is for (a multipart part's is
+    /// its upload's key): the store places its units by it.
     pub(crate) async fn ingest(
         &self,
         body: PutBody,
         base_offset: u64,
         max_bytes: u64,
+        key: &str,
     ) -> LayerResult<Ingested<S::Staged>> {
         let geometry = self.store.geometry();
         let unit = geometry.unit_bytes as usize;
@@ -155,7 +157,7 @@ impl<S: Store> S3Semantics<S> {
                     if let Some(done) = in_flight.take() {
                         staged.push(self.finish_stage(done).await?);
                     }
-                    in_flight = Some((launched_bytes, self.launch_stage(full, chunk_bytes)));
+                    in_flight = Some((launched_bytes, self.launch_stage(full, chunk_bytes, key)));
                     launched_bytes += chunk_bytes as u64;
                     fill = Some((self.stage_buffers.take_at_least(chunk_bytes), 0));
                 }
@@ -173,7 +175,7 @@ impl<S: Store> S3Semantics<S> {
             let whole = filled / unit * unit;
             tail = buf.as_slice()[whole..filled].to_vec();
             if whole > 0 {
-                staged.push(self.finish_stage((launched_bytes, self.launch_stage(buf, whole))).await?);
+                staged.push(self.finish_stage((launched_bytes, self.launch_stage(buf, whole, key))).await?);
                 launched_bytes += whole as u64;
             } else {
                 self.stage_buffers.give(buf);
@@ -196,10 +198,11 @@ impl<S: Store> S3Semantics<S> {
         &self,
         buf: AlignedBuf,
         len: usize,
+        key: &str,
     ) -> tokio::task::JoinHandle<LayerResult<(S::Staged, AlignedBuf)>> {
         debug_assert!(len > 0 && len.is_multiple_of(self.store.geometry().unit_bytes as usize));
-        let store = self.store.clone();
-        tokio::spawn(async move { store.stage(buf, len).await.map_err(LayerError::from) })
+        let (store, key) = (self.store.clone(), key.to_string());
+        tokio::spawn(async move { store.stage(buf, len, key.as_bytes()).await.map_err(LayerError::from) })
     }
 
     /// Waits for a staging write and returns its buffer to the pool.
@@ -248,7 +251,7 @@ impl<S: Store> S3Semantics<S> {
             let n = (whole - done).min(self.stage_chunk_bytes());
             let mut buf = self.stage_buffers.take_at_least(n);
             buf.as_mut_slice()[..n].copy_from_slice(&body[done..done + n]);
-            let (staged, buf) = self.store.stage(buf, n).await?;
+            let (staged, buf) = self.store.stage(buf, n, name).await?;
             self.stage_buffers.give(buf);
             let at = offset + (head + done) as u64;
             txn.push(Op::WriteStaged { coll: coll.clone(), name: name.to_vec(), offset: at, staged });

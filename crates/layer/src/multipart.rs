@@ -50,7 +50,7 @@ impl<S: Store> S3Semantics<S> {
     ) -> LayerResult<PartInfo> {
         check_part_number(part)?;
         self.upload_record(&self.store.snapshot(), bucket, key, upload_id).await?;
-        let ing = self.ingest(body, 0, MAX_PART_BYTES).await?;
+        let ing = self.ingest(body, 0, MAX_PART_BYTES, key).await?;
         self.store_part(bucket, upload_id, part, ing).await
     }
 
@@ -73,7 +73,7 @@ impl<S: Store> S3Semantics<S> {
         if len > MAX_PART_BYTES {
             return Err(LayerError::InvalidArgument("a part is at most 5 GiB".into()));
         }
-        let ing = self.ingest(PutBody { stream: got.body, finish: None }, 0, MAX_PART_BYTES).await?;
+        let ing = self.ingest(PutBody { stream: got.body, finish: None }, 0, MAX_PART_BYTES, key).await?;
         self.store_part(bucket, upload_id, part, ing).await
     }
 

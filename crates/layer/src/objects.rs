@@ -35,7 +35,7 @@ impl<S: Store> S3Semantics<S> {
         }
         // A high-priority object holds background work back from its first byte to its commit.
         let _prioritized = crate::meta::wants_high_priority(&opts.user_metadata).then(|| self.store.hold_priority());
-        let ing = self.ingest(body, 0, self.cfg.max_object_bytes).await?;
+        let ing = self.ingest(body, 0, self.cfg.max_object_bytes, key).await?;
         let mut meta = opts.clone().into_meta(ing.size_bytes, ing.md5_hex.clone(), now_ms());
         meta.checksums.extend(ing.extra.iter().cloned());
         let name = key.as_bytes().to_vec();

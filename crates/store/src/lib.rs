@@ -97,15 +97,17 @@ pub trait Store: Send + Sync + 'static {
     /// An object within a snapshot.
     type Obj: Clone + Send + Sync + 'static;
     /// Units written by `stage` and not yet referenced; dropping them gives their space back.
-    type Staged: Send + 'static;
+    type Staged: Send + Sync + 'static;
     type Snapshot: Snapshot<Coll = Self::Coll, Obj = Self::Obj>;
 
     fn geometry(&self) -> Geometry;
     /// A consistent view of everything committed so far.
     fn snapshot(&self) -> Self::Snapshot;
     /// Writes the first `len_bytes` of `buf` (a multiple of `unit_bytes`) to fresh space for a later
-    /// `Op::WriteStaged`; returns the buffer for reuse.
-    async fn stage(&self, buf: AlignedBuf, len_bytes: usize) -> StoreResult<(Self::Staged, AlignedBuf)>;
+    /// `Op::WriteStaged`; returns the buffer for reuse. `hint` names the object the units are for (paper
+    /// 003's attributes as hints): a store that spreads objects over devices places them by it, so every
+    /// unit of one object (its parts included) lands alike.
+    async fn stage(&self, buf: AlignedBuf, len_bytes: usize, hint: &[u8]) -> StoreResult<(Self::Staged, AlignedBuf)>;
     /// Applies a transaction atomically; returns once it is durable (on a write quorum, where the store
     /// has one).
     async fn commit(&self, txn: Txn<Self::Coll, Self::Staged>) -> StoreResult<Outcome>;

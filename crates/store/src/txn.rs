@@ -57,6 +57,19 @@ pub enum Op<C, S> {
         coll: C,
         name: Vec<u8>,
     },
+    /// Renames an object, replacing any object at the destination (attributes and name tag move with it).
+    Rename {
+        coll: C,
+        from: Vec<u8>,
+        to_coll: C,
+        to: Vec<u8>,
+    },
+    /// Sets an object's size: bytes past it are dropped, bytes gained read as zeros.
+    Truncate {
+        coll: C,
+        name: Vec<u8>,
+        size_bytes: u64,
+    },
     /// Clones a whole object (data shared, copy-on-write), replacing the destination.
     Clone {
         coll: C,
@@ -126,6 +139,8 @@ impl<C, S> Op<C, S> {
             Op::WriteStaged { .. } => "write-staged",
             Op::Append { .. } => "append",
             Op::Remove { .. } => "remove",
+            Op::Rename { .. } => "rename",
+            Op::Truncate { .. } => "truncate",
             Op::Clone { .. } => "clone",
             Op::CloneRange { .. } => "clone-range",
             Op::SetAttr { .. } => "set-attr",

@@ -1,0 +1,525 @@
+//! Reading a set: every lookup asks all drives for the object's layout and takes the version that the most
+//! drives hold, if at least a read quorum holds it (paper 004: metadata reads scale with the drives). Data
+//! comes from the k data shards when their drives hold that version and read cleanly (no decoding), else
+//! from any k shards, rebuilt; the tail comes from one of its holders. Listing merges the drives' ordered
+//! name iterators and shows a name only when a quorum of drives holds it.
+
+use crate::codec::codec_by_id;
+use crate::layout::{ObjectLayout, SHARD_UNIT_BYTES, join_shards, stripes_covering};
+use crate::{LAYOUT_ATTR, SetColl, SetInner};
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::future::join_all;
+use mosaic_store::{ErrorKind, NameEntry, ObjectInfo, Snapshot, Store, StoreError, StoreResult};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// What one drive holds of an object.
+pub(crate) enum DriveState<S: Store> {
+    /// The drive is missing or did not answer.
+    Failed,
+    Absent,
+    /// A version, with the drive's snapshot and handle to read it.
+    Present {
+        layout: ObjectLayout,
+        snap: Arc<S::Snapshot>,
+        obj: S::Obj,
+        info: ObjectInfo<S::Obj>,
+    },
+}
+
+/// A drive's snapshot and its handle to an object in it.
+pub(crate) type Holder<S> = (Arc<<S as Store>::Snapshot>, <S as Store>::Obj);
+
+/// An object as a quorum of the set's drives holds it.
+pub(crate) struct Resolved<S: Store> {
+    pub(crate) layout: ObjectLayout,
+    /// The drives holding the agreed version (by slot).
+    pub(crate) holders: Vec<Option<Holder<S>>>,
+    pub(crate) mtime_ns: u64,
+    pub(crate) high_priority: bool,
+}
+
+/// What a lookup concluded from the drives.
+pub(crate) enum Verdict<S: Store> {
+    Found(Resolved<S>),
+    Absent,
+    /// Too few drives answered alike: neither a version nor absence has a quorum.
+    NoQuorum {
+        answered: usize,
+        agreeing: usize,
+    },
+}
+
+/// Decides an object's version from what each drive holds: the version held by the most drives, if a read
+/// quorum holds it; absent if a read quorum lacks the object.
+pub(crate) fn decide<S: Store>(states: Vec<DriveState<S>>, read_quorum: usize) -> Verdict<S> {
+    let answered = states.iter().filter(|s| !matches!(s, DriveState::Failed)).count();
+    let absent = states.iter().filter(|s| matches!(s, DriveState::Absent)).count();
+    let mut counts: BTreeMap<[u8; 16], usize> = BTreeMap::new();
+    for s in &states {
+        if let DriveState::Present { layout, .. } = s {
+            *counts.entry(layout.write_id).or_default() += 1;
+        }
+    }
+    // The most held version; among equals, the newest (a tie is only seen between writes that a crash
+    // left undecided, which recovery settles before serving).
+    let best = states
+        .iter()
+        .filter_map(|s| match s {
+            DriveState::Present { layout, .. } => Some((counts[&layout.write_id], layout.mtime_ns, layout.write_id)),
+            _ => None,
+        })
+        .max();
+    match best {
+        Some((n, _, id)) if n >= read_quorum && n >= absent => {
+            let mut holders = Vec::with_capacity(states.len());
+            let (mut layout, mut mtime_ns, mut high_priority) = (None, 0, false);
+            for s in states {
+                match s {
+                    DriveState::Present { layout: l, snap, obj, info } if l.write_id == id => {
+                        (layout, mtime_ns, high_priority) = (Some(l), l.mtime_ns, info.high_priority);
+                        holders.push(Some((snap, obj)));
+                    }
+                    _ => holders.push(None),
+                }
+            }
+            let layout = layout.expect("the best version has holders");
+            Verdict::Found(Resolved { layout, holders, mtime_ns, high_priority })
+        }
+        _ if absent >= read_quorum => Verdict::Absent,
+        best => Verdict::NoQuorum { answered, agreeing: best.map_or(absent, |b| b.0.max(absent)) },
+    }
+}
+
+/// What drive `i` holds of `name` in `coll`, through a fresh snapshot of it.
+pub(crate) async fn drive_state<S: Store>(
+    set: &SetInner<S>,
+    i: usize,
+    coll: &SetColl<S::Coll>,
+    name: &[u8],
+) -> DriveState<S> {
+    let Some(store) = &set.members[i] else { return DriveState::Failed };
+    let Some(c) = &coll.members[i] else { return DriveState::Absent };
+    let snap = Arc::new(store.snapshot());
+    let info = match snap.lookup(c, name).await {
+        Ok(Some(info)) => info,
+        Ok(None) => return DriveState::Absent,
+        Err(e) => {
+            tracing::debug!(drive = i, error = %e, "a drive failed a lookup");
+            return DriveState::Failed;
+        }
+    };
+    match snap.attr(&info.obj, LAYOUT_ATTR).await {
+        Ok(Some(raw)) => match ObjectLayout::decode(&raw) {
+            Ok(layout) => DriveState::Present { layout, obj: info.obj.clone(), snap, info },
+            Err(e) => {
+                tracing::warn!(drive = i, error = %e, "an object's layout is damaged on a drive");
+                DriveState::Failed
+            }
+        },
+        // An object without a layout is one a drive holds partly (it cannot be read as a version).
+        Ok(None) => DriveState::Failed,
+        Err(_) => DriveState::Failed,
+    }
+}
+
+/// Every drive's state of an object, asked at once.
+pub(crate) async fn drive_states<S: Store>(
+    set: &SetInner<S>,
+    coll: &SetColl<S::Coll>,
+    name: &[u8],
+) -> Vec<DriveState<S>> {
+    join_all((0..set.members.len()).map(|i| drive_state(set, i, coll, name))).await
+}
+
+/// Looks an object up under its read lock, so that no write is halfway through its drives.
+pub(crate) async fn resolve<S: Store>(
+    set: &SetInner<S>,
+    coll: &SetColl<S::Coll>,
+    name: &[u8],
+) -> StoreResult<Option<Resolved<S>>> {
+    let _shared = set.locks.read(&coll.name, name).await;
+    let states = drive_states(set, coll, name).await;
+    verdict_to_result(set, coll, name, decide(states, set.geometry().read_quorum()))
+}
+
+pub(crate) fn verdict_to_result<S: Store>(
+    set: &SetInner<S>,
+    coll: &SetColl<S::Coll>,
+    name: &[u8],
+    verdict: Verdict<S>,
+) -> StoreResult<Option<Resolved<S>>> {
+    match verdict {
+        Verdict::Found(r) => {
+            if r.holders.iter().filter(|h| h.is_some()).count() < set.members.len() {
+                set.queue_heal(&coll.name, name);
+            }
+            Ok(Some(r))
+        }
+        Verdict::Absent => Ok(None),
+        Verdict::NoQuorum { answered, agreeing } => Err(StoreError::unavailable(format!(
+            "{answered} of {} drives answered and at most {agreeing} agree on object {}; {} are needed",
+            set.members.len(),
+            String::from_utf8_lossy(name),
+            set.geometry().read_quorum()
+        ))),
+    }
+}
+
+/// A snapshot of a set: every lookup reads the drives afresh under the object's lock, and the handle it
+/// returns keeps the drives' snapshots of that version, so the object's reads are consistent.
+pub struct SetSnapshot<S: Store> {
+    set: Arc<SetInner<S>>,
+    prioritized: AtomicBool,
+}
+
+impl<S: Store> SetSnapshot<S> {
+    pub(crate) fn new(set: Arc<SetInner<S>>) -> Self {
+        SetSnapshot { set, prioritized: AtomicBool::new(false) }
+    }
+}
+
+/// An object of a set: found by a lookup (resolved) or named by a listing (resolved when first used).
+pub struct SetObj<S: Store> {
+    coll: SetColl<S::Coll>,
+    name: Arc<[u8]>,
+    resolved: Arc<tokio::sync::OnceCell<Arc<Resolved<S>>>>,
+}
+
+impl<S: Store> Clone for SetObj<S> {
+    fn clone(&self) -> Self {
+        SetObj { coll: self.coll.clone(), name: self.name.clone(), resolved: self.resolved.clone() }
+    }
+}
+
+impl<S: Store> SetObj<S> {
+    async fn get(&self, set: &SetInner<S>) -> StoreResult<Arc<Resolved<S>>> {
+        self.resolved
+            .get_or_try_init(|| async {
+                match resolve(set, &self.coll, &self.name).await? {
+                    Some(r) => Ok(Arc::new(r)),
+                    None => Err(StoreError::not_found(format!("object {}", String::from_utf8_lossy(&self.name)))),
+                }
+            })
+            .await
+            .cloned()
+    }
+}
+
+fn info_of<S: Store>(obj: SetObj<S>, r: &Resolved<S>) -> ObjectInfo<SetObj<S>> {
+    ObjectInfo { obj, size_bytes: r.layout.size_bytes, mtime_ns: r.mtime_ns, high_priority: r.high_priority }
+}
+
+#[async_trait]
+impl<S: Store> Snapshot for SetSnapshot<S> {
+    type Coll = SetColl<S::Coll>;
+    type Obj = SetObj<S>;
+
+    async fn collection(&self, name: &str) -> StoreResult<Option<SetColl<S::Coll>>> {
+        let set = &self.set;
+        let found = join_all(set.members.iter().map(|m| async move {
+            match m {
+                Some(store) => store.snapshot().collection(name).await,
+                None => Err(StoreError::unavailable("missing drive")),
+            }
+        }))
+        .await;
+        let present = found.iter().filter(|r| matches!(r, Ok(Some(_)))).count();
+        let absent = found.iter().filter(|r| matches!(r, Ok(None))).count();
+        let quorum = set.geometry().read_quorum();
+        if present >= quorum && present >= absent {
+            let members: Vec<Option<S::Coll>> = found.into_iter().map(|r| r.ok().flatten()).collect();
+            return Ok(Some(SetColl { name: name.into(), members: members.into() }));
+        }
+        if absent >= quorum {
+            return Ok(None);
+        }
+        Err(StoreError::unavailable(format!(
+            "{} of {} drives answered about collection {name}; {quorum} must agree",
+            present + absent,
+            set.members.len()
+        )))
+    }
+
+    async fn collections(&self, prefix: &str, limit: usize) -> StoreResult<Vec<(String, SetColl<S::Coll>)>> {
+        let mut names: BTreeMap<String, usize> = BTreeMap::new();
+        for m in self.set.members.iter().flatten() {
+            if let Ok(list) = m.snapshot().collections(prefix, limit).await {
+                for (n, _) in list {
+                    *names.entry(n).or_default() += 1;
+                }
+            }
+        }
+        let mut out = Vec::new();
+        for (name, n) in names {
+            if n < self.set.geometry().read_quorum() || out.len() >= limit {
+                continue;
+            }
+            if let Some(c) = self.collection(&name).await? {
+                out.push((name, c));
+            }
+        }
+        Ok(out)
+    }
+
+    async fn lookup(&self, coll: &SetColl<S::Coll>, name: &[u8]) -> StoreResult<Option<ObjectInfo<SetObj<S>>>> {
+        let Some(r) = resolve(&self.set, coll, name).await? else { return Ok(None) };
+        if self.prioritized.load(Ordering::Relaxed) || r.high_priority {
+            prioritize(&r);
+        }
+        let r = Arc::new(r);
+        let obj = SetObj {
+            coll: coll.clone(),
+            name: name.into(),
+            resolved: Arc::new(tokio::sync::OnceCell::new_with(Some(r.clone()))),
+        };
+        Ok(Some(info_of(obj, &r)))
+    }
+
+    async fn attr(&self, obj: &SetObj<S>, key: &[u8]) -> StoreResult<Option<Vec<u8>>> {
+        let r = obj.get(&self.set).await?;
+        let mut last = None;
+        for (snap, o) in r.holders.iter().flatten() {
+            match snap.attr(o, key).await {
+                Ok(v) => return Ok(v),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| StoreError::unavailable("no drive holds the object")))
+    }
+
+    async fn list_entries(
+        &self,
+        coll: &SetColl<S::Coll>,
+        prefix: &[u8],
+        from: &[u8],
+        limit: usize,
+    ) -> StoreResult<Vec<NameEntry<SetObj<S>>>> {
+        list_entries(&self.set, coll, prefix, from, limit).await
+    }
+
+    async fn stat_many(
+        &self,
+        objs: &[SetObj<S>],
+        attr_key: &[u8],
+    ) -> StoreResult<Vec<(ObjectInfo<SetObj<S>>, Option<Vec<u8>>)>> {
+        let mut out = Vec::with_capacity(objs.len());
+        for o in objs {
+            let r = o.get(&self.set).await?;
+            let value = self.attr(o, attr_key).await?;
+            out.push((info_of(o.clone(), &r), value));
+        }
+        Ok(out)
+    }
+
+    async fn read(&self, obj: &SetObj<S>, offset: u64, len: u64) -> StoreResult<Bytes> {
+        let r = obj.get(&self.set).await?;
+        read_range(&self.set, &obj.coll.name, &obj.name, &r, offset, len).await
+    }
+
+    /// Objects looked up from now on have their drives' reads prioritized (a high-priority object's are
+    /// already, from its lookup).
+    fn prioritize(&self) {
+        self.prioritized.store(true, Ordering::Relaxed);
+    }
+}
+
+fn prioritize<S: Store>(r: &Resolved<S>) {
+    for (snap, _) in r.holders.iter().flatten() {
+        snap.prioritize();
+    }
+}
+
+/// Bytes [offset, offset + len) of a resolved object, clipped to its size.
+pub(crate) async fn read_range<S: Store>(
+    set: &SetInner<S>,
+    coll: &str,
+    name: &[u8],
+    r: &Resolved<S>,
+    offset: u64,
+    len: u64,
+) -> StoreResult<Bytes> {
+    let l = &r.layout;
+    let end = offset.saturating_add(len).min(l.size_bytes);
+    if offset >= end {
+        return Ok(Bytes::new());
+    }
+    let mut out = vec![0u8; (end - offset) as usize];
+    let encoded_end = end.min(l.encoded_bytes);
+    if offset < encoded_end {
+        let n = (encoded_end - offset) as usize;
+        read_encoded(set, coll, name, r, offset, &mut out[..n]).await?;
+    }
+    if end > l.encoded_bytes {
+        let from = offset.max(l.encoded_bytes);
+        let at = (from - offset) as usize;
+        read_tail(r, from, &mut out[at..]).await?;
+    }
+    Ok(Bytes::from(out))
+}
+
+/// Tail bytes from `from` on (into all of `out`), from the first holder that reads them.
+async fn read_tail<S: Store>(r: &Resolved<S>, from: u64, out: &mut [u8]) -> StoreResult<()> {
+    let l = &r.layout;
+    let at = l.shard_bytes() + (from - l.encoded_bytes);
+    let mut last = None;
+    for (i, h) in r.holders.iter().enumerate() {
+        let Some((snap, obj)) = h else { continue };
+        if !l.holds_tail(i) {
+            continue;
+        }
+        match snap.read(obj, at, out.len() as u64).await {
+            Ok(b) if b.len() == out.len() => {
+                out.copy_from_slice(&b);
+                return Ok(());
+            }
+            Ok(b) => last = Some(StoreError::corrupt(format!("a tail read {} of {} bytes", b.len(), out.len()))),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| StoreError::unavailable("no drive holding the object's tail answered")))
+}
+
+/// Encoded bytes from `offset` (into all of `out`): the covering stripes of the k data shards, or of any k
+/// shards rebuilt when a data shard is missing, unreadable or damaged.
+async fn read_encoded<S: Store>(
+    set: &SetInner<S>,
+    coll: &str,
+    name: &[u8],
+    r: &Resolved<S>,
+    offset: u64,
+    out: &mut [u8],
+) -> StoreResult<()> {
+    let l = &r.layout;
+    let g = crate::layout::SetGeometry { data: l.data as usize, parity: l.parity as usize };
+    let (s0, s1) = stripes_covering(&g, offset, offset + out.len() as u64);
+    let unit = SHARD_UNIT_BYTES;
+    let (at, len) = (s0 * unit, (s1 - s0) * unit);
+    let rotation = l.rotation as usize;
+    let read_shard = |j: usize| {
+        let holder = r.holders.get(g.drive_of_shard(rotation, j)).and_then(|h| h.as_ref());
+        async move {
+            let (snap, obj) = holder?;
+            match snap.read(obj, at, len).await {
+                Ok(b) if b.len() as u64 == len => Some(b.to_vec()),
+                _ => None,
+            }
+        }
+    };
+    let k = g.data;
+    let mut shards: Vec<Option<Vec<u8>>> = join_all((0..k).map(read_shard)).await;
+    if shards.iter().any(Option::is_none) {
+        set.counters.degraded_reads.fetch_add(1, Ordering::Relaxed);
+        set.queue_heal(coll, name);
+        shards.extend(join_all((k..g.drives()).map(read_shard)).await);
+        let codec = codec_by_id(l.codec, k, g.parity).ok_or_else(|| {
+            StoreError::new(
+                ErrorKind::Corrupt,
+                format!(
+                    "object {} uses erasure code {} which this build does not know",
+                    String::from_utf8_lossy(name),
+                    l.codec
+                ),
+            )
+        })?;
+        codec.reconstruct(&mut shards).map_err(|e| {
+            StoreError::unavailable(format!("object {} cannot be rebuilt: {e}", String::from_utf8_lossy(name)))
+        })?;
+    }
+    let data: Vec<&[u8]> = shards[..k].iter().map(|s| s.as_deref().expect("whole after rebuilding")).collect();
+    join_shards(&data, (offset - s0 * k as u64 * unit) as usize, out);
+    Ok(())
+}
+
+/// Names in `coll` under `prefix` from `from` on, that a read quorum of drives holds, at most `limit`: the
+/// drives' ordered name iterators merged, each step bounded by the first drive to fill its page.
+async fn list_entries<S: Store>(
+    set: &Arc<SetInner<S>>,
+    coll: &SetColl<S::Coll>,
+    prefix: &[u8],
+    from: &[u8],
+    limit: usize,
+) -> StoreResult<Vec<NameEntry<SetObj<S>>>> {
+    let quorum = set.geometry().read_quorum();
+    let mut out = Vec::new();
+    let mut from = from.to_vec();
+    // Each step moves past at least one drive's whole page; names that too few drives hold (a stale drive's)
+    // are skipped, at most LIST_STEPS_MAX pages of them.
+    for _ in 0..LIST_STEPS_MAX {
+        let want = limit - out.len() + 1;
+        let pages = join_all(set.members.iter().zip(coll.members.iter()).map(|(m, c)| {
+            let from = &from;
+            async move {
+                match (m, c) {
+                    (Some(store), Some(c)) => store.snapshot().list_entries(c, prefix, from, want).await.ok(),
+                    _ => None,
+                }
+            }
+        }))
+        .await;
+        let answered = pages.iter().filter(|p| p.is_some()).count();
+        if answered < quorum {
+            return Err(StoreError::unavailable(format!(
+                "{answered} of {} drives listed {}; {quorum} are needed",
+                set.members.len(),
+                coll.name
+            )));
+        }
+        // Names past the end of a full page may be missing from it: stop there.
+        let horizon: Option<Vec<u8>> =
+            pages.iter().flatten().filter(|p| p.len() == want).filter_map(|p| p.last().map(|e| e.name.clone())).min();
+        let mut merged: BTreeMap<Vec<u8>, Vec<Option<Vec<u8>>>> = BTreeMap::new();
+        for page in pages.into_iter().flatten() {
+            for e in page {
+                if horizon.as_ref().is_some_and(|h| e.name > *h) {
+                    continue;
+                }
+                merged.entry(e.name).or_default().push(e.tag);
+            }
+        }
+        let exhausted = horizon.is_none();
+        for (name, tags) in merged {
+            if tags.len() < quorum {
+                continue;
+            }
+            from = name.clone();
+            from.push(0);
+            let tag = most_common(tags);
+            let obj = SetObj {
+                coll: coll.clone(),
+                name: name.as_slice().into(),
+                resolved: Arc::new(tokio::sync::OnceCell::new()),
+            };
+            out.push(NameEntry { name, obj, tag });
+            if out.len() == limit {
+                return Ok(out);
+            }
+        }
+        match horizon {
+            _ if exhausted => return Ok(out),
+            Some(h) => {
+                from = h;
+                from.push(0);
+            }
+            None => return Ok(out),
+        }
+    }
+    Err(StoreError::unavailable(format!(
+        "the drives disagree on too many names of {} (more than {LIST_STEPS_MAX} pages): heal must run first",
+        coll.name
+    )))
+}
+
+/// Pages a listing step walks past at most for names that too few drives hold.
+const LIST_STEPS_MAX: usize = 10_000;
+
+/// The value most drives hold (drives holding a stale version are the minority).
+fn most_common(values: Vec<Option<Vec<u8>>>) -> Option<Vec<u8>> {
+    let mut counts: BTreeMap<Option<Vec<u8>>, usize> = BTreeMap::new();
+    for v in values {
+        *counts.entry(v).or_default() += 1;
+    }
+    counts.into_iter().max_by_key(|(_, n)| *n).and_then(|(v, _)| v)
+}

@@ -1,0 +1,463 @@
+//! The undo log: until a write's outcome is known, every drive that applied it keeps, in the same drive
+//! transaction, what it needs to put each touched object back (the old object itself, renamed aside, or the
+//! old size and attributes of an object changed in place). When a write quorum committed, the entries are
+//! removed in the background (batched); when fewer did, the drives that applied it are put back at once.
+//! A crash can leave entries behind: at open, each write they name is settled by the drives' state: if a
+//! write quorum holds what the write left, it stands (the entries go), else every drive that holds it is
+//! put back. An acknowledged write always stands; an unacknowledged one is wholly there or wholly absent.
+
+use crate::read::{DriveState, drive_state};
+use crate::{SetColl, SetInner};
+use mosaic_store::{ErrorKind, Op, Snapshot, Store, StoreError, StoreResult, Txn};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Each drive's collection of undo entries (one object per entry, named write id + entry index).
+pub(crate) const UNDO_COLLECTION: &str = ".ec-undo";
+/// The attribute holding an entry.
+pub(crate) const UNDO_ATTR: &[u8] = b"ec.undo";
+const UNDO_VERSION: u8 = 1;
+/// Largest encoded entry (it is one attribute).
+pub(crate) const UNDO_ENTRY_MAX_BYTES: usize = 60 << 10;
+/// Most entries recovery reads from one drive at open (cleanup keeps the log short).
+const RECOVERY_ENTRIES_MAX: usize = 1 << 20;
+/// Entries removed per drive transaction by the cleaner.
+const CLEANUP_BATCH: usize = 1024;
+
+/// How to put one object back on one drive.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum UndoAction {
+    /// The old object was renamed to this entry's own object: rename it back.
+    Restore,
+    /// The object did not exist on the drive before the write: remove it.
+    RemoveCreated,
+    /// The object was changed in place: set back its size, attributes, listing tag and priority.
+    Revert { old_size: u64, attrs: Vec<(Vec<u8>, Option<Vec<u8>>)>, tag: Option<Vec<u8>>, priority: bool },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct UndoEntry {
+    pub(crate) coll: String,
+    pub(crate) name: Vec<u8>,
+    /// What the write left the object as: its layout's write id, or None when it removed it.
+    pub(crate) target: Option<[u8; 16]>,
+    pub(crate) action: UndoAction,
+}
+
+/// A drive's entries of one write: (entry object, entry).
+type DriveEntries = Vec<(Vec<u8>, UndoEntry)>;
+
+/// The name of entry `index` of write `write_id`.
+pub(crate) fn entry_name(write_id: &[u8; 16], index: u32) -> Vec<u8> {
+    let mut n = write_id.to_vec();
+    n.extend_from_slice(&index.to_be_bytes());
+    n
+}
+
+fn put_bytes(v: &mut Vec<u8>, b: &[u8]) {
+    v.extend_from_slice(&(b.len() as u32).to_be_bytes());
+    v.extend_from_slice(b);
+}
+
+fn put_opt(v: &mut Vec<u8>, b: &Option<Vec<u8>>) {
+    match b {
+        Some(b) => {
+            v.push(1);
+            put_bytes(v, b);
+        }
+        None => v.push(0),
+    }
+}
+
+struct Cursor<'a>(&'a [u8]);
+
+impl<'a> Cursor<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
+        if self.0.len() < n {
+            return Err("an undo entry ends early".into());
+        }
+        let (a, b) = self.0.split_at(n);
+        self.0 = b;
+        Ok(a)
+    }
+    fn u8(&mut self) -> Result<u8, String> {
+        Ok(self.take(1)?[0])
+    }
+    fn u32(&mut self) -> Result<u32, String> {
+        Ok(u32::from_be_bytes(self.take(4)?.try_into().expect("4 bytes")))
+    }
+    fn u64(&mut self) -> Result<u64, String> {
+        Ok(u64::from_be_bytes(self.take(8)?.try_into().expect("8 bytes")))
+    }
+    fn bytes(&mut self) -> Result<Vec<u8>, String> {
+        let n = self.u32()? as usize;
+        Ok(self.take(n)?.to_vec())
+    }
+    fn opt(&mut self) -> Result<Option<Vec<u8>>, String> {
+        match self.u8()? {
+            0 => Ok(None),
+            1 => self.bytes().map(Some),
+            x => Err(format!("an undo entry has a bad flag {x}")),
+        }
+    }
+}
+
+impl UndoEntry {
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let mut v = vec![UNDO_VERSION];
+        put_bytes(&mut v, self.coll.as_bytes());
+        put_bytes(&mut v, &self.name);
+        put_opt(&mut v, &self.target.map(|t| t.to_vec()));
+        match &self.action {
+            UndoAction::Restore => v.push(0),
+            UndoAction::RemoveCreated => v.push(1),
+            UndoAction::Revert { old_size, attrs, tag, priority } => {
+                v.push(2);
+                v.extend_from_slice(&old_size.to_be_bytes());
+                put_opt(&mut v, tag);
+                v.push(u8::from(*priority));
+                v.extend_from_slice(&(attrs.len() as u32).to_be_bytes());
+                for (k, val) in attrs {
+                    put_bytes(&mut v, k);
+                    put_opt(&mut v, val);
+                }
+            }
+        }
+        let crc = crc_fast::checksum(crc_fast::CrcAlgorithm::Crc32Iscsi, &v) as u32;
+        v.extend_from_slice(&crc.to_be_bytes());
+        debug_assert_eq!(Self::decode(&v).as_ref(), Ok(self), "an undo entry decodes back before it is written");
+        v
+    }
+
+    pub(crate) fn decode(raw: &[u8]) -> Result<Self, String> {
+        if raw.len() < 5 {
+            return Err("a short undo entry".into());
+        }
+        let (body, crc) = raw.split_at(raw.len() - 4);
+        if crc_fast::checksum(crc_fast::CrcAlgorithm::Crc32Iscsi, body) as u32
+            != u32::from_be_bytes(crc.try_into().expect("4 bytes"))
+        {
+            return Err("an undo entry fails its checksum".into());
+        }
+        let mut c = Cursor(body);
+        if c.u8()? != UNDO_VERSION {
+            return Err("an undo entry of an unknown version".into());
+        }
+        let coll = String::from_utf8(c.bytes()?).map_err(|_| "an undo entry's collection is not UTF-8")?;
+        let name = c.bytes()?;
+        let target = match c.opt()? {
+            Some(t) => Some(t.try_into().map_err(|_| "an undo entry's target is not a write id")?),
+            None => None,
+        };
+        let action = match c.u8()? {
+            0 => UndoAction::Restore,
+            1 => UndoAction::RemoveCreated,
+            2 => {
+                let old_size = c.u64()?;
+                let tag = c.opt()?;
+                let priority = c.u8()? != 0;
+                let n = c.u32()? as usize;
+                if n > 1 << 16 {
+                    return Err("an undo entry with too many attributes".into());
+                }
+                let mut attrs = Vec::with_capacity(n);
+                for _ in 0..n {
+                    attrs.push((c.bytes()?, c.opt()?));
+                }
+                UndoAction::Revert { old_size, attrs, tag, priority }
+            }
+            x => return Err(format!("an undo entry of kind {x}")),
+        };
+        if !c.0.is_empty() {
+            return Err("an undo entry with trailing bytes".into());
+        }
+        Ok(UndoEntry { coll, name, target, action })
+    }
+}
+
+/// Makes sure every present drive has its undo-log collection.
+pub(crate) async fn prepare<S: Store>(members: &[Option<Arc<S>>]) -> StoreResult<Vec<Option<S::Coll>>> {
+    let mut out = Vec::with_capacity(members.len());
+    for m in members {
+        let Some(store) = m else {
+            out.push(None);
+            continue;
+        };
+        let coll = match store.snapshot().collection(UNDO_COLLECTION).await {
+            Ok(Some(c)) => Some(c),
+            Ok(None) => {
+                match store.commit(Txn::new().op(Op::CreateCollection { name: UNDO_COLLECTION.into() })).await {
+                    Ok(_) => {}
+                    Err(e) if e.kind == ErrorKind::CollectionExists => {}
+                    Err(e) => {
+                        tracing::warn!(error = %e, "a drive cannot take writes; it joins the set read-only");
+                    }
+                }
+                store.snapshot().collection(UNDO_COLLECTION).await.ok().flatten()
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "a drive did not answer; it joins the set as failed");
+                None
+            }
+        };
+        out.push(coll);
+    }
+    Ok(out)
+}
+
+/// The ops that put one object back on a drive, given its entry (whose own object is `entry_obj`).
+pub(crate) fn undo_ops<C: Clone, St>(
+    coll: &C,
+    undo_coll: &C,
+    entry_obj: &[u8],
+    e: &UndoEntry,
+    exists: bool,
+) -> Vec<Op<C, St>> {
+    let name = e.name.clone();
+    let remove_entry = Op::Remove { coll: undo_coll.clone(), name: entry_obj.to_vec() };
+    match &e.action {
+        UndoAction::Restore => vec![
+            Op::Rename { coll: undo_coll.clone(), from: entry_obj.to_vec(), to_coll: coll.clone(), to: name.clone() },
+            Op::RemoveAttr { coll: coll.clone(), name, key: UNDO_ATTR.to_vec() },
+        ],
+        UndoAction::RemoveCreated if exists => vec![Op::Remove { coll: coll.clone(), name }, remove_entry],
+        UndoAction::RemoveCreated => vec![remove_entry],
+        UndoAction::Revert { old_size, attrs, tag, priority } => {
+            let mut ops = vec![Op::Truncate { coll: coll.clone(), name: name.clone(), size_bytes: *old_size }];
+            for (k, v) in attrs {
+                ops.push(match v {
+                    Some(v) => Op::SetAttr { coll: coll.clone(), name: name.clone(), key: k.clone(), value: v.clone() },
+                    None => Op::RemoveAttr { coll: coll.clone(), name: name.clone(), key: k.clone() },
+                });
+            }
+            if let Some(t) = tag {
+                ops.push(Op::SetNameTag { coll: coll.clone(), name: name.clone(), tag: t.clone() });
+            }
+            ops.push(Op::SetPriority { coll: coll.clone(), name, high: *priority });
+            ops.push(remove_entry);
+            ops
+        }
+    }
+}
+
+/// Whether object `e` is, on drive `d`, in the state the write left it (so that undoing it is right).
+async fn in_target_state<S: Store>(
+    set: &SetInner<S>,
+    d: usize,
+    coll: &SetColl<S::Coll>,
+    e: &UndoEntry,
+) -> Option<bool> {
+    match drive_state(set, d, coll, &e.name).await {
+        DriveState::Failed => None,
+        DriveState::Absent => Some(e.target.is_none()),
+        DriveState::Present { layout, .. } => Some(e.target == Some(layout.write_id)),
+    }
+}
+
+/// Puts a drive's objects back as the write found them (its entries, in any order) and drops the entries.
+pub(crate) async fn undo_on_drive<S: Store>(
+    set: &SetInner<S>,
+    d: usize,
+    entries: &[(Vec<u8>, UndoEntry)],
+) -> StoreResult<()> {
+    let (Some(store), Some(undo_coll)) = (&set.members[d], &set.undo_colls[d]) else {
+        return Err(StoreError::unavailable(format!("drive {d} is missing")));
+    };
+    let snap = store.snapshot();
+    let mut txn: Txn<S::Coll, S::Staged> = Txn::new();
+    for (entry_obj, e) in entries {
+        match snap.collection(&e.coll).await? {
+            Some(c) => {
+                let exists = snap.lookup(&c, &e.name).await?.is_some();
+                txn.ops.extend(undo_ops(&c, undo_coll, entry_obj, e, exists));
+            }
+            // The collection went (it was only ever on this drive): nothing to put back.
+            None => txn.ops.push(Op::Remove { coll: undo_coll.clone(), name: entry_obj.clone() }),
+        }
+    }
+    store.commit(txn).await.map(|_| ())
+}
+
+/// Queues the removal of a committed write's entries on the drives that applied it.
+pub(crate) fn queue_cleanup<S: Store>(set: &SetInner<S>, entries: Vec<(usize, Vec<u8>)>) {
+    let mut pending = set.cleanup.lock();
+    for (d, name) in entries {
+        pending[d].push(name);
+    }
+    set.cleanup_wake.notify_one();
+}
+
+/// Removes queued entries, at most `CLEANUP_BATCH` per drive; returns how many remain queued.
+pub(crate) async fn clean_some<S: Store>(set: &SetInner<S>) -> usize {
+    let batches: Vec<Vec<Vec<u8>>> = {
+        let mut pending = set.cleanup.lock();
+        pending.iter_mut().map(|p| p.drain(..p.len().min(CLEANUP_BATCH)).collect()).collect()
+    };
+    let work = batches.into_iter().enumerate().filter(|(_, b)| !b.is_empty()).map(|(d, batch)| async move {
+        let (Some(store), Some(coll)) = (&set.members[d], &set.undo_colls[d]) else { return };
+        let ops = batch.into_iter().map(|name| Op::Remove { coll: coll.clone(), name }).collect();
+        // A drive that fails here keeps its entries: recovery removes them at the next open.
+        if let Err(e) = store.commit(Txn { ops, priority: Some(mosaic_store::Priority::Background) }).await {
+            tracing::debug!(drive = d, error = %e, "undo-log cleanup failed");
+        }
+    });
+    futures::future::join_all(work).await;
+    set.cleanup.lock().iter().map(Vec::len).sum()
+}
+
+/// Removes every queued entry (at close).
+pub(crate) async fn flush_cleanup<S: Store>(set: &SetInner<S>) {
+    for _ in 0..RECOVERY_ENTRIES_MAX / CLEANUP_BATCH {
+        if clean_some(set).await == 0 {
+            return;
+        }
+    }
+}
+
+/// Every entry a drive holds, by write id.
+async fn drive_entries<S: Store>(set: &SetInner<S>, d: usize) -> StoreResult<Vec<(Vec<u8>, UndoEntry)>> {
+    let (Some(store), Some(coll)) = (&set.members[d], &set.undo_colls[d]) else { return Ok(Vec::new()) };
+    let snap = store.snapshot();
+    let mut out = Vec::new();
+    let mut from = Vec::new();
+    loop {
+        let page = snap.list_entries(coll, b"", &from, 1000).await?;
+        let Some(last) = page.last() else { break };
+        from = last.name.clone();
+        from.push(0);
+        let full = page.len() == 1000;
+        for e in page {
+            let raw = snap.attr(&e.obj, UNDO_ATTR).await?;
+            match raw.as_deref().map(UndoEntry::decode) {
+                Some(Ok(entry)) => out.push((e.name, entry)),
+                // An entry written without its value, or damaged: nothing to put back from it.
+                other => {
+                    tracing::warn!(drive = d, problem = ?other.map(|r| r.err()), "an undo entry cannot be read; dropped");
+                    out.push((
+                        e.name,
+                        UndoEntry {
+                            coll: String::new(),
+                            name: Vec::new(),
+                            target: None,
+                            action: UndoAction::RemoveCreated,
+                        },
+                    ));
+                }
+            }
+        }
+        if out.len() > RECOVERY_ENTRIES_MAX {
+            return Err(StoreError::new(
+                ErrorKind::Limit,
+                format!("drive {d} holds more than {RECOVERY_ENTRIES_MAX} undo entries"),
+            ));
+        }
+        if !full {
+            break;
+        }
+    }
+    Ok(out)
+}
+
+/// Settles every write that a crash left undecided (see the module comment).
+pub(crate) async fn recover<S: Store>(set: &Arc<SetInner<S>>) -> StoreResult<()> {
+    // write id -> drive -> entries
+    let mut writes: BTreeMap<[u8; 16], BTreeMap<usize, DriveEntries>> = BTreeMap::new();
+    for d in 0..set.members.len() {
+        for (obj, entry) in drive_entries(set, d).await? {
+            let id: [u8; 16] = obj.get(..16).and_then(|p| p.try_into().ok()).unwrap_or_default();
+            writes.entry(id).or_default().entry(d).or_default().push((obj, entry));
+        }
+    }
+    if writes.is_empty() {
+        return Ok(());
+    }
+    tracing::info!(writes = writes.len(), "settling writes that a restart left undecided");
+    let quorum = set.geometry().write_quorum();
+    let snap = crate::read::SetSnapshot::new(set.clone());
+    for (_, drives) in writes {
+        // The write stands if, for every object it touched, a write quorum holds what it left.
+        let mut stands = true;
+        let objects: BTreeMap<(String, Vec<u8>), UndoEntry> = drives
+            .values()
+            .flatten()
+            .filter(|(_, e)| !e.coll.is_empty())
+            .map(|(_, e)| ((e.coll.clone(), e.name.clone()), e.clone()))
+            .collect();
+        for e in objects.values() {
+            let Some(coll) = snap.collection(&e.coll).await.ok().flatten() else { continue };
+            let mut held = 0;
+            for d in 0..set.members.len() {
+                if in_target_state(set, d, &coll, e).await == Some(true) {
+                    held += 1;
+                }
+            }
+            stands &= held >= quorum;
+        }
+        for (d, entries) in drives {
+            let result = if stands {
+                let names = entries.into_iter().map(|(n, _)| n).collect();
+                remove_entries(set, d, names).await
+            } else {
+                let mut to_undo = Vec::new();
+                let mut to_drop = Vec::new();
+                for (n, e) in entries {
+                    let coll = if e.coll.is_empty() { None } else { snap.collection(&e.coll).await.ok().flatten() };
+                    match coll {
+                        Some(c) if in_target_state(set, d, &c, &e).await == Some(true) => to_undo.push((n, e)),
+                        _ => to_drop.push(n),
+                    }
+                }
+                match undo_on_drive(set, d, &to_undo).await {
+                    Ok(()) => remove_entries(set, d, to_drop).await,
+                    Err(e) => Err(e),
+                }
+            };
+            if let Err(e) = result {
+                tracing::warn!(drive = d, error = %e, "a drive could not settle an undecided write; it stays for the next open");
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn remove_entries<S: Store>(set: &SetInner<S>, d: usize, names: Vec<Vec<u8>>) -> StoreResult<()> {
+    let (Some(store), Some(coll)) = (&set.members[d], &set.undo_colls[d]) else { return Ok(()) };
+    if names.is_empty() {
+        return Ok(());
+    }
+    let ops = names.into_iter().map(|name| Op::Remove { coll: coll.clone(), name }).collect();
+    store.commit(Txn { ops, priority: None }).await.map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_round_trip_and_refuse_damage() {
+        let entries = [
+            UndoEntry { coll: "b/x".into(), name: b"k".to_vec(), target: Some([3; 16]), action: UndoAction::Restore },
+            UndoEntry { coll: "mpu".into(), name: vec![0, 255], target: None, action: UndoAction::RemoveCreated },
+            UndoEntry {
+                coll: "b/y".into(),
+                name: b"log".to_vec(),
+                target: Some([9; 16]),
+                action: UndoAction::Revert {
+                    old_size: 12_345,
+                    attrs: vec![(b"s3.meta".to_vec(), Some(b"{}".to_vec())), (b"s3.tags".to_vec(), None)],
+                    tag: Some(b"t".to_vec()),
+                    priority: true,
+                },
+            },
+        ];
+        for e in entries {
+            let raw = e.encode();
+            assert_eq!(UndoEntry::decode(&raw), Ok(e));
+            let mut bad = raw.clone();
+            bad[3] ^= 1;
+            assert!(UndoEntry::decode(&bad).is_err());
+            assert!(UndoEntry::decode(&raw[..raw.len() - 1]).is_err());
+        }
+        assert_eq!(entry_name(&[1; 16], 7)[16..], [0, 0, 0, 7]);
+    }
+}

@@ -1,0 +1,1050 @@
+//! Writing a set. Staging cuts whole stripes into k data shards, computes m parity shards and stages each
+//! shard on its drive, all drives at once. A commit turns the logical transaction into one transaction per
+//! drive: the same collections and names, shard offsets for staged stripes, the tail (bytes past the last
+//! whole stripe) written whole on its holders, the object's layout and attributes on every drive. It holds
+//! the objects' locks, submits to every drive at once, and succeeds when a write quorum committed every
+//! object it touched; otherwise the drives that committed are put back (the undo log) and it fails.
+
+use crate::codec::codec_for;
+use crate::layout::{ObjectLayout, SetGeometry, split_into_shards};
+use crate::read::{DriveState, Verdict, decide, drive_states};
+use crate::undo::{UNDO_ATTR, UNDO_ENTRY_MAX_BYTES, UndoAction, UndoEntry, entry_name, queue_cleanup, undo_on_drive};
+use crate::{LAYOUT_ATTR, SetColl, SetInner, SetStaged};
+use futures::future::join_all;
+use mosaic_store::{AlignedBuf, ErrorKind, Op, Outcome, Snapshot, Store, StoreError, StoreResult, Txn};
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+/// Cuts whole stripes into shards and stages each on its drive.
+pub(crate) async fn stage<S: Store>(
+    set: &SetInner<S>,
+    buf: AlignedBuf,
+    len_bytes: usize,
+    hint: &[u8],
+) -> StoreResult<(SetStaged<S::Staged>, AlignedBuf)> {
+    let g = *set.geometry();
+    let stripe = g.stripe_bytes() as usize;
+    if len_bytes == 0 || len_bytes > buf.len() || !len_bytes.is_multiple_of(stripe) {
+        return Err(StoreError::new(ErrorKind::InvalidArgument, "staged bytes must be whole stripes of the buffer"));
+    }
+    stage_at(set, buf, len_bytes, g.rotation_for(hint), hint).await
+}
+
+/// Stages whole stripes with shard 0 on drive `rotation`.
+async fn stage_at<S: Store>(
+    set: &SetInner<S>,
+    buf: AlignedBuf,
+    len_bytes: usize,
+    rotation: usize,
+    hint: &[u8],
+) -> StoreResult<(SetStaged<S::Staged>, AlignedBuf)> {
+    let g = *set.geometry();
+    // Splitting and encoding are CPU work: off the async threads.
+    let (buf, shards) = tokio::task::spawn_blocking(move || encode_stripes(g, buf, len_bytes))
+        .await
+        .map_err(|e| StoreError::internal(format!("an encoding worker failed: {e}")))??;
+    let shard_len = len_bytes / g.data;
+    let mut by_drive: Vec<Option<AlignedBuf>> = (0..g.drives()).map(|_| None).collect();
+    let mut data_buf = Some(buf);
+    let mut returned = None;
+    for (j, shard) in shards.into_iter().enumerate() {
+        let d = g.drive_of_shard(rotation, j);
+        by_drive[d] = match shard {
+            Some(s) => Some(s),
+            // With one data shard, the caller's buffer is that shard.
+            None => data_buf.take(),
+        };
+    }
+    let staged = join_all(by_drive.into_iter().enumerate().map(|(d, shard)| {
+        let member = set.members[d].clone();
+        async move {
+            let (Some(store), Some(shard)) = (member, shard) else { return (None, None) };
+            match store.stage(shard, shard_len, hint).await {
+                Ok((st, b)) => (Some(st), Some(b)),
+                Err(e) => {
+                    tracing::warn!(drive = d, error = %e, "a drive failed to stage its shard");
+                    (None, None)
+                }
+            }
+        }
+    }))
+    .await;
+    let mut out = Vec::with_capacity(g.drives());
+    for (d, (st, b)) in staged.into_iter().enumerate() {
+        if g.data == 1 && g.shard_on_drive(rotation, d) == 0 {
+            returned = b;
+        }
+        out.push(st);
+    }
+    let buf = returned.or(data_buf).unwrap_or_else(|| AlignedBuf::zeroed(len_bytes));
+    Ok((SetStaged { rotation, len_bytes: len_bytes as u64, shards: out }, buf))
+}
+
+/// The k + m shards of whole stripes (None for shard 0 when k is 1: the buffer itself is that shard).
+fn encode_stripes(g: SetGeometry, buf: AlignedBuf, len: usize) -> StoreResult<(AlignedBuf, Vec<Option<AlignedBuf>>)> {
+    let shard_len = len / g.data;
+    let mut shards: Vec<Option<AlignedBuf>> = (0..g.drives()).map(|_| None).collect();
+    if g.data > 1 {
+        let mut data: Vec<AlignedBuf> = (0..g.data).map(|_| AlignedBuf::zeroed(shard_len)).collect();
+        let mut refs: Vec<&mut [u8]> = data.iter_mut().map(|b| &mut b.as_mut_slice()[..shard_len]).collect();
+        split_into_shards(&buf.as_slice()[..len], g.data, &mut refs);
+        for (j, d) in data.into_iter().enumerate() {
+            shards[j] = Some(d);
+        }
+    }
+    if g.parity > 0 {
+        let mut parity: Vec<AlignedBuf> = (0..g.parity).map(|_| AlignedBuf::zeroed(shard_len)).collect();
+        {
+            let data: Vec<&[u8]> = if g.data == 1 {
+                vec![&buf.as_slice()[..len]]
+            } else {
+                shards[..g.data].iter().map(|s| &s.as_ref().expect("split").as_slice()[..shard_len]).collect()
+            };
+            let mut prefs: Vec<&mut [u8]> = parity.iter_mut().map(|b| &mut b.as_mut_slice()[..shard_len]).collect();
+            codec_for(g.data, g.parity)
+                .encode(&data, &mut prefs)
+                .map_err(|e| StoreError::internal(format!("encoding failed: {e}")))?;
+        }
+        for (i, p) in parity.into_iter().enumerate() {
+            shards[g.data + i] = Some(p);
+        }
+    }
+    Ok((buf, shards))
+}
+
+type SetTxn<S> = Txn<SetColl<<S as Store>::Coll>, SetStaged<<S as Store>::Staged>>;
+type DriveOp<S> = Op<<S as Store>::Coll, <S as Store>::Staged>;
+
+/// What the planner knows of one object the transaction touches.
+struct ObjWork {
+    coll: Arc<str>,
+    name: Vec<u8>,
+    /// Its version before the transaction (None: absent on a quorum).
+    before: Option<ObjectLayout>,
+    /// Drives holding that version.
+    holders: u16,
+    /// Drives holding the object in any version (they must move it aside before replacing it).
+    present_on: u16,
+    /// Its state as the operations so far left it.
+    now: Option<ObjectLayout>,
+    /// Drives taking part in this object's changes: every drive for a replacement, the holders for a
+    /// change in place.
+    participants: u16,
+    /// Whether the transaction replaced it (so a change in place needs no revert entry).
+    replaced: bool,
+    /// Attributes, listing tag and priority changed in place (what a revert entry must restore).
+    changed_attrs: BTreeSet<Vec<u8>>,
+    changed_tag: bool,
+    changed_priority: bool,
+    /// Its undo entry per drive once saved: (entry index, whether the drive moved the object aside).
+    saved: HashMap<usize, (u32, bool)>,
+    /// Its priority before the transaction (what a revert restores).
+    before_priority: bool,
+    /// Tail bytes this transaction appended (with the tail before it, what encoding the tail needs).
+    appended_tail: Vec<u8>,
+}
+
+struct Planner<'a, S: Store> {
+    set: &'a Arc<SetInner<S>>,
+    g: SetGeometry,
+    write_id: [u8; 16],
+    now_ns: u64,
+    /// Whether drives keep an undo log for this transaction (not for a set of one drive, whose
+    /// transaction is atomic by itself).
+    logged: bool,
+    objects: Vec<ObjWork>,
+    index: HashMap<(Arc<str>, Vec<u8>), usize>,
+    /// Collection handles by name.
+    colls: HashMap<Arc<str>, SetColl<S::Coll>>,
+    /// Per drive: (object it belongs to, op); None for ops that belong to no object (collections).
+    ops: Vec<Vec<(Option<usize>, DriveOp<S>)>>,
+    /// Drives that must commit for the transaction's collection operations.
+    coll_participants: Vec<(String, u16)>,
+    next_entry: u32,
+    outcome: Outcome,
+}
+
+fn bad(op: usize, why: impl Into<String>) -> StoreError {
+    StoreError::new(ErrorKind::InvalidArgument, why).in_op(op)
+}
+
+fn now_ns() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
+}
+
+fn mask_iter(mask: u16) -> impl Iterator<Item = usize> {
+    (0..16).filter(move |d| mask & (1 << d) != 0)
+}
+
+impl<'a, S: Store> Planner<'a, S> {
+    fn new(set: &'a Arc<SetInner<S>>) -> Self {
+        let g = *set.geometry();
+        Planner {
+            set,
+            g,
+            write_id: rand::random(),
+            now_ns: now_ns(),
+            logged: g.drives() > 1,
+            objects: Vec::new(),
+            index: HashMap::new(),
+            colls: HashMap::new(),
+            ops: (0..g.drives()).map(|_| Vec::new()).collect(),
+            coll_participants: Vec::new(),
+            next_entry: 0,
+            outcome: Outcome::default(),
+        }
+    }
+
+    /// A fresh, empty layout for an object named `name`.
+    fn empty_layout(&self, name: &[u8]) -> ObjectLayout {
+        ObjectLayout {
+            codec: codec_for(self.g.data, self.g.parity).id(),
+            data: self.g.data as u8,
+            parity: self.g.parity as u8,
+            rotation: self.g.rotation_for(name) as u8,
+            write_id: self.write_id,
+            size_bytes: 0,
+            encoded_bytes: 0,
+            tail_holders: 0,
+            mtime_ns: self.now_ns,
+        }
+    }
+
+    /// Drives where collection `coll` exists (they can take this object's operations).
+    fn coll_drives(coll: &SetColl<S::Coll>) -> u16 {
+        coll.members.iter().enumerate().filter(|(_, c)| c.is_some()).fold(0, |m, (d, _)| m | 1 << d)
+    }
+
+    /// The object `(coll, name)`, read from every drive on first use.
+    async fn object(&mut self, coll: &SetColl<S::Coll>, name: &[u8]) -> StoreResult<usize> {
+        if let Some(i) = self.index.get(&(coll.name.clone(), name.to_vec())) {
+            return Ok(*i);
+        }
+        self.colls.entry(coll.name.clone()).or_insert_with(|| coll.clone());
+        let states = drive_states(self.set, coll, name).await;
+        let present_on = states
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| matches!(s, DriveState::Present { .. }))
+            .fold(0u16, |m, (d, _)| m | 1 << d);
+        let (before, holders, before_priority) = match decide(states, self.g.read_quorum()) {
+            Verdict::Found(r) => {
+                let holders =
+                    r.holders.iter().enumerate().filter(|(_, h)| h.is_some()).fold(0u16, |m, (d, _)| m | 1 << d);
+                (Some(r.layout), holders, r.high_priority)
+            }
+            Verdict::Absent => (None, 0, false),
+            Verdict::NoQuorum { answered, agreeing } => {
+                return Err(StoreError::unavailable(format!(
+                    "{answered} drives answered and at most {agreeing} agree on object {}; {} are needed",
+                    String::from_utf8_lossy(name),
+                    self.g.read_quorum()
+                )));
+            }
+        };
+        let w = ObjWork {
+            coll: coll.name.clone(),
+            name: name.to_vec(),
+            before,
+            holders,
+            present_on,
+            now: before,
+            participants: if before.is_some() { holders } else { Self::coll_drives(coll) },
+            replaced: false,
+            changed_attrs: BTreeSet::new(),
+            changed_tag: false,
+            changed_priority: false,
+            saved: HashMap::new(),
+            before_priority,
+            appended_tail: Vec::new(),
+        };
+        self.objects.push(w);
+        let i = self.objects.len() - 1;
+        self.index.insert((coll.name.clone(), name.to_vec()), i);
+        Ok(i)
+    }
+
+    fn coll_of(&self, o: usize) -> SetColl<S::Coll> {
+        self.colls[&self.objects[o].coll].clone()
+    }
+
+    fn push(&mut self, d: usize, o: Option<usize>, op: DriveOp<S>) {
+        self.ops[d].push((o, op));
+    }
+
+    /// Before the object is replaced (reset, created over, removed, cloned onto): every drive that holds it
+    /// moves it aside into its undo log, and every drive takes part.
+    fn replace(&mut self, o: usize) {
+        let coll = self.coll_of(o);
+        let w = &self.objects[o];
+        if w.replaced {
+            return;
+        }
+        let all = Self::coll_drives(&coll);
+        let present = w.present_on;
+        let name = w.name.clone();
+        for d in mask_iter(all) {
+            if !self.logged || self.objects[o].saved.contains_key(&d) {
+                continue;
+            }
+            let Some(undo) = self.set.undo_colls[d].clone() else { continue };
+            let Some(c) = coll.members[d].clone() else { continue };
+            let entry = self.next_entry;
+            self.next_entry += 1;
+            let entry_obj = entry_name(&self.write_id, entry);
+            let moved = present & (1 << d) != 0;
+            if moved {
+                self.push(d, Some(o), Op::Rename { coll: c, from: name.clone(), to_coll: undo, to: entry_obj });
+            } else {
+                self.push(d, Some(o), Op::Create { coll: undo, name: entry_obj });
+            }
+            self.objects[o].saved.insert(d, (entry, moved));
+        }
+        let w = &mut self.objects[o];
+        w.participants = all;
+        w.replaced = true;
+        w.present_on = 0;
+    }
+
+    /// Ops that start a fresh, empty object on every participant (a reset: unlogged, with one drive, the
+    /// old object may still be there).
+    fn start_fresh(&mut self, o: usize) {
+        self.replace(o);
+        let name = self.objects[o].name.clone();
+        self.each_participant(o, |c, n| Op::Reset { coll: c, name: n });
+        let layout = self.empty_layout(&name);
+        self.objects[o].now = Some(layout);
+    }
+
+    fn require(&self, op: usize, o: usize) -> StoreResult<ObjectLayout> {
+        self.objects[o].now.ok_or_else(|| {
+            StoreError::not_found(format!("object {}", String::from_utf8_lossy(&self.objects[o].name))).in_op(op)
+        })
+    }
+
+    /// Appends `data` to the object's tail (on its holders), starting the tail if it has none.
+    fn append_tail(&mut self, op: usize, o: usize, data: Vec<u8>) -> StoreResult<()> {
+        let coll = self.coll_of(o);
+        let mut l = self.require(op, o)?;
+        if l.tail_bytes() == 0 {
+            // An object small enough to live in metadata is kept whole on every drive.
+            let whole = l.encoded_bytes == 0 && data.len() as u64 <= self.set.cfg.inline_max_bytes;
+            l.tail_holders = if whole { self.g.all_drives() } else { self.g.tail_holders(l.rotation as usize) };
+        }
+        let at = l.shard_bytes() + l.tail_bytes();
+        let name = self.objects[o].name.clone();
+        for d in mask_iter(self.objects[o].participants & l.tail_holders) {
+            let Some(c) = coll.members[d].clone() else { continue };
+            self.push(d, Some(o), Op::Write { coll: c, name: name.clone(), offset: at, data: data.clone() });
+        }
+        l.size_bytes += data.len() as u64;
+        l.write_id = self.write_id;
+        l.mtime_ns = self.now_ns;
+        let w = &mut self.objects[o];
+        w.now = Some(l);
+        if w.appended_tail.len() < self.set.cfg.max_op_data_bytes as usize {
+            w.appended_tail.extend_from_slice(&data);
+        }
+        Ok(())
+    }
+
+    /// Encodes an object's tail when it is whole stripes (before stripes are added after it): the tail's
+    /// bytes are read (the part from before this transaction, from a holder), cut into shards, staged, and
+    /// replace the tail on every drive.
+    async fn encode_tail(&mut self, i: usize, o: usize) -> StoreResult<()> {
+        let mut l = self.require(i, o)?;
+        let (tail, stripe) = (l.tail_bytes(), self.g.stripe_bytes());
+        if tail == 0 {
+            return Ok(());
+        }
+        if !tail.is_multiple_of(stripe) {
+            return Err(bad(i, "stripes follow an object's tail only when it is whole stripes"));
+        }
+        let mut bytes = Vec::with_capacity(tail as usize);
+        let w = &self.objects[o];
+        let before_tail = w.now.map_or(0, |n| n.tail_bytes()) - w.appended_tail.len() as u64;
+        if before_tail > 0 {
+            let b = w.before.expect("a tail from before the transaction");
+            let read = self.read_tail(o, b).await?;
+            bytes.extend_from_slice(&read[read.len() - before_tail as usize..]);
+        }
+        bytes.extend_from_slice(&self.objects[o].appended_tail);
+        if bytes.len() as u64 != tail {
+            return Err(StoreError::internal("the tail's bytes do not add up"));
+        }
+        let buf = AlignedBuf::copy_of(&bytes);
+        let name = self.objects[o].name.clone();
+        let (staged, _) =
+            stage_at(self.set, buf, bytes.len(), l.rotation as usize, &name).await.map_err(|e| e.in_op(i))?;
+        // Holders drop the tail's bytes; then every drive takes its shard where the tail began.
+        let coll = self.coll_of(o);
+        let at = l.shard_bytes();
+        for d in mask_iter(self.objects[o].participants & l.tail_holders) {
+            if let Some(c) = coll.members[d].clone() {
+                self.push(d, Some(o), Op::Truncate { coll: c, name: name.clone(), size_bytes: at });
+            }
+        }
+        l.size_bytes = l.encoded_bytes;
+        l.tail_holders = 0;
+        self.objects[o].now = Some(l);
+        self.objects[o].appended_tail.clear();
+        self.write_staged(i, o, l.encoded_bytes, staged)
+    }
+
+    async fn op(&mut self, i: usize, op: Op<SetColl<S::Coll>, SetStaged<S::Staged>>) -> StoreResult<()> {
+        match op {
+            Op::CreateCollection { name } => self.create_collection(i, name).await,
+            Op::RemoveCollection { name } => self.remove_collection(i, name).await,
+            Op::Create { coll, name } => {
+                let o = self.object(&coll, &name).await?;
+                if self.objects[o].now.is_some() {
+                    return Err(StoreError::new(ErrorKind::AlreadyExists, "the object exists").in_op(i));
+                }
+                self.start_fresh(o);
+                Ok(())
+            }
+            Op::Reset { coll, name } => {
+                let o = self.object(&coll, &name).await?;
+                self.start_fresh(o);
+                Ok(())
+            }
+            Op::Write { coll, name, offset, data } => {
+                let o = self.object(&coll, &name).await?;
+                if self.objects[o].now.is_none() {
+                    self.start_fresh(o);
+                }
+                if data.len() as u64 > self.set.cfg.max_op_data_bytes {
+                    return Err(StoreError::new(ErrorKind::Limit, "too much data in one write").in_op(i));
+                }
+                let size = self.require(i, o)?.size_bytes;
+                if offset != size {
+                    return Err(bad(i, format!("an erasure set writes at an object's end ({size}), not at {offset}")));
+                }
+                self.append_tail(i, o, data)
+            }
+            Op::Append { coll, name, data, expected_offset } => {
+                let o = self.object(&coll, &name).await?;
+                if self.objects[o].now.is_none() {
+                    self.start_fresh(o);
+                }
+                let size = self.require(i, o)?.size_bytes;
+                if let Some(expected) = expected_offset
+                    && expected != size
+                {
+                    return Err(StoreError::new(
+                        ErrorKind::OffsetMismatch,
+                        format!("the object has {size} bytes, not {expected}"),
+                    )
+                    .in_op(i));
+                }
+                self.append_tail(i, o, data)?;
+                self.outcome.append_sizes.push(size + self.objects[o].now.map_or(0, |l| l.size_bytes - size));
+                Ok(())
+            }
+            Op::WriteStaged { coll, name, offset, staged } => {
+                let o = self.object(&coll, &name).await?;
+                if self.objects[o].now.is_none() {
+                    self.start_fresh(o);
+                }
+                self.encode_tail(i, o).await?;
+                self.write_staged(i, o, offset, staged)
+            }
+            Op::Remove { coll, name } => {
+                let o = self.object(&coll, &name).await?;
+                self.require(i, o)?;
+                self.replace(o);
+                let c = self.coll_of(o);
+                let name = self.objects[o].name.clone();
+                if !self.logged {
+                    for d in mask_iter(self.objects[o].participants) {
+                        if let Some(cd) = c.members[d].clone() {
+                            self.push(d, Some(o), Op::Remove { coll: cd, name: name.clone() });
+                        }
+                    }
+                }
+                self.objects[o].now = None;
+                Ok(())
+            }
+            Op::Clone { coll, from, to_coll, to } => self.clone_object(i, coll, from, to_coll, to).await,
+            Op::CloneRange { src_coll, src, src_offset, len, dst_coll, dst, dst_offset } => {
+                self.clone_range(i, src_coll, src, src_offset, len, dst_coll, dst, dst_offset).await
+            }
+            Op::SetAttr { coll, name, key, value } => {
+                let k = key.clone();
+                self.attr_op(i, coll, name, key, move |c, n| Op::SetAttr {
+                    coll: c,
+                    name: n,
+                    key: k.clone(),
+                    value: value.clone(),
+                })
+                .await
+            }
+            Op::RemoveAttr { coll, name, key } => {
+                let k = key.clone();
+                self.attr_op(i, coll, name, key, move |c, n| Op::RemoveAttr { coll: c, name: n, key: k.clone() }).await
+            }
+            Op::SetNameTag { coll, name, tag } => {
+                let o = self.object(&coll, &name).await?;
+                self.require(i, o)?;
+                self.objects[o].changed_tag = true;
+                self.each_participant(o, |c, n| Op::SetNameTag { coll: c, name: n, tag: tag.clone() });
+                Ok(())
+            }
+            Op::SetPriority { coll, name, high } => {
+                let o = self.object(&coll, &name).await?;
+                self.require(i, o)?;
+                self.objects[o].changed_priority = true;
+                self.each_participant(o, |c, n| Op::SetPriority { coll: c, name: n, high });
+                Ok(())
+            }
+            Op::AssertAttr { coll, name, key, expected } => self.assert_attr(i, coll, name, key, expected).await,
+            Op::AssertExists { coll, name } => {
+                let o = self.object(&coll, &name).await?;
+                if self.objects[o].now.is_none() {
+                    return Err(StoreError::new(ErrorKind::AssertionFailed, "the object does not exist").in_op(i));
+                }
+                Ok(())
+            }
+            Op::Rename { .. } | Op::Truncate { .. } => {
+                Err(bad(i, "renames and truncation are not operations of an erasure set"))
+            }
+        }
+    }
+
+    fn each_participant(&mut self, o: usize, make: impl Fn(S::Coll, Vec<u8>) -> DriveOp<S>) {
+        let coll = self.coll_of(o);
+        let name = self.objects[o].name.clone();
+        for d in mask_iter(self.objects[o].participants) {
+            if let Some(c) = coll.members[d].clone() {
+                self.push(d, Some(o), make(c, name.clone()));
+            }
+        }
+    }
+
+    async fn attr_op(
+        &mut self,
+        i: usize,
+        coll: SetColl<S::Coll>,
+        name: Vec<u8>,
+        key: Vec<u8>,
+        make: impl Fn(S::Coll, Vec<u8>) -> DriveOp<S>,
+    ) -> StoreResult<()> {
+        let o = self.object(&coll, &name).await?;
+        self.require(i, o)?;
+        if key == LAYOUT_ATTR || key == UNDO_ATTR {
+            return Err(bad(i, "the attribute is the erasure set's own"));
+        }
+        self.objects[o].changed_attrs.insert(key);
+        self.each_participant(o, make);
+        Ok(())
+    }
+
+    async fn assert_attr(
+        &mut self,
+        i: usize,
+        coll: SetColl<S::Coll>,
+        name: Vec<u8>,
+        key: Vec<u8>,
+        expected: Option<Vec<u8>>,
+    ) -> StoreResult<()> {
+        let o = self.object(&coll, &name).await?;
+        let w = &self.objects[o];
+        if w.replaced || !w.changed_attrs.is_empty() || w.now != w.before {
+            return Err(bad(i, "an assertion comes before the changes to its object"));
+        }
+        let actual = match w.before {
+            None => None,
+            Some(_) => self.read_attr(o, &key).await?,
+        };
+        if actual != expected {
+            return Err(StoreError::new(ErrorKind::AssertionFailed, "the attribute differs").in_op(i));
+        }
+        Ok(())
+    }
+
+    /// An attribute of the object's current version, from one of its holders.
+    async fn read_attr(&self, o: usize, key: &[u8]) -> StoreResult<Option<Vec<u8>>> {
+        let w = &self.objects[o];
+        let coll = &self.colls[&w.coll];
+        let mut last = None;
+        for d in mask_iter(w.holders) {
+            let (Some(store), Some(c)) = (&self.set.members[d], &coll.members[d]) else { continue };
+            let snap = store.snapshot();
+            match snap.lookup(c, &w.name).await {
+                Ok(Some(info)) => match snap.attr(&info.obj, key).await {
+                    Ok(v) => return Ok(v),
+                    Err(e) => last = Some(e),
+                },
+                Ok(None) => {}
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| StoreError::unavailable("no drive holding the object answered")))
+    }
+
+    fn write_staged(&mut self, i: usize, o: usize, offset: u64, staged: SetStaged<S::Staged>) -> StoreResult<()> {
+        let mut l = self.require(i, o)?;
+        if offset != l.size_bytes || l.tail_bytes() != 0 {
+            return Err(bad(
+                i,
+                format!("stripes are written at the end of the encoded part ({}), not at {offset}", l.encoded_bytes),
+            ));
+        }
+        if l.encoded_bytes == 0 {
+            l.rotation = staged.rotation as u8;
+        } else if l.rotation as usize != staged.rotation {
+            return Err(bad(i, "the stripes were staged for an object placed differently"));
+        }
+        let coll = self.coll_of(o);
+        let name = self.objects[o].name.clone();
+        let at = l.shard_bytes();
+        let mut participants = self.objects[o].participants;
+        for (d, shard) in staged.shards.into_iter().enumerate() {
+            if participants & (1 << d) == 0 {
+                continue;
+            }
+            match (shard, coll.members[d].clone()) {
+                (Some(st), Some(c)) => {
+                    self.push(d, Some(o), Op::WriteStaged { coll: c, name: name.clone(), offset: at, staged: st })
+                }
+                // The drive has no shard: it cannot hold this version (it is healed later).
+                _ => participants &= !(1 << d),
+            }
+        }
+        self.objects[o].participants = participants;
+        l.encoded_bytes += staged.len_bytes;
+        l.size_bytes += staged.len_bytes;
+        l.write_id = self.write_id;
+        l.mtime_ns = self.now_ns;
+        self.objects[o].now = Some(l);
+        Ok(())
+    }
+
+    async fn clone_object(
+        &mut self,
+        i: usize,
+        coll: SetColl<S::Coll>,
+        from: Vec<u8>,
+        to_coll: SetColl<S::Coll>,
+        to: Vec<u8>,
+    ) -> StoreResult<()> {
+        let s = self.object(&coll, &from).await?;
+        let src = self.require(i, s)?;
+        let t = self.object(&to_coll, &to).await?;
+        if s == t {
+            return Ok(());
+        }
+        self.replace(t);
+        let (src_parts, name_from) = (self.objects[s].participants, from);
+        let mut parts = self.objects[t].participants & src_parts;
+        for d in mask_iter(parts) {
+            match (coll.members[d].clone(), to_coll.members[d].clone()) {
+                (Some(c), Some(tc)) => {
+                    self.push(d, Some(t), Op::Clone { coll: c, from: name_from.clone(), to_coll: tc, to: to.clone() })
+                }
+                _ => parts &= !(1 << d),
+            }
+        }
+        self.objects[t].participants = parts;
+        self.objects[t].now = Some(ObjectLayout { write_id: self.write_id, mtime_ns: self.now_ns, ..src });
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn clone_range(
+        &mut self,
+        i: usize,
+        src_coll: SetColl<S::Coll>,
+        src: Vec<u8>,
+        src_offset: u64,
+        len: u64,
+        dst_coll: SetColl<S::Coll>,
+        dst: Vec<u8>,
+        dst_offset: u64,
+    ) -> StoreResult<()> {
+        let s = self.object(&src_coll, &src).await?;
+        let sl = self.require(i, s)?;
+        let t = self.object(&dst_coll, &dst).await?;
+        if self.objects[t].now.is_none() {
+            self.start_fresh(t);
+        }
+        if len >= self.g.stripe_bytes() {
+            self.encode_tail(i, t).await?;
+        }
+        let mut dl = self.require(i, t)?;
+        let stripe = self.g.stripe_bytes();
+        let whole = len / stripe * stripe;
+        if src_offset != 0 || dst_offset != dl.size_bytes || dl.tail_bytes() != 0 || len > sl.size_bytes {
+            return Err(bad(i, "an erasure set clones ranges from an object's start onto another's end"));
+        }
+        if whole > sl.encoded_bytes || (len != whole && len != sl.size_bytes) {
+            return Err(bad(i, "a cloned range is whole stripes, or a whole object"));
+        }
+        if whole > 0 {
+            if dl.encoded_bytes == 0 {
+                dl.rotation = sl.rotation;
+            } else if dl.rotation != sl.rotation {
+                return Err(bad(i, "the source is placed differently from the destination"));
+            }
+            let shard_len = whole / self.g.data as u64;
+            let at = dl.shard_bytes();
+            let mut parts = self.objects[t].participants & self.objects[s].participants;
+            for d in mask_iter(parts) {
+                match (src_coll.members[d].clone(), dst_coll.members[d].clone()) {
+                    (Some(sc), Some(dc)) => self.push(
+                        d,
+                        Some(t),
+                        Op::CloneRange {
+                            src_coll: sc,
+                            src: src.clone(),
+                            src_offset: 0,
+                            len: shard_len,
+                            dst_coll: dc,
+                            dst: dst.clone(),
+                            dst_offset: at,
+                        },
+                    ),
+                    _ => parts &= !(1 << d),
+                }
+            }
+            self.objects[t].participants = parts;
+            dl.encoded_bytes += whole;
+            dl.size_bytes += whole;
+            dl.write_id = self.write_id;
+            dl.mtime_ns = self.now_ns;
+            self.objects[t].now = Some(dl);
+        }
+        if len > whole {
+            // The source's tail (less than a stripe) becomes the destination's: read from a holder.
+            let tail = self.read_tail(s, sl).await?;
+            self.append_tail(i, t, tail)?;
+        }
+        Ok(())
+    }
+
+    async fn read_tail(&self, o: usize, l: ObjectLayout) -> StoreResult<Vec<u8>> {
+        let w = &self.objects[o];
+        let coll = &self.colls[&w.coll];
+        let mut last = None;
+        for d in mask_iter(w.holders & l.tail_holders) {
+            let (Some(store), Some(c)) = (&self.set.members[d], &coll.members[d]) else { continue };
+            let snap = store.snapshot();
+            let Ok(Some(info)) = snap.lookup(c, &w.name).await else { continue };
+            match snap.read(&info.obj, l.shard_bytes(), l.tail_bytes()).await {
+                Ok(b) if b.len() as u64 == l.tail_bytes() => return Ok(b.to_vec()),
+                Ok(_) => last = Some(StoreError::corrupt("a short tail")),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| StoreError::unavailable("no drive holding the object's tail answered")))
+    }
+
+    async fn create_collection(&mut self, i: usize, name: String) -> StoreResult<()> {
+        let found = self.collection_states(&name).await;
+        let present = found.iter().filter(|s| **s == Some(true)).count();
+        if present >= self.g.read_quorum() {
+            return Err(StoreError::new(ErrorKind::CollectionExists, format!("collection {name} exists")).in_op(i));
+        }
+        let mut parts = 0u16;
+        for (d, state) in found.iter().enumerate() {
+            match state {
+                Some(false) => {
+                    self.push(d, None, Op::CreateCollection { name: name.clone() });
+                    parts |= 1 << d;
+                }
+                // A drive that has it already (it missed the removal) counts as done.
+                Some(true) => parts |= 1 << d,
+                None => {}
+            }
+        }
+        self.coll_participants.push((name, parts));
+        Ok(())
+    }
+
+    async fn remove_collection(&mut self, i: usize, name: String) -> StoreResult<()> {
+        let snap = crate::read::SetSnapshot::new(self.set.clone());
+        let Some(coll) = snap.collection(&name).await.map_err(|e| e.in_op(i))? else {
+            return Err(StoreError::new(ErrorKind::CollectionNotFound, format!("no collection {name}")).in_op(i));
+        };
+        if !snap.list_entries(&coll, b"", b"", 1).await.map_err(|e| e.in_op(i))?.is_empty() {
+            return Err(
+                StoreError::new(ErrorKind::CollectionNotEmpty, format!("collection {name} is not empty")).in_op(i)
+            );
+        }
+        let mut parts = 0u16;
+        for (d, c) in coll.members.iter().enumerate() {
+            if c.is_some() && self.set.members[d].is_some() {
+                self.push(d, None, Op::RemoveCollection { name: name.clone() });
+                parts |= 1 << d;
+            }
+        }
+        self.coll_participants.push((name, parts));
+        Ok(())
+    }
+
+    /// Per drive: whether it has the collection (None: it did not answer).
+    async fn collection_states(&self, name: &str) -> Vec<Option<bool>> {
+        join_all(self.set.members.iter().map(|m| async move {
+            let store = m.as_ref()?;
+            store.snapshot().collection(name).await.ok().map(|c| c.is_some())
+        }))
+        .await
+    }
+
+    /// The per-drive transactions: each drive's ops for the objects it takes part in, the objects' new
+    /// layouts, and its undo entries.
+    async fn finish(mut self) -> StoreResult<Finished<S>> {
+        let mut entries: Vec<Vec<(Vec<u8>, UndoEntry)>> = (0..self.g.drives()).map(|_| Vec::new()).collect();
+        for o in 0..self.objects.len() {
+            self.finish_object(o, &mut entries).await?;
+        }
+        let mut txns = Vec::with_capacity(self.g.drives());
+        for (d, ops) in std::mem::take(&mut self.ops).into_iter().enumerate() {
+            let mut txn = Txn::new();
+            for (obj, op) in ops {
+                if obj.is_none_or(|o| self.objects[o].participants & (1 << d) != 0) {
+                    txn.push(op);
+                }
+            }
+            txns.push(txn);
+        }
+        Ok(Finished {
+            txns,
+            objects: self.objects,
+            coll_participants: self.coll_participants,
+            entries,
+            outcome: self.outcome,
+        })
+    }
+
+    /// The object's layout on its participants, and the undo entries that put it back.
+    async fn finish_object(&mut self, o: usize, entries: &mut [Vec<(Vec<u8>, UndoEntry)>]) -> StoreResult<()> {
+        let coll = self.coll_of(o);
+        let w = &self.objects[o];
+        let touched =
+            w.replaced || w.now != w.before || !w.changed_attrs.is_empty() || w.changed_tag || w.changed_priority;
+        if !touched {
+            // Only asserted: no drive changes it.
+            self.objects[o].participants = 0;
+            return Ok(());
+        }
+        let (name, now, participants) = (w.name.clone(), w.now, w.participants);
+        if let Some(l) = now {
+            let raw = l.encode();
+            for d in mask_iter(participants) {
+                if let Some(c) = coll.members[d].clone() {
+                    self.push(
+                        d,
+                        Some(o),
+                        Op::SetAttr { coll: c, name: name.clone(), key: LAYOUT_ATTR.to_vec(), value: raw.clone() },
+                    );
+                }
+            }
+        }
+        if !self.logged {
+            return Ok(());
+        }
+        let target = now.map(|l| l.write_id);
+        let revert = if self.objects[o].replaced { None } else { Some(self.revert_parts(o).await?) };
+        for d in mask_iter(participants) {
+            let Some(undo) = self.set.undo_colls[d].clone() else { continue };
+            let (action, index) = match (&revert, self.objects[o].saved.get(&d).copied()) {
+                (None, Some((index, moved))) => {
+                    (if moved { UndoAction::Restore } else { UndoAction::RemoveCreated }, index)
+                }
+                (None, None) => (UndoAction::RemoveCreated, self.new_entry(d, &undo)),
+                (Some((before, attrs, tag, priority)), _) => {
+                    // A drive truncates to its own old size: a tail holder's includes the tail.
+                    let old_size = before.drive_object_bytes(d);
+                    let action =
+                        UndoAction::Revert { old_size, attrs: attrs.clone(), tag: tag.clone(), priority: *priority };
+                    (action, self.new_entry(d, &undo))
+                }
+            };
+            let entry = UndoEntry { coll: coll.name.to_string(), name: name.clone(), target, action };
+            let raw = entry.encode();
+            if raw.len() > UNDO_ENTRY_MAX_BYTES {
+                return Err(StoreError::new(
+                    ErrorKind::Limit,
+                    "an object's attributes are too large to change at once",
+                ));
+            }
+            let entry_obj = entry_name(&self.write_id, index);
+            self.push(
+                d,
+                Some(o),
+                Op::SetAttr { coll: undo, name: entry_obj.clone(), key: UNDO_ATTR.to_vec(), value: raw },
+            );
+            entries[d].push((entry_obj, entry));
+        }
+        Ok(())
+    }
+
+    /// A fresh entry object on drive `d` (for objects changed in place or created).
+    fn new_entry(&mut self, d: usize, undo: &S::Coll) -> u32 {
+        let index = self.next_entry;
+        self.next_entry += 1;
+        self.push(d, None, Op::Create { coll: undo.clone(), name: entry_name(&self.write_id, index) });
+        index
+    }
+
+    /// What puts an object changed in place back: its old layout, and the attributes, tag and priority the
+    /// transaction changed, as they were.
+    #[allow(clippy::type_complexity)]
+    async fn revert_parts(
+        &self,
+        o: usize,
+    ) -> StoreResult<(ObjectLayout, Vec<(Vec<u8>, Option<Vec<u8>>)>, Option<Vec<u8>>, bool)> {
+        let w = &self.objects[o];
+        let before = w.before.expect("an object changed in place existed");
+        let mut attrs = vec![(LAYOUT_ATTR.to_vec(), Some(before.encode()))];
+        for k in &w.changed_attrs {
+            attrs.push((k.clone(), self.read_attr(o, k).await?));
+        }
+        let tag = if w.changed_tag { self.read_tag(o).await? } else { None };
+        Ok((before, attrs, tag, w.before_priority))
+    }
+
+    async fn read_tag(&self, o: usize) -> StoreResult<Option<Vec<u8>>> {
+        let w = &self.objects[o];
+        let coll = &self.colls[&w.coll];
+        for d in mask_iter(w.holders) {
+            let (Some(store), Some(c)) = (&self.set.members[d], &coll.members[d]) else { continue };
+            if let Ok(list) = store.snapshot().list_entries(c, &w.name, &w.name, 1).await {
+                return Ok(list.into_iter().next().filter(|e| e.name == w.name).and_then(|e| e.tag));
+            }
+        }
+        Err(StoreError::unavailable("no drive holding the object answered"))
+    }
+}
+
+struct Finished<S: Store> {
+    txns: Vec<Txn<S::Coll, S::Staged>>,
+    objects: Vec<ObjWork>,
+    coll_participants: Vec<(String, u16)>,
+    entries: Vec<Vec<(Vec<u8>, UndoEntry)>>,
+    outcome: Outcome,
+}
+
+/// Applies a logical transaction on the set (see the module comment).
+pub(crate) async fn commit<S: Store>(set: &Arc<SetInner<S>>, txn: SetTxn<S>) -> StoreResult<Outcome> {
+    let names: Vec<(Arc<str>, Vec<u8>)> = txn.ops.iter().flat_map(touched).collect();
+    let _locks = set.locks.write(names.iter().map(|(c, n)| (&**c, n.as_slice()))).await;
+    let mut planner = Planner::new(set);
+    for (i, op) in txn.ops.into_iter().enumerate() {
+        planner.op(i, op).await?;
+    }
+    let quorum = set.geometry().write_quorum();
+    let f = planner.finish().await?;
+    for w in f.objects.iter().filter(|w| w.participants != 0) {
+        if (w.participants.count_ones() as usize) < quorum {
+            return Err(StoreError::unavailable(format!(
+                "{} drives can take object {}; {quorum} are needed",
+                w.participants.count_ones(),
+                String::from_utf8_lossy(&w.name)
+            )));
+        }
+    }
+    let results = join_all(f.txns.into_iter().enumerate().map(|(d, t)| async move {
+        if t.ops.is_empty() {
+            return Ok(true);
+        }
+        let Some(store) = &set.members[d] else { return Err(StoreError::unavailable("missing drive")) };
+        store.commit(t).await.map(|_| false)
+    }))
+    .await;
+    let committed: u16 = results.iter().enumerate().filter(|(_, r)| r.is_ok()).fold(0, |m, (d, _)| m | 1 << d);
+    let enough = |parts: u16| (parts & committed).count_ones() as usize >= quorum;
+    let ok = f.objects.iter().filter(|w| w.participants != 0).all(|w| enough(w.participants))
+        && f.coll_participants.iter().all(|(_, p)| enough(*p));
+    for (d, r) in results.iter().enumerate() {
+        if let Err(e) = r {
+            tracing::warn!(drive = d, error = %e, "a drive did not commit a write");
+        }
+    }
+    if ok {
+        // Objects that not every drive took: healed later.
+        let all = set.geometry().all_drives();
+        let missed: Vec<&ObjWork> =
+            f.objects.iter().filter(|w| w.participants != 0 && w.participants & committed != all).collect();
+        if !missed.is_empty() {
+            set.counters.partial_writes.fetch_add(1, Ordering::Relaxed);
+            for w in missed {
+                set.queue_heal(&w.coll, &w.name);
+            }
+        }
+        let cleanup: Vec<(usize, Vec<u8>)> = f
+            .entries
+            .into_iter()
+            .enumerate()
+            .filter(|(d, _)| committed & (1 << d) != 0)
+            .flat_map(|(d, es)| es.into_iter().map(move |(n, _)| (d, n)))
+            .collect();
+        queue_cleanup(set, cleanup);
+        return Ok(f.outcome);
+    }
+    set.counters.failed_writes.fetch_add(1, Ordering::Relaxed);
+    // Fewer than a quorum committed: put back the drives that did.
+    for (d, es) in f.entries.iter().enumerate() {
+        if committed & (1 << d) != 0
+            && !es.is_empty()
+            && let Err(e) = undo_on_drive(set, d, es).await
+        {
+            tracing::warn!(drive = d, error = %e, "a drive could not undo a failed write; it is settled at the next open");
+        }
+    }
+    let first_err = results.into_iter().find_map(|r| r.err());
+    Err(StoreError::unavailable(format!(
+        "{} of {} drives committed the write; {quorum} are needed{}",
+        committed.count_ones(),
+        set.members.len(),
+        first_err.map(|e| format!(" ({e})")).unwrap_or_default()
+    )))
+}
+
+/// The objects an operation names.
+fn touched<C, St>(op: &Op<SetColl<C>, St>) -> Vec<(Arc<str>, Vec<u8>)> {
+    match op {
+        Op::CreateCollection { .. } | Op::RemoveCollection { .. } => Vec::new(),
+        Op::Create { coll, name }
+        | Op::Reset { coll, name }
+        | Op::Write { coll, name, .. }
+        | Op::WriteStaged { coll, name, .. }
+        | Op::Append { coll, name, .. }
+        | Op::Remove { coll, name }
+        | Op::Truncate { coll, name, .. }
+        | Op::SetAttr { coll, name, .. }
+        | Op::RemoveAttr { coll, name, .. }
+        | Op::SetNameTag { coll, name, .. }
+        | Op::SetPriority { coll, name, .. }
+        | Op::AssertAttr { coll, name, .. }
+        | Op::AssertExists { coll, name } => vec![(coll.name.clone(), name.clone())],
+        Op::Rename { coll, from, to_coll, to } | Op::Clone { coll, from, to_coll, to } => {
+            vec![(coll.name.clone(), from.clone()), (to_coll.name.clone(), to.clone())]
+        }
+        Op::CloneRange { src_coll, src, dst_coll, dst, .. } => {
+            vec![(src_coll.name.clone(), src.clone()), (dst_coll.name.clone(), dst.clone())]
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shards_of_whole_stripes_encode_and_split() {
+        let g = SetGeometry::new(4, 2).unwrap();
+        let len = 3 * g.stripe_bytes() as usize;
+        let mut buf = AlignedBuf::zeroed(len);
+        for (i, b) in buf.as_mut_slice().iter_mut().enumerate() {
+            *b = (i / 4096) as u8;
+        }
+        let (_, shards) = encode_stripes(g, buf, len).unwrap();
+        // Shard 1 holds unit 1 of each stripe: units 1, 5 and 9.
+        let s1 = shards[1].as_ref().unwrap().as_slice();
+        assert_eq!((s1[0], s1[4096], s1[8192]), (1, 5, 9));
+        assert!(shards.iter().all(|s| s.as_ref().unwrap().len() == 3 * crate::layout::SHARD_UNIT_BYTES as usize));
+    }
+}
