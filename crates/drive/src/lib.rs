@@ -182,6 +182,10 @@ impl Snapshot for DriveSnapshot {
         self.reader.attr(*obj, key).map_err(store_error)
     }
 
+    async fn attrs(&self, obj: &Nid, start_after: &[u8], limit: usize) -> StoreResult<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.reader.attrs(*obj, start_after, limit).map_err(store_error)
+    }
+
     async fn list_entries(
         &self,
         coll: &CollectionId,

@@ -14,6 +14,7 @@
 //! - `locks`: per-object locks that keep readers from seeing a write halfway.
 
 mod codec;
+mod heal;
 mod layout;
 mod locks;
 mod read;
@@ -21,12 +22,13 @@ mod undo;
 mod write;
 
 pub use codec::{CODEC_NONE, CODEC_REED_SOLOMON, Codec, CodecId, codec_by_id, codec_for};
+pub use heal::{HealProgress, Healed};
 pub use layout::{MAX_SET_DRIVES, ObjectLayout, SHARD_UNIT_BYTES, SetGeometry};
 pub use read::{SetObj, SetSnapshot};
 
 use async_trait::async_trait;
 use mosaic_store::{AlignedBuf, ErrorKind, Geometry, Outcome, PriorityHold, Store, StoreError, StoreResult, Txn};
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -43,6 +45,8 @@ pub struct SetConfig {
     pub inline_max_bytes: u64,
     /// Largest data in one write or append operation.
     pub max_op_data_bytes: u64,
+    /// Heal queued objects in the background (tests turn it off to heal by hand).
+    pub heal_in_background: bool,
 }
 
 /// A collection of the set: its name and its handle on each drive (None where the drive lacks it).
@@ -83,12 +87,16 @@ impl<S: Store> Clone for ErasureSet<S> {
     }
 }
 
+/// One drive's place in a set: the drive (None while it is missing) and its undo-log collection. A slot
+/// changes when a drive is replaced or comes back.
+pub(crate) struct Slot<S: Store> {
+    store: RwLock<Option<Arc<S>>>,
+    undo: RwLock<Option<S::Coll>>,
+}
+
 pub(crate) struct SetInner<S: Store> {
     pub(crate) cfg: SetConfig,
-    /// The drives, by slot; None for a drive that is missing.
-    pub(crate) members: Vec<Option<Arc<S>>>,
-    /// Each drive's undo-log collection (None where the drive is missing).
-    pub(crate) undo_colls: Vec<Option<S::Coll>>,
+    slots: Vec<Slot<S>>,
     pub(crate) locks: locks::ObjectLocks,
     pub(crate) heal: Mutex<BTreeSet<(String, Vec<u8>)>>,
     pub(crate) counters: SetCounters,
@@ -96,11 +104,40 @@ pub(crate) struct SetInner<S: Store> {
     pub(crate) cleanup: Mutex<Vec<Vec<Vec<u8>>>>,
     /// Wakes the cleaner.
     pub(crate) cleanup_wake: tokio::sync::Notify,
+    pub(crate) progress: HealProgress,
+    /// Wakes the heal worker.
+    pub(crate) heal_wake: tokio::sync::Notify,
 }
 
 impl<S: Store> SetInner<S> {
     pub(crate) fn geometry(&self) -> &SetGeometry {
         &self.cfg.geometry
+    }
+
+    /// Drives in the set (slots, present or not).
+    pub(crate) fn drives(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// The drive in slot `d`, if present.
+    pub(crate) fn member(&self, d: usize) -> Option<Arc<S>> {
+        self.slots[d].store.read().clone()
+    }
+
+    /// The drives by slot, as they are now.
+    pub(crate) fn members(&self) -> Vec<Option<Arc<S>>> {
+        (0..self.drives()).map(|d| self.member(d)).collect()
+    }
+
+    /// Slot `d`'s undo-log collection, if its drive is present and has one.
+    pub(crate) fn undo_coll(&self, d: usize) -> Option<S::Coll> {
+        self.slots[d].undo.read().clone()
+    }
+
+    /// Puts a drive (back) in slot `d`.
+    pub(crate) fn set_member(&self, d: usize, store: Option<Arc<S>>, undo: Option<S::Coll>) {
+        *self.slots[d].store.write() = store;
+        *self.slots[d].undo.write() = undo;
     }
 
     /// Remembers an object whose drives disagree or miss shards (bounded: the scanner finds the rest).
@@ -125,19 +162,28 @@ impl<S: Store> ErasureSet<S> {
         }
         let undo_colls = undo::prepare(&members).await?;
         let drives = members.len();
+        let slots = members
+            .into_iter()
+            .zip(undo_colls)
+            .map(|(store, undo)| Slot { store: RwLock::new(store), undo: RwLock::new(undo) })
+            .collect();
         let inner = SetInner {
             cfg,
-            members,
-            undo_colls,
+            slots,
             locks: Default::default(),
             heal: Mutex::new(BTreeSet::new()),
             counters: Default::default(),
             cleanup: Mutex::new(vec![Vec::new(); drives]),
             cleanup_wake: tokio::sync::Notify::new(),
+            progress: HealProgress::default(),
+            heal_wake: tokio::sync::Notify::new(),
         };
         let set = ErasureSet { inner: Arc::new(inner) };
         undo::recover(&set.inner).await?;
         tokio::spawn(cleaner(Arc::downgrade(&set.inner)));
+        if set.inner.cfg.heal_in_background {
+            tokio::spawn(healer(Arc::downgrade(&set.inner)));
+        }
         Ok(set)
     }
 
@@ -150,8 +196,8 @@ impl<S: Store> ErasureSet<S> {
     }
 
     /// The drives, by slot.
-    pub fn members(&self) -> &[Option<Arc<S>>] {
-        &self.inner.members
+    pub fn members(&self) -> Vec<Option<Arc<S>>> {
+        self.inner.members()
     }
 
     /// Objects waiting for heal.
@@ -159,9 +205,57 @@ impl<S: Store> ErasureSet<S> {
         self.inner.heal.lock().len()
     }
 
+    pub fn heal_progress(&self) -> &HealProgress {
+        &self.inner.progress
+    }
+
+    /// Heals queued objects now, at most `max`; returns how many were tried.
+    pub async fn heal_now(&self, max: usize) -> usize {
+        heal::heal_queued(&self.inner, max).await
+    }
+
+    /// Heals one object now.
+    pub async fn heal_object(&self, coll: &str, name: &[u8]) -> StoreResult<Healed> {
+        heal::heal_object(&self.inner, coll, name).await
+    }
+
+    /// Compares every drive's names and queues what differs for heal; returns the names compared.
+    pub async fn scan(&self) -> StoreResult<u64> {
+        let seen = heal::scan(&self.inner, false).await?;
+        self.inner.heal_wake.notify_one();
+        Ok(seen)
+    }
+
+    /// Like `scan`, and reads every shard of every object back (a scrub of the set): damaged shards that
+    /// no read has needed yet (parity) are queued for heal too.
+    pub async fn scan_deep(&self) -> StoreResult<u64> {
+        let seen = heal::scan(&self.inner, true).await?;
+        self.inner.heal_wake.notify_one();
+        Ok(seen)
+    }
+
+    /// Puts a drive in slot `slot`: a replacement (newly formatted) or a drive that came back. Its undo log
+    /// is settled, and a scan queues everything it lacks for heal.
+    pub async fn attach_drive(&self, slot: usize, store: Arc<S>) -> StoreResult<()> {
+        if slot >= self.inner.drives() {
+            return Err(StoreError::new(ErrorKind::InvalidArgument, format!("the set has no slot {slot}")));
+        }
+        let undo = undo::prepare(std::slice::from_ref(&Some(store.clone()))).await?.pop().flatten();
+        self.inner.set_member(slot, Some(store), undo);
+        undo::recover(&self.inner).await?;
+        self.scan().await.map(|_| ())
+    }
+
+    /// Takes the drive out of slot `slot` (it failed or is being replaced): the set works without it.
+    pub fn detach_drive(&self, slot: usize) {
+        if slot < self.inner.drives() {
+            self.inner.set_member(slot, None, None);
+        }
+    }
+
     /// Whether enough drives are ready to take writes.
     fn ready_drives(&self) -> usize {
-        self.inner.members.iter().flatten().filter(|m| m.is_ready()).count()
+        self.inner.members().iter().flatten().filter(|m| m.is_ready()).count()
     }
 }
 
@@ -174,6 +268,19 @@ async fn cleaner<S: Store>(set: std::sync::Weak<SetInner<S>>) {
         if left == 0 {
             // Woken by new work, or after a tick to notice that the set is gone.
             let _ = tokio::time::timeout(TICK, s.cleanup_wake.notified()).await;
+        }
+    }
+}
+
+/// Heals queued objects in the background until the set is dropped.
+async fn healer<S: Store>(set: std::sync::Weak<SetInner<S>>) {
+    const TICK: std::time::Duration = std::time::Duration::from_millis(500);
+    const STEP_OBJECTS: usize = 64;
+    loop {
+        let Some(s) = set.upgrade() else { return };
+        let tried = heal::heal_queued(&s, STEP_OBJECTS).await;
+        if tried == 0 {
+            let _ = tokio::time::timeout(TICK, s.heal_wake.notified()).await;
         }
     }
 }
@@ -206,7 +313,7 @@ impl<S: Store> Store for ErasureSet<S> {
     }
 
     fn hold_priority(&self) -> PriorityHold {
-        let holds: Vec<PriorityHold> = self.inner.members.iter().flatten().map(|m| m.hold_priority()).collect();
+        let holds: Vec<PriorityHold> = self.inner.members().iter().flatten().map(|m| m.hold_priority()).collect();
         Box::new(holds)
     }
 
@@ -216,7 +323,8 @@ impl<S: Store> Store for ErasureSet<S> {
 
     async fn close(&self) -> StoreResult<()> {
         undo::flush_cleanup(&self.inner).await;
-        let closes = self.inner.members.iter().flatten().map(|m| m.close());
+        let members = self.inner.members();
+        let closes = members.iter().flatten().map(|m| m.close());
         let results = futures::future::join_all(closes).await;
         results.into_iter().find(|r| r.is_err()).unwrap_or(Ok(()))
     }

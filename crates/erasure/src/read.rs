@@ -100,7 +100,7 @@ pub(crate) async fn drive_state<S: Store>(
     coll: &SetColl<S::Coll>,
     name: &[u8],
 ) -> DriveState<S> {
-    let Some(store) = &set.members[i] else { return DriveState::Failed };
+    let Some(store) = set.member(i) else { return DriveState::Failed };
     let Some(c) = &coll.members[i] else { return DriveState::Absent };
     let snap = Arc::new(store.snapshot());
     let info = match snap.lookup(c, name).await {
@@ -131,7 +131,7 @@ pub(crate) async fn drive_states<S: Store>(
     coll: &SetColl<S::Coll>,
     name: &[u8],
 ) -> Vec<DriveState<S>> {
-    join_all((0..set.members.len()).map(|i| drive_state(set, i, coll, name))).await
+    join_all((0..set.drives()).map(|i| drive_state(set, i, coll, name))).await
 }
 
 /// Looks an object up under its read lock, so that no write is halfway through its drives.
@@ -153,7 +153,7 @@ pub(crate) fn verdict_to_result<S: Store>(
 ) -> StoreResult<Option<Resolved<S>>> {
     match verdict {
         Verdict::Found(r) => {
-            if r.holders.iter().filter(|h| h.is_some()).count() < set.members.len() {
+            if r.holders.iter().filter(|h| h.is_some()).count() < set.drives() {
                 set.queue_heal(&coll.name, name);
             }
             Ok(Some(r))
@@ -161,7 +161,7 @@ pub(crate) fn verdict_to_result<S: Store>(
         Verdict::Absent => Ok(None),
         Verdict::NoQuorum { answered, agreeing } => Err(StoreError::unavailable(format!(
             "{answered} of {} drives answered and at most {agreeing} agree on object {}; {} are needed",
-            set.members.len(),
+            set.drives(),
             String::from_utf8_lossy(name),
             set.geometry().read_quorum()
         ))),
@@ -219,7 +219,8 @@ impl<S: Store> Snapshot for SetSnapshot<S> {
 
     async fn collection(&self, name: &str) -> StoreResult<Option<SetColl<S::Coll>>> {
         let set = &self.set;
-        let found = join_all(set.members.iter().map(|m| async move {
+        let members = set.members();
+        let found = join_all(members.iter().map(|m| async move {
             match m {
                 Some(store) => store.snapshot().collection(name).await,
                 None => Err(StoreError::unavailable("missing drive")),
@@ -239,13 +240,13 @@ impl<S: Store> Snapshot for SetSnapshot<S> {
         Err(StoreError::unavailable(format!(
             "{} of {} drives answered about collection {name}; {quorum} must agree",
             present + absent,
-            set.members.len()
+            set.drives()
         )))
     }
 
     async fn collections(&self, prefix: &str, limit: usize) -> StoreResult<Vec<(String, SetColl<S::Coll>)>> {
         let mut names: BTreeMap<String, usize> = BTreeMap::new();
-        for m in self.set.members.iter().flatten() {
+        for m in self.set.members().iter().flatten() {
             if let Ok(list) = m.snapshot().collections(prefix, limit).await {
                 for (n, _) in list {
                     *names.entry(n).or_default() += 1;
@@ -283,6 +284,18 @@ impl<S: Store> Snapshot for SetSnapshot<S> {
         let mut last = None;
         for (snap, o) in r.holders.iter().flatten() {
             match snap.attr(o, key).await {
+                Ok(v) => return Ok(v),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| StoreError::unavailable("no drive holds the object")))
+    }
+
+    async fn attrs(&self, obj: &SetObj<S>, start_after: &[u8], limit: usize) -> StoreResult<Vec<(Vec<u8>, Vec<u8>)>> {
+        let r = obj.get(&self.set).await?;
+        let mut last = None;
+        for (snap, o) in r.holders.iter().flatten() {
+            match snap.attrs(o, start_after, limit).await {
                 Ok(v) => return Ok(v),
                 Err(e) => last = Some(e),
             }
@@ -449,7 +462,8 @@ async fn list_entries<S: Store>(
     // are skipped, at most LIST_STEPS_MAX pages of them.
     for _ in 0..LIST_STEPS_MAX {
         let want = limit - out.len() + 1;
-        let pages = join_all(set.members.iter().zip(coll.members.iter()).map(|(m, c)| {
+        let members = set.members();
+        let pages = join_all(members.iter().zip(coll.members.iter()).map(|(m, c)| {
             let from = &from;
             async move {
                 match (m, c) {
@@ -463,7 +477,7 @@ async fn list_entries<S: Store>(
         if answered < quorum {
             return Err(StoreError::unavailable(format!(
                 "{answered} of {} drives listed {}; {quorum} are needed",
-                set.members.len(),
+                set.drives(),
                 coll.name
             )));
         }

@@ -260,7 +260,7 @@ pub(crate) async fn undo_on_drive<S: Store>(
     d: usize,
     entries: &[(Vec<u8>, UndoEntry)],
 ) -> StoreResult<()> {
-    let (Some(store), Some(undo_coll)) = (&set.members[d], &set.undo_colls[d]) else {
+    let (Some(store), Some(undo_coll)) = (set.member(d), set.undo_coll(d)) else {
         return Err(StoreError::unavailable(format!("drive {d} is missing")));
     };
     let snap = store.snapshot();
@@ -269,7 +269,7 @@ pub(crate) async fn undo_on_drive<S: Store>(
         match snap.collection(&e.coll).await? {
             Some(c) => {
                 let exists = snap.lookup(&c, &e.name).await?.is_some();
-                txn.ops.extend(undo_ops(&c, undo_coll, entry_obj, e, exists));
+                txn.ops.extend(undo_ops(&c, &undo_coll, entry_obj, e, exists));
             }
             // The collection went (it was only ever on this drive): nothing to put back.
             None => txn.ops.push(Op::Remove { coll: undo_coll.clone(), name: entry_obj.clone() }),
@@ -294,7 +294,7 @@ pub(crate) async fn clean_some<S: Store>(set: &SetInner<S>) -> usize {
         pending.iter_mut().map(|p| p.drain(..p.len().min(CLEANUP_BATCH)).collect()).collect()
     };
     let work = batches.into_iter().enumerate().filter(|(_, b)| !b.is_empty()).map(|(d, batch)| async move {
-        let (Some(store), Some(coll)) = (&set.members[d], &set.undo_colls[d]) else { return };
+        let (Some(store), Some(coll)) = (set.member(d), set.undo_coll(d)) else { return };
         let ops = batch.into_iter().map(|name| Op::Remove { coll: coll.clone(), name }).collect();
         // A drive that fails here keeps its entries: recovery removes them at the next open.
         if let Err(e) = store.commit(Txn { ops, priority: Some(mosaic_store::Priority::Background) }).await {
@@ -316,12 +316,12 @@ pub(crate) async fn flush_cleanup<S: Store>(set: &SetInner<S>) {
 
 /// Every entry a drive holds, by write id.
 async fn drive_entries<S: Store>(set: &SetInner<S>, d: usize) -> StoreResult<Vec<(Vec<u8>, UndoEntry)>> {
-    let (Some(store), Some(coll)) = (&set.members[d], &set.undo_colls[d]) else { return Ok(Vec::new()) };
+    let (Some(store), Some(coll)) = (set.member(d), set.undo_coll(d)) else { return Ok(Vec::new()) };
     let snap = store.snapshot();
     let mut out = Vec::new();
     let mut from = Vec::new();
     loop {
-        let page = snap.list_entries(coll, b"", &from, 1000).await?;
+        let page = snap.list_entries(&coll, b"", &from, 1000).await?;
         let Some(last) = page.last() else { break };
         from = last.name.clone();
         from.push(0);
@@ -362,7 +362,7 @@ async fn drive_entries<S: Store>(set: &SetInner<S>, d: usize) -> StoreResult<Vec
 pub(crate) async fn recover<S: Store>(set: &Arc<SetInner<S>>) -> StoreResult<()> {
     // write id -> drive -> entries
     let mut writes: BTreeMap<[u8; 16], BTreeMap<usize, DriveEntries>> = BTreeMap::new();
-    for d in 0..set.members.len() {
+    for d in 0..set.drives() {
         for (obj, entry) in drive_entries(set, d).await? {
             let id: [u8; 16] = obj.get(..16).and_then(|p| p.try_into().ok()).unwrap_or_default();
             writes.entry(id).or_default().entry(d).or_default().push((obj, entry));
@@ -386,7 +386,7 @@ pub(crate) async fn recover<S: Store>(set: &Arc<SetInner<S>>) -> StoreResult<()>
         for e in objects.values() {
             let Some(coll) = snap.collection(&e.coll).await.ok().flatten() else { continue };
             let mut held = 0;
-            for d in 0..set.members.len() {
+            for d in 0..set.drives() {
                 if in_target_state(set, d, &coll, e).await == Some(true) {
                     held += 1;
                 }
@@ -421,7 +421,7 @@ pub(crate) async fn recover<S: Store>(set: &Arc<SetInner<S>>) -> StoreResult<()>
 }
 
 async fn remove_entries<S: Store>(set: &SetInner<S>, d: usize, names: Vec<Vec<u8>>) -> StoreResult<()> {
-    let (Some(store), Some(coll)) = (&set.members[d], &set.undo_colls[d]) else { return Ok(()) };
+    let (Some(store), Some(coll)) = (set.member(d), set.undo_coll(d)) else { return Ok(()) };
     if names.is_empty() {
         return Ok(());
     }

@@ -57,7 +57,7 @@ async fn stage_at<S: Store>(
         };
     }
     let staged = join_all(by_drive.into_iter().enumerate().map(|(d, shard)| {
-        let member = set.members[d].clone();
+        let member = set.member(d);
         async move {
             let (Some(store), Some(shard)) = (member, shard) else { return (None, None) };
             match store.stage(shard, shard_len, hint).await {
@@ -288,7 +288,7 @@ impl<'a, S: Store> Planner<'a, S> {
             if !self.logged || self.objects[o].saved.contains_key(&d) {
                 continue;
             }
-            let Some(undo) = self.set.undo_colls[d].clone() else { continue };
+            let Some(undo) = self.set.undo_coll(d) else { continue };
             let Some(c) = coll.members[d].clone() else { continue };
             let entry = self.next_entry;
             self.next_entry += 1;
@@ -569,7 +569,7 @@ impl<'a, S: Store> Planner<'a, S> {
         let coll = &self.colls[&w.coll];
         let mut last = None;
         for d in mask_iter(w.holders) {
-            let (Some(store), Some(c)) = (&self.set.members[d], &coll.members[d]) else { continue };
+            let (Some(store), Some(c)) = (self.set.member(d), &coll.members[d]) else { continue };
             let snap = store.snapshot();
             match snap.lookup(c, &w.name).await {
                 Ok(Some(info)) => match snap.attr(&info.obj, key).await {
@@ -728,7 +728,7 @@ impl<'a, S: Store> Planner<'a, S> {
         let coll = &self.colls[&w.coll];
         let mut last = None;
         for d in mask_iter(w.holders & l.tail_holders) {
-            let (Some(store), Some(c)) = (&self.set.members[d], &coll.members[d]) else { continue };
+            let (Some(store), Some(c)) = (self.set.member(d), &coll.members[d]) else { continue };
             let snap = store.snapshot();
             let Ok(Some(info)) = snap.lookup(c, &w.name).await else { continue };
             match snap.read(&info.obj, l.shard_bytes(), l.tail_bytes()).await {
@@ -774,7 +774,7 @@ impl<'a, S: Store> Planner<'a, S> {
         }
         let mut parts = 0u16;
         for (d, c) in coll.members.iter().enumerate() {
-            if c.is_some() && self.set.members[d].is_some() {
+            if c.is_some() && self.set.member(d).is_some() {
                 self.push(d, None, Op::RemoveCollection { name: name.clone() });
                 parts |= 1 << d;
             }
@@ -785,7 +785,8 @@ impl<'a, S: Store> Planner<'a, S> {
 
     /// Per drive: whether it has the collection (None: it did not answer).
     async fn collection_states(&self, name: &str) -> Vec<Option<bool>> {
-        join_all(self.set.members.iter().map(|m| async move {
+        let members = self.set.members();
+        join_all(members.iter().map(|m| async move {
             let store = m.as_ref()?;
             store.snapshot().collection(name).await.ok().map(|c| c.is_some())
         }))
@@ -848,7 +849,7 @@ impl<'a, S: Store> Planner<'a, S> {
         let target = now.map(|l| l.write_id);
         let revert = if self.objects[o].replaced { None } else { Some(self.revert_parts(o).await?) };
         for d in mask_iter(participants) {
-            let Some(undo) = self.set.undo_colls[d].clone() else { continue };
+            let Some(undo) = self.set.undo_coll(d) else { continue };
             let (action, index) = match (&revert, self.objects[o].saved.get(&d).copied()) {
                 (None, Some((index, moved))) => {
                     (if moved { UndoAction::Restore } else { UndoAction::RemoveCreated }, index)
@@ -910,7 +911,7 @@ impl<'a, S: Store> Planner<'a, S> {
         let w = &self.objects[o];
         let coll = &self.colls[&w.coll];
         for d in mask_iter(w.holders) {
-            let (Some(store), Some(c)) = (&self.set.members[d], &coll.members[d]) else { continue };
+            let (Some(store), Some(c)) = (self.set.member(d), &coll.members[d]) else { continue };
             if let Ok(list) = store.snapshot().list_entries(c, &w.name, &w.name, 1).await {
                 return Ok(list.into_iter().next().filter(|e| e.name == w.name).and_then(|e| e.tag));
             }
@@ -950,7 +951,7 @@ pub(crate) async fn commit<S: Store>(set: &Arc<SetInner<S>>, txn: SetTxn<S>) -> 
         if t.ops.is_empty() {
             return Ok(true);
         }
-        let Some(store) = &set.members[d] else { return Err(StoreError::unavailable("missing drive")) };
+        let Some(store) = set.member(d) else { return Err(StoreError::unavailable("missing drive")) };
         store.commit(t).await.map(|_| false)
     }))
     .await;
@@ -998,7 +999,7 @@ pub(crate) async fn commit<S: Store>(set: &Arc<SetInner<S>>, txn: SetTxn<S>) -> 
     Err(StoreError::unavailable(format!(
         "{} of {} drives committed the write; {quorum} are needed{}",
         committed.count_ones(),
-        set.members.len(),
+        set.drives(),
         first_err.map(|e| format!(" ({e})")).unwrap_or_default()
     )))
 }

@@ -64,6 +64,8 @@ pub trait Snapshot: Send + Sync + 'static {
     async fn collections(&self, prefix: &str, limit: usize) -> StoreResult<Vec<(String, Self::Coll)>>;
     async fn lookup(&self, coll: &Self::Coll, name: &[u8]) -> StoreResult<Option<ObjectInfo<Self::Obj>>>;
     async fn attr(&self, obj: &Self::Obj, key: &[u8]) -> StoreResult<Option<Vec<u8>>>;
+    /// The object's attributes with keys greater than `start_after`, in key order, at most `limit`.
+    async fn attrs(&self, obj: &Self::Obj, start_after: &[u8], limit: usize) -> StoreResult<Vec<(Vec<u8>, Vec<u8>)>>;
     /// Names under `prefix` from `from` on (inclusive), in order, at most `limit`, with their listing tags.
     /// Costs one seek plus the entries returned, whatever the collection's size.
     async fn list_entries(

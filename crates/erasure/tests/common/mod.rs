@@ -5,6 +5,7 @@
 use mosaic_drive::DriveStore;
 use mosaic_engine::{Engine, EngineConfig, SimDevice};
 use mosaic_erasure::{ErasureSet, SetConfig, SetGeometry};
+use mosaic_store::Store;
 use std::sync::Arc;
 
 /// A set of k + m drives on simulated devices, with their directories and devices kept for the test.
@@ -22,7 +23,12 @@ pub fn engine_config() -> EngineConfig {
 }
 
 pub fn set_config(k: usize, m: usize) -> SetConfig {
-    SetConfig { geometry: SetGeometry::new(k, m).unwrap(), inline_max_bytes: 16 * 1024, max_op_data_bytes: 64 << 20 }
+    SetConfig {
+        geometry: SetGeometry::new(k, m).unwrap(),
+        inline_max_bytes: 16 * 1024,
+        max_op_data_bytes: 64 << 20,
+        heal_in_background: false,
+    }
 }
 
 impl TestSet {
@@ -41,5 +47,46 @@ impl TestSet {
         }
         let set = ErasureSet::open(cfg.clone(), members).await.unwrap();
         TestSet { set, devices, dirs, cfg }
+    }
+}
+
+impl TestSet {
+    /// Takes drive `slot` out of the set, closes it and opens it again from its directory and device (a
+    /// drive that failed and came back), and puts it back.
+    pub async fn reopen_drive(&self, slot: usize) {
+        let old = self.set.members()[slot].clone();
+        self.set.detach_drive(slot);
+        if let Some(old) = old {
+            let _ = old.close().await;
+            drop(old);
+        }
+        let engine =
+            Engine::open(self.dirs[slot].path(), Arc::new(self.devices[slot].clone()), engine_config()).unwrap();
+        self.set.attach_drive(slot, Arc::new(DriveStore::new(engine))).await.unwrap();
+    }
+
+    /// Replaces drive `slot` with a newly formatted one (the old one is gone).
+    pub async fn replace_drive(&mut self, slot: usize) {
+        let old = self.set.members()[slot].clone();
+        self.set.detach_drive(slot);
+        if let Some(old) = old {
+            let _ = old.close().await;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let dev = SimDevice::new(DRIVE_BYTES);
+        let engine = Engine::format(dir.path(), Arc::new(dev.clone()), engine_config()).unwrap();
+        self.set.attach_drive(slot, Arc::new(DriveStore::new(engine))).await.unwrap();
+        self.devices[slot] = dev;
+        self.dirs[slot] = dir;
+    }
+
+    /// Heals until nothing is queued (bounded).
+    pub async fn heal_all(&self) {
+        for _ in 0..1000 {
+            if self.set.heal_now(10_000).await == 0 {
+                return;
+            }
+        }
+        panic!("heal did not settle");
     }
 }
