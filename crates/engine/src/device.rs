@@ -368,21 +368,28 @@ impl SimDevice {
         false
     }
 
+    /// The device's content becomes what was durable: every unflushed write is undone (only the ranges
+    /// written since the last flush are touched), except, with `TearOne`, a prefix of one of them.
     fn crash_locked(s: &mut SimState, mode: CrashMode) {
-        let mut image = s.durable.clone();
-        if let CrashMode::TearOne { seed } = mode
-            && !s.pending.is_empty()
-        {
-            let (off, len) = s.pending[(seed as usize) % s.pending.len()];
-            let sectors = len / 512;
-            let keep = (seed as usize / 7) % (sectors + 1) * 512;
+        let torn = match mode {
+            CrashMode::TearOne { seed } if !s.pending.is_empty() => {
+                let (off, len) = s.pending[(seed as usize) % s.pending.len()];
+                let keep = (seed as usize / 7) % (len / 512 + 1) * 512;
+                Some((off as usize, s.current[off as usize..off as usize + keep].to_vec()))
+            }
+            _ => None,
+        };
+        let SimState { durable, current, pending, .. } = &mut *s;
+        for &(off, len) in pending.iter() {
             let off = off as usize;
-            let src = s.current[off..off + keep].to_vec();
-            image[off..off + keep].copy_from_slice(&src);
+            current[off..off + len].copy_from_slice(&durable[off..off + len]);
         }
-        s.current = image.clone();
-        s.durable = image;
-        s.pending.clear();
+        if let Some((off, bytes)) = torn {
+            current[off..off + bytes.len()].copy_from_slice(&bytes);
+            durable[off..off + bytes.len()].copy_from_slice(&bytes);
+        }
+        pending.clear();
+        debug_assert!(current == durable, "after a crash the device holds what was durable");
     }
 
     /// Makes every later IO fail with EIO (or succeed again).

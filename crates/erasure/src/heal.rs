@@ -307,7 +307,7 @@ async fn damaged<S: Store>(set: &SetInner<S>, coll: &SetColl<S::Coll>, name: &[u
 /// Heals queued objects until the queue is empty or `max` were tried; returns how many were tried.
 pub(crate) async fn heal_queued<S: Store>(set: &Arc<SetInner<S>>, max: usize) -> usize {
     let mut tried = 0;
-    while tried < max {
+    while tried < max && set.check_alive().is_ok() {
         let Some((coll, name)) = set.heal.lock().pop_first() else { break };
         tried += 1;
         match heal_object(set, &coll, &name).await {

@@ -74,6 +74,9 @@ pub struct SetCounters {
     pub failed_writes: AtomicU64,
     /// Objects queued for heal since the set was opened.
     pub heal_queued: AtomicU64,
+    /// Writes a restart left undecided, settled when the set opened: kept, or put back.
+    pub writes_kept_at_open: AtomicU64,
+    pub writes_undone_at_open: AtomicU64,
 }
 
 /// An erasure-coded set of drives. Cheap to clone.
@@ -107,6 +110,10 @@ pub(crate) struct SetInner<S: Store> {
     pub(crate) progress: HealProgress,
     /// Wakes the heal worker.
     pub(crate) heal_wake: tokio::sync::Notify,
+    /// Crash tests: the commit (counted from 1) after whose drive transactions the set stops as if the
+    /// process died; 0 when not armed.
+    crash_after_commits: AtomicU64,
+    dead: std::sync::atomic::AtomicBool,
 }
 
 impl<S: Store> SetInner<S> {
@@ -132,6 +139,26 @@ impl<S: Store> SetInner<S> {
     /// Slot `d`'s undo-log collection, if its drive is present and has one.
     pub(crate) fn undo_coll(&self, d: usize) -> Option<S::Coll> {
         self.slots[d].undo.read().clone()
+    }
+
+    /// Refuses work once a simulated crash stopped the set.
+    pub(crate) fn check_alive(&self) -> StoreResult<()> {
+        if self.dead.load(Ordering::SeqCst) {
+            return Err(StoreError::unavailable("the set stopped (a simulated crash)"));
+        }
+        Ok(())
+    }
+
+    /// Stops the set here if a crash test armed it for this commit.
+    pub(crate) fn maybe_die(&self) -> StoreResult<()> {
+        let left = self.crash_after_commits.load(Ordering::SeqCst);
+        if left == 1 {
+            self.dead.store(true, Ordering::SeqCst);
+        }
+        if left > 0 {
+            self.crash_after_commits.store(left - 1, Ordering::SeqCst);
+        }
+        self.check_alive()
     }
 
     /// Puts a drive (back) in slot `d`.
@@ -177,6 +204,8 @@ impl<S: Store> ErasureSet<S> {
             cleanup_wake: tokio::sync::Notify::new(),
             progress: HealProgress::default(),
             heal_wake: tokio::sync::Notify::new(),
+            crash_after_commits: AtomicU64::new(0),
+            dead: Default::default(),
         };
         let set = ErasureSet { inner: Arc::new(inner) };
         undo::recover(&set.inner).await?;
@@ -244,6 +273,13 @@ impl<S: Store> ErasureSet<S> {
         self.inner.set_member(slot, Some(store), undo);
         undo::recover(&self.inner).await?;
         self.scan().await.map(|_| ())
+    }
+
+    /// Crash tests: after the drive transactions of the `commits`-th commit from now, the set stops as if
+    /// the process died there (no undo, no cleanup; every later call fails). 0 disarms.
+    #[doc(hidden)]
+    pub fn arm_crash_after_commits(&self, commits: u64) {
+        self.inner.crash_after_commits.store(commits, Ordering::SeqCst);
     }
 
     /// Takes the drive out of slot `slot` (it failed or is being replaced): the set works without it.

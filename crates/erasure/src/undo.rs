@@ -289,6 +289,9 @@ pub(crate) fn queue_cleanup<S: Store>(set: &SetInner<S>, entries: Vec<(usize, Ve
 
 /// Removes queued entries, at most `CLEANUP_BATCH` per drive; returns how many remain queued.
 pub(crate) async fn clean_some<S: Store>(set: &SetInner<S>) -> usize {
+    if set.check_alive().is_err() {
+        return 0;
+    }
     let batches: Vec<Vec<Vec<u8>>> = {
         let mut pending = set.cleanup.lock();
         pending.iter_mut().map(|p| p.drain(..p.len().min(CLEANUP_BATCH)).collect()).collect()
@@ -393,6 +396,8 @@ pub(crate) async fn recover<S: Store>(set: &Arc<SetInner<S>>) -> StoreResult<()>
             }
             stands &= held >= quorum;
         }
+        let counter = if stands { &set.counters.writes_kept_at_open } else { &set.counters.writes_undone_at_open };
+        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         for (d, entries) in drives {
             let result = if stands {
                 let names = entries.into_iter().map(|(n, _)| n).collect();

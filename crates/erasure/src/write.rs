@@ -930,6 +930,7 @@ struct Finished<S: Store> {
 
 /// Applies a logical transaction on the set (see the module comment).
 pub(crate) async fn commit<S: Store>(set: &Arc<SetInner<S>>, txn: SetTxn<S>) -> StoreResult<Outcome> {
+    set.check_alive()?;
     let names: Vec<(Arc<str>, Vec<u8>)> = txn.ops.iter().flat_map(touched).collect();
     let _locks = set.locks.write(names.iter().map(|(c, n)| (&**c, n.as_slice()))).await;
     let mut planner = Planner::new(set);
@@ -956,6 +957,8 @@ pub(crate) async fn commit<S: Store>(set: &Arc<SetInner<S>>, txn: SetTxn<S>) -> 
     }))
     .await;
     let committed: u16 = results.iter().enumerate().filter(|(_, r)| r.is_ok()).fold(0, |m, (d, _)| m | 1 << d);
+    // A test's simulated crash: the process stops here, before the outcome is settled on any drive.
+    set.maybe_die()?;
     let enough = |parts: u16| (parts & committed).count_ones() as usize >= quorum;
     let ok = f.objects.iter().filter(|w| w.participants != 0).all(|w| enough(w.participants))
         && f.coll_participants.iter().all(|(_, p)| enough(*p));

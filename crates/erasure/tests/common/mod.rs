@@ -31,6 +31,42 @@ pub fn set_config(k: usize, m: usize) -> SetConfig {
     }
 }
 
+/// A directory for a drive's metadata database: in memory (/dev/shm) where there is one, so that the many
+/// WAL syncs of a crash test cost nothing (the simulated device keeps the data in memory anyway).
+pub fn drive_dir() -> tempfile::TempDir {
+    match tempfile::tempdir_in("/dev/shm") {
+        Ok(d) => d,
+        Err(_) => tempfile::tempdir().unwrap(),
+    }
+}
+
+/// Formats `n` simulated drives and closes them: their devices and directories, to open sets on.
+pub fn formatted_drives(n: usize) -> (Vec<SimDevice>, Vec<tempfile::TempDir>) {
+    let mut devices = Vec::new();
+    let mut dirs = Vec::new();
+    for _ in 0..n {
+        let dir = drive_dir();
+        let dev = SimDevice::new(DRIVE_BYTES);
+        let engine = Engine::format(dir.path(), Arc::new(dev.clone()), engine_config()).unwrap();
+        engine.close().unwrap();
+        devices.push(dev);
+        dirs.push(dir);
+    }
+    (devices, dirs)
+}
+
+/// Waits (polling, at most 10 s) until nothing but the caller holds `store`: a background task of a
+/// dropped set holds it until its current step ends (at most one tick).
+pub async fn sole_owner(store: &Arc<DriveStore>) {
+    for _ in 0..10_000 {
+        if Arc::strong_count(store) == 1 {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    }
+    panic!("a drive is still held by a dropped set ({} holders)", Arc::strong_count(store));
+}
+
 impl TestSet {
     pub async fn new(k: usize, m: usize) -> TestSet {
         let cfg = set_config(k, m);
