@@ -411,22 +411,28 @@ async fn read_encoded<S: Store>(
     let unit = SHARD_UNIT_BYTES;
     let (at, len) = (s0 * unit, (s1 - s0) * unit);
     let rotation = l.rotation as usize;
+    // A shard read: its bytes, or whether it is damaged (a checksum failed) rather than unavailable.
     let read_shard = |j: usize| {
         let holder = r.holders.get(g.drive_of_shard(rotation, j)).and_then(|h| h.as_ref());
         async move {
-            let (snap, obj) = holder?;
+            let Some((snap, obj)) = holder else { return Err(false) };
             match snap.read(obj, at, len).await {
-                Ok(b) if b.len() as u64 == len => Some(b.to_vec()),
-                _ => None,
+                Ok(b) if b.len() as u64 == len => Ok(b.to_vec()),
+                Ok(_) => Err(true),
+                Err(e) => Err(e.kind == ErrorKind::Corrupt),
             }
         }
     };
     let k = g.data;
-    let mut shards: Vec<Option<Vec<u8>>> = join_all((0..k).map(read_shard)).await;
-    if shards.iter().any(Option::is_none) {
+    let mut reads = join_all((0..k).map(read_shard)).await;
+    if reads.iter().any(Result::is_err) {
         set.counters.degraded_reads.fetch_add(1, Ordering::Relaxed);
         set.queue_heal(coll, name);
-        shards.extend(join_all((k..g.drives()).map(read_shard)).await);
+        reads.extend(join_all((k..g.drives()).map(read_shard)).await);
+    }
+    let damaged = reads.iter().any(|r| r == &Err(true));
+    let mut shards: Vec<Option<Vec<u8>>> = reads.into_iter().map(Result::ok).collect();
+    if shards[..k].iter().any(Option::is_none) {
         let codec = codec_by_id(l.codec, k, g.parity).ok_or_else(|| {
             StoreError::new(
                 ErrorKind::Corrupt,
@@ -437,8 +443,10 @@ async fn read_encoded<S: Store>(
                 ),
             )
         })?;
+        // Too few shards: damage (checksums) is reported as damage, absent drives as unavailability.
         codec.reconstruct(&mut shards).map_err(|e| {
-            StoreError::unavailable(format!("object {} cannot be rebuilt: {e}", String::from_utf8_lossy(name)))
+            let kind = if damaged { ErrorKind::Corrupt } else { ErrorKind::Unavailable };
+            StoreError::new(kind, format!("object {} cannot be rebuilt: {e}", String::from_utf8_lossy(name)))
         })?;
     }
     let data: Vec<&[u8]> = shards[..k].iter().map(|s| s.as_deref().expect("whole after rebuilding")).collect();

@@ -131,6 +131,9 @@ struct ObjWork {
     /// Drives taking part in this object's changes: every drive for a replacement, the holders for a
     /// change in place.
     participants: u16,
+    /// Whether the transaction changes it (set by `finish_object`): then a write quorum of its
+    /// participants must commit, even when failed drives left it none.
+    changed: bool,
     /// Whether the transaction replaced it (so a change in place needs no revert entry).
     replaced: bool,
     /// Attributes, listing tag and priority changed in place (what a revert entry must restore).
@@ -251,6 +254,7 @@ impl<'a, S: Store> Planner<'a, S> {
             present_on,
             now: before,
             participants: if before.is_some() { holders } else { Self::coll_drives(coll) },
+            changed: false,
             replaced: false,
             changed_attrs: BTreeSet::new(),
             changed_tag: false,
@@ -825,12 +829,13 @@ impl<'a, S: Store> Planner<'a, S> {
         let w = &self.objects[o];
         let touched =
             w.replaced || w.now != w.before || !w.changed_attrs.is_empty() || w.changed_tag || w.changed_priority;
+        let (name, now, participants) = (w.name.clone(), w.now, w.participants);
+        self.objects[o].changed = touched;
         if !touched {
             // Only asserted: no drive changes it.
             self.objects[o].participants = 0;
             return Ok(());
         }
-        let (name, now, participants) = (w.name.clone(), w.now, w.participants);
         if let Some(l) = now {
             let raw = l.encode();
             for d in mask_iter(participants) {
@@ -939,7 +944,7 @@ pub(crate) async fn commit<S: Store>(set: &Arc<SetInner<S>>, txn: SetTxn<S>) -> 
     }
     let quorum = set.geometry().write_quorum();
     let f = planner.finish().await?;
-    for w in f.objects.iter().filter(|w| w.participants != 0) {
+    for w in f.objects.iter().filter(|w| w.changed) {
         if (w.participants.count_ones() as usize) < quorum {
             return Err(StoreError::unavailable(format!(
                 "{} drives can take object {}; {quorum} are needed",
@@ -960,7 +965,7 @@ pub(crate) async fn commit<S: Store>(set: &Arc<SetInner<S>>, txn: SetTxn<S>) -> 
     // A test's simulated crash: the process stops here, before the outcome is settled on any drive.
     set.maybe_die()?;
     let enough = |parts: u16| (parts & committed).count_ones() as usize >= quorum;
-    let ok = f.objects.iter().filter(|w| w.participants != 0).all(|w| enough(w.participants))
+    let ok = f.objects.iter().filter(|w| w.changed).all(|w| enough(w.participants))
         && f.coll_participants.iter().all(|(_, p)| enough(*p));
     for (d, r) in results.iter().enumerate() {
         if let Err(e) = r {
@@ -971,7 +976,7 @@ pub(crate) async fn commit<S: Store>(set: &Arc<SetInner<S>>, txn: SetTxn<S>) -> 
         // Objects that not every drive took: healed later.
         let all = set.geometry().all_drives();
         let missed: Vec<&ObjWork> =
-            f.objects.iter().filter(|w| w.participants != 0 && w.participants & committed != all).collect();
+            f.objects.iter().filter(|w| w.changed && w.participants & committed != all).collect();
         if !missed.is_empty() {
             set.counters.partial_writes.fetch_add(1, Ordering::Relaxed);
             for w in missed {

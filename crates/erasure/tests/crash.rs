@@ -1,4 +1,4 @@
-//! Crash tests across a 4+2 set on simulated devices: random S3 operations while drives lose power at
+//! Crash tests across a 4+2 set and a set of one drive, on simulated devices: random S3 operations while drives lose power at
 //! different instants (each after a random number of IOs, dropping or tearing what was not flushed), and
 //! the process stops at random commits before it settles their outcome (no undo, no cleanup). Then every
 //! drive comes back, the set reopens (recovery settles undecided writes) and: every acknowledged write reads
@@ -31,13 +31,18 @@ enum Expect {
 static UNDONE_AT_OPEN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 static KEPT_AT_OPEN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-async fn open_set(devices: &[mosaic_engine::SimDevice], dirs: &[tempfile::TempDir]) -> (Vec<Arc<DriveStore>>, Layer) {
+async fn open_set(
+    k: usize,
+    m: usize,
+    devices: &[mosaic_engine::SimDevice],
+    dirs: &[tempfile::TempDir],
+) -> (Vec<Arc<DriveStore>>, Layer) {
     let mut stores = Vec::new();
     for (d, dev) in devices.iter().enumerate() {
         let engine = Engine::open(dirs[d].path(), Arc::new(dev.clone()), engine_config()).unwrap();
         stores.push(Arc::new(DriveStore::new(engine)));
     }
-    let set = ErasureSet::open(set_config(4, 2), stores.iter().cloned().map(Some).collect()).await.unwrap();
+    let set = ErasureSet::open(set_config(k, m), stores.iter().cloned().map(Some).collect()).await.unwrap();
     use std::sync::atomic::Ordering::Relaxed;
     UNDONE_AT_OPEN.fetch_add(set.counters().writes_undone_at_open.load(Relaxed), Relaxed);
     KEPT_AT_OPEN.fetch_add(set.counters().writes_kept_at_open.load(Relaxed), Relaxed);
@@ -127,25 +132,37 @@ async fn verify(l: &Layer, model: &mut BTreeMap<String, Expect>, point: u64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crashes_across_a_4_plus_2_set() {
     let points: u64 = std::env::var("MOSAIC_SET_CRASH_POINTS").ok().and_then(|v| v.parse().ok()).unwrap_or(1000);
+    crashes(4, 2, points).await;
+}
+
+/// A set of one drive keeps no undo log (its drive's transaction is atomic by itself): the same checks hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crashes_on_a_1_plus_0_set() {
+    let points: u64 = std::env::var("MOSAIC_SET_CRASH_POINTS").ok().and_then(|v| v.parse().ok()).unwrap_or(1000);
+    crashes(1, 0, points / 2).await;
+}
+
+async fn crashes(k: usize, m: usize, points: u64) {
+    let n = k + m;
     let seed: u64 = std::env::var("MOSAIC_SET_CRASH_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(11);
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let (devices, dirs) = formatted_drives(6);
-    let (mut stores, first) = open_set(&devices, &dirs).await;
+    let (devices, dirs) = formatted_drives(n);
+    let (mut stores, first) = open_set(k, m, &devices, &dirs).await;
     first.create_bucket("bkt").await.unwrap();
     let mut layer = Some(first);
     let mut model: BTreeMap<String, Expect> = (0..12).map(|i| (format!("k{i}"), Expect::Is(None))).collect();
     let mut interrupted = 0;
     for point in 0..points {
-        let modes: Vec<CrashMode> = (0..6)
+        let modes: Vec<CrashMode> = (0..n)
             .map(|_| {
                 if rng.random_bool(0.5) { CrashMode::DropUnflushed } else { CrashMode::TearOne { seed: rng.random() } }
             })
             .collect();
         let l = layer.as_ref().expect("open");
-        if rng.random_bool(0.25) {
+        if n > 1 && rng.random_bool(0.25) {
             // Half the drives lose power right after staging their next shard (their commit fails), and the
             // process stops after that commit: a write on too few drives that only recovery can undo.
-            for d in rand::seq::index::sample(&mut rng, 6, 3) {
+            for d in rand::seq::index::sample(&mut rng, n, n / 2) {
                 devices[d].arm_crash(1, modes[d]);
             }
             l.store().arm_crash_after_commits(1);
@@ -177,7 +194,7 @@ async fn crashes_across_a_4_plus_2_set() {
         for dev in &devices {
             dev.revive();
         }
-        let (reopened, l) = open_set(&devices, &dirs).await;
+        let (reopened, l) = open_set(k, m, &devices, &dirs).await;
         stores = reopened;
         verify(&l, &mut model, point).await;
         // Keep the drives from filling: clear every key now and then.
@@ -198,7 +215,7 @@ async fn crashes_across_a_4_plus_2_set() {
         "{points} crash points: {interrupted} interrupted an operation; at open {undone} writes were undone and {kept} kept"
     );
     assert!(
-        undone > points / 50 && kept > points / 50,
+        n == 1 || undone > points / 50 && kept > points / 50,
         "recovery was exercised both ways ({undone} undone, {kept} kept)"
     );
     for s in &stores {

@@ -3,6 +3,7 @@
 
 use crate::admin_auth;
 use crate::datadir::Credentials;
+use crate::drives::{DriveView, Drives};
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::service::service_fn;
@@ -11,12 +12,13 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use mosaic_engine::Engine;
 use mosaic_layer::ObjectLayer;
 use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 
 pub struct AdminState {
     pub layer: Arc<dyn ObjectLayer>,
-    pub engine: Engine,
+    pub drives: Arc<Drives>,
     pub creds: Credentials,
     pub keys: Arc<mosaic_s3::access::KeyRing>,
     pub data_dir: std::path::PathBuf,
@@ -42,16 +44,42 @@ fn json(status: u16, v: serde_json::Value) -> Resp {
         .expect("valid response")
 }
 
-/// Publishes the engine's counters as gauges, then renders every metric.
+/// Publishes every drive's counters (labelled by set and slot) and the sets' as gauges, then renders every
+/// metric.
 fn render_metrics(state: &AdminState) -> String {
-    let s = state.engine.stats();
-    let g = |name: &'static str, v: u64| metrics::gauge!(name).set(v as f64);
+    for d in state.drives.each() {
+        let drive = format!("{}.{}", d.set, d.slot);
+        let up = metrics::gauge!("mosaic_drive_online", "drive" => drive.clone());
+        up.set(if state.drives.state(&d) == "offline" || state.drives.state(&d) == "faulty" { 0.0 } else { 1.0 });
+        let Some(e) = &d.engine else { continue };
+        engine_gauges(e, &drive);
+    }
+    for (i, set) in state.drives.sets.iter().enumerate() {
+        let label = i.to_string();
+        let c = set.counters();
+        let g = |name: &'static str, v: u64| metrics::gauge!(name, "set" => label.clone()).set(v as f64);
+        g("mosaic_set_degraded_reads", c.degraded_reads.load(Relaxed));
+        g("mosaic_set_partial_writes", c.partial_writes.load(Relaxed));
+        g("mosaic_set_failed_writes", c.failed_writes.load(Relaxed));
+        g("mosaic_set_heal_backlog", set.heal_backlog() as u64);
+        let h = set.heal_progress();
+        g("mosaic_set_healed_objects", h.healed_objects.load(Relaxed));
+        g("mosaic_set_healed_bytes", h.healed_bytes.load(Relaxed));
+        g("mosaic_set_heal_failures", h.failed_objects.load(Relaxed));
+    }
+    state.prometheus.render()
+}
+
+/// One drive's engine counters as gauges labelled `drive`.
+fn engine_gauges(e: &Engine, drive: &str) {
+    let s = e.stats();
+    let g = |name: &'static str, v: u64| metrics::gauge!(name, "drive" => drive.to_string()).set(v as f64);
     g("mosaic_engine_user_bytes_written", s.user_bytes_written);
     g("mosaic_engine_device_bytes_written", s.device_bytes_written);
     g("mosaic_engine_device_bytes_read", s.device_bytes_read);
     g("mosaic_engine_cached_bytes_read", s.cached_bytes_read);
     g("mosaic_engine_cache_rereads", s.cache_rereads);
-    let scrub = state.engine.scrub_status();
+    let scrub = e.scrub_status();
     g("mosaic_engine_scrub_passes", scrub.passes_completed);
     g("mosaic_engine_scrub_damaged_objects", scrub.damaged.len() as u64);
     g("mosaic_engine_kv_wal_bytes", s.kv_wal_bytes);
@@ -67,6 +95,7 @@ fn render_metrics(state: &AdminState) -> String {
     g("mosaic_engine_device_flushes", s.device_flushes);
     g("mosaic_engine_free_blocks", s.free_blocks);
     g("mosaic_engine_total_blocks", s.total_blocks);
+    g("mosaic_engine_allocated_blocks", s.allocated_blocks);
     g("mosaic_engine_free_extents", s.free_extents);
     g("mosaic_engine_object_reads", s.object_reads);
     g("mosaic_engine_meta_cache_hits", s.meta_cache_hits);
@@ -80,19 +109,19 @@ fn render_metrics(state: &AdminState) -> String {
     g("mosaic_engine_prioritized_in_flight", s.prioritized_in_flight);
     g("mosaic_engine_background_waits_for_priority", s.background_waits_for_priority);
     for (class, depth) in s.queue_depth.iter() {
-        metrics::gauge!("mosaic_engine_queue_depth", "class" => class.name()).set(*depth as f64);
+        metrics::gauge!("mosaic_engine_queue_depth", "drive" => drive.to_string(), "class" => class.name())
+            .set(*depth as f64);
     }
     for (i, v) in s.io_size_hist.iter().enumerate() {
         let le = format!("{}", 4096u64 << i);
-        metrics::gauge!("mosaic_engine_io_size_count", "size_bytes" => le).set(*v as f64);
+        metrics::gauge!("mosaic_engine_io_size_count", "drive" => drive.to_string(), "size_bytes" => le).set(*v as f64);
     }
-    state.prometheus.render()
 }
 
-/// The background scrub's progress and the damaged objects of its last finished pass, by name.
-fn scrub_json(state: &AdminState) -> serde_json::Value {
-    let status = state.engine.scrub_status();
-    let reader = state.engine.reader();
+/// A drive's background scrub: its progress and the damaged objects of its last finished pass, by name.
+fn scrub_json(e: &Engine) -> serde_json::Value {
+    let status = e.scrub_status();
+    let reader = e.reader();
     let damaged: Vec<serde_json::Value> = status
         .damaged
         .iter()
@@ -108,42 +137,99 @@ fn scrub_json(state: &AdminState) -> serde_json::Value {
     })
 }
 
+/// One drive: where it is, its state, its space and its counters.
+fn drive_json(state: &AdminState, d: &DriveView) -> serde_json::Value {
+    let mut v = serde_json::json!({
+        "set": d.set,
+        "slot": d.slot,
+        "path": d.path.display().to_string(),
+        "state": state.drives.state(d),
+    });
+    let Some(e) = &d.engine else {
+        v["problem"] = serde_json::json!(state.drives.problem(d.set, d.slot));
+        return v;
+    };
+    let s = e.stats();
+    let space = e.space_usage();
+    let more = serde_json::json!({
+        "uuid": hex::encode(e.uuid()),
+        "failure": e.failure(),
+        "used_bytes": space.used_bytes,
+        "allocated_bytes": space.allocated_bytes,
+        "max_bytes": space.capacity_bytes,
+        "free_bytes": space.capacity_bytes - space.used_bytes,
+        "free_extents": s.free_extents,
+        "user_bytes_written": s.user_bytes_written,
+        "device_bytes_written": s.device_bytes_written,
+        "device_bytes_read": s.device_bytes_read,
+        "cached_bytes_read": s.cached_bytes_read,
+        "cache_rereads": s.cache_rereads,
+        "kv_bytes_written": s.kv_bytes_written(),
+        "rmw_on_write_path": s.rmw_on_write_path,
+        "rmw_in_lazy_sync": s.rmw_in_lazy_sync,
+        "fragments_outstanding": s.fragments_outstanding,
+        "checksum_errors": s.checksum_errors,
+        "transactions_committed": s.transactions_committed,
+        "meta_cache_hits": s.meta_cache_hits,
+        "meta_cache_misses": s.meta_cache_misses,
+        "meta_cache_bytes": s.meta_cache_bytes,
+        "page_cache_hits": s.page_cache_hits,
+        "page_cache_misses": s.page_cache_misses,
+        "page_cache_bytes": s.page_cache_bytes,
+        "page_cache_dirty_pages": s.page_cache_dirty_pages,
+        "prioritized_in_flight": s.prioritized_in_flight,
+        "background_waits_for_priority": s.background_waits_for_priority,
+        "background_scrub": scrub_json(e),
+    });
+    if let (Some(o), serde_json::Value::Object(m)) = (v.as_object_mut(), more) {
+        o.extend(m);
+    }
+    v
+}
+
+/// Each set: its code, its drives' states and its heal progress.
+fn sets_json(state: &AdminState) -> serde_json::Value {
+    let sets: Vec<serde_json::Value> = state
+        .drives
+        .sets
+        .iter()
+        .enumerate()
+        .map(|(i, set)| {
+            let g = set.geometry();
+            let h = set.heal_progress();
+            let c = set.counters();
+            serde_json::json!({
+                "set": i,
+                "erasure": format!("{}+{}", g.data, g.parity),
+                "ready": mosaic_store::Store::is_ready(set),
+                "heal_backlog": set.heal_backlog(),
+                "healed_objects": h.healed_objects.load(Relaxed),
+                "healed_bytes": h.healed_bytes.load(Relaxed),
+                "heal_failures": h.failed_objects.load(Relaxed),
+                "scans_completed": h.scans_completed.load(Relaxed),
+                "degraded_reads": c.degraded_reads.load(Relaxed),
+                "partial_writes": c.partial_writes.load(Relaxed),
+                "failed_writes": c.failed_writes.load(Relaxed),
+            })
+        })
+        .collect();
+    serde_json::Value::Array(sets)
+}
+
 fn stats_json(state: &AdminState) -> serde_json::Value {
-    let s = state.engine.stats();
-    let space = state.engine.space_usage();
+    let drives: Vec<DriveView> = state.drives.each();
+    let (mut used, mut allocated, mut max) = (0u64, 0u64, 0u64);
+    for e in drives.iter().filter_map(|d| d.engine.as_ref()) {
+        let s = e.space_usage();
+        (used, allocated, max) = (used + s.used_bytes, allocated + s.allocated_bytes, max + s.capacity_bytes);
+    }
     serde_json::json!({
         "version": env!("CARGO_PKG_VERSION"),
         "uptime_secs": state.started.elapsed().as_secs(),
         "ready": state.layer.is_ready(),
-        "drive": {
-            "uuid": hex::encode(state.engine.uuid()),
-            "used_bytes": space.used_bytes,
-            "allocated_bytes": space.allocated_bytes,
-            "max_bytes": space.capacity_bytes,
-            "free_bytes": space.capacity_bytes - space.used_bytes,
-            "free_extents": s.free_extents,
-            "user_bytes_written": s.user_bytes_written,
-            "device_bytes_written": s.device_bytes_written,
-            "device_bytes_read": s.device_bytes_read,
-            "cached_bytes_read": s.cached_bytes_read,
-            "cache_rereads": s.cache_rereads,
-            "kv_bytes_written": s.kv_bytes_written(),
-            "rmw_on_write_path": s.rmw_on_write_path,
-            "rmw_in_lazy_sync": s.rmw_in_lazy_sync,
-            "fragments_outstanding": s.fragments_outstanding,
-            "checksum_errors": s.checksum_errors,
-            "transactions_committed": s.transactions_committed,
-            "meta_cache_hits": s.meta_cache_hits,
-            "meta_cache_misses": s.meta_cache_misses,
-            "meta_cache_bytes": s.meta_cache_bytes,
-            "page_cache_hits": s.page_cache_hits,
-            "page_cache_misses": s.page_cache_misses,
-            "page_cache_bytes": s.page_cache_bytes,
-            "page_cache_dirty_pages": s.page_cache_dirty_pages,
-            "prioritized_in_flight": s.prioritized_in_flight,
-            "background_waits_for_priority": s.background_waits_for_priority,
-        },
-        "background_scrub": scrub_json(state),
+        "space": { "used_bytes": used, "allocated_bytes": allocated, "max_bytes": max, "free_bytes": max - used },
+        "sets": sets_json(state),
+        "drives": drives.iter().map(|d| drive_json(state, d)).collect::<Vec<_>>(),
     })
 }
 
@@ -182,45 +268,41 @@ async fn route(state: Arc<AdminState>, req: http::Request<hyper::body::Incoming>
     let st = state.clone();
     let resp = match (method.as_str(), path.as_str()) {
         ("GET", "/admin/v1/info") => json(200, stats_json(&state)),
-        ("POST", "/admin/v1/check") => {
-            let r = tokio::task::spawn_blocking(move || st.engine.check()).await;
-            match r {
-                Ok(Ok(c)) => json(
-                    200,
-                    serde_json::json!({
-                        "clean": c.is_clean(),
-                        "objects": c.objects,
-                        "referenced_blocks": c.referenced_blocks,
-                        "used_blocks": c.used_blocks,
-                        "leaked_blocks": c.leaked_blocks,
-                        "doubly_used_blocks": c.doubly_used_blocks,
-                        "unmarked_blocks": c.unmarked_blocks,
-                        "problems": c.problems,
-                    }),
-                ),
-                Ok(Err(e)) => json(500, serde_json::json!({ "error": e.to_string() })),
-                Err(e) => json(500, serde_json::json!({ "error": e.to_string() })),
-            }
+        ("GET", "/admin/v1/drives") => {
+            let drives: Vec<serde_json::Value> = state.drives.each().iter().map(|d| drive_json(&state, d)).collect();
+            json(200, serde_json::json!({ "sets": sets_json(&state), "drives": drives }))
         }
+        ("POST", "/admin/v1/check") => match tokio::task::spawn_blocking(move || check_json(&st)).await {
+            Ok(v) => json(200, v),
+            Err(e) => json(500, serde_json::json!({ "error": e.to_string() })),
+        },
         ("POST", "/admin/v1/scrub") => {
-            let r = tokio::task::spawn_blocking(move || st.engine.scrub(None)).await;
-            match r {
-                Ok(Ok(s)) => json(
-                    200,
-                    serde_json::json!({
-                        "blocks_checked": s.blocks_checked,
-                        "fragments_checked": s.fragments_checked,
-                        "damaged": s.damaged.iter().map(|(c, n, w)| serde_json::json!({
-                            "bucket": c.strip_prefix("b/").unwrap_or(c),
-                            "key": String::from_utf8_lossy(n),
-                            "problem": w,
-                        })).collect::<Vec<_>>(),
-                    }),
-                ),
-                Ok(Err(e)) => json(500, serde_json::json!({ "error": e.to_string() })),
+            // Every drive verifies its blocks, and each set reads every shard back (queueing damage for heal).
+            let mut deep = Vec::new();
+            for set in &state.drives.sets {
+                deep.push(set.scan_deep().await.map_err(|e| e.to_string()));
+            }
+            match tokio::task::spawn_blocking(move || scrub_drives_json(&st)).await {
+                Ok(mut v) => {
+                    v["sets_scanned_objects"] =
+                        serde_json::json!(deep.iter().map(|r| r.clone().unwrap_or(0)).sum::<u64>());
+                    v["set_scan_errors"] =
+                        serde_json::json!(deep.into_iter().filter_map(Result::err).collect::<Vec<_>>());
+                    json(200, v)
+                }
                 Err(e) => json(500, serde_json::json!({ "error": e.to_string() })),
             }
         }
+        _ if method == "POST" && path.starts_with("/admin/v1/drives/") => match replace_request(&path) {
+            Ok((set, slot, new_path)) => match state.drives.replace(set, slot, &new_path).await {
+                Ok(()) => json(
+                    200,
+                    serde_json::json!({ "replaced": { "set": set, "slot": slot, "path": new_path.display().to_string() } }),
+                ),
+                Err(e) => json(409, serde_json::json!({ "error": e })),
+            },
+            Err(e) => json(400, serde_json::json!({ "error": e })),
+        },
         _ if path == "/admin/v1/keys" || path.starts_with("/admin/v1/keys/") => {
             let st = state.clone();
             let (m, p) = (method.clone(), path.clone());
@@ -232,6 +314,82 @@ async fn route(state: Arc<AdminState>, req: http::Request<hyper::body::Incoming>
         _ => json(404, serde_json::json!({ "error": format!("no admin endpoint {method} {path}") })),
     };
     Ok(resp)
+}
+
+/// `check` on every drive: clean when every open drive is.
+fn check_json(state: &AdminState) -> serde_json::Value {
+    let mut clean = true;
+    let mut drives = Vec::new();
+    for d in state.drives.each() {
+        let Some(e) = &d.engine else {
+            drives.push(serde_json::json!({ "set": d.set, "slot": d.slot, "state": "offline" }));
+            continue;
+        };
+        match e.check() {
+            Ok(c) => {
+                clean &= c.is_clean();
+                drives.push(serde_json::json!({
+                    "set": d.set,
+                    "slot": d.slot,
+                    "clean": c.is_clean(),
+                    "objects": c.objects,
+                    "referenced_blocks": c.referenced_blocks,
+                    "used_blocks": c.used_blocks,
+                    "leaked_blocks": c.leaked_blocks,
+                    "doubly_used_blocks": c.doubly_used_blocks,
+                    "unmarked_blocks": c.unmarked_blocks,
+                    "problems": c.problems,
+                }));
+            }
+            Err(err) => {
+                clean = false;
+                drives.push(serde_json::json!({ "set": d.set, "slot": d.slot, "error": err.to_string() }));
+            }
+        }
+    }
+    serde_json::json!({ "clean": clean, "drives": drives })
+}
+
+/// `scrub` on every drive: every block and fragment read back and checked.
+fn scrub_drives_json(state: &AdminState) -> serde_json::Value {
+    let (mut blocks, mut fragments) = (0u64, 0u64);
+    let mut damaged = Vec::new();
+    for d in state.drives.each() {
+        let Some(e) = &d.engine else { continue };
+        match e.scrub(None) {
+            Ok(s) => {
+                blocks += s.blocks_checked;
+                fragments += s.fragments_checked;
+                damaged.extend(s.damaged.iter().map(|(c, n, w)| {
+                    serde_json::json!({
+                        "set": d.set,
+                        "slot": d.slot,
+                        "bucket": c.strip_prefix("b/").unwrap_or(c),
+                        "key": String::from_utf8_lossy(n),
+                        "problem": w,
+                    })
+                }));
+            }
+            Err(err) => damaged.push(serde_json::json!({ "set": d.set, "slot": d.slot, "problem": err.to_string() })),
+        }
+    }
+    serde_json::json!({ "blocks_checked": blocks, "fragments_checked": fragments, "damaged": damaged })
+}
+
+/// `/admin/v1/drives/SET/SLOT/replace/HEXPATH`: the drive to replace and the directory of its successor.
+fn replace_request(path: &str) -> Result<(usize, usize, std::path::PathBuf), String> {
+    let parts: Vec<&str> = path.trim_start_matches("/admin/v1/drives/").split('/').collect();
+    let [set, slot, "replace", hex_path] = parts.as_slice() else {
+        return Err(format!("no admin endpoint POST {path}"));
+    };
+    let set = set.parse().map_err(|_| format!("{set:?} is not a set number"))?;
+    let slot = slot.parse().map_err(|_| format!("{slot:?} is not a slot number"))?;
+    let raw = hex::decode(hex_path).map_err(|_| "the new drive's path is not hex-encoded".to_string())?;
+    let p = String::from_utf8(raw).map_err(|_| "the new drive's path is not UTF-8".to_string())?;
+    if p.is_empty() {
+        return Err("the new drive needs a path".into());
+    }
+    Ok((set, slot, std::path::PathBuf::from(p)))
 }
 
 pub async fn serve(

@@ -17,6 +17,8 @@ pub struct FileConfig {
     pub domain: Option<String>,
     pub drive_size: Option<String>,
     pub drive_preallocate: Option<bool>,
+    pub drives: Option<Vec<PathBuf>>,
+    pub erasure: Option<String>,
     pub log_format: Option<String>,
     pub log_level: Option<String>,
     pub shutdown_timeout_secs: Option<u64>,
@@ -57,6 +59,15 @@ pub struct ServerArgs {
     /// Preallocate the whole drive file when it is created, instead of growing it as data arrives.
     #[arg(long, env = "MOSAIC_DRIVE_PREALLOCATE")]
     pub drive_preallocate: bool,
+    /// A drive: a directory (ideally on its own disk) holding the drive's data file and metadata database.
+    /// Repeat for several drives, always in the same order; up to 16 drives form one erasure-coded set, more
+    /// form several sets of equal size. Default: one drive in the data directory.
+    #[arg(long = "drive", env = "MOSAIC_DRIVES", value_name = "DIR", value_delimiter = ',')]
+    pub drives: Vec<PathBuf>,
+    /// The erasure code of a new store, as DATA+PARITY (e.g. 4+2): any PARITY drives of a set may fail.
+    /// Default by drives per set: 1: 1+0, 2-3: one parity, 4-5: two, 6-7: three, 8 and more: four.
+    #[arg(long, env = "MOSAIC_ERASURE", value_name = "K+M")]
+    pub erasure: Option<String>,
     /// Log format: text or json.
     #[arg(long, env = "MOSAIC_LOG_FORMAT", value_name = "FORMAT")]
     pub log_format: Option<String>,
@@ -118,6 +129,10 @@ pub struct Config {
     pub drive_size_bytes: Option<u64>,
     /// Preallocate the whole drive file at format time (else it grows in steps).
     pub drive_preallocate: bool,
+    /// The drives' directories in slot order; empty: one drive in the data directory.
+    pub drives: Vec<PathBuf>,
+    /// The erasure code for a new store; None: chosen by the drives per set.
+    pub erasure: Option<mosaic_erasure::SetGeometry>,
     pub log_format: LogFormat,
     pub log_level: String,
     pub shutdown_timeout: Duration,
@@ -229,6 +244,17 @@ impl Config {
         if scrub_bytes_per_s > MAX_SCRUB_BYTES_PER_S {
             return Err(format!("scrub_rate: {scrub_bytes_per_s} bytes per second is above the maximum 16GiB"));
         }
+        let drives = if args.drives.is_empty() { file.drives.clone().unwrap_or_default() } else { args.drives.clone() };
+        if drives.len() > mosaic::datadir_format::MAX_DRIVES {
+            return Err(format!("drives: {} drives; at most {}", drives.len(), mosaic::datadir_format::MAX_DRIVES));
+        }
+        if let Some(empty) = drives.iter().find(|d| d.as_os_str().is_empty()) {
+            return Err(format!("drives: an empty path {empty:?}"));
+        }
+        let erasure = match pick(&args.erasure, &file.erasure) {
+            Some(e) => Some(mosaic_erasure::SetGeometry::parse(&e).map_err(|e| format!("erasure: {e}"))?),
+            None => None,
+        };
         let interval = pick(&args.scrub_interval, &file.scrub_interval).unwrap_or("24h".into());
         let scrub_interval = humantime::parse_duration(&interval)
             .map_err(|e| format!("scrub_interval: {interval:?} is not a duration such as 24h or 7d: {e}"))?;
@@ -246,6 +272,8 @@ impl Config {
             domain,
             drive_size_bytes,
             drive_preallocate: args.drive_preallocate || file.drive_preallocate.unwrap_or(false),
+            drives,
+            erasure,
             log_format,
             log_level,
             shutdown_timeout: Duration::from_secs(shutdown),

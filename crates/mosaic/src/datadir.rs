@@ -4,10 +4,13 @@
 //!
 //! ```text
 //! mosaic-data/
-//!   MOSAIC            marker: format version, uuid, crc32c
+//!   MOSAIC            marker: format version, store uuid, crc32c (written last)
+//!   layout            the erasure code, the sets and every drive (set, slot, uuid, path), crc32c
 //!   credentials       root access key and secret (0600)
-//!   drive0/data       the data device (preallocated file)
-//!   drive0/kv/        the metadata database (RocksDB)
+//!   drive0/           the default drive (with --drive, each drive is its own directory):
+//!     data              the data device (a thin file)
+//!     kv/               the metadata database (RocksDB)
+//!     mosaic-drive      the drive's identity: store, set, slot, uuid, crc32c
 //! ```
 
 use mosaic::datadir_format as format;
@@ -28,7 +31,8 @@ const THIN_FILE_START_BYTES: u64 = 1 << 20;
 
 pub use mosaic::datadir_format::{Credentials, validate_credentials};
 
-/// What `prepare` found.
+/// What `open_store` found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum State {
     /// A fresh directory that was just formatted.
     Formatted,
@@ -105,43 +109,244 @@ pub fn drive_dir(dir: &Path) -> PathBuf {
     dir.join(DRIVE_DIR)
 }
 
-/// Opens the drive, formatting the directory first if it is new. Refuses a foreign directory. A new drive
-/// may grow to `max_bytes` (default: see `default_drive_max`); with `preallocate` its file takes all of
-/// it at once.
-pub fn open_drive(
-    dir: &Path,
-    max_bytes: Option<u64>,
-    preallocate: bool,
-    cfg: EngineConfig,
-    io_engine: mosaic_engine::IoEngine,
-    simulate_power_loss: bool,
-) -> Result<(Engine, State), String> {
-    let wrap = |d: FileDevice| -> Arc<dyn mosaic_engine::Device> {
-        if simulate_power_loss { Arc::new(mosaic_engine::VolatileCacheDevice::new(Arc::new(d))) } else { Arc::new(d) }
-    };
+/// The store's layout file, in the data directory.
+const LAYOUT: &str = "layout";
+/// Each drive's identity file, in the drive's directory.
+const IDENTITY: &str = "mosaic-drive";
+
+/// How the server's drives are configured.
+#[derive(Clone)]
+pub struct DriveConfig {
+    /// The drives' directories, in slot order; empty: one drive in the data directory (`drive0`).
+    pub paths: Vec<PathBuf>,
+    /// The erasure code for a new store (None: chosen by the number of drives).
+    pub erasure: Option<mosaic_erasure::SetGeometry>,
+    /// Most each new drive's file grows to.
+    pub max_bytes: Option<u64>,
+    pub preallocate: bool,
+    pub engine: EngineConfig,
+    pub io_engine: mosaic_engine::IoEngine,
+    pub simulate_power_loss: bool,
+}
+
+/// A drive of the store as the server found it.
+pub struct OpenDrive {
+    pub set: usize,
+    pub slot: usize,
+    pub path: PathBuf,
+    /// None when the drive could not be opened (`problem` says why): the store runs without it.
+    pub engine: Option<Engine>,
+    pub problem: Option<String>,
+}
+
+/// The store as opened: its layout and drives.
+pub struct OpenStore {
+    pub state: State,
+    pub layout: format::Layout,
+    pub drives: Vec<OpenDrive>,
+}
+
+/// The geometry of a layout.
+pub fn geometry_of(l: &format::Layout) -> mosaic_erasure::SetGeometry {
+    mosaic_erasure::SetGeometry { data: l.data, parity: l.parity }
+}
+
+/// How `n` drives split into sets: equal sets of at most 16 drives, as few as possible.
+pub fn sets_for(n: usize) -> Result<usize, String> {
+    (1..=n).find(|s| n.is_multiple_of(*s) && n / s <= mosaic_erasure::MAX_SET_DRIVES).ok_or_else(|| {
+        format!("{n} drives cannot be split into equal sets of at most {} drives", mosaic_erasure::MAX_SET_DRIVES)
+    })
+}
+
+impl DriveConfig {
+    fn wrap(&self, d: FileDevice) -> Arc<dyn mosaic_engine::Device> {
+        if self.simulate_power_loss {
+            Arc::new(mosaic_engine::VolatileCacheDevice::new(Arc::new(d)))
+        } else {
+            Arc::new(d)
+        }
+    }
+
+    /// The drives' paths as configured, or the default one.
+    fn paths_for(&self, dir: &Path) -> Vec<PathBuf> {
+        if self.paths.is_empty() { vec![drive_dir(dir)] } else { self.paths.clone() }
+    }
+}
+
+/// Opens the store's drives, formatting them first if the data directory is new. Refuses a foreign
+/// directory, drives that belong to another store or sit in another slot, and a drive list that differs
+/// from the store's. A drive that cannot be opened is reported and left out (the store runs degraded).
+pub fn open_store(dir: &Path, cfg: &DriveConfig) -> Result<OpenStore, String> {
     let ours = inspect(dir)?;
-    let drive = drive_dir(dir);
-    if ours {
-        let device = FileDevice::open_with(&drive.join("data"), io_engine)
-            .map_err(|e| format!("cannot open the data file: {e}"))?;
-        let engine = Engine::open(&drive, wrap(device), cfg).map_err(|e| format!("cannot open the drive: {e}"))?;
-        return Ok((engine, State::Existing));
+    let paths = cfg.paths_for(dir);
+    if !ours {
+        return format_store(dir, &paths, cfg);
     }
-    std::fs::create_dir_all(&drive).map_err(|e| format!("cannot create {}: {e}", drive.display()))?;
-    let max = max_bytes.unwrap_or_else(|| default_drive_max(dir)) / 4096 * 4096;
-    let initial = if preallocate { max } else { THIN_FILE_START_BYTES };
-    let free = free_bytes(dir).unwrap_or(u64::MAX);
-    if initial > free {
-        return Err(format!("the drive needs {initial} bytes but {} has only {free} free", dir.display()));
+    let layout = match read_small_file(&dir.join(LAYOUT)) {
+        Ok(text) => format::parse_layout(&text).map_err(|e| format!("{}: {e}", dir.join(LAYOUT).display()))?,
+        // A store from before layouts: one drive in drive0, made a 1+0 set.
+        Err(_) if !dir.join(LAYOUT).exists() => upgrade_single_drive(dir, &paths, cfg)?,
+        Err(e) => return Err(e),
+    };
+    let configured: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+    let stored: Vec<String> = layout.drives.iter().map(|d| d.path.clone()).collect();
+    if configured != stored {
+        return Err(format!(
+            "the store's drives are [{}] but the configuration names [{}]; give the same drives in the same order",
+            stored.join(", "),
+            configured.join(", ")
+        ));
     }
-    let device = FileDevice::create_with(&drive.join("data"), initial, io_engine)
-        .map_err(|e| format!("cannot create the data file: {e}"))?;
-    let engine = Engine::format_with_capacity(&drive, wrap(device), max, cfg)
-        .map_err(|e| format!("cannot format the drive: {e}"))?;
-    // The marker goes last: a directory with a marker always holds a complete drive.
-    let marker = format::encode_marker(&engine.uuid(), concat!("mosaic ", env!("CARGO_PKG_VERSION")));
+    let mut drives = Vec::new();
+    for d in &layout.drives {
+        let path = PathBuf::from(&d.path);
+        match open_drive_at(&path, cfg) {
+            Ok(engine) => {
+                check_identity(&path, &layout, d, &engine)?;
+                drives.push(OpenDrive { set: d.set, slot: d.slot, path, engine: Some(engine), problem: None });
+            }
+            Err(problem) => {
+                tracing::error!(drive = %path.display(), set = d.set, slot = d.slot, %problem, "a drive is missing; the store runs without it");
+                drives.push(OpenDrive { set: d.set, slot: d.slot, path, engine: None, problem: Some(problem) });
+            }
+        }
+    }
+    Ok(OpenStore { state: State::Existing, layout, drives })
+}
+
+/// Opens the engine of the drive in directory `path`.
+fn open_drive_at(path: &Path, cfg: &DriveConfig) -> Result<Engine, String> {
+    let device = FileDevice::open_with(&path.join("data"), cfg.io_engine)
+        .map_err(|e| format!("cannot open {}: {e}", path.join("data").display()))?;
+    Engine::open(path, cfg.wrap(device), cfg.engine.clone())
+        .map_err(|e| format!("cannot open the drive in {}: {e}", path.display()))
+}
+
+/// Refuses a drive whose identity file names another store, set or slot, or whose engine is not the one the
+/// layout names.
+fn check_identity(
+    path: &Path,
+    layout: &format::Layout,
+    d: &format::LayoutDrive,
+    engine: &Engine,
+) -> Result<(), String> {
+    let file = path.join(IDENTITY);
+    let id = read_small_file(&file)
+        .and_then(|t| format::parse_identity(&t).map_err(|e| format!("{}: {e}", file.display())))?;
+    if id.store != layout.store {
+        return Err(format!("the drive in {} belongs to another store", path.display()));
+    }
+    if (id.set, id.slot) != (d.set, d.slot) || id.drive != d.uuid || engine.uuid() != d.uuid {
+        return Err(format!(
+            "the drive in {} is drive {} of set {} but is configured as drive {} of set {}: give the drives in their order",
+            path.display(),
+            id.slot,
+            id.set,
+            d.slot,
+            d.set
+        ));
+    }
+    Ok(())
+}
+
+/// A data directory from before layouts (one drive in `drive0`): gives it a layout and an identity file.
+fn upgrade_single_drive(dir: &Path, paths: &[PathBuf], cfg: &DriveConfig) -> Result<format::Layout, String> {
+    if paths != [drive_dir(dir)] {
+        return Err(format!("{} holds a single-drive store: start it without --drive", dir.display()));
+    }
+    let engine = open_drive_at(&paths[0], cfg)?;
+    let uuid = engine.uuid();
+    engine.close().map_err(|e| e.to_string())?;
+    drop(engine);
+    let layout = format::Layout {
+        store: uuid,
+        data: 1,
+        parity: 0,
+        sets: 1,
+        drives: vec![format::LayoutDrive { set: 0, slot: 0, uuid, path: paths[0].display().to_string() }],
+    };
+    let id = format::DriveIdentity { store: uuid, set: 0, slot: 0, drive: uuid };
+    write_synced(&paths[0].join(IDENTITY), &format::encode_identity(&id), 0o644)?;
+    write_synced(&dir.join(LAYOUT), &format::encode_layout(&layout), 0o644)?;
+    tracing::info!(dir = %dir.display(), "the data directory now records its layout (one drive, 1+0)");
+    Ok(layout)
+}
+
+/// Formats every drive of a new store, then writes its layout and (last) the marker.
+fn format_store(dir: &Path, paths: &[PathBuf], cfg: &DriveConfig) -> Result<OpenStore, String> {
+    let sets = sets_for(paths.len())?;
+    let per_set = paths.len() / sets;
+    let geometry = match cfg.erasure {
+        Some(g) if g.drives() != per_set => {
+            return Err(format!(
+                "erasure {}+{} needs sets of {} drives; {} drives make sets of {per_set}",
+                g.data,
+                g.parity,
+                g.drives(),
+                paths.len()
+            ));
+        }
+        Some(g) => g,
+        None => mosaic_erasure::SetGeometry::default_for(per_set)?,
+    };
+    let mut unique: Vec<&PathBuf> = paths.iter().collect();
+    unique.sort();
+    unique.dedup();
+    if unique.len() != paths.len() {
+        return Err("a drive is named twice".into());
+    }
+    let store: [u8; 16] = rand::random();
+    let mut drives = Vec::new();
+    let mut entries = Vec::new();
+    for (i, path) in paths.iter().enumerate() {
+        let (set, slot) = (i / per_set, i % per_set);
+        let engine = format_drive(dir, path, cfg)?;
+        let id = format::DriveIdentity { store, set, slot, drive: engine.uuid() };
+        write_synced(&path.join(IDENTITY), &format::encode_identity(&id), 0o644)?;
+        entries.push(format::LayoutDrive { set, slot, uuid: engine.uuid(), path: path.display().to_string() });
+        drives.push(OpenDrive { set, slot, path: path.clone(), engine: Some(engine), problem: None });
+    }
+    let layout = format::Layout { store, data: geometry.data, parity: geometry.parity, sets, drives: entries };
+    write_synced(&dir.join(LAYOUT), &format::encode_layout(&layout), 0o644)?;
+    // The marker goes last: a directory with a marker always holds a complete store.
+    let marker = format::encode_marker(&store, concat!("mosaic ", env!("CARGO_PKG_VERSION")));
     write_synced(&dir.join(MARKER), &marker, 0o644)?;
-    Ok((engine, State::Formatted))
+    Ok(OpenStore { state: State::Formatted, layout, drives })
+}
+
+/// Formats a new drive in directory `path` (which must be new or empty): a thin data file and its database.
+pub fn format_drive(dir: &Path, path: &Path, cfg: &DriveConfig) -> Result<Engine, String> {
+    if path.exists()
+        && std::fs::read_dir(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?.next().is_some()
+    {
+        return Err(format!("refusing to format {}: it is not empty", path.display()));
+    }
+    std::fs::create_dir_all(path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+    let _ = dir;
+    let max = cfg.max_bytes.unwrap_or_else(|| default_drive_max(path)) / 4096 * 4096;
+    let initial = if cfg.preallocate { max } else { THIN_FILE_START_BYTES };
+    let free = free_bytes(path).unwrap_or(u64::MAX);
+    if initial > free {
+        return Err(format!("the drive needs {initial} bytes but {} has only {free} free", path.display()));
+    }
+    let device = FileDevice::create_with(&path.join("data"), initial, cfg.io_engine)
+        .map_err(|e| format!("cannot create the data file in {}: {e}", path.display()))?;
+    Engine::format_with_capacity(path, cfg.wrap(device), max, cfg.engine.clone())
+        .map_err(|e| format!("cannot format the drive in {}: {e}", path.display()))
+}
+
+/// Formats a replacement for drive `slot` of set `set` in `path` and records it in the layout and its
+/// identity file. Returns the new drive.
+pub fn replace_drive(dir: &Path, set: usize, slot: usize, path: &Path, cfg: &DriveConfig) -> Result<Engine, String> {
+    let mut layout = format::parse_layout(&read_small_file(&dir.join(LAYOUT))?)?;
+    let engine = format_drive(dir, path, cfg)?;
+    let id = format::DriveIdentity { store: layout.store, set, slot, drive: engine.uuid() };
+    write_synced(&path.join(IDENTITY), &format::encode_identity(&id), 0o644)?;
+    let d = layout.drives.iter_mut().find(|d| (d.set, d.slot) == (set, slot)).ok_or("no such drive")?;
+    d.uuid = engine.uuid();
+    d.path = path.display().to_string();
+    write_synced(&dir.join(LAYOUT), &format::encode_layout(&layout), 0o644)?;
+    Ok(engine)
 }
 
 pub(crate) fn write_synced(path: &Path, text: &str, mode: u32) -> Result<(), String> {

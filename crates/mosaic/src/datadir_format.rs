@@ -1,7 +1,10 @@
-//! The three small text files of a data directory, each a few `name=value` lines (the keys file: a version
-//! line and JSON) closed by a `crc32c=` line over everything before it:
+//! The small text files of a data directory and its drives, each a few `name=value` lines (the keys file: a
+//! version line and JSON) closed by a `crc32c=` line over everything before it:
 //!
-//! - `MOSAIC`, the marker: format version, drive uuid, the build that created it;
+//! - `MOSAIC`, the marker: format version, store uuid, the build that created it;
+//! - `layout`: the store's drives: its erasure code, its sets, and every drive's set, slot, uuid and path;
+//! - `mosaic-drive`, on every drive: the store, set and slot it belongs to and its own uuid, so that a drive
+//!   in the wrong slot or from another store is refused;
 //! - `credentials`: the root access key and secret;
 //! - `keys`: the access keys beside the root key and their grants.
 //!
@@ -13,6 +16,10 @@ use mosaic_s3::access::KeySet;
 pub const MARKER_VERSION: u32 = 1;
 const CREDENTIALS_VERSION_LINE: &str = "version=1\n";
 const KEYS_VERSION_LINE: &str = "version=1\n";
+const LAYOUT_VERSION_LINE: &str = "version=1\n";
+const IDENTITY_VERSION_LINE: &str = "version=1\n";
+/// Most drives a store holds (sets of at most 16 drives).
+pub const MAX_DRIVES: usize = 1024;
 /// The largest of these files we parse: the keys file at its limits (10,000 keys) stays well below.
 pub const FILE_MAX_BYTES: usize = 64 << 20;
 
@@ -94,9 +101,138 @@ pub fn parse_keys(text: &str) -> Result<KeySet, String> {
     serde_json::from_str(json).map_err(|e| format!("damaged: {e}"))
 }
 
+/// One drive of the layout.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LayoutDrive {
+    pub set: usize,
+    pub slot: usize,
+    pub uuid: [u8; 16],
+    pub path: String,
+}
+
+/// The store's drives: `sets` sets of `data + parity` drives each, every drive by set and slot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    pub store: [u8; 16],
+    pub data: usize,
+    pub parity: usize,
+    pub sets: usize,
+    pub drives: Vec<LayoutDrive>,
+}
+
+/// What a drive knows of itself: the store, set and slot it belongs to, and its own uuid.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DriveIdentity {
+    pub store: [u8; 16],
+    pub set: usize,
+    pub slot: usize,
+    pub drive: [u8; 16],
+}
+
+fn uuid_of(text: &str) -> Result<[u8; 16], String> {
+    hex::decode(text).ok().and_then(|b| b.try_into().ok()).ok_or_else(|| format!("{text:?} is not a uuid"))
+}
+
+fn number(body: &str, name: &str) -> Result<usize, String> {
+    field(body, name).and_then(|v| v.parse().ok()).ok_or_else(|| format!("no {name}"))
+}
+
+pub fn encode_layout(l: &Layout) -> String {
+    let mut body = format!(
+        "{LAYOUT_VERSION_LINE}store={}\nerasure={}+{}\nsets={}\n",
+        hex::encode(l.store),
+        l.data,
+        l.parity,
+        l.sets
+    );
+    for d in &l.drives {
+        body.push_str(&format!("drive={} {} {} {}\n", d.set, d.slot, hex::encode(d.uuid), d.path));
+    }
+    seal(body)
+}
+
+pub fn parse_layout(text: &str) -> Result<Layout, String> {
+    let body = unseal(text)?;
+    let body = body.strip_prefix(LAYOUT_VERSION_LINE).ok_or("unsupported layout version")?;
+    let store = uuid_of(field(body, "store").ok_or("no store")?)?;
+    let (k, m) = field(body, "erasure").and_then(|e| e.split_once('+')).ok_or("no erasure")?;
+    let (data, parity): (usize, usize) = (k.parse().map_err(|_| "bad erasure")?, m.parse().map_err(|_| "bad erasure")?);
+    if data == 0 || parity > data || data + parity > 16 {
+        return Err(format!("an erasure code of {data}+{parity}"));
+    }
+    let sets = number(body, "sets")?;
+    if sets == 0 || sets * (data + parity) > MAX_DRIVES {
+        return Err(format!("{sets} sets"));
+    }
+    let mut drives = Vec::new();
+    for line in body.lines().filter_map(|l| l.strip_prefix("drive=")) {
+        let mut parts = line.splitn(4, ' ');
+        let mut next = || parts.next().ok_or_else(|| format!("a short drive line {line:?}"));
+        let set: usize = next()?.parse().map_err(|_| "a bad set")?;
+        let slot: usize = next()?.parse().map_err(|_| "a bad slot")?;
+        let uuid = uuid_of(next()?)?;
+        let path = next()?.to_string();
+        if set >= sets || slot >= data + parity || path.is_empty() {
+            return Err(format!("a drive at set {set} slot {slot} outside the layout"));
+        }
+        if drives.iter().any(|d: &LayoutDrive| (d.set, d.slot) == (set, slot) || d.uuid == uuid) {
+            return Err(format!("two drives at set {set} slot {slot} or with one uuid"));
+        }
+        drives.push(LayoutDrive { set, slot, uuid, path });
+    }
+    if drives.len() != sets * (data + parity) {
+        return Err(format!("{} drives for {sets} sets of {}", drives.len(), data + parity));
+    }
+    Ok(Layout { store, data, parity, sets, drives })
+}
+
+pub fn encode_identity(i: &DriveIdentity) -> String {
+    seal(format!(
+        "{IDENTITY_VERSION_LINE}store={}\nset={}\nslot={}\ndrive={}\n",
+        hex::encode(i.store),
+        i.set,
+        i.slot,
+        hex::encode(i.drive)
+    ))
+}
+
+pub fn parse_identity(text: &str) -> Result<DriveIdentity, String> {
+    let body = unseal(text)?;
+    let body = body.strip_prefix(IDENTITY_VERSION_LINE).ok_or("unsupported drive identity version")?;
+    Ok(DriveIdentity {
+        store: uuid_of(field(body, "store").ok_or("no store")?)?,
+        set: number(body, "set")?,
+        slot: number(body, "slot")?,
+        drive: uuid_of(field(body, "drive").ok_or("no drive")?)?,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn layout_and_identity_round_trip_and_refusals() {
+        let drives = (0..6)
+            .map(|i| LayoutDrive { set: 0, slot: i, uuid: [i as u8; 16], path: format!("/mnt/disk {i}") })
+            .collect();
+        let l = Layout { store: [9; 16], data: 4, parity: 2, sets: 1, drives };
+        let text = encode_layout(&l);
+        assert_eq!(parse_layout(&text), Ok(l.clone()));
+        assert!(parse_layout(&text.replace("disk 3", "disk 4")).unwrap_err().contains("checksum"));
+        let mut short = l.clone();
+        short.drives.pop();
+        assert!(parse_layout(&encode_layout(&short)).unwrap_err().contains("5 drives"));
+        let mut twice = l.clone();
+        twice.drives[5].slot = 4;
+        assert!(parse_layout(&encode_layout(&twice)).unwrap_err().contains("two drives"));
+        let mut odd = l.clone();
+        odd.parity = 5;
+        assert!(parse_layout(&encode_layout(&odd)).is_err());
+        let i = DriveIdentity { store: [1; 16], set: 2, slot: 5, drive: [3; 16] };
+        assert_eq!(parse_identity(&encode_identity(&i)), Ok(i));
+        assert!(parse_identity(&seal("version=2\n".into())).unwrap_err().contains("version"));
+    }
 
     #[test]
     fn marker_round_trip_and_damage() {

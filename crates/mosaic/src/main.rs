@@ -9,6 +9,7 @@ mod admin_server;
 mod bench_cli;
 mod config;
 mod datadir;
+mod drives;
 mod keys_file;
 mod logging;
 mod server;
@@ -62,9 +63,28 @@ enum AdminCommand {
     Check,
     /// Re-read every block and verify its checksum; lists damaged objects. Exits 1 if any is damaged.
     Scrub,
+    /// The drives: each one's set, slot, path, state (online, healing, faulty, offline), space and
+    /// errors, and each set's heal progress.
+    Drives,
+    /// Operate on one drive.
+    #[command(subcommand)]
+    Drive(DriveCommand),
     /// Access keys beside the root key, each allowed read and/or write per bucket.
     #[command(subcommand)]
     Key(KeyCommand),
+}
+
+#[derive(Subcommand)]
+enum DriveCommand {
+    /// Replace drive SLOT (of set --set, default 0) with a new, empty directory: it is formatted into the
+    /// slot and heal rebuilds everything it should hold (progress in `mosaic admin drives`).
+    Replace {
+        slot: usize,
+        /// The new drive's directory (new or empty).
+        new_path: PathBuf,
+        #[arg(long, default_value_t = 0)]
+        set: usize,
+    },
 }
 
 #[derive(Subcommand)]
@@ -155,6 +175,12 @@ fn run_admin(a: AdminArgs) -> Result<ExitCode, String> {
         AdminCommand::Info => ("GET", "/admin/v1/info".to_string()),
         AdminCommand::Check => ("POST", "/admin/v1/check".to_string()),
         AdminCommand::Scrub => ("POST", "/admin/v1/scrub".to_string()),
+        AdminCommand::Drives => ("GET", "/admin/v1/drives".to_string()),
+        AdminCommand::Drive(DriveCommand::Replace { slot, new_path, set }) => {
+            let abs = std::path::absolute(new_path).map_err(|e| format!("{}: {e}", new_path.display()))?;
+            let hexed = hex::encode(abs.display().to_string());
+            ("POST", format!("/admin/v1/drives/{set}/{slot}/replace/{hexed}"))
+        }
         AdminCommand::Key(k) => match k {
             KeyCommand::Create => ("POST", "/admin/v1/keys".to_string()),
             KeyCommand::List => ("GET", "/admin/v1/keys".to_string()),
@@ -184,7 +210,7 @@ fn run_admin(a: AdminArgs) -> Result<ExitCode, String> {
     let failed = match a.command {
         AdminCommand::Check => v.get("clean").and_then(|c| c.as_bool()) == Some(false),
         AdminCommand::Scrub => v.get("damaged").and_then(|d| d.as_array()).is_some_and(|d| !d.is_empty()),
-        AdminCommand::Info | AdminCommand::Key(_) => false,
+        AdminCommand::Info | AdminCommand::Key(_) | AdminCommand::Drives | AdminCommand::Drive(_) => false,
     };
     Ok(if failed { ExitCode::from(1) } else { ExitCode::SUCCESS })
 }

@@ -4,7 +4,7 @@
 use crate::admin_server::{self, AdminState};
 use crate::config::Config;
 use crate::datadir::{self, Credentials, State};
-use mosaic_drive::DriveStore;
+use crate::drives::Drives;
 use mosaic_engine::EngineConfig;
 use mosaic_layer::{ObjectLayer, S3Semantics, SemanticsConfig};
 use std::sync::Arc;
@@ -51,16 +51,19 @@ pub fn run(cfg: Config) -> Result<(), String> {
         ..Default::default()
     };
     let creds_env = env_credentials()?;
-    let (engine, state) = datadir::open_drive(
-        &cfg.data_dir,
-        cfg.drive_size_bytes,
-        cfg.drive_preallocate,
-        engine_cfg,
-        cfg.io_engine,
-        cfg.simulate_power_loss,
-    )?;
+    let max_op_data_bytes = engine_cfg.max_op_data_bytes as u64;
+    let drive_cfg = datadir::DriveConfig {
+        paths: cfg.drives.clone(),
+        erasure: cfg.erasure,
+        max_bytes: cfg.drive_size_bytes,
+        preallocate: cfg.drive_preallocate,
+        engine: engine_cfg,
+        io_engine: cfg.io_engine,
+        simulate_power_loss: cfg.simulate_power_loss,
+    };
+    let opened = datadir::open_store(&cfg.data_dir, &drive_cfg)?;
     let (creds, generated) = datadir::root_credentials(&cfg.data_dir, creds_env)?;
-    match state {
+    match opened.state {
         State::Formatted => tracing::info!(dir = %cfg.data_dir.display(), "formatted a new data directory"),
         State::Existing => tracing::info!(dir = %cfg.data_dir.display(), "opened the data directory"),
     }
@@ -84,10 +87,22 @@ pub fn run(cfg: Config) -> Result<(), String> {
         .thread_name("mosaic-io")
         .build()
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
-    let store = Arc::new(DriveStore::new(engine.clone()));
-    let semantics = rt.block_on(S3Semantics::open(store, SemanticsConfig::default()));
-    let layer: Arc<dyn ObjectLayer> = Arc::new(semantics.map_err(|e| format!("cannot open the store: {e}"))?);
-    let result = rt.block_on(serve_all(cfg.clone(), layer.clone(), engine, creds, prometheus, started));
+    let set_cfg = mosaic_erasure::SetConfig {
+        geometry: datadir::geometry_of(&opened.layout),
+        inline_max_bytes: cfg.inline_max_bytes,
+        max_op_data_bytes,
+        heal_in_background: true,
+    };
+    let layout = opened.layout.clone();
+    let drives = Arc::new(rt.block_on(Drives::open(opened, set_cfg, drive_cfg, &cfg.data_dir))?);
+    tracing::info!(
+        drives = layout.drives.len(),
+        sets = layout.sets,
+        erasure = %format!("{}+{}", layout.data, layout.parity),
+        "drives open"
+    );
+    let layer = rt.block_on(semantics_over(&drives))?;
+    let result = rt.block_on(serve_all(cfg.clone(), layer.clone(), drives, creds, prometheus, started));
     let closed = rt.block_on(layer.shutdown());
     drop(rt);
     result?;
@@ -96,10 +111,24 @@ pub fn run(cfg: Config) -> Result<(), String> {
     Ok(())
 }
 
+/// The S3 semantics over the store's sets.
+async fn semantics_over(drives: &Drives) -> Result<Arc<dyn ObjectLayer>, String> {
+    let open = |e: mosaic_layer::LayerError| format!("cannot open the store: {e}");
+    if let [set] = drives.sets.as_slice() {
+        let s = S3Semantics::open(Arc::new(set.clone()), SemanticsConfig::default()).await.map_err(open)?;
+        return Ok(Arc::new(s));
+    }
+    Err(format!(
+        "{} sets of drives: a store of more than {} drives (several sets) is not built yet",
+        drives.sets.len(),
+        mosaic_erasure::MAX_SET_DRIVES
+    ))
+}
+
 async fn serve_all(
     cfg: Config,
     layer: Arc<dyn ObjectLayer>,
-    engine: mosaic_engine::Engine,
+    drives: Arc<Drives>,
     creds: Credentials,
     prometheus: metrics_exporter_prometheus::PrometheusHandle,
     started: Instant,
@@ -121,7 +150,7 @@ async fn serve_all(
     tokio::spawn(signals(stop_tx));
     let admin_state = Arc::new(AdminState {
         layer: layer.clone(),
-        engine,
+        drives,
         creds,
         keys,
         data_dir: cfg.data_dir.clone(),

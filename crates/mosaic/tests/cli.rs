@@ -182,9 +182,10 @@ fn server_lifecycle() {
     let (code, info) = admin(&["info", "--json"]);
     assert_eq!(code, 0, "{info}");
     let info: serde_json::Value = serde_json::from_str(&info).unwrap();
-    let uuid = info["drive"]["uuid"].as_str().unwrap().to_string();
+    let uuid = info["drives"][0]["uuid"].as_str().unwrap().to_string();
     // The drive takes what it stores, not its maximum: the file starts at one growth step.
-    let drive = &info["drive"];
+    let drive = &info["drives"][0];
+    assert_eq!((drive["state"].as_str(), info["sets"][0]["erasure"].as_str()), (Some("online"), Some("1+0")));
     assert_eq!(drive["max_bytes"].as_u64(), Some(256 << 20), "{drive}");
     assert_eq!(drive["allocated_bytes"].as_u64(), Some(65 << 20), "{drive}");
     let used = drive["used_bytes"].as_u64().unwrap();
@@ -231,7 +232,7 @@ fn server_lifecycle() {
     let (code, info) = admin(&["info", "--json"]);
     assert_eq!(code, 0);
     let info: serde_json::Value = serde_json::from_str(&info).unwrap();
-    assert_eq!(info["drive"]["uuid"].as_str().unwrap(), uuid);
+    assert_eq!(info["drives"][0]["uuid"].as_str().unwrap(), uuid);
     let c = s3_client(&s.s3, &ak, &sk);
     let got = rt.block_on(async {
         c.get_object().bucket("keep").key("k").send().await.unwrap().body.collect().await.unwrap().into_bytes()

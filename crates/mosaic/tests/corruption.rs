@@ -64,7 +64,9 @@ async fn flipped_bytes_fail_reads_and_scrub_names_exactly_the_damaged_objects() 
         if damaged.contains(key) {
             // An error status, or at worst a body that breaks off: never the bytes as if nothing happened.
             match got {
-                Err(e) => assert_eq!(aws_sdk_s3::error::ProvideErrorMetadata::code(&e), Some("InternalError"), "{key}"),
+                Err(e) => {
+                    assert_eq!(aws_sdk_s3::error::ProvideErrorMetadata::code(&e), Some("InternalError"), "{key}: {e:?}")
+                }
                 Ok(o) => assert!(o.body.collect().await.is_err(), "{key}: damaged data was served"),
             }
         } else {
