@@ -572,6 +572,115 @@ impl Device for VolatileCacheDevice {
     }
 }
 
+/// A fault that a `FaultyDevice` injects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeviceFault {
+    /// IO works.
+    None = 0,
+    /// Every IO fails with EIO, as a dead disk.
+    Fail = 1,
+    /// Reads work; writes and flushes fail with EROFS, as a disk that turned read-only.
+    ReadOnly = 2,
+}
+
+/// A handle that sets the fault of a `FaultyDevice` while it runs.
+#[derive(Clone, Default)]
+pub struct FaultSwitch(Arc<std::sync::atomic::AtomicU8>);
+
+impl FaultSwitch {
+    pub fn set(&self, fault: DeviceFault) {
+        self.0.store(fault as u8, Ordering::SeqCst);
+    }
+
+    pub fn get(&self) -> DeviceFault {
+        match self.0.load(Ordering::SeqCst) {
+            1 => DeviceFault::Fail,
+            2 => DeviceFault::ReadOnly,
+            _ => DeviceFault::None,
+        }
+    }
+}
+
+/// A device whose IO can be made to fail while it runs (fault tests of whole processes, through the
+/// server's hidden `--fault-injection`).
+pub struct FaultyDevice {
+    inner: Arc<dyn Device>,
+    switch: FaultSwitch,
+}
+
+impl FaultyDevice {
+    pub fn new(inner: Arc<dyn Device>, switch: FaultSwitch) -> Self {
+        FaultyDevice { inner, switch }
+    }
+
+    fn check_read(&self) -> io::Result<()> {
+        match self.switch.get() {
+            DeviceFault::Fail => Err(io::Error::from_raw_os_error(libc::EIO)),
+            _ => Ok(()),
+        }
+    }
+
+    fn check_write(&self) -> io::Result<()> {
+        match self.switch.get() {
+            DeviceFault::None => Ok(()),
+            DeviceFault::Fail => Err(io::Error::from_raw_os_error(libc::EIO)),
+            DeviceFault::ReadOnly => Err(io::Error::from_raw_os_error(libc::EROFS)),
+        }
+    }
+}
+
+impl Device for FaultyDevice {
+    fn size_bytes(&self) -> u64 {
+        self.inner.size_bytes()
+    }
+
+    fn capacity_bytes(&self) -> u64 {
+        self.inner.capacity_bytes()
+    }
+
+    fn grow_to(&self, size_bytes: u64) -> io::Result<()> {
+        self.check_write()?;
+        self.inner.grow_to(size_bytes)
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset_bytes: u64) -> io::Result<()> {
+        self.check_read()?;
+        self.inner.read_at(buf, offset_bytes)
+    }
+
+    fn read_cached_at(&self, buf: &mut [u8], offset_bytes: u64) -> io::Result<()> {
+        self.check_read()?;
+        self.inner.read_cached_at(buf, offset_bytes)
+    }
+
+    fn forget_cached(&self, offset_bytes: u64, len_bytes: u64) {
+        self.inner.forget_cached(offset_bytes, len_bytes)
+    }
+
+    fn write_at(&self, buf: &[u8], offset_bytes: u64) -> io::Result<()> {
+        self.check_write()?;
+        self.inner.write_at(buf, offset_bytes)
+    }
+
+    fn flush(&self) -> io::Result<()> {
+        self.check_write()?;
+        self.inner.flush()
+    }
+
+    fn discard(&self, offset_bytes: u64, len_bytes: u64) -> io::Result<()> {
+        self.check_write()?;
+        self.inner.discard(offset_bytes, len_bytes)
+    }
+
+    fn kind(&self) -> &'static str {
+        self.inner.kind()
+    }
+
+    fn io_path(&self) -> &'static str {
+        self.inner.io_path()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -54,7 +54,9 @@ pub use alloc::LARGE_RUN_BLOCKS;
 pub use checksum::crc32c;
 pub use commit::MAX_TXN_OPS;
 pub use config::{EngineConfig, WriteMode};
-pub use device::{CrashMode, Device, FileDevice, IoEngine, SimDevice, VolatileCacheDevice};
+pub use device::{
+    CrashMode, Device, DeviceFault, FaultSwitch, FaultyDevice, FileDevice, IoEngine, SimDevice, VolatileCacheDevice,
+};
 pub use engine::{BlockMapSize, Engine, SpaceUsage};
 pub use error::{EngineError, Result};
 pub use keys::{

@@ -102,7 +102,7 @@ async fn ensure_collection<S: Store>(set: &SetInner<S>, coll: SetColl<S::Coll>) 
         }
         *m = store.snapshot().collection(&coll.name).await.ok().flatten();
     }
-    SetColl { name: coll.name, members: members.into() }
+    SetColl { name: coll.name, members: members.into(), generation: coll.generation }
 }
 
 /// Holders whose shard of the object fails to read (checksums).

@@ -47,6 +47,12 @@ pub struct SetConfig {
     pub max_op_data_bytes: u64,
     /// Heal queued objects in the background (tests turn it off to heal by hand).
     pub heal_in_background: bool,
+    /// Most bytes per second background heal rebuilds (0: no limit), so that a rebuild leaves the drives to
+    /// foreground work.
+    pub heal_bytes_per_s: u64,
+    /// How often the background scanner compares the drives (None: only when a drive is attached or an
+    /// operator asks).
+    pub scan_interval: Option<std::time::Duration>,
 }
 
 /// A collection of the set: its name and its handle on each drive (None where the drive lacks it).
@@ -54,6 +60,9 @@ pub struct SetConfig {
 pub struct SetColl<C> {
     pub(crate) name: Arc<str>,
     pub(crate) members: Arc<[Option<C>]>,
+    /// The set's drive generation when the handles were taken: a handle from before a drive was attached
+    /// or detached is looked up again where it is used (`SetInner::current`).
+    pub(crate) generation: u64,
 }
 
 /// Stripes staged on the drives of a set: one shard per drive (None where staging failed).
@@ -114,6 +123,8 @@ pub(crate) struct SetInner<S: Store> {
     /// process died; 0 when not armed.
     crash_after_commits: AtomicU64,
     dead: std::sync::atomic::AtomicBool,
+    /// Bumped whenever a drive is attached or detached (collection handles taken before are stale).
+    pub(crate) generation: AtomicU64,
 }
 
 impl<S: Store> SetInner<S> {
@@ -165,6 +176,18 @@ impl<S: Store> SetInner<S> {
     pub(crate) fn set_member(&self, d: usize, store: Option<Arc<S>>, undo: Option<S::Coll>) {
         *self.slots[d].store.write() = store;
         *self.slots[d].undo.write() = undo;
+        self.generation.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// `coll` with handles on the drives the set has now: itself, or looked up again when drives were
+    /// attached or detached since it was taken.
+    pub(crate) async fn current(self: &Arc<Self>, coll: &SetColl<S::Coll>) -> StoreResult<SetColl<S::Coll>> {
+        if coll.generation == self.generation.load(Ordering::SeqCst) {
+            return Ok(coll.clone());
+        }
+        use mosaic_store::Snapshot as _;
+        let snap = SetSnapshot::new(self.clone());
+        snap.collection(&coll.name).await?.ok_or_else(|| StoreError::not_found(format!("collection {}", coll.name)))
     }
 
     /// Remembers an object whose drives disagree or miss shards (bounded: the scanner finds the rest).
@@ -206,6 +229,7 @@ impl<S: Store> ErasureSet<S> {
             heal_wake: tokio::sync::Notify::new(),
             crash_after_commits: AtomicU64::new(0),
             dead: Default::default(),
+            generation: AtomicU64::new(0),
         };
         let set = ErasureSet { inner: Arc::new(inner) };
         undo::recover(&set.inner).await?;
@@ -308,14 +332,35 @@ async fn cleaner<S: Store>(set: std::sync::Weak<SetInner<S>>) {
     }
 }
 
-/// Heals queued objects in the background until the set is dropped.
+/// Heals queued objects in the background until the set is dropped, at most `heal_bytes_per_s` on average,
+/// and scans the drives every `scan_interval`.
 async fn healer<S: Store>(set: std::sync::Weak<SetInner<S>>) {
     const TICK: std::time::Duration = std::time::Duration::from_millis(500);
     const STEP_OBJECTS: usize = 64;
+    let mut last_scan = tokio::time::Instant::now();
     loop {
         let Some(s) = set.upgrade() else { return };
+        if let Some(every) = s.cfg.scan_interval
+            && last_scan.elapsed() >= every
+        {
+            last_scan = tokio::time::Instant::now();
+            if let Err(e) = heal::scan(&s, false).await {
+                tracing::debug!(error = %e, "a background scan stopped early");
+            }
+        }
+        let before = s.progress.healed_bytes.load(Ordering::Relaxed);
+        let started = tokio::time::Instant::now();
         let tried = heal::heal_queued(&s, STEP_OBJECTS).await;
+        let rate = s.cfg.heal_bytes_per_s;
+        let healed = s.progress.healed_bytes.load(Ordering::Relaxed) - before;
+        drop(s);
+        if rate > 0 && healed > 0 {
+            // Pace to the rate: the step's bytes take at least bytes / rate seconds.
+            let due = std::time::Duration::from_secs_f64(healed as f64 / rate as f64);
+            tokio::time::sleep_until(started + due).await;
+        }
         if tried == 0 {
+            let Some(s) = set.upgrade() else { return };
             let _ = tokio::time::timeout(TICK, s.heal_wake.notified()).await;
         }
     }

@@ -219,6 +219,7 @@ impl<S: Store> Snapshot for SetSnapshot<S> {
 
     async fn collection(&self, name: &str) -> StoreResult<Option<SetColl<S::Coll>>> {
         let set = &self.set;
+        let generation = set.generation.load(Ordering::SeqCst);
         let members = set.members();
         let found = join_all(members.iter().map(|m| async move {
             match m {
@@ -232,7 +233,7 @@ impl<S: Store> Snapshot for SetSnapshot<S> {
         let quorum = set.geometry().read_quorum();
         if present >= quorum && present >= absent {
             let members: Vec<Option<S::Coll>> = found.into_iter().map(|r| r.ok().flatten()).collect();
-            return Ok(Some(SetColl { name: name.into(), members: members.into() }));
+            return Ok(Some(SetColl { name: name.into(), members: members.into(), generation }));
         }
         if absent >= quorum {
             return Ok(None);
@@ -266,6 +267,7 @@ impl<S: Store> Snapshot for SetSnapshot<S> {
     }
 
     async fn lookup(&self, coll: &SetColl<S::Coll>, name: &[u8]) -> StoreResult<Option<ObjectInfo<SetObj<S>>>> {
+        let coll = &self.set.current(coll).await?;
         let Some(r) = resolve(&self.set, coll, name).await? else { return Ok(None) };
         if self.prioritized.load(Ordering::Relaxed) || r.high_priority {
             prioritize(&r);
@@ -310,6 +312,7 @@ impl<S: Store> Snapshot for SetSnapshot<S> {
         from: &[u8],
         limit: usize,
     ) -> StoreResult<Vec<NameEntry<SetObj<S>>>> {
+        let coll = &self.set.current(coll).await?;
         list_entries(&self.set, coll, prefix, from, limit).await
     }
 

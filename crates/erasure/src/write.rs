@@ -224,7 +224,11 @@ impl<'a, S: Store> Planner<'a, S> {
         if let Some(i) = self.index.get(&(coll.name.clone(), name.to_vec())) {
             return Ok(*i);
         }
-        self.colls.entry(coll.name.clone()).or_insert_with(|| coll.clone());
+        if !self.colls.contains_key(&coll.name) {
+            let current = self.set.current(coll).await?;
+            self.colls.insert(coll.name.clone(), current);
+        }
+        let coll = &self.colls[&coll.name].clone();
         let states = drive_states(self.set, coll, name).await;
         let present_on = states
             .iter()
@@ -640,6 +644,8 @@ impl<'a, S: Store> Planner<'a, S> {
             return Ok(());
         }
         self.replace(t);
+        // The handles as the planner refreshed them (an operation's may predate an attached drive).
+        let (coll, to_coll) = (self.coll_of(s), self.coll_of(t));
         let (src_parts, name_from) = (self.objects[s].participants, from);
         let mut parts = self.objects[t].participants & src_parts;
         for d in mask_iter(parts) {
@@ -670,6 +676,7 @@ impl<'a, S: Store> Planner<'a, S> {
         let s = self.object(&src_coll, &src).await?;
         let sl = self.require(i, s)?;
         let t = self.object(&dst_coll, &dst).await?;
+        let (src_coll, dst_coll) = (self.coll_of(s), self.coll_of(t));
         if self.objects[t].now.is_none() {
             self.start_fresh(t);
         }

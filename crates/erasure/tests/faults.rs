@@ -141,6 +141,18 @@ async fn a_replaced_drive_is_rebuilt_by_heal() {
     t.heal_all().await;
     let healed = t.set.heal_progress().healed_objects.load(std::sync::atomic::Ordering::Relaxed);
     assert!(healed >= objects.len() as u64, "{healed}");
+    // A multipart upload through the layer's collection handles, taken before the drive was replaced:
+    // its parts and the object reach the new drive too.
+    let id = l.create_multipart("bkt", "mpu", PutOptions::default()).await.unwrap();
+    let parts = [pattern(5, 5 << 20), pattern(6, 70_000)];
+    let mut completes = Vec::new();
+    for (i, d) in parts.iter().enumerate() {
+        let p = l.upload_part("bkt", "mpu", &id, i as u32 + 1, body(d, 1 << 20)).await.unwrap();
+        completes.push(CompletePart { part_number: p.part_number, etag: format!("\"{}\"", p.etag) });
+    }
+    l.complete_multipart("bkt", "mpu", &id, completes, &Precondition::default(), Vec::new()).await.unwrap();
+    let mut objects = objects;
+    objects.push(("mpu".to_string(), parts.concat()));
     t.devices[0].set_failing(true);
     t.devices[1].set_failing(true);
     check_all(&l, &objects).await;

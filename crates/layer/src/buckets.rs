@@ -17,8 +17,8 @@ impl<S: Store> S3Semantics<S> {
         let name = bucket_record_name(bucket);
         let txn = Txn::new()
             .op(Op::CreateCollection { name: bucket_collection(bucket) })
-            .op(Op::Reset { coll: self.sys.clone(), name: name.clone() })
-            .op(Op::SetAttr { coll: self.sys.clone(), name, key: ATTR_BUCKET.to_vec(), value: rec.encode() });
+            .op(Op::Reset { coll: self.sys().await?, name: name.clone() })
+            .op(Op::SetAttr { coll: self.sys().await?, name, key: ATTR_BUCKET.to_vec(), value: rec.encode() });
         match self.commit(txn).await {
             Err(e) if e.is_op(0, ErrorKind::CollectionExists) => Err(LayerError::BucketExists),
             r => r.map(|_| ()).map_err(LayerError::from),
@@ -35,7 +35,7 @@ impl<S: Store> S3Semantics<S> {
         }
         let txn = Txn::new()
             .op(Op::RemoveCollection { name: bucket_collection(bucket) })
-            .op(Op::Remove { coll: self.sys.clone(), name: bucket_record_name(bucket) });
+            .op(Op::Remove { coll: self.sys().await?, name: bucket_record_name(bucket) });
         match self.commit(txn).await {
             Err(e) if e.is_op(0, ErrorKind::CollectionNotFound) => Err(LayerError::NoSuchBucket),
             Err(e) if e.is_op(0, ErrorKind::CollectionNotEmpty) => Err(LayerError::BucketNotEmpty),
@@ -52,7 +52,7 @@ impl<S: Store> S3Semantics<S> {
         let snap = self.store.snapshot();
         self.bucket_coll(&snap, bucket).await?;
         let whose = format!(" of bucket {bucket}");
-        let Some(info) = snap.lookup(&self.sys, &bucket_record_name(bucket)).await? else {
+        let Some(info) = snap.lookup(&self.sys().await?, &bucket_record_name(bucket)).await? else {
             return Err(LayerError::Corrupt(format!("the bucket record{whose} is missing")));
         };
         let raw = snap

@@ -30,8 +30,8 @@ impl<S: Store> S3Semantics<S> {
         let upload_id = hex::encode(rand::random::<[u8; 16]>());
         let rec = UploadRecord { version: RECORD_VERSION, key: key.to_string(), initiated_unix_ms: now_ms(), opts };
         let name = upload_name(bucket, &upload_id);
-        let txn = Txn::new().op(Op::Create { coll: self.mpu.clone(), name: name.clone() }).op(Op::SetAttr {
-            coll: self.mpu.clone(),
+        let txn = Txn::new().op(Op::Create { coll: self.mpu().await?, name: name.clone() }).op(Op::SetAttr {
+            coll: self.mpu().await?,
             name,
             key: ATTR_UPLOAD.to_vec(),
             value: rec.encode(),
@@ -113,7 +113,7 @@ impl<S: Store> S3Semantics<S> {
         meta.checksums.extend(extra_meta);
         let name = key.as_bytes().to_vec();
         let mut txn = Txn::new();
-        let upload = txn.push(Op::AssertExists { coll: self.mpu.clone(), name: upload_name(bucket, upload_id) });
+        let upload = txn.push(Op::AssertExists { coll: self.mpu().await?, name: upload_name(bucket, upload_id) });
         let expected = existing.as_ref().map(|m| m.etag.clone().into_bytes());
         let unchanged =
             txn.push(Op::AssertAttr { coll: coll.clone(), name: name.clone(), key: ATTR_ETAG.to_vec(), expected });
@@ -126,7 +126,7 @@ impl<S: Store> S3Semantics<S> {
             let is_last = offset + size == total;
             if offset.is_multiple_of(unit) && (size.is_multiple_of(unit) || is_last) && *size > 0 {
                 txn.push(Op::CloneRange {
-                    src_coll: self.mpu.clone(),
+                    src_coll: self.mpu().await?,
                     src: pname,
                     src_offset: 0,
                     len: *size,
@@ -141,7 +141,7 @@ impl<S: Store> S3Semantics<S> {
         }
         // Parts whose boundaries do not fall on units are copied (whole units staged, edges written).
         for (pname, offset, size) in copied {
-            let info = snap.lookup(&self.mpu, &pname).await?.ok_or(LayerError::NoSuchUpload)?;
+            let info = snap.lookup(&self.mpu().await?, &pname).await?.ok_or(LayerError::NoSuchUpload)?;
             let mut pos = 0;
             while pos < size {
                 let n = (size - pos).min(COPY_CHUNK_BYTES);
@@ -159,9 +159,9 @@ impl<S: Store> S3Semantics<S> {
         drop(snap);
         push_meta_ops(&mut txn, &coll, &name, &meta);
         for p in stored.keys() {
-            txn.push(Op::Remove { coll: self.mpu.clone(), name: part_name(bucket, upload_id, *p) });
+            txn.push(Op::Remove { coll: self.mpu().await?, name: part_name(bucket, upload_id, *p) });
         }
-        txn.push(Op::Remove { coll: self.mpu.clone(), name: upload_name(bucket, upload_id) });
+        txn.push(Op::Remove { coll: self.mpu().await?, name: upload_name(bucket, upload_id) });
         match self.commit(txn).await {
             Err(e) if e.is_op(upload, ErrorKind::AssertionFailed) => Err(LayerError::NoSuchUpload),
             Err(e) if e.is_op(unchanged, ErrorKind::AssertionFailed) => Err(LayerError::PreconditionFailed),
@@ -178,9 +178,9 @@ impl<S: Store> S3Semantics<S> {
         drop(snap);
         let mut txn = Txn::new();
         for (p, _) in parts {
-            txn.push(Op::Remove { coll: self.mpu.clone(), name: part_name(bucket, upload_id, p) });
+            txn.push(Op::Remove { coll: self.mpu().await?, name: part_name(bucket, upload_id, p) });
         }
-        let upload = txn.push(Op::Remove { coll: self.mpu.clone(), name: upload_name(bucket, upload_id) });
+        let upload = txn.push(Op::Remove { coll: self.mpu().await?, name: upload_name(bucket, upload_id) });
         match self.commit(txn).await {
             Err(e) if e.is_op(upload, ErrorKind::NotFound) => Err(LayerError::NoSuchUpload),
             // A part went meanwhile (a concurrent abort or completion): the upload is being ended.
@@ -213,7 +213,7 @@ impl<S: Store> S3Semantics<S> {
         let mut from = base.clone();
         let mut out = Vec::new();
         for _ in 0..MAX_UPLOADS_LISTED {
-            let batch = snap.list_entries(&self.mpu, &base, &from, 1).await?;
+            let batch = snap.list_entries(&self.mpu().await?, &base, &from, 1).await?;
             let Some(entry) = batch.into_iter().next() else { break };
             // Skip this upload's parts ("<bucket>/<id>/...") with one seek: '0' sorts right after '/'.
             from = entry.name.clone();
@@ -237,7 +237,8 @@ impl<S: Store> S3Semantics<S> {
         key: &str,
         upload_id: &str,
     ) -> LayerResult<UploadRecord> {
-        let info = snap.lookup(&self.mpu, &upload_name(bucket, upload_id)).await?.ok_or(LayerError::NoSuchUpload)?;
+        let info =
+            snap.lookup(&self.mpu().await?, &upload_name(bucket, upload_id)).await?.ok_or(LayerError::NoSuchUpload)?;
         let raw = snap.attr(&info.obj, ATTR_UPLOAD).await?.ok_or(LayerError::NoSuchUpload)?;
         let rec = UploadRecord::decode(&raw, &format!(" of upload {upload_id}"))?;
         if rec.key != key {
@@ -249,7 +250,7 @@ impl<S: Store> S3Semantics<S> {
     async fn parts_of(&self, snap: &S::Snapshot, bucket: &str, upload_id: &str) -> LayerResult<Vec<(u32, PartRecord)>> {
         let prefix = parts_prefix(bucket, upload_id);
         let mut out = Vec::new();
-        for entry in snap.list_entries(&self.mpu, &prefix, &prefix, MAX_PARTS as usize + 1).await? {
+        for entry in snap.list_entries(&self.mpu().await?, &prefix, &prefix, MAX_PARTS as usize + 1).await? {
             let num: u32 = std::str::from_utf8(&entry.name[prefix.len()..])
                 .ok()
                 .and_then(|s| s.parse().ok())
@@ -280,7 +281,7 @@ impl<S: Store> S3Semantics<S> {
             checksums: ing.extra.clone(),
         };
         let name = part_name(bucket, upload_id, part);
-        let coll = &self.mpu;
+        let coll = &self.mpu().await?;
         let mut txn = Txn::new();
         // The upload must still exist when the part commits.
         let upload = txn.push(Op::AssertExists { coll: coll.clone(), name: upload_name(bucket, upload_id) });

@@ -33,8 +33,10 @@ impl Default for SemanticsConfig {
 pub struct S3Semantics<S: Store> {
     pub(crate) store: Arc<S>,
     pub(crate) cfg: SemanticsConfig,
-    pub(crate) sys: S::Coll,
-    pub(crate) mpu: S::Coll,
+    /// The layer's own collections, found (or created) at open, or on first use when too few drives
+    /// answered then (the store serves errors until they do).
+    sys: tokio::sync::OnceCell<S::Coll>,
+    mpu: tokio::sync::OnceCell<S::Coll>,
     pub(crate) stage_buffers: Arc<StageBuffers>,
 }
 
@@ -62,10 +64,35 @@ impl From<StoreError> for LayerError {
 
 impl<S: Store> S3Semantics<S> {
     /// Opens the semantics on a store, creating the layer's own collections on first use.
+    /// A store that cannot answer now (too few drives) still opens: requests get `Unavailable` until it can.
     pub async fn open(store: Arc<S>, cfg: SemanticsConfig) -> LayerResult<Self> {
-        let sys = ensure_collection(&*store, SYS_COLLECTION).await?;
-        let mpu = ensure_collection(&*store, MPU_COLLECTION).await?;
-        Ok(S3Semantics { store, cfg, sys, mpu, stage_buffers: Arc::default() })
+        let s = S3Semantics {
+            store,
+            cfg,
+            sys: tokio::sync::OnceCell::new(),
+            mpu: tokio::sync::OnceCell::new(),
+            stage_buffers: Arc::default(),
+        };
+        for r in [s.sys().await, s.mpu().await] {
+            match r {
+                Ok(_) => {}
+                Err(LayerError::Unavailable(why)) => {
+                    tracing::warn!(%why, "the store cannot answer yet; requests fail until enough drives return");
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(s)
+    }
+
+    /// The layer's system collection (bucket records).
+    pub(crate) async fn sys(&self) -> LayerResult<S::Coll> {
+        self.sys.get_or_try_init(|| ensure_collection(&*self.store, SYS_COLLECTION)).await.cloned()
+    }
+
+    /// The collection of multipart uploads and their parts.
+    pub(crate) async fn mpu(&self) -> LayerResult<S::Coll> {
+        self.mpu.get_or_try_init(|| ensure_collection(&*self.store, MPU_COLLECTION)).await.cloned()
     }
 
     pub fn store(&self) -> &Arc<S> {

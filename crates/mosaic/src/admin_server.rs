@@ -293,6 +293,19 @@ async fn route(state: Arc<AdminState>, req: http::Request<hyper::body::Incoming>
                 Err(e) => json(500, serde_json::json!({ "error": e.to_string() })),
             }
         }
+        ("POST", "/admin/v1/heal") => json(200, state.drives.heal_all().await),
+        _ if method == "POST" && path.starts_with("/admin/v1/drives/") && path.contains("/fault/") => {
+            match fault_request(&path) {
+                Ok((set, slot, fault)) => match state.drives.inject_fault(set, slot, fault) {
+                    Ok(()) => json(
+                        200,
+                        serde_json::json!({ "fault": { "set": set, "slot": slot, "fault": format!("{fault:?}") } }),
+                    ),
+                    Err(e) => json(409, serde_json::json!({ "error": e })),
+                },
+                Err(e) => json(400, serde_json::json!({ "error": e })),
+            }
+        }
         _ if method == "POST" && path.starts_with("/admin/v1/drives/") => match replace_request(&path) {
             Ok((set, slot, new_path)) => match state.drives.replace(set, slot, &new_path).await {
                 Ok(()) => json(
@@ -374,6 +387,24 @@ fn scrub_drives_json(state: &AdminState) -> serde_json::Value {
         }
     }
     serde_json::json!({ "blocks_checked": blocks, "fragments_checked": fragments, "damaged": damaged })
+}
+
+/// `/admin/v1/drives/SET/SLOT/fault/none|fail|read-only` (fault injection, testing only).
+fn fault_request(path: &str) -> Result<(usize, usize, mosaic_engine::DeviceFault), String> {
+    use mosaic_engine::DeviceFault;
+    let parts: Vec<&str> = path.trim_start_matches("/admin/v1/drives/").split('/').collect();
+    let [set, slot, "fault", fault] = parts.as_slice() else {
+        return Err(format!("no admin endpoint POST {path}"));
+    };
+    let set = set.parse().map_err(|_| format!("{set:?} is not a set number"))?;
+    let slot = slot.parse().map_err(|_| format!("{slot:?} is not a slot number"))?;
+    let fault = match *fault {
+        "none" => DeviceFault::None,
+        "fail" => DeviceFault::Fail,
+        "read-only" => DeviceFault::ReadOnly,
+        other => return Err(format!("{other:?} is not one of none, fail, read-only")),
+    };
+    Ok((set, slot, fault))
 }
 
 /// `/admin/v1/drives/SET/SLOT/replace/HEXPATH`: the drive to replace and the directory of its successor.

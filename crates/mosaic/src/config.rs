@@ -30,6 +30,8 @@ pub struct FileConfig {
     pub read_cache: Option<String>,
     pub scrub_rate: Option<String>,
     pub scrub_interval: Option<String>,
+    pub heal_rate: Option<String>,
+    pub scan_interval: Option<String>,
     pub io_engine: Option<String>,
 }
 
@@ -107,6 +109,18 @@ pub struct ServerArgs {
     /// 7d): an idle or unchanged drive is not walked again before then.
     #[arg(long, env = "MOSAIC_SCRUB_INTERVAL", value_name = "DURATION")]
     pub scrub_interval: Option<String>,
+    /// Most bytes per second that heal rebuilds onto drives of a set (e.g. 512MiB); 0: no limit. Heal runs
+    /// in the drives' background IO class either way, behind client requests.
+    #[arg(long, env = "MOSAIC_HEAL_RATE", value_name = "SIZE")]
+    pub heal_rate: Option<String>,
+    /// How often each set's drives are compared to find objects that a drive lacks or holds differently
+    /// (e.g. 1h).
+    #[arg(long, env = "MOSAIC_SCAN_INTERVAL", value_name = "DURATION")]
+    pub scan_interval: Option<String>,
+    /// Testing only: each drive's device can be made to fail or to refuse writes through the admin API
+    /// (the drive fault tests).
+    #[arg(long, env = "MOSAIC_FAULT_INJECTION", hide = true)]
+    pub fault_injection: bool,
     /// How the data device issues IO: auto (io_uring where the kernel allows it, else pread/pwrite),
     /// io-uring, or pread.
     #[arg(long, env = "MOSAIC_IO_ENGINE", value_name = "ENGINE")]
@@ -147,8 +161,13 @@ pub struct Config {
     pub scrub_bytes_per_s: u64,
     /// Shortest time between the starts of two background scrub passes.
     pub scrub_interval: Duration,
+    /// Heal's rate limit per set in bytes per second; 0: none.
+    pub heal_bytes_per_s: u64,
+    /// Time between two background scans of a set's drives.
+    pub scan_interval: Duration,
     pub io_engine: mosaic_engine::IoEngine,
     pub simulate_power_loss: bool,
+    pub fault_injection: bool,
 }
 
 pub const DEFAULT_DATA_DIR: &str = "./mosaic-data";
@@ -261,6 +280,13 @@ impl Config {
         if !(MIN_SCRUB_INTERVAL..=MAX_SCRUB_INTERVAL).contains(&scrub_interval) {
             return Err(format!("scrub_interval: {interval} is not between 1s and 366d"));
         }
+        let heal_bytes_per_s = size("heal_rate", &pick(&args.heal_rate, &file.heal_rate).unwrap_or("1GiB".into()))?;
+        let interval = pick(&args.scan_interval, &file.scan_interval).unwrap_or("1h".into());
+        let scan_interval = humantime::parse_duration(&interval)
+            .map_err(|e| format!("scan_interval: {interval:?} is not a duration such as 1h or 30m: {e}"))?;
+        if !(MIN_SCRUB_INTERVAL..=MAX_SCRUB_INTERVAL).contains(&scan_interval) {
+            return Err(format!("scan_interval: {interval} is not between 1s and 366d"));
+        }
         let domain = pick(&args.domain, &file.domain).filter(|d| !d.is_empty());
         if let Some(d) = &domain {
             mosaic_s3::validate_domain(d).map_err(|e| format!("domain: {e}"))?;
@@ -285,8 +311,11 @@ impl Config {
             page_cache_reads,
             scrub_bytes_per_s,
             scrub_interval,
+            heal_bytes_per_s,
+            scan_interval,
             io_engine,
             simulate_power_loss: args.simulate_power_loss,
+            fault_injection: args.fault_injection,
         })
     }
 }
@@ -312,6 +341,18 @@ mod tests {
         assert_eq!(c.drive_size_bytes, None);
         assert!(c.page_cache_reads);
         assert_eq!(c.scrub_bytes_per_s, 8 << 20);
+        assert_eq!(c.heal_bytes_per_s, 1 << 30);
+        assert_eq!(c.scan_interval, Duration::from_secs(3600));
+    }
+
+    #[test]
+    fn heal_and_scan() {
+        let c = resolve(ServerArgs::default(), "heal_rate = \"64MiB\"\nscan_interval = \"10m\"").unwrap();
+        assert_eq!((c.heal_bytes_per_s, c.scan_interval), (64 << 20, Duration::from_secs(600)));
+        for bad in ["heal_rate = \"fast\"", "scan_interval = \"0s\"", "scan_interval = \"never\""] {
+            let e = resolve(ServerArgs::default(), bad).unwrap_err();
+            assert!(e.starts_with(bad.split(' ').next().unwrap()), "{e}");
+        }
     }
 
     #[test]

@@ -127,7 +127,12 @@ pub struct DriveConfig {
     pub engine: EngineConfig,
     pub io_engine: mosaic_engine::IoEngine,
     pub simulate_power_loss: bool,
+    /// With fault injection (testing only): each drive's device fails on demand, by drive directory.
+    pub faults: Option<FaultSwitches>,
 }
+
+/// The fault switches of the drives' devices, by drive directory (fault injection, testing only).
+pub type FaultSwitches = Arc<parking_lot::Mutex<std::collections::BTreeMap<PathBuf, mosaic_engine::FaultSwitch>>>;
 
 /// A drive of the store as the server found it.
 pub struct OpenDrive {
@@ -159,11 +164,18 @@ pub fn sets_for(n: usize) -> Result<usize, String> {
 }
 
 impl DriveConfig {
-    fn wrap(&self, d: FileDevice) -> Arc<dyn mosaic_engine::Device> {
-        if self.simulate_power_loss {
+    fn wrap(&self, drive: &Path, d: FileDevice) -> Arc<dyn mosaic_engine::Device> {
+        let d: Arc<dyn mosaic_engine::Device> = if self.simulate_power_loss {
             Arc::new(mosaic_engine::VolatileCacheDevice::new(Arc::new(d)))
         } else {
             Arc::new(d)
+        };
+        match &self.faults {
+            Some(faults) => {
+                let switch = faults.lock().entry(drive.to_path_buf()).or_default().clone();
+                Arc::new(mosaic_engine::FaultyDevice::new(d, switch))
+            }
+            None => d,
         }
     }
 
@@ -218,7 +230,7 @@ pub fn open_store(dir: &Path, cfg: &DriveConfig) -> Result<OpenStore, String> {
 fn open_drive_at(path: &Path, cfg: &DriveConfig) -> Result<Engine, String> {
     let device = FileDevice::open_with(&path.join("data"), cfg.io_engine)
         .map_err(|e| format!("cannot open {}: {e}", path.join("data").display()))?;
-    Engine::open(path, cfg.wrap(device), cfg.engine.clone())
+    Engine::open(path, cfg.wrap(path, device), cfg.engine.clone())
         .map_err(|e| format!("cannot open the drive in {}: {e}", path.display()))
 }
 
@@ -295,6 +307,7 @@ fn format_store(dir: &Path, paths: &[PathBuf], cfg: &DriveConfig) -> Result<Open
     if unique.len() != paths.len() {
         return Err("a drive is named twice".into());
     }
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let store: [u8; 16] = rand::random();
     let mut drives = Vec::new();
     let mut entries = Vec::new();
@@ -331,7 +344,7 @@ pub fn format_drive(dir: &Path, path: &Path, cfg: &DriveConfig) -> Result<Engine
     }
     let device = FileDevice::create_with(&path.join("data"), initial, cfg.io_engine)
         .map_err(|e| format!("cannot create the data file in {}: {e}", path.display()))?;
-    Engine::format_with_capacity(path, cfg.wrap(device), max, cfg.engine.clone())
+    Engine::format_with_capacity(path, cfg.wrap(path, device), max, cfg.engine.clone())
         .map_err(|e| format!("cannot format the drive in {}: {e}", path.display()))
 }
 

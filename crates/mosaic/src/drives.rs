@@ -117,6 +117,10 @@ impl Drives {
             drop(old);
             let _ = tokio::task::spawn_blocking(move || engine.close()).await;
         }
+        if let Some(faults) = &self.cfg.faults {
+            // A fault injected into the old drive is not the new one's.
+            faults.lock().remove(path);
+        }
         let (data_dir, set_cfg) = (self.data_dir.clone(), self.cfg.clone());
         let p = path.to_path_buf();
         let engine = tokio::task::spawn_blocking(move || datadir::replace_drive(&data_dir, set, slot, &p, &set_cfg))
@@ -128,6 +132,53 @@ impl Drives {
         s.attach_drive(slot, Arc::new(DriveStore::new(engine))).await.map_err(|e| e.to_string())?;
         tracing::info!(set, slot, path = %path.display(), "a drive was replaced; heal is rebuilding it");
         Ok(())
+    }
+
+    /// Fault injection (testing only): makes drive `slot` of set `set` fail, refuse writes, or work again.
+    pub fn inject_fault(&self, set: usize, slot: usize, fault: mosaic_engine::DeviceFault) -> Result<(), String> {
+        let faults = self.cfg.faults.as_ref().ok_or("fault injection is off (it is for tests only)")?;
+        let path = self
+            .paths
+            .lock()
+            .get(set)
+            .and_then(|s| s.get(slot))
+            .cloned()
+            .ok_or(format!("there is no drive {set}.{slot}"))?;
+        let switch = faults.lock().get(&path).cloned().ok_or(format!("drive {set}.{slot} has no device open"))?;
+        switch.set(fault);
+        tracing::warn!(set, slot, ?fault, "fault injected");
+        Ok(())
+    }
+
+    /// Compares every set's drives and heals what differs, now (not paced by the heal rate); returns what
+    /// was done. Bounded: at most `HEAL_NOW_MAX_OBJECTS` objects per set.
+    pub async fn heal_all(&self) -> serde_json::Value {
+        const HEAL_NOW_MAX_OBJECTS: usize = 10_000_000;
+        const STEP: usize = 1024;
+        let mut sets = Vec::new();
+        for (i, set) in self.sets.iter().enumerate() {
+            let before = set.heal_progress().healed_objects.load(std::sync::atomic::Ordering::Relaxed);
+            let failed_before = set.heal_progress().failed_objects.load(std::sync::atomic::Ordering::Relaxed);
+            let scanned = set.scan().await;
+            let mut tried = 0;
+            while tried < HEAL_NOW_MAX_OBJECTS {
+                let n = set.heal_now(STEP).await;
+                if n == 0 {
+                    break;
+                }
+                tried += n;
+            }
+            let p = set.heal_progress();
+            sets.push(serde_json::json!({
+                "set": i,
+                "scanned_objects": scanned.as_ref().ok(),
+                "scan_error": scanned.as_ref().err().map(|e| e.to_string()),
+                "healed_objects": p.healed_objects.load(std::sync::atomic::Ordering::Relaxed) - before,
+                "failed_objects": p.failed_objects.load(std::sync::atomic::Ordering::Relaxed) - failed_before,
+                "backlog": set.heal_backlog(),
+            }));
+        }
+        serde_json::json!({ "sets": sets })
     }
 
     /// Why a drive is missing, if it could not be opened.

@@ -69,6 +69,9 @@ enum AdminCommand {
     /// Operate on one drive.
     #[command(subcommand)]
     Drive(DriveCommand),
+    /// Compare every set's drives now and rebuild what a drive lacks or holds damaged (heal otherwise runs
+    /// in the background at `heal_rate`). Exits 1 if objects could not be healed.
+    Heal,
     /// Access keys beside the root key, each allowed read and/or write per bucket.
     #[command(subcommand)]
     Key(KeyCommand),
@@ -82,6 +85,15 @@ enum DriveCommand {
         slot: usize,
         /// The new drive's directory (new or empty).
         new_path: PathBuf,
+        #[arg(long, default_value_t = 0)]
+        set: usize,
+    },
+    /// Testing only (a server started with --fault-injection): make drive SLOT's device fail (`fail`),
+    /// refuse writes (`read-only`) or work again (`none`).
+    #[command(hide = true)]
+    Fault {
+        slot: usize,
+        fault: String,
         #[arg(long, default_value_t = 0)]
         set: usize,
     },
@@ -181,6 +193,10 @@ fn run_admin(a: AdminArgs) -> Result<ExitCode, String> {
             let hexed = hex::encode(abs.display().to_string());
             ("POST", format!("/admin/v1/drives/{set}/{slot}/replace/{hexed}"))
         }
+        AdminCommand::Drive(DriveCommand::Fault { slot, fault, set }) => {
+            ("POST", format!("/admin/v1/drives/{set}/{slot}/fault/{}", path_segment(fault)))
+        }
+        AdminCommand::Heal => ("POST", "/admin/v1/heal".to_string()),
         AdminCommand::Key(k) => match k {
             KeyCommand::Create => ("POST", "/admin/v1/keys".to_string()),
             KeyCommand::List => ("GET", "/admin/v1/keys".to_string()),
@@ -210,6 +226,9 @@ fn run_admin(a: AdminArgs) -> Result<ExitCode, String> {
     let failed = match a.command {
         AdminCommand::Check => v.get("clean").and_then(|c| c.as_bool()) == Some(false),
         AdminCommand::Scrub => v.get("damaged").and_then(|d| d.as_array()).is_some_and(|d| !d.is_empty()),
+        AdminCommand::Heal => v["sets"]
+            .as_array()
+            .is_some_and(|s| s.iter().any(|s| s["failed_objects"].as_u64() != Some(0) || s["scan_error"].is_string())),
         AdminCommand::Info | AdminCommand::Key(_) | AdminCommand::Drives | AdminCommand::Drive(_) => false,
     };
     Ok(if failed { ExitCode::from(1) } else { ExitCode::SUCCESS })

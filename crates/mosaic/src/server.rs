@@ -60,6 +60,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
         engine: engine_cfg,
         io_engine: cfg.io_engine,
         simulate_power_loss: cfg.simulate_power_loss,
+        faults: cfg.fault_injection.then(Default::default),
     };
     let opened = datadir::open_store(&cfg.data_dir, &drive_cfg)?;
     let (creds, generated) = datadir::root_credentials(&cfg.data_dir, creds_env)?;
@@ -92,6 +93,8 @@ pub fn run(cfg: Config) -> Result<(), String> {
         inline_max_bytes: cfg.inline_max_bytes,
         max_op_data_bytes,
         heal_in_background: true,
+        heal_bytes_per_s: cfg.heal_bytes_per_s,
+        scan_interval: Some(cfg.scan_interval),
     };
     let layout = opened.layout.clone();
     let drives = Arc::new(rt.block_on(Drives::open(opened, set_cfg, drive_cfg, &cfg.data_dir))?);

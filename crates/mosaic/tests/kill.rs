@@ -7,7 +7,8 @@
 //!
 //! The power-loss variant runs the server with its data file behind a volatile write cache
 //! (`--simulate-power-loss`), so each kill also drops every data write since the last flush: 200 rounds,
-//! MOSAIC_POWER_LOSS_ROUNDS for more.
+//! MOSAIC_POWER_LOSS_ROUNDS for more. Both run again on a 4+2 set of six drives (a tenth and a fifth of the
+//! rounds).
 
 mod support;
 
@@ -45,11 +46,20 @@ struct Model {
     in_flight_at_kill: u64,
 }
 
-/// With `power_loss`, the server's data file sits behind a volatile write cache: the kill also drops every
-/// data write since the last flush, as a power cut does to a disk with write-back caching.
-fn server(data: &Path, power_loss: bool) -> Server {
-    let env: &[(&str, &str)] = if power_loss { &[("MOSAIC_SIMULATE_POWER_LOSS", "true")] } else { &[] };
-    start_with_root(data, AK, SK, env)
+/// With `power_loss`, each drive's data file sits behind a volatile write cache: the kill also drops every
+/// data write since the last flush, as a power cut does to a disk with write-back caching. With `set`, six
+/// drives beside the data directory form a 4+2 set.
+fn server(data: &Path, power_loss: bool, set: bool) -> Server {
+    let drives: Vec<String> = (0..6).map(|d| data.with_file_name(format!("drive{d}")).display().to_string()).collect();
+    let drives = drives.join(",");
+    let mut env: Vec<(&str, &str)> = Vec::new();
+    if power_loss {
+        env.push(("MOSAIC_SIMULATE_POWER_LOSS", "true"));
+    }
+    if set {
+        env.extend([("MOSAIC_DRIVES", drives.as_str()), ("MOSAIC_ERASURE", "4+2")]);
+    }
+    start_with_root(data, AK, SK, &env)
 }
 
 fn content(rng: &mut StdRng, len: std::ops::Range<usize>) -> Vec<u8> {
@@ -237,18 +247,30 @@ fn env_u64(name: &str) -> Option<u64> {
 
 #[test]
 fn acknowledged_writes_survive_sigkill() {
-    rounds(env_u64("MOSAIC_KILL_ROUNDS").unwrap_or(20), false);
+    rounds(env_u64("MOSAIC_KILL_ROUNDS").unwrap_or(20), false, false);
 }
 
 /// The power-loss test at the process level: the same writer, the drive behind a volatile write cache.
 #[test]
 fn acknowledged_writes_survive_power_loss() {
-    rounds(env_u64("MOSAIC_POWER_LOSS_ROUNDS").unwrap_or(200), true);
+    rounds(env_u64("MOSAIC_POWER_LOSS_ROUNDS").unwrap_or(200), true, false);
 }
 
-fn rounds(rounds: u64, power_loss: bool) {
+/// Both on a 4+2 set of six drives, each losing its unflushed writes at the kill.
+#[test]
+fn acknowledged_writes_survive_sigkill_and_power_loss_on_a_4_plus_2_set() {
+    rounds(env_u64("MOSAIC_KILL_ROUNDS").unwrap_or(20) / 2, false, true);
+    rounds(env_u64("MOSAIC_POWER_LOSS_ROUNDS").unwrap_or(200) / 5, true, true);
+}
+
+fn rounds(rounds: u64, power_loss: bool, set: bool) {
     let seed = env_u64("MOSAIC_KILL_SEED").unwrap_or_else(rand::random);
-    let what = if power_loss { "power-loss" } else { "kill" };
+    let what = match (power_loss, set) {
+        (false, false) => "kill",
+        (true, false) => "power-loss",
+        (false, true) => "kill (4+2)",
+        (true, true) => "power-loss (4+2)",
+    };
     eprintln!("{what} test: {rounds} rounds, MOSAIC_KILL_SEED={seed}");
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     // The SDK's clients are built on this runtime.
@@ -259,7 +281,7 @@ fn rounds(rounds: u64, power_loss: bool) {
     let mut rng = StdRng::seed_from_u64(seed);
     for round in 0..=rounds {
         let context = format!("seed {seed} round {round}");
-        let s = server(&data, power_loss);
+        let s = server(&data, power_loss, set);
         let c = s3_client(&s.s3, AK, SK);
         rt.block_on(async {
             if round == 0 {

@@ -28,6 +28,8 @@ pub fn set_config(k: usize, m: usize) -> SetConfig {
         inline_max_bytes: 16 * 1024,
         max_op_data_bytes: 64 << 20,
         heal_in_background: false,
+        heal_bytes_per_s: 0,
+        scan_interval: None,
     }
 }
 

@@ -67,8 +67,10 @@ pub fn start_with_env(data: &Path, env: &[(&str, &str)]) -> Server {
     });
     let stderr = child.stderr.take().unwrap();
     let mut lines = BufReader::new(stderr).lines();
+    let mut seen = Vec::new();
     let (s3, admin) = loop {
-        let line = lines.next().expect("server exited before serving").unwrap();
+        let Some(Ok(line)) = lines.next() else { panic!("server exited before serving:\n{}", seen.join("\n")) };
+        seen.push(line.clone());
         let v: serde_json::Value = match serde_json::from_str(&line) {
             Ok(v) => v,
             Err(_) => continue,
