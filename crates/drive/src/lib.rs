@@ -204,7 +204,7 @@ impl Snapshot for DriveSnapshot {
 
     async fn read(&self, obj: &Nid, offset: u64, len: u64) -> StoreResult<Bytes> {
         let (reader, nid) = (self.reader.clone(), *obj);
-        blocking(move || reader.read(nid, offset, len)).await.map(Bytes::from)
+        blocking(move || reader.read_bytes(nid, offset, len)).await
     }
 
     fn prioritize(&self) {

@@ -113,14 +113,16 @@ impl BlockIo {
     /// `cached`: through the kernel's page cache.
     fn read_run(&self, start: u64, len_bytes: usize, cached: bool) -> Result<AlignedBuf> {
         debug_assert!(len_bytes > 0 && len_bytes.is_multiple_of(BLOCK_SIZE_BYTES as usize));
-        let mut buf = AlignedBuf::zeroed(len_bytes);
         if cached {
-            self.device.read_cached_at(buf.as_mut_slice(), start * BLOCK_SIZE_BYTES)?;
+            let at = start * BLOCK_SIZE_BYTES;
+            // SAFETY: read_cached_at_uninit writes every byte of the buffer when it returns Ok.
+            let buf = unsafe { AlignedBuf::filled_with(len_bytes, |b| self.device.read_cached_at_uninit(b, at))? };
             self.counters.cached_bytes_read.fetch_add(len_bytes as u64, Ordering::Relaxed);
-        } else {
-            self.device.read_at(buf.as_mut_slice(), start * BLOCK_SIZE_BYTES)?;
-            self.counters.record_read(len_bytes as u64);
+            return Ok(buf);
         }
+        let mut buf = AlignedBuf::zeroed(len_bytes);
+        self.device.read_at(buf.as_mut_slice(), start * BLOCK_SIZE_BYTES)?;
+        self.counters.record_read(len_bytes as u64);
         Ok(buf)
     }
 
@@ -253,6 +255,13 @@ pub(crate) fn read_segments(runs: &[(u64, BlockRun)], lb0: u64, lb1: u64) -> Vec
         }
     }
     out
+}
+
+impl Segment {
+    /// Blocks the segment reads.
+    pub(crate) fn blocks(&self) -> u64 {
+        self.blocks
+    }
 }
 
 /// The first checksum unit of a segment whose contents do not match.

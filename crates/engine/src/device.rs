@@ -40,6 +40,16 @@ pub trait Device: Send + Sync + 'static {
     fn read_cached_at(&self, buf: &mut [u8], offset_bytes: u64) -> io::Result<()> {
         self.read_at(buf, offset_bytes)
     }
+    /// `read_cached_at` into memory that is not initialised yet: on Ok every byte of `buf` was written.
+    /// The default zeroes `buf` first; a file device reads into it directly (no memset of large reads).
+    fn read_cached_at_uninit(&self, buf: &mut [std::mem::MaybeUninit<u8>], offset_bytes: u64) -> io::Result<()> {
+        for b in buf.iter_mut() {
+            b.write(0);
+        }
+        // SAFETY: every byte was just initialised; MaybeUninit<u8> has u8's layout.
+        let init = unsafe { &mut *(buf as *mut [std::mem::MaybeUninit<u8>] as *mut [u8]) };
+        self.read_cached_at(init, offset_bytes)
+    }
     /// Drops cached pages of a range, so the next cached read comes from the device.
     fn forget_cached(&self, _offset_bytes: u64, _len_bytes: u64) {}
     fn write_at(&self, buf: &[u8], offset_bytes: u64) -> io::Result<()>;
@@ -234,6 +244,34 @@ impl Device for FileDevice {
     fn read_cached_at(&self, buf: &mut [u8], offset_bytes: u64) -> io::Result<()> {
         check_bounds(offset_bytes, buf.len(), self.size())?;
         self.cached.read_exact_at(buf, offset_bytes)
+    }
+
+    fn read_cached_at_uninit(&self, buf: &mut [std::mem::MaybeUninit<u8>], offset_bytes: u64) -> io::Result<()> {
+        check_bounds(offset_bytes, buf.len(), self.size())?;
+        let mut done = 0usize;
+        while done < buf.len() {
+            let rest = &mut buf[done..];
+            // SAFETY: pread writes at most rest.len() bytes into memory we own exclusively; it never reads it.
+            let n = unsafe {
+                libc::pread(
+                    self.cached.as_raw_fd(),
+                    rest.as_mut_ptr().cast::<libc::c_void>(),
+                    rest.len(),
+                    (offset_bytes + done as u64) as libc::off_t,
+                )
+            };
+            match n {
+                n if n > 0 => done += n as usize,
+                0 => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "read past the end of the data file")),
+                _ => {
+                    let e = io::Error::last_os_error();
+                    if e.kind() != io::ErrorKind::Interrupted {
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     fn forget_cached(&self, offset_bytes: u64, len_bytes: u64) {
@@ -651,6 +689,11 @@ impl Device for FaultyDevice {
     fn read_cached_at(&self, buf: &mut [u8], offset_bytes: u64) -> io::Result<()> {
         self.check_read()?;
         self.inner.read_cached_at(buf, offset_bytes)
+    }
+
+    fn read_cached_at_uninit(&self, buf: &mut [std::mem::MaybeUninit<u8>], offset_bytes: u64) -> io::Result<()> {
+        self.check_read()?;
+        self.inner.read_cached_at_uninit(buf, offset_bytes)
     }
 
     fn forget_cached(&self, offset_bytes: u64, len_bytes: u64) {

@@ -11,6 +11,7 @@ use crate::device::Device;
 use crate::error::{EngineError, Result};
 use crate::frag_index::{FragDelta, FragIndex};
 use crate::keys::*;
+use crate::kv::KvMemory;
 use crate::plan::Ids;
 use crate::qos::Priority;
 use crate::reader::Reader;
@@ -59,6 +60,8 @@ pub struct Engine {
 /// What the facade keeps beside the pipeline.
 struct Shared {
     sb: Superblock,
+    /// The node's KV memory when this drive shares it (`open_sharing`).
+    kv_memory: Option<KvMemory>,
     db_opts: rocksdb::Options,
     scrubber: Arc<Scrubber>,
     dir: PathBuf,
@@ -84,6 +87,17 @@ impl Engine {
         capacity_bytes: u64,
         cfg: EngineConfig,
     ) -> Result<Engine> {
+        Self::format_sharing(dir, device, capacity_bytes, cfg, None)
+    }
+
+    /// Like `format_with_capacity`, the database drawing on the node's shared KV memory (`open_sharing`).
+    pub fn format_sharing(
+        dir: &Path,
+        device: Arc<dyn Device>,
+        capacity_bytes: u64,
+        cfg: EngineConfig,
+        memory: Option<KvMemory>,
+    ) -> Result<Engine> {
         let kv = kv_path(dir);
         if kv.exists() && std::fs::read_dir(&kv)?.next().is_some() {
             return Err(EngineError::InvalidArgument(format!("{} already holds a database", kv.display())));
@@ -104,7 +118,7 @@ impl Engine {
             data_start_block: DATA_START_BLOCK,
         };
         std::fs::create_dir_all(&kv)?;
-        let (db, _opts) = crate::kv::open(&kv, true, &kv_options(&cfg))?;
+        let (db, _opts) = crate::kv::open(&kv, true, &kv_options(&cfg, memory.clone()))?;
         let limit = (device.size_bytes() / BLOCK_SIZE_BYTES).min(total_blocks);
         let alloc = Allocator::new(total_blocks, DATA_START_BLOCK, limit);
         let mut batch = WriteBatch::default();
@@ -121,11 +135,22 @@ impl Engine {
         buf.as_mut_slice().copy_from_slice(&sb.encode());
         device.write_at(buf.as_slice(), 0)?;
         device.flush()?;
-        Self::open(dir, device, cfg)
+        Self::open_sharing(dir, device, cfg, memory)
     }
 
     /// Opens a formatted drive: checks the superblock against the database and rebuilds in-memory state.
     pub fn open(dir: &Path, device: Arc<dyn Device>, cfg: EngineConfig) -> Result<Engine> {
+        Self::open_sharing(dir, device, cfg, None)
+    }
+
+    /// Like `open`, the database's block cache and memtables drawn from `memory`, the node's (shared by its
+    /// drives, so that more drives do not multiply the memory); None: the drive's own, by `cfg`.
+    pub fn open_sharing(
+        dir: &Path,
+        device: Arc<dyn Device>,
+        cfg: EngineConfig,
+        memory: Option<KvMemory>,
+    ) -> Result<Engine> {
         let mut buf = AlignedBuf::zeroed(SUPERBLOCK_BYTES);
         device.read_at(buf.as_mut_slice(), 0)?;
         let sb = Superblock::decode(buf.as_slice())?;
@@ -136,7 +161,7 @@ impl Engine {
         if !kv.exists() {
             return Err(EngineError::NotADrive(format!("{} is missing", kv.display())));
         }
-        let (db, db_opts) = crate::kv::open(&kv, false, &kv_options(&cfg))?;
+        let (db, db_opts) = crate::kv::open(&kv, false, &kv_options(&cfg, memory.clone()))?;
         match db.get(META_UUID)? {
             Some(u) if u.as_slice() == sb.uuid => {}
             _ => return Err(EngineError::NotADrive("the database belongs to another device".into())),
@@ -181,7 +206,8 @@ impl Engine {
             blocks = total_blocks,
             "drive open"
         );
-        let shared = Shared { sb, db_opts, scrubber, dir: dir.to_path_buf(), threads: Mutex::new(threads) };
+        let shared =
+            Shared { sb, kv_memory: memory, db_opts, scrubber, dir: dir.to_path_buf(), threads: Mutex::new(threads) };
         Ok(Engine { pipe, shared: Arc::new(shared) })
     }
 
@@ -327,10 +353,14 @@ impl Engine {
     /// Memory the drive's caches and buffers may hold by configuration: the KV block cache, all memtables,
     /// the metadata cache and the page cache. The process's RSS stays within this plus a constant (threads,
     /// allocator, IO buffers in flight), which the engine bench measures.
+    /// With a shared `kv_memory`, the KV part is the node's (counted once however many drives share it).
     pub fn memory_budget_bytes(&self) -> u64 {
         let c = &self.pipe.cfg;
-        (c.kv_block_cache_bytes + crate::kv::DB_WRITE_BUFFER_TOTAL_BYTES + c.meta_cache_bytes + c.page_cache_bytes)
-            as u64
+        let kv = match &self.shared.kv_memory {
+            Some(m) => m.budget_bytes(),
+            None => c.kv_block_cache_bytes + crate::kv::DB_WRITE_BUFFER_TOTAL_BYTES,
+        };
+        (kv + c.meta_cache_bytes + c.page_cache_bytes) as u64
     }
 
     /// Size of the block map: its entries and the bytes of their keys and values (one pass over the
@@ -478,8 +508,12 @@ fn is_inline_in_db(db: &DB, nid: Nid, inline_max_bytes: u64) -> Result<bool> {
     Ok(crate::blockmap::lives_in_kv(size, has_blocks, inline_max_bytes))
 }
 
-fn kv_options(cfg: &EngineConfig) -> crate::kv::KvOptions {
-    crate::kv::KvOptions { block_cache_bytes: cfg.kv_block_cache_bytes, write_buffer_bytes: cfg.kv_write_buffer_bytes }
+fn kv_options(cfg: &EngineConfig, memory: Option<KvMemory>) -> crate::kv::KvOptions {
+    crate::kv::KvOptions {
+        block_cache_bytes: cfg.kv_block_cache_bytes,
+        write_buffer_bytes: cfg.kv_write_buffer_bytes,
+        memory,
+    }
 }
 
 /// The flusher, the committer, the background worker and (with a rate) the scrub.

@@ -12,6 +12,41 @@ pub fn cf<'a>(db: &'a DB, name: &str) -> Result<&'a ColumnFamily> {
 pub struct KvOptions {
     pub block_cache_bytes: usize,
     pub write_buffer_bytes: usize,
+    /// The node's shared block cache and memtable budget, when several drives share them.
+    pub memory: Option<KvMemory>,
+}
+
+/// The memory of the KV stores of all drives of a node together: one block cache and one memtable budget
+/// that every drive's database draws from, so that adding drives does not multiply the node's memory (a
+/// busy drive gets more of it than an idle one).
+#[derive(Clone)]
+pub struct KvMemory {
+    cache: rocksdb::Cache,
+    write_buffers: rocksdb::WriteBufferManager,
+    budget_bytes: usize,
+}
+
+impl KvMemory {
+    /// A block cache of `block_cache_bytes` and memtables of at most `write_buffer_bytes` in all.
+    pub fn new(block_cache_bytes: usize, write_buffer_bytes: usize) -> Self {
+        KvMemory {
+            cache: rocksdb::Cache::new_lru_cache(block_cache_bytes),
+            // Writers stall (rather than the budget being exceeded) while flushes catch up.
+            write_buffers: rocksdb::WriteBufferManager::new_write_buffer_manager(write_buffer_bytes, true),
+            budget_bytes: block_cache_bytes + write_buffer_bytes,
+        }
+    }
+
+    /// The block cache and memtable bytes together.
+    pub fn budget_bytes(&self) -> usize {
+        self.budget_bytes
+    }
+}
+
+impl std::fmt::Debug for KvMemory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KvMemory").field("budget_bytes", &self.budget_bytes).finish()
+    }
 }
 
 pub fn db_options(create: bool) -> Options {
@@ -32,8 +67,14 @@ pub fn db_options(create: bool) -> Options {
 pub const DB_WRITE_BUFFER_TOTAL_BYTES: usize = 96 << 20;
 
 pub fn open(path: &Path, create: bool, kv: &KvOptions) -> Result<(DB, Options)> {
-    let opts = db_options(create);
-    let cache = rocksdb::Cache::new_lru_cache(kv.block_cache_bytes);
+    let mut opts = db_options(create);
+    let cache = match &kv.memory {
+        Some(m) => {
+            opts.set_write_buffer_manager(&m.write_buffers);
+            m.cache.clone()
+        }
+        None => rocksdb::Cache::new_lru_cache(kv.block_cache_bytes),
+    };
     let cfs = ALL_CFS.iter().map(|name| {
         let mut c = Options::default();
         let mut bbo = rocksdb::BlockBasedOptions::default();

@@ -36,6 +36,7 @@ mod error;
 mod frag_index;
 mod keys;
 mod kv;
+pub use kv::KvMemory;
 mod meta_cache;
 mod overlay;
 mod page_cache;

@@ -347,12 +347,14 @@ impl Planner<'_, '_> {
         let onode = Onode::decode(&self.view.get(CF_ONODES, &nid_key(nid))?.ok_or(EngineError::NotFound)?)?;
         self.view.top.delete(CF_NAMES, &name_key(onode.collection, &onode.name));
         self.view.top.delete(CF_ONODES, &nid_key(nid));
-        for (_, run) in self.runs_overlapping(nid, 0, u64::MAX)? {
+        // The runs are the object's whole block map (runs never overlap): their keys are deleted as found,
+        // without a second scan of the column family.
+        for (first, run) in self.runs_overlapping(nid, 0, u64::MAX)? {
             self.free_blocks(run.physical_start, run.len_blocks())?;
+            self.view.top.delete(CF_BLOCKS, &block_key(nid, first));
         }
         self.ts.page_changes.push(PageChange::Forget { nid, first: 0, end: u64::MAX });
         let (start, end) = (nid_key(nid), nid_key(nid + 1));
-        self.delete_all(CF_BLOCKS, &start, &end, MAX_OBJECT_BLOCKS as usize)?;
         self.delete_all(CF_FRAGS, &start, &end, object_frags_cap(onode.size_bytes))?;
         self.delete_all(CF_ATTRS, &start, &end, MAX_ATTRS_PER_OBJECT)?;
         self.delete_all(CF_OMAP, &start, &end, MAX_ATTRS_PER_OBJECT)?;

@@ -329,32 +329,54 @@ impl Reader {
 
     /// Reads up to `len` bytes at `offset`; shorter at the end of the object.
     pub fn read(&self, nid: Nid, offset: u64, len: u64) -> Result<Vec<u8>> {
+        self.read_bytes(nid, offset, len).map(|b| b.to_vec())
+    }
+
+    /// Like `read`, as shared bytes: a range that one device read covers and no fragment touches (the common
+    /// case of a large read) is the device buffer itself, without copying it.
+    pub fn read_bytes(&self, nid: Nid, offset: u64, len: u64) -> Result<bytes::Bytes> {
         self.core.io.counters().object_reads.fetch_add(1, Ordering::Relaxed);
         let info = self.stat(nid)?;
         let end = offset.saturating_add(len).min(info.size_bytes);
         if offset >= end {
-            return Ok(Vec::new());
+            return Ok(bytes::Bytes::new());
         }
         let bs = BLOCK_SIZE_BYTES;
-        let mut out = vec![0u8; (end - offset) as usize];
         let (lb0, lb1) = (offset / bs, (end - 1) / bs + 1);
-        if self.read_from_pages(nid, lb0, lb1, offset, &mut out) {
-            return Ok(out);
+        if lb1 - lb0 <= PAGE_READ_MAX_BLOCKS {
+            let mut out = vec![0u8; (end - offset) as usize];
+            if self.read_from_pages(nid, lb0, lb1, offset, &mut out) {
+                return Ok(out.into());
+            }
         }
         let runs = self.runs_overlapping(nid, lb0, lb1)?;
-        for seg in read_segments(&runs, lb0, lb1) {
-            let buf = self.core.io.read_verified_segment(&info.name, &seg)?;
-            copy_clipped(&mut out, offset, seg.first_lb * bs, buf.as_slice());
-        }
+        let segments = read_segments(&runs, lb0, lb1);
         let frags_cap = ((lb1 - lb0) as usize).saturating_mul(MAX_FRAGS_PER_BLOCK);
         let (fs, fe) = (frag_key(nid, lb0, 0), frag_key(nid, lb1, 0));
-        for (k, v) in self.scan_capped(CF_FRAGS, &fs, &fe, frags_cap, "fragments in the range read")? {
+        let frags = self.scan_capped(CF_FRAGS, &fs, &fe, frags_cap, "fragments in the range read")?;
+        if let [seg] = segments.as_slice()
+            && frags.is_empty()
+            && seg.first_lb <= lb0
+            && seg.first_lb + seg.blocks() >= lb1
+        {
+            let buf = self.core.io.read_verified_segment(&info.name, seg)?;
+            let at = (offset - seg.first_lb * bs) as usize;
+            let bytes = bytes::Bytes::from_owner(buf).slice(at..at + (end - offset) as usize);
+            debug_assert_eq!(bytes.len() as u64, end - offset);
+            return Ok(bytes);
+        }
+        let mut out = vec![0u8; (end - offset) as usize];
+        for seg in &segments {
+            let buf = self.core.io.read_verified_segment(&info.name, seg)?;
+            copy_clipped(&mut out, offset, seg.first_lb * bs, buf.as_slice());
+        }
+        for (k, v) in frags {
             let lb = u64_at(&k, 8)?;
             let (off, data) = decode_frag(&v)
                 .map_err(|e| EngineError::Corrupt(format!("object {}: {e}", String::from_utf8_lossy(&info.name))))?;
             copy_clipped(&mut out, offset, lb * bs + off as u64, data);
         }
-        Ok(out)
+        Ok(out.into())
     }
 }
 

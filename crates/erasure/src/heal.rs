@@ -297,7 +297,7 @@ async fn scan_collection<S: Store>(set: &Arc<SetInner<S>>, coll: &SetColl<S::Col
 
 /// Whether some holder of an object's agreed version fails to read its shard back.
 async fn damaged<S: Store>(set: &SetInner<S>, coll: &SetColl<S::Coll>, name: &[u8]) -> bool {
-    match crate::read::resolve(set, coll, name).await {
+    match crate::read::resolve_all(set, coll, name).await {
         Ok(Some(r)) => !damaged_holders(&r).await.is_empty(),
         Ok(None) => false,
         Err(_) => true,

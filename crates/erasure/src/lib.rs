@@ -176,6 +176,8 @@ impl<S: Store> SetInner<S> {
     pub(crate) fn set_member(&self, d: usize, store: Option<Arc<S>>, undo: Option<S::Coll>) {
         *self.slots[d].store.write() = store;
         *self.slots[d].undo.write() = undo;
+        // Queued removals named the old drive's entries (a drive put in is settled by recovery).
+        self.cleanup.lock()[d].clear();
         self.generation.fetch_add(1, Ordering::SeqCst);
     }
 
@@ -321,12 +323,13 @@ impl<S: Store> ErasureSet<S> {
 
 /// Removes the undo entries of committed writes in batches, in the background, until the set is dropped.
 async fn cleaner<S: Store>(set: std::sync::Weak<SetInner<S>>) {
-    const TICK: std::time::Duration = std::time::Duration::from_millis(20);
+    const TICK: std::time::Duration = std::time::Duration::from_millis(50);
     loop {
         let Some(s) = set.upgrade() else { return };
         let left = undo::clean_some(&s).await;
         if left == 0 {
-            // Woken by new work, or after a tick to notice that the set is gone.
+            // Woken when a drive's queue fills a batch, else after a tick (which also notices that the set
+            // is gone): writes in between take entries with them.
             let _ = tokio::time::timeout(TICK, s.cleanup_wake.notified()).await;
         }
     }

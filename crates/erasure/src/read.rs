@@ -35,8 +35,10 @@ pub(crate) type Holder<S> = (Arc<<S as Store>::Snapshot>, <S as Store>::Obj);
 /// An object as a quorum of the set's drives holds it.
 pub(crate) struct Resolved<S: Store> {
     pub(crate) layout: ObjectLayout,
-    /// The drives holding the agreed version (by slot).
+    /// The drives holding the agreed version (by slot), among those asked.
     pub(crate) holders: Vec<Option<Holder<S>>>,
+    /// The drives that were asked (a bit per slot): all of them, or only the k of the fast path.
+    pub(crate) asked: u16,
     pub(crate) mtime_ns: u64,
     pub(crate) high_priority: bool,
 }
@@ -86,7 +88,8 @@ pub(crate) fn decide<S: Store>(states: Vec<DriveState<S>>, read_quorum: usize) -
                 }
             }
             let layout = layout.expect("the best version has holders");
-            Verdict::Found(Resolved { layout, holders, mtime_ns, high_priority })
+            let asked = (1u16 << holders.len()).wrapping_sub(1);
+            Verdict::Found(Resolved { layout, holders, asked, mtime_ns, high_priority })
         }
         _ if absent >= read_quorum => Verdict::Absent,
         best => Verdict::NoQuorum { answered, agreeing: best.map_or(absent, |b| b.0.max(absent)) },
@@ -135,14 +138,90 @@ pub(crate) async fn drive_states<S: Store>(
 }
 
 /// Looks an object up under its read lock, so that no write is halfway through its drives.
+///
+/// Fast path: the k drives that hold the name's data shards are asked first; when all k answer alike (one
+/// version, or absent), that is the answer, because any write quorum shares a drive with any k drives
+/// (k + write quorum > k + m), so no newer acknowledged version can hide on the drives not asked. Else, or
+/// when the version is placed otherwise (a clone keeps its source's placement), the others are asked too
+/// and the quorum decides.
 pub(crate) async fn resolve<S: Store>(
     set: &SetInner<S>,
     coll: &SetColl<S::Coll>,
     name: &[u8],
 ) -> StoreResult<Option<Resolved<S>>> {
+    resolve_asking(set, coll, name, false).await
+}
+
+/// Like `resolve`, asking every drive (heal and the deep scan look at every holder).
+pub(crate) async fn resolve_all<S: Store>(
+    set: &SetInner<S>,
+    coll: &SetColl<S::Coll>,
+    name: &[u8],
+) -> StoreResult<Option<Resolved<S>>> {
+    resolve_asking(set, coll, name, true).await
+}
+
+async fn resolve_asking<S: Store>(
+    set: &SetInner<S>,
+    coll: &SetColl<S::Coll>,
+    name: &[u8],
+    all: bool,
+) -> StoreResult<Option<Resolved<S>>> {
     let _shared = set.locks.read(&coll.name, name).await;
-    let states = drive_states(set, coll, name).await;
-    verdict_to_result(set, coll, name, decide(states, set.geometry().read_quorum()))
+    let g = *set.geometry();
+    let n = set.drives();
+    let mut states: Vec<Option<DriveState<S>>> = (0..n).map(|_| None).collect();
+    if !all && g.read_quorum() < n {
+        let rotation = g.rotation_for(name);
+        let first: Vec<usize> = (0..g.data).map(|j| g.drive_of_shard(rotation, j)).collect();
+        let answers = join_all(first.iter().map(|&d| drive_state(set, d, coll, name))).await;
+        for (d, a) in first.iter().zip(answers) {
+            states[*d] = Some(a);
+        }
+        if let Some(found) = unanimous(&mut states, rotation) {
+            return Ok(found);
+        }
+    }
+    let rest = join_all(
+        (0..n).filter(|d| states[*d].is_none()).map(|d| async move { (d, drive_state(set, d, coll, name).await) }),
+    )
+    .await;
+    for (d, a) in rest {
+        states[d] = Some(a);
+    }
+    let states = states.into_iter().map(|s| s.expect("every drive asked")).collect();
+    verdict_to_result(set, coll, name, decide(states, g.read_quorum()))
+}
+
+/// The fast path's answer when every drive asked holds the same version, placed by the name's rotation (or
+/// every one lacks the object); None to ask the others.
+fn unanimous<S: Store>(states: &mut [Option<DriveState<S>>], rotation: usize) -> Option<Option<Resolved<S>>> {
+    let asked: Vec<&DriveState<S>> = states.iter().flatten().collect();
+    if asked.iter().all(|s| matches!(s, DriveState::Absent)) {
+        return Some(None);
+    }
+    let first = match asked.first()? {
+        DriveState::Present { layout, .. } => *layout,
+        _ => return None,
+    };
+    let alike =
+        asked.iter().all(|s| matches!(s, DriveState::Present { layout, .. } if layout.write_id == first.write_id));
+    if !alike || (first.encoded_bytes > 0 && first.rotation as usize != rotation) {
+        return None;
+    }
+    let mut holders = Vec::with_capacity(states.len());
+    let (mut asked_mask, mut high_priority) = (0u16, false);
+    for (d, s) in states.iter_mut().enumerate() {
+        match s.take() {
+            Some(DriveState::Present { snap, obj, info, .. }) => {
+                asked_mask |= 1 << d;
+                high_priority |= info.high_priority;
+                holders.push(Some((snap, obj)));
+            }
+            _ => holders.push(None),
+        }
+    }
+    Some(Some(Resolved { layout: first, holders, asked: asked_mask, mtime_ns: first.mtime_ns, high_priority }))
 }
 
 pub(crate) fn verdict_to_result<S: Store>(
@@ -153,7 +232,7 @@ pub(crate) fn verdict_to_result<S: Store>(
 ) -> StoreResult<Option<Resolved<S>>> {
     match verdict {
         Verdict::Found(r) => {
-            if r.holders.iter().filter(|h| h.is_some()).count() < set.drives() {
+            if r.holders.iter().filter(|h| h.is_some()).count() < r.asked.count_ones() as usize {
                 set.queue_heal(&coll.name, name);
             }
             Ok(Some(r))
@@ -332,7 +411,7 @@ impl<S: Store> Snapshot for SetSnapshot<S> {
 
     async fn read(&self, obj: &SetObj<S>, offset: u64, len: u64) -> StoreResult<Bytes> {
         let r = obj.get(&self.set).await?;
-        read_range(&self.set, &obj.coll.name, &obj.name, &r, offset, len).await
+        read_range(&self.set, &obj.coll, &obj.name, &r, offset, len).await
     }
 
     /// Objects looked up from now on have their drives' reads prioritized (a high-priority object's are
@@ -351,7 +430,7 @@ fn prioritize<S: Store>(r: &Resolved<S>) {
 /// Bytes [offset, offset + len) of a resolved object, clipped to its size.
 pub(crate) async fn read_range<S: Store>(
     set: &SetInner<S>,
-    coll: &str,
+    coll: &SetColl<S::Coll>,
     name: &[u8],
     r: &Resolved<S>,
     offset: u64,
@@ -362,22 +441,47 @@ pub(crate) async fn read_range<S: Store>(
     if offset >= end {
         return Ok(Bytes::new());
     }
-    let mut out = vec![0u8; (end - offset) as usize];
+    if l.data == 1
+        && let Some(b) = read_whole_copy(r, offset, end).await
+    {
+        return Ok(b);
+    }
+    let mut out = Vec::with_capacity((end - offset) as usize);
     let encoded_end = end.min(l.encoded_bytes);
     if offset < encoded_end {
-        let n = (encoded_end - offset) as usize;
-        read_encoded(set, coll, name, r, offset, &mut out[..n]).await?;
+        read_encoded(set, coll, name, r, offset, encoded_end - offset, &mut out).await?;
     }
     if end > l.encoded_bytes {
         let from = offset.max(l.encoded_bytes);
-        let at = (from - offset) as usize;
-        read_tail(r, from, &mut out[at..]).await?;
+        read_tail(r, from, end - from, &mut out).await?;
     }
+    debug_assert_eq!(out.len() as u64, end - offset);
     Ok(Bytes::from(out))
 }
 
-/// Tail bytes from `from` on (into all of `out`), from the first holder that reads them.
-async fn read_tail<S: Store>(r: &Resolved<S>, from: u64, out: &mut [u8]) -> StoreResult<()> {
+/// With one data shard, a drive that holds both the shard and the tail holds the object's bytes as they
+/// are: the range in one read, without copying (None when no such holder reads it: the general path).
+async fn read_whole_copy<S: Store>(r: &Resolved<S>, offset: u64, end: u64) -> Option<Bytes> {
+    let l = &r.layout;
+    let rotation = l.rotation as usize;
+    let g = crate::layout::SetGeometry { data: 1, parity: l.parity as usize };
+    for (d, h) in r.holders.iter().enumerate() {
+        let Some((snap, obj)) = h else { continue };
+        let has_shard = l.encoded_bytes == 0 || g.shard_on_drive(rotation, d) == 0;
+        let has_tail = l.tail_bytes() == 0 || l.holds_tail(d);
+        if !(has_shard && has_tail) {
+            continue;
+        }
+        match snap.read(obj, offset, end - offset).await {
+            Ok(b) if b.len() as u64 == end - offset => return Some(b),
+            _ => return None,
+        }
+    }
+    None
+}
+
+/// Tail bytes [from, from + len), appended to `out`, from the first holder that reads them.
+async fn read_tail<S: Store>(r: &Resolved<S>, from: u64, len: u64, out: &mut Vec<u8>) -> StoreResult<()> {
     let l = &r.layout;
     let at = l.shard_bytes() + (from - l.encoded_bytes);
     let mut last = None;
@@ -386,74 +490,87 @@ async fn read_tail<S: Store>(r: &Resolved<S>, from: u64, out: &mut [u8]) -> Stor
         if !l.holds_tail(i) {
             continue;
         }
-        match snap.read(obj, at, out.len() as u64).await {
-            Ok(b) if b.len() == out.len() => {
-                out.copy_from_slice(&b);
+        match snap.read(obj, at, len).await {
+            Ok(b) if b.len() as u64 == len => {
+                out.extend_from_slice(&b);
                 return Ok(());
             }
-            Ok(b) => last = Some(StoreError::corrupt(format!("a tail read {} of {} bytes", b.len(), out.len()))),
+            Ok(b) => last = Some(StoreError::corrupt(format!("a tail read {} of {len} bytes", b.len()))),
             Err(e) => last = Some(e),
         }
     }
     Err(last.unwrap_or_else(|| StoreError::unavailable("no drive holding the object's tail answered")))
 }
 
-/// Encoded bytes from `offset` (into all of `out`): the covering stripes of the k data shards, or of any k
-/// shards rebuilt when a data shard is missing, unreadable or damaged.
+/// Encoded bytes [offset, offset + n), appended to `out`: the covering stripes of the k data shards, or of
+/// any k shards rebuilt when a data shard is missing, unreadable or damaged.
 async fn read_encoded<S: Store>(
     set: &SetInner<S>,
-    coll: &str,
+    coll: &SetColl<S::Coll>,
     name: &[u8],
     r: &Resolved<S>,
     offset: u64,
-    out: &mut [u8],
+    n: u64,
+    out: &mut Vec<u8>,
 ) -> StoreResult<()> {
     let l = &r.layout;
     let g = crate::layout::SetGeometry { data: l.data as usize, parity: l.parity as usize };
-    let (s0, s1) = stripes_covering(&g, offset, offset + out.len() as u64);
+    let (s0, s1) = stripes_covering(&g, offset, offset + n);
     let unit = SHARD_UNIT_BYTES;
     let (at, len) = (s0 * unit, (s1 - s0) * unit);
     let rotation = l.rotation as usize;
     // A shard read: its bytes, or whether it is damaged (a checksum failed) rather than unavailable.
-    let read_shard = |j: usize| {
-        let holder = r.holders.get(g.drive_of_shard(rotation, j)).and_then(|h| h.as_ref());
-        async move {
-            let Some((snap, obj)) = holder else { return Err(false) };
-            match snap.read(obj, at, len).await {
-                Ok(b) if b.len() as u64 == len => Ok(b.to_vec()),
-                Ok(_) => Err(true),
-                Err(e) => Err(e.kind == ErrorKind::Corrupt),
-            }
+    let read_from = |holder: Option<Holder<S>>| async move {
+        let Some((snap, obj)) = holder else { return Err(false) };
+        match snap.read(&obj, at, len).await {
+            Ok(b) if b.len() as u64 == len => Ok(b),
+            Ok(_) => Err(true),
+            Err(e) => Err(e.kind == ErrorKind::Corrupt),
         }
     };
+    let holder_of = |j: usize| r.holders.get(g.drive_of_shard(rotation, j)).cloned().flatten();
     let k = g.data;
-    let mut reads = join_all((0..k).map(read_shard)).await;
-    if reads.iter().any(Result::is_err) {
-        set.counters.degraded_reads.fetch_add(1, Ordering::Relaxed);
-        set.queue_heal(coll, name);
-        reads.extend(join_all((k..g.drives()).map(read_shard)).await);
+    let mut reads: Vec<Result<Bytes, bool>> = join_all((0..k).map(|j| read_from(holder_of(j)))).await;
+    if reads.iter().all(Result::is_ok) {
+        let data: Vec<&[u8]> = reads.iter().map(|b| b.as_ref().map(|b| &b[..]).unwrap_or_default()).collect();
+        join_shards(&data, (offset - s0 * k as u64 * unit) as usize, n as usize, out);
+        return Ok(());
     }
+    set.counters.degraded_reads.fetch_add(1, Ordering::Relaxed);
+    set.queue_heal(&coll.name, name);
+    // The parity shards' drives, asked now if the fast path did not (the same version, by write id).
+    let parity = join_all((k..g.drives()).map(|j| async move {
+        let d = g.drive_of_shard(rotation, j);
+        match holder_of(j) {
+            Some(h) => Some(h),
+            None if r.asked & (1 << d) == 0 => match drive_state(set, d, coll, name).await {
+                DriveState::Present { layout, snap, obj, .. } if layout.write_id == l.write_id => Some((snap, obj)),
+                _ => None,
+            },
+            None => None,
+        }
+    }))
+    .await;
+    reads.extend(join_all(parity.into_iter().map(read_from)).await);
     let damaged = reads.iter().any(|r| r == &Err(true));
-    let mut shards: Vec<Option<Vec<u8>>> = reads.into_iter().map(Result::ok).collect();
-    if shards[..k].iter().any(Option::is_none) {
-        let codec = codec_by_id(l.codec, k, g.parity).ok_or_else(|| {
-            StoreError::new(
-                ErrorKind::Corrupt,
-                format!(
-                    "object {} uses erasure code {} which this build does not know",
-                    String::from_utf8_lossy(name),
-                    l.codec
-                ),
-            )
-        })?;
-        // Too few shards: damage (checksums) is reported as damage, absent drives as unavailability.
-        codec.reconstruct(&mut shards).map_err(|e| {
-            let kind = if damaged { ErrorKind::Corrupt } else { ErrorKind::Unavailable };
-            StoreError::new(kind, format!("object {} cannot be rebuilt: {e}", String::from_utf8_lossy(name)))
-        })?;
-    }
+    let mut shards: Vec<Option<Vec<u8>>> = reads.into_iter().map(|r| r.ok().map(|b| b.to_vec())).collect();
+    let codec = codec_by_id(l.codec, k, g.parity).ok_or_else(|| {
+        StoreError::new(
+            ErrorKind::Corrupt,
+            format!(
+                "object {} uses erasure code {} which this build does not know",
+                String::from_utf8_lossy(name),
+                l.codec
+            ),
+        )
+    })?;
+    // Too few shards: damage (checksums) is reported as damage, absent drives as unavailability.
+    codec.reconstruct(&mut shards).map_err(|e| {
+        let kind = if damaged { ErrorKind::Corrupt } else { ErrorKind::Unavailable };
+        StoreError::new(kind, format!("object {} cannot be rebuilt: {e}", String::from_utf8_lossy(name)))
+    })?;
     let data: Vec<&[u8]> = shards[..k].iter().map(|s| s.as_deref().expect("whole after rebuilding")).collect();
-    join_shards(&data, (offset - s0 * k as u64 * unit) as usize, out);
+    join_shards(&data, (offset - s0 * k as u64 * unit) as usize, n as usize, out);
     Ok(())
 }
 

@@ -284,7 +284,33 @@ pub(crate) fn queue_cleanup<S: Store>(set: &SetInner<S>, entries: Vec<(usize, Ve
     for (d, name) in entries {
         pending[d].push(name);
     }
-    set.cleanup_wake.notify_one();
+    // Under load most entries leave with a later write to their drive (`take_for_write`); the cleaner is
+    // woken early only when a drive's queue fills a batch, else it comes by on its tick.
+    if pending.iter().any(|p| p.len() >= CLEANUP_BATCH) {
+        set.cleanup_wake.notify_one();
+    }
+}
+
+/// Entries removed by a write's own drive transaction, at most this many (no extra sync for cleanup).
+const CLEANUP_PER_WRITE: usize = 128;
+
+/// Takes up to `CLEANUP_PER_WRITE` of drive `d`'s queued entries for a write about to commit there: the
+/// removals of `(undo collection, names)`; `requeue` gives them back if that commit fails.
+pub(crate) fn take_for_write<S: Store>(set: &SetInner<S>, d: usize) -> Option<(S::Coll, Vec<Vec<u8>>)> {
+    let coll = set.undo_coll(d)?;
+    let mut pending = set.cleanup.lock();
+    let q = &mut pending[d];
+    if q.is_empty() {
+        return None;
+    }
+    let n = q.len().min(CLEANUP_PER_WRITE);
+    let names: Vec<Vec<u8>> = q.drain(q.len() - n..).collect();
+    Some((coll, names))
+}
+
+/// Puts back entries a failed drive transaction did not remove.
+pub(crate) fn requeue<S: Store>(set: &SetInner<S>, d: usize, names: Vec<Vec<u8>>) {
+    set.cleanup.lock()[d].extend(names);
 }
 
 /// Removes queued entries, at most `CLEANUP_BATCH` per drive; returns how many remain queued.

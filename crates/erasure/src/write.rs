@@ -960,12 +960,21 @@ pub(crate) async fn commit<S: Store>(set: &Arc<SetInner<S>>, txn: SetTxn<S>) -> 
             )));
         }
     }
-    let results = join_all(f.txns.into_iter().enumerate().map(|(d, t)| async move {
+    let results = join_all(f.txns.into_iter().enumerate().map(|(d, mut t)| async move {
         if t.ops.is_empty() {
             return Ok(true);
         }
         let Some(store) = set.member(d) else { return Err(StoreError::unavailable("missing drive")) };
-        store.commit(t).await.map(|_| false)
+        // Undo entries of earlier, settled writes leave with this one (no transaction of their own).
+        let cleanup = crate::undo::take_for_write(set, d);
+        if let Some((coll, names)) = &cleanup {
+            t.ops.extend(names.iter().map(|n| Op::Remove { coll: coll.clone(), name: n.clone() }));
+        }
+        let r = store.commit(t).await.map(|_| false);
+        if let (Err(_), Some((_, names))) = (&r, cleanup) {
+            crate::undo::requeue(set, d, names);
+        }
+        r
     }))
     .await;
     let committed: u16 = results.iter().enumerate().filter(|(_, r)| r.is_ok()).fold(0, |m, (d, _)| m | 1 << d);

@@ -17,6 +17,10 @@ use std::sync::Arc;
 const READ_CHUNK_BYTES: u64 = 1 << 20;
 /// Chunks of a GET body read ahead of the one being sent (memory per GET: this many chunks).
 const READ_AHEAD_CHUNKS: usize = 4;
+/// Most bytes a body keeps read ahead of the socket (so that many slow readers do not hold much memory).
+const READ_AHEAD_BYTES: u64 = 8 << 20;
+/// Largest single read of a body.
+const READ_CHUNK_MAX_BYTES: u64 = 4 << 20;
 pub const MAX_TAGS: usize = 10;
 
 impl<S: Store> S3Semantics<S> {
@@ -148,7 +152,7 @@ impl<S: Store> S3Semantics<S> {
         pre.check(&meta)?;
         let range = resolve_range(&meta, range, part_number)?;
         let (start, end) = range.map(|r| (r.start, r.end)).unwrap_or((0, meta.size_bytes));
-        let mut body = body_stream(snap, info.obj, start, end);
+        let mut body = body_stream(snap, info.obj, start, end, read_chunk_bytes(self.store.geometry().unit_bytes));
         // Read the first chunk before answering: a damaged or unreadable object then gets an error status
         // instead of a 200 whose body breaks off (small objects fail wholly up front).
         let body: ByteStream = match body.next().await {
@@ -278,11 +282,25 @@ pub(crate) fn resolve_range(
     }
 }
 
-/// The body of [start, end) as a stream of chunks, `READ_AHEAD_CHUNKS` reads in flight so the store stays
-/// busy while the client drains the socket. The first error ends the stream; a short read is an error.
-pub(crate) fn body_stream<Sn: Snapshot>(snap: Arc<Sn>, obj: Sn::Obj, start: u64, end: u64) -> ByteStream {
-    let chunks =
-        (start..end).step_by(READ_CHUNK_BYTES as usize).map(move |pos| (pos, (end - pos).min(READ_CHUNK_BYTES)));
+/// Bytes of one read of a body: 1 MiB, or 256 units where a unit is larger than 4 KiB (an erasure set's
+/// stripe: each of its drives then reads 1 MiB at a time, as one drive does).
+fn read_chunk_bytes(unit_bytes: u64) -> u64 {
+    READ_CHUNK_BYTES.max(unit_bytes.saturating_mul(256)).min(READ_CHUNK_MAX_BYTES)
+}
+
+/// The body of [start, end) as a stream of chunks of `chunk_bytes`, reads in flight (at most
+/// `READ_AHEAD_BYTES` of them, at least two) so the store stays busy while the client drains the socket.
+/// The first error ends the stream; a short read is an error.
+pub(crate) fn body_stream<Sn: Snapshot>(
+    snap: Arc<Sn>,
+    obj: Sn::Obj,
+    start: u64,
+    end: u64,
+    chunk_bytes: u64,
+) -> ByteStream {
+    debug_assert!(chunk_bytes > 0);
+    let chunks = (start..end).step_by(chunk_bytes as usize).map(move |pos| (pos, (end - pos).min(chunk_bytes)));
+    let ahead = ((READ_AHEAD_BYTES / chunk_bytes) as usize).clamp(2, READ_AHEAD_CHUNKS);
     let reads = futures::stream::iter(chunks)
         .map(move |(pos, len)| {
             let (snap, obj) = (snap.clone(), obj.clone());
@@ -294,7 +312,7 @@ pub(crate) fn body_stream<Sn: Snapshot>(snap: Arc<Sn>, obj: Sn::Obj, start: u64,
                 }
             }
         })
-        .buffered(READ_AHEAD_CHUNKS);
+        .buffered(ahead);
     let s = reads.scan(false, |failed, item| {
         let out = if *failed { None } else { Some(item) };
         *failed = out.as_ref().is_some_and(|i| i.is_err());

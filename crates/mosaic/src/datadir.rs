@@ -129,6 +129,8 @@ pub struct DriveConfig {
     pub simulate_power_loss: bool,
     /// With fault injection (testing only): each drive's device fails on demand, by drive directory.
     pub faults: Option<FaultSwitches>,
+    /// The node's KV memory, shared by its drives (None: each drive its own).
+    pub kv_memory: Option<mosaic_engine::KvMemory>,
 }
 
 /// The fault switches of the drives' devices, by drive directory (fault injection, testing only).
@@ -230,7 +232,7 @@ pub fn open_store(dir: &Path, cfg: &DriveConfig) -> Result<OpenStore, String> {
 fn open_drive_at(path: &Path, cfg: &DriveConfig) -> Result<Engine, String> {
     let device = FileDevice::open_with(&path.join("data"), cfg.io_engine)
         .map_err(|e| format!("cannot open {}: {e}", path.join("data").display()))?;
-    Engine::open(path, cfg.wrap(path, device), cfg.engine.clone())
+    Engine::open_sharing(path, cfg.wrap(path, device), cfg.engine.clone(), cfg.kv_memory.clone())
         .map_err(|e| format!("cannot open the drive in {}: {e}", path.display()))
 }
 
@@ -279,7 +281,7 @@ fn upgrade_single_drive(dir: &Path, paths: &[PathBuf], cfg: &DriveConfig) -> Res
     };
     let id = format::DriveIdentity { store: uuid, set: 0, slot: 0, drive: uuid };
     write_synced(&paths[0].join(IDENTITY), &format::encode_identity(&id), 0o644)?;
-    write_synced(&dir.join(LAYOUT), &format::encode_layout(&layout), 0o644)?;
+    record_layout(dir, &layout)?;
     tracing::info!(dir = %dir.display(), "the data directory now records its layout (one drive, 1+0)");
     Ok(layout)
 }
@@ -287,6 +289,13 @@ fn upgrade_single_drive(dir: &Path, paths: &[PathBuf], cfg: &DriveConfig) -> Res
 /// Formats every drive of a new store, then writes its layout and (last) the marker.
 fn format_store(dir: &Path, paths: &[PathBuf], cfg: &DriveConfig) -> Result<OpenStore, String> {
     let sets = sets_for(paths.len())?;
+    if sets > 1 {
+        return Err(format!(
+            "{} drives make {sets} sets of drives; a store of several sets is not built yet (at most {} drives)",
+            paths.len(),
+            mosaic_erasure::MAX_SET_DRIVES
+        ));
+    }
     let per_set = paths.len() / sets;
     let geometry = match cfg.erasure {
         Some(g) if g.drives() != per_set => {
@@ -320,7 +329,7 @@ fn format_store(dir: &Path, paths: &[PathBuf], cfg: &DriveConfig) -> Result<Open
         drives.push(OpenDrive { set, slot, path: path.clone(), engine: Some(engine), problem: None });
     }
     let layout = format::Layout { store, data: geometry.data, parity: geometry.parity, sets, drives: entries };
-    write_synced(&dir.join(LAYOUT), &format::encode_layout(&layout), 0o644)?;
+    record_layout(dir, &layout)?;
     // The marker goes last: a directory with a marker always holds a complete store.
     let marker = format::encode_marker(&store, concat!("mosaic ", env!("CARGO_PKG_VERSION")));
     write_synced(&dir.join(MARKER), &marker, 0o644)?;
@@ -344,7 +353,7 @@ pub fn format_drive(dir: &Path, path: &Path, cfg: &DriveConfig) -> Result<Engine
     }
     let device = FileDevice::create_with(&path.join("data"), initial, cfg.io_engine)
         .map_err(|e| format!("cannot create the data file in {}: {e}", path.display()))?;
-    Engine::format_with_capacity(path, cfg.wrap(path, device), max, cfg.engine.clone())
+    Engine::format_sharing(path, cfg.wrap(path, device), max, cfg.engine.clone(), cfg.kv_memory.clone())
         .map_err(|e| format!("cannot format the drive in {}: {e}", path.display()))
 }
 
@@ -358,8 +367,24 @@ pub fn replace_drive(dir: &Path, set: usize, slot: usize, path: &Path, cfg: &Dri
     let d = layout.drives.iter_mut().find(|d| (d.set, d.slot) == (set, slot)).ok_or("no such drive")?;
     d.uuid = engine.uuid();
     d.path = path.display().to_string();
-    write_synced(&dir.join(LAYOUT), &format::encode_layout(&layout), 0o644)?;
+    record_layout(dir, &layout)?;
     Ok(engine)
+}
+
+/// Writes the layout into the data directory and a copy into every drive's directory (the layout lives
+/// with the drives too: it can be read back from any of them). A drive that is missing gets its copy when
+/// it is replaced.
+fn record_layout(dir: &Path, layout: &format::Layout) -> Result<(), String> {
+    let text = format::encode_layout(layout);
+    for d in &layout.drives {
+        let drive = Path::new(&d.path);
+        if drive.join(IDENTITY).exists()
+            && let Err(e) = write_synced(&drive.join(LAYOUT), &text, 0o644)
+        {
+            tracing::warn!(drive = %drive.display(), error = %e, "could not record the layout on a drive");
+        }
+    }
+    write_synced(&dir.join(LAYOUT), &text, 0o644)
 }
 
 pub(crate) fn write_synced(path: &Path, text: &str, mode: u32) -> Result<(), String> {

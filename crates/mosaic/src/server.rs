@@ -31,6 +31,13 @@ fn bound_malloc_retention() {
     }
 }
 
+/// Memtables of all drives' KV stores together, when a node has several drives (one drive keeps its own
+/// 96 MiB budget).
+const NODE_MEMTABLE_BYTES: usize = 192 << 20;
+/// Least metadata or page cache a drive gets when the node's is split between drives (unless the node's
+/// is smaller, or off).
+const MIN_DRIVE_CACHE_BYTES: usize = 2 << 20;
+
 pub fn run(cfg: Config) -> Result<(), String> {
     bound_malloc_retention();
     crate::logging::init(cfg.log_format, &cfg.log_level);
@@ -40,11 +47,18 @@ pub fn run(cfg: Config) -> Result<(), String> {
         .install_recorder()
         .map_err(|e| format!("cannot install the metrics recorder: {e}"))?;
     let started = Instant::now();
+    // The caches are the node's: with several drives they are shared (the KV block cache and memtables) or
+    // split (the metadata and page caches), so that more drives do not multiply the memory.
+    let drives_n = cfg.drives.len().max(1);
+    let kv_memory =
+        (drives_n > 1).then(|| mosaic_engine::KvMemory::new(cfg.kv_cache_bytes as usize, NODE_MEMTABLE_BYTES));
     let engine_cfg = EngineConfig {
         inline_max_bytes: cfg.inline_max_bytes,
         kv_block_cache_bytes: cfg.kv_cache_bytes as usize,
-        meta_cache_bytes: cfg.meta_cache_bytes as usize,
-        page_cache_bytes: cfg.page_cache_bytes as usize,
+        meta_cache_bytes: (cfg.meta_cache_bytes as usize / drives_n)
+            .max(MIN_DRIVE_CACHE_BYTES.min(cfg.meta_cache_bytes as usize)),
+        page_cache_bytes: (cfg.page_cache_bytes as usize / drives_n)
+            .max(MIN_DRIVE_CACHE_BYTES.min(cfg.page_cache_bytes as usize)),
         page_cache_reads: cfg.page_cache_reads,
         scrub_bytes_per_s: cfg.scrub_bytes_per_s,
         scrub_pass_interval: cfg.scrub_interval,
@@ -61,6 +75,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
         io_engine: cfg.io_engine,
         simulate_power_loss: cfg.simulate_power_loss,
         faults: cfg.fault_injection.then(Default::default),
+        kv_memory,
     };
     let opened = datadir::open_store(&cfg.data_dir, &drive_cfg)?;
     let (creds, generated) = datadir::root_credentials(&cfg.data_dir, creds_env)?;
@@ -150,7 +165,11 @@ async fn serve_all(
     ));
     let service = mosaic_s3::build_service_with_keys(layer.clone(), keys.clone(), cfg.domain.as_deref())?;
     let (stop_tx, stop_rx) = watch::channel(false);
-    tokio::spawn(signals(stop_tx));
+    // Installed before the server says it serves, so that a signal right after that line is handled.
+    use tokio::signal::unix::{SignalKind, signal};
+    let handlers = signal(SignalKind::interrupt()).and_then(|i| Ok((i, signal(SignalKind::terminate())?)));
+    let (int, term) = handlers.map_err(|e| format!("cannot install signal handlers: {e}"))?;
+    tokio::spawn(signals(int, term, stop_tx));
     let admin_state = Arc::new(AdminState {
         layer: layer.clone(),
         drives,
@@ -188,12 +207,11 @@ async fn serve_all(
 }
 
 /// First SIGINT/SIGTERM: graceful stop. Second: exit at once.
-async fn signals(stop: watch::Sender<bool>) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {
-        tracing::error!("cannot install signal handlers");
-        return;
-    };
+async fn signals(
+    mut int: tokio::signal::unix::Signal,
+    mut term: tokio::signal::unix::Signal,
+    stop: watch::Sender<bool>,
+) {
     tokio::select! { _ = int.recv() => {}, _ = term.recv() => {} }
     tracing::info!("stopping: no new connections; in-flight requests may finish (signal again to exit now)");
     let _ = stop.send(true);

@@ -25,6 +25,10 @@ fn help_and_version() {
                 "--config",
                 "--domain",
                 "--drive-size",
+                "--drive",
+                "--erasure",
+                "--heal-rate",
+                "--scan-interval",
                 "--log-format",
                 "--log-level",
                 "--shutdown-timeout-secs",
@@ -39,7 +43,10 @@ fn help_and_version() {
                 "MOSAIC_DATA_DIR",
             ],
         ),
-        (vec!["admin", "--help"], vec!["--admin", "--json", "--data", "info", "check", "scrub"]),
+        (
+            vec!["admin", "--help"],
+            vec!["--admin", "--json", "--data", "info", "check", "scrub", "drives", "drive", "heal"],
+        ),
         (vec!["admin", "check", "--help"], vec!["--json"]),
         (vec!["bench", "--help"], vec!["engine"]),
         (
@@ -287,4 +294,80 @@ fn credentials_from_the_environment() {
     assert!(!data.join("credentials").exists(), "environment credentials must not be written to disk");
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     assert_eq!(child.wait().unwrap().code(), Some(0));
+}
+
+/// Runs `mosaic server` on `data` with `drives` and extra arguments until it serves (then stops it) or
+/// exits; returns the exit code (0 once served and stopped) and stderr.
+fn serve_once(data: &Path, drives: &[std::path::PathBuf], extra: &[&str]) -> (i32, String) {
+    let list: Vec<String> = drives.iter().map(|d| d.display().to_string()).collect();
+    let mut args = vec![
+        "server".to_string(),
+        "--data".into(),
+        data.display().to_string(),
+        "--s3-address".into(),
+        "127.0.0.1:0".into(),
+        "--admin-address".into(),
+        "127.0.0.1:0".into(),
+        "--drive-size".into(),
+        "128MiB".into(),
+    ];
+    for d in list {
+        args.extend(["--drive".into(), d]);
+    }
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let mut child = mosaic().args(&args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut err = String::new();
+    for line in BufReader::new(child.stderr.take().unwrap()).lines().map_while(Result::ok) {
+        err.push_str(&line);
+        err.push('\n');
+        if line.contains("mosaic is serving") {
+            // SAFETY: plain kill(2) on our child.
+            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        }
+    }
+    (child.wait().unwrap().code().unwrap_or(-1), err)
+}
+
+#[test]
+fn drives_are_checked_against_the_layout() {
+    let root = tempfile::tempdir().unwrap();
+    let data = root.path().join("store");
+    let drives: Vec<_> = (0..3).map(|d| root.path().join(format!("d{d}"))).collect();
+    // A geometry that does not fit the drives, a drive named twice, more drives than one set holds.
+    let (code, err) = serve_once(&data, &drives, &["--erasure", "4+2"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("erasure 4+2 needs sets of 6 drives"), "{err}");
+    let twice = [drives[0].clone(), drives[1].clone(), drives[0].clone()];
+    let (code, err) = serve_once(&data, &twice, &[]);
+    assert!(code != 0 && err.contains("named twice"), "{err}");
+    let many: Vec<_> = (0..17).map(|d| root.path().join(format!("m{d}"))).collect();
+    let (code, err) = serve_once(&root.path().join("many"), &many, &[]);
+    assert!(code != 0 && err.contains("17 drives"), "{err}");
+    assert!(!root.path().join("m0").exists(), "nothing formatted for a refused drive list");
+
+    // A 2+1 store (the default for three drives); its layout is recorded on every drive.
+    let (code, err) = serve_once(&data, &drives, &[]);
+    assert_eq!(code, 0, "{err}");
+    let layout = std::fs::read_to_string(data.join("layout")).unwrap();
+    for d in &drives {
+        assert_eq!(std::fs::read_to_string(d.join("layout")).unwrap(), layout, "{}", d.display());
+    }
+    // The same drives in another order, or one drive fewer: refused, naming the store's drives.
+    let swapped = [drives[1].clone(), drives[0].clone(), drives[2].clone()];
+    let (code, err) = serve_once(&data, &swapped, &[]);
+    assert!(code != 0 && err.contains("same drives in the same order"), "{err}");
+    let (code, err) = serve_once(&data, &drives[..2], &[]);
+    assert!(code != 0 && err.contains("same drives in the same order"), "{err}");
+    // A drive of another store where one of ours was: refused.
+    let other = root.path().join("other");
+    let other_drives: Vec<_> = (0..3).map(|d| root.path().join(format!("o{d}"))).collect();
+    assert_eq!(serve_once(&other, &other_drives, &[]).0, 0);
+    std::fs::rename(&drives[1], root.path().join("ours1")).unwrap();
+    std::fs::rename(&other_drives[1], &drives[1]).unwrap();
+    let (code, err) = serve_once(&data, &drives, &[]);
+    assert!(code != 0 && err.contains("belongs to another store"), "{err}");
+    // Our drive back in its place: the store opens whole.
+    std::fs::remove_dir_all(&drives[1]).unwrap();
+    std::fs::rename(root.path().join("ours1"), &drives[1]).unwrap();
+    assert_eq!(serve_once(&data, &drives, &[]).0, 0);
 }

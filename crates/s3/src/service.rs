@@ -14,6 +14,8 @@ use std::sync::Arc;
 
 /// Largest number of keys in one DeleteObjects request (S3's limit).
 const MAX_DELETE_KEYS: usize = 1000;
+/// Deletes of one DeleteObjects request in flight at once.
+const DELETE_OBJECTS_IN_FLIGHT: usize = 16;
 const MAX_LIST_KEYS: i32 = 1000;
 
 #[derive(Clone)]
@@ -436,8 +438,20 @@ impl S3 for MosaicS3 {
         let quiet = i.delete.quiet.unwrap_or(false);
         let mut deleted = Vec::new();
         let mut errors = Vec::new();
-        for o in i.delete.objects {
-            match self.layer.delete_object(&i.bucket, &o.key).await {
+        // Several deletes in flight (each is its own transaction; the store groups their commits), answered
+        // in the request's order.
+        let bucket = &i.bucket;
+        let layer = &self.layer;
+        let results: Vec<_> = futures::stream::iter(i.delete.objects)
+            .map(|o| async move {
+                let r = layer.delete_object(bucket, &o.key).await;
+                (o, r)
+            })
+            .buffered(DELETE_OBJECTS_IN_FLIGHT)
+            .collect()
+            .await;
+        for (o, result) in results {
+            match result {
                 Ok(()) => {
                     if !quiet {
                         deleted.push(DeletedObject { key: Some(o.key), ..Default::default() })

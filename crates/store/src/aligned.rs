@@ -47,6 +47,30 @@ impl AlignedBuf {
         AlignedBuf { ptr, len_bytes }
     }
 
+    /// A buffer of `len_bytes` (rounded up to the alignment) whose bytes `fill` writes, without zeroing
+    /// them first (a large read costs a memset otherwise). The buffer exists only if `fill` succeeds.
+    ///
+    /// # Safety
+    /// When `fill` returns Ok it must have written every byte of the slice it was given.
+    pub unsafe fn filled_with<E>(
+        len_bytes: usize,
+        fill: impl FnOnce(&mut [std::mem::MaybeUninit<u8>]) -> Result<(), E>,
+    ) -> Result<Self, E> {
+        let len_bytes = len_bytes.div_ceil(IO_ALIGN_BYTES).max(1) * IO_ALIGN_BYTES;
+        let layout = Layout::from_size_align(len_bytes, IO_ALIGN_BYTES).expect("valid layout");
+        // SAFETY: layout has non-zero size.
+        let raw = unsafe { alloc(layout) };
+        let ptr = NonNull::new(raw).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
+        // From here the allocation is owned: dropped (freed) on every path. Its bytes count as initialised
+        // only once `fill` succeeded, per the caller's promise.
+        let buf = AlignedBuf { ptr, len_bytes };
+        // SAFETY: the allocation holds len_bytes bytes; MaybeUninit makes no claim about their contents.
+        let uninit =
+            unsafe { std::slice::from_raw_parts_mut(ptr.as_ptr().cast::<std::mem::MaybeUninit<u8>>(), len_bytes) };
+        fill(uninit)?;
+        Ok(buf)
+    }
+
     pub fn len(&self) -> usize {
         self.len_bytes
     }
@@ -63,6 +87,12 @@ impl AlignedBuf {
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
         // SAFETY: ptr is valid for len_bytes bytes and we hold &mut self.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len_bytes) }
+    }
+}
+
+impl AsRef<[u8]> for AlignedBuf {
+    fn as_ref(&self) -> &[u8] {
+        self.as_slice()
     }
 }
 
