@@ -65,6 +65,12 @@ pub struct EngineBenchResult {
     pub ops_per_s: f64,
     pub user_bytes: u64,
     pub device_bytes_written: u64,
+    /// IOs the drive issued in the timed phase, and their mean sizes (paper 000's IO size).
+    pub device_write_ios: u64,
+    pub device_read_ios: u64,
+    pub mean_write_io_bytes: f64,
+    /// Mean length of the sequential write runs that ended in the timed phase (paper 000's chains).
+    pub mean_write_run_bytes: f64,
     pub kv_bytes_written: u64,
     pub kv_wal_bytes: u64,
     pub kv_flush_bytes: u64,
@@ -219,6 +225,10 @@ pub fn run_engine_bench(o: &EngineBenchOptions, progress: &dyn Fn(u64, u64)) -> 
         ops_per_s: total as f64 / seconds,
         user_bytes: user,
         device_bytes_written: dev,
+        device_write_ios: after.device_write_ios - before.device_write_ios,
+        device_read_ios: after.device_read_ios - before.device_read_ios,
+        mean_write_io_bytes: dev as f64 / (after.device_write_ios - before.device_write_ios).max(1) as f64,
+        mean_write_run_bytes: dev as f64 / (after.write_runs() - before.write_runs()).max(1) as f64,
         kv_bytes_written: kv,
         kv_wal_bytes: after.kv_wal_bytes - before.kv_wal_bytes,
         kv_flush_bytes: after.kv_flush_bytes - before.kv_flush_bytes,
@@ -283,5 +293,9 @@ mod tests {
             run_engine_bench(&EngineBenchOptions { mode: WriteMode::Rmw, ..opts(Workload::WithinBlock) }, &|_, _| {})
                 .unwrap();
         assert!(r.rmw_on_write_path > 0);
+        // Read-modify-write writes whole blocks (the block it changes is read from the page cache here).
+        assert!(r.device_write_ios > 0, "{r:?}");
+        assert!(r.mean_write_io_bytes >= 4096.0, "{r:?}");
+        assert_eq!(r.device_bytes_written, (r.mean_write_io_bytes * r.device_write_ios as f64) as u64);
     }
 }

@@ -16,6 +16,9 @@ pub(crate) struct Counters {
     pub user_bytes_written: AtomicU64,
     pub device_bytes_written: AtomicU64,
     pub device_bytes_read: AtomicU64,
+    /// IOs issued to the device, writes and reads apart (bytes per IO: paper 000's IO size).
+    pub device_write_ios: AtomicU64,
+    pub device_read_ios: AtomicU64,
     /// Bytes read through the kernel's page cache (from memory when cached, else from the device).
     pub cached_bytes_read: AtomicU64,
     /// Cached reads whose blocks failed their checksum and were read again from the device.
@@ -48,6 +51,7 @@ fn log2_bucket(v: u64, buckets: usize) -> usize {
 impl Counters {
     pub(crate) fn record_write(&self, offset_bytes: u64, bytes: u64) {
         self.device_bytes_written.fetch_add(bytes, Relaxed);
+        self.device_write_ios.fetch_add(1, Relaxed);
         self.io_size_hist[log2_bucket(bytes / 4096, IO_SIZE_BUCKETS)].fetch_add(1, Relaxed);
         let mut run = self.current_run.lock();
         if run.0 == offset_bytes && run.1 > 0 {
@@ -63,6 +67,7 @@ impl Counters {
 
     pub(crate) fn record_read(&self, bytes: u64) {
         self.device_bytes_read.fetch_add(bytes, Relaxed);
+        self.device_read_ios.fetch_add(1, Relaxed);
         self.io_size_hist[log2_bucket(bytes / 4096, IO_SIZE_BUCKETS)].fetch_add(1, Relaxed);
     }
 }
@@ -73,6 +78,8 @@ pub struct EngineStats {
     pub user_bytes_written: u64,
     pub device_bytes_written: u64,
     pub device_bytes_read: u64,
+    pub device_write_ios: u64,
+    pub device_read_ios: u64,
     pub cached_bytes_read: u64,
     pub cache_rereads: u64,
     pub object_reads: u64,
@@ -116,6 +123,11 @@ impl EngineStats {
     pub fn kv_bytes_written(&self) -> u64 {
         self.kv_wal_bytes + self.kv_flush_bytes + self.kv_compaction_bytes
     }
+
+    /// Sequential write runs ended so far (paper 000's chains; the run being extended is not counted).
+    pub fn write_runs(&self) -> u64 {
+        self.write_run_hist.iter().sum()
+    }
 }
 
 pub(crate) fn load(c: &Counters) -> EngineStats {
@@ -123,6 +135,8 @@ pub(crate) fn load(c: &Counters) -> EngineStats {
         user_bytes_written: c.user_bytes_written.load(Relaxed),
         device_bytes_written: c.device_bytes_written.load(Relaxed),
         device_bytes_read: c.device_bytes_read.load(Relaxed),
+        device_write_ios: c.device_write_ios.load(Relaxed),
+        device_read_ios: c.device_read_ios.load(Relaxed),
         cached_bytes_read: c.cached_bytes_read.load(Relaxed),
         cache_rereads: c.cache_rereads.load(Relaxed),
         object_reads: c.object_reads.load(Relaxed),
@@ -158,5 +172,9 @@ mod tests {
         assert_eq!(s.write_run_hist[2], 1, "{:?}", s.write_run_hist);
         assert_eq!(s.write_run_hist[0], 1, "{:?}", s.write_run_hist);
         assert_eq!(s.device_bytes_written, 4 * 4096 + 4096 + 8192);
+        assert_eq!(s.device_write_ios, 6);
+        assert_eq!(s.write_runs(), 2, "the run being extended is not counted");
+        c.record_read(4096);
+        assert_eq!((load(&c).device_read_ios, load(&c).device_write_ios), (1, 6));
     }
 }

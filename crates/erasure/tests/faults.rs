@@ -182,3 +182,68 @@ async fn a_write_fewer_than_a_quorum_commit_is_undone() {
     t.devices[0].set_failing(true);
     assert_eq!(get(&l, "k").await.unwrap(), old);
 }
+
+/// A drive that missed a delete (it was failing) comes back still holding the object: whichever m drives
+/// fail next, the object is never served or listed again, and heal removes it from that drive. This holds
+/// without tombstones because a committed delete reached a write quorum, so the drives that missed it are
+/// never a read quorum (at most m < k; at most m - 1 when k = m). While the stale drive is among only k
+/// survivors, neither the object nor its absence has a quorum: the read is refused (503), never served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delete_a_drive_missed_is_not_undone_by_it() {
+    for (k, m) in [(4, 2), (2, 2), (2, 1)] {
+        let t = TestSet::new(k, m).await;
+        let l = layer(&t).await;
+        l.create_bucket("bkt").await.unwrap();
+        let small = pattern(1, 100);
+        let big = pattern(2, 300_000);
+        put(&l, "small", &small).await.unwrap();
+        put(&l, "big", &big).await.unwrap();
+        put(&l, "kept", &small).await.unwrap();
+        let stale = k + m - 1;
+        t.devices[stale].set_failing(true);
+        l.delete_object("bkt", "small").await.unwrap();
+        l.delete_object("bkt", "big").await.unwrap();
+        t.devices[stale].set_failing(false);
+        t.reopen_drive(stale).await;
+        // Any other drives fail, up to m in all with the stale one counted among the survivors.
+        let fail: Vec<usize> = (0..m).collect();
+        for &d in &fail {
+            t.devices[d].set_failing(true);
+        }
+        for key in ["small", "big"] {
+            let e = get(&l, key).await.unwrap_err();
+            assert!(matches!(e, LayerError::NoSuchKey | LayerError::Unavailable(_)), "{k}+{m} {key}: {e:?}");
+        }
+        let page = l.list_objects("bkt", &ListQuery { max_keys: 1000, ..Default::default() }).await;
+        if let Ok(page) = page {
+            assert!(page.objects.iter().all(|o| o.key == "kept"), "{k}+{m}: a deleted object is listed");
+        }
+        for &d in &fail {
+            t.devices[d].set_failing(false);
+            t.reopen_drive(d).await;
+        }
+        t.heal_all().await;
+        assert_deleted(&l, &format!("{k}+{m}"), &small).await;
+        // Heal took the object off the stale drive: the drives that applied the delete may fail now.
+        let applied: Vec<usize> = (0..k + m).filter(|d| *d != stale).take(m).collect();
+        for &d in &applied {
+            t.devices[d].set_failing(true);
+        }
+        assert_deleted(&l, &format!("{k}+{m}"), &small).await;
+        for &d in &applied {
+            t.devices[d].set_failing(false);
+        }
+    }
+}
+
+/// "small" and "big" read as absent and are not listed; "kept" lists and reads.
+async fn assert_deleted(l: &impl ObjectLayer, set: &str, kept: &[u8]) {
+    for key in ["small", "big"] {
+        let e = get(l, key).await.unwrap_err();
+        assert!(matches!(e, LayerError::NoSuchKey), "{set} {key}: {e:?}");
+    }
+    let page = l.list_objects("bkt", &ListQuery { max_keys: 1000, ..Default::default() }).await.unwrap();
+    let keys: Vec<&str> = page.objects.iter().map(|o| o.key.as_str()).collect();
+    assert_eq!(keys, ["kept"], "{set}");
+    assert_eq!(get(l, "kept").await.unwrap(), kept, "{set}");
+}

@@ -77,6 +77,9 @@ fn engine_gauges(e: &Engine, drive: &str) {
     g("mosaic_engine_user_bytes_written", s.user_bytes_written);
     g("mosaic_engine_device_bytes_written", s.device_bytes_written);
     g("mosaic_engine_device_bytes_read", s.device_bytes_read);
+    g("mosaic_engine_device_write_ios", s.device_write_ios);
+    g("mosaic_engine_device_read_ios", s.device_read_ios);
+    g("mosaic_engine_write_runs", s.write_runs());
     g("mosaic_engine_cached_bytes_read", s.cached_bytes_read);
     g("mosaic_engine_cache_rereads", s.cache_rereads);
     let scrub = e.scrub_status();

@@ -149,6 +149,16 @@ pub fn run(b: BenchArgs) -> Result<ExitCode, String> {
                     ),
                     ("user bytes", size_format::format_size(r.user_bytes)),
                     ("device bytes written", size_format::format_size(r.device_bytes_written)),
+                    (
+                        "device IOs (writes / reads)",
+                        format!(
+                            "{} / {}, {} per write, runs of {}",
+                            r.device_write_ios,
+                            r.device_read_ios,
+                            size_format::format_size(r.mean_write_io_bytes as u64),
+                            size_format::format_size(r.mean_write_run_bytes as u64)
+                        ),
+                    ),
                     ("kv bytes written", size_format::format_size(r.kv_bytes_written)),
                     ("(device+kv)/user", format!("{:.2}", r.write_amplification)),
                     (
@@ -286,6 +296,10 @@ pub struct S3BenchArgs {
     /// Leave the objects in place after the run.
     #[arg(long)]
     keep: bool,
+    /// The server's Prometheus endpoint (Mosaic's admin port, e.g. http://127.0.0.1:9001/metrics): report
+    /// each drive's IO over the measured phase (IO count and size, run length, write amplification).
+    #[arg(long, value_name = "URL")]
+    drive_metrics: Option<String>,
     /// Print one JSON object instead of the table.
     #[arg(long)]
     json: bool,
@@ -328,6 +342,7 @@ fn run_s3(a: S3BenchArgs) -> Result<ExitCode, String> {
     o.mix = a.mix;
     o.keep = a.keep;
     o.progress = !a.json;
+    o.drive_metrics = a.drive_metrics;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
     let r = rt.block_on(mosaic_bench::s3::run_s3_bench(&o))?;
     if let Some(dir) = &a.out {
@@ -338,6 +353,9 @@ fn run_s3(a: S3BenchArgs) -> Result<ExitCode, String> {
     } else {
         print!("{}", mosaic_bench::s3::output::operations_table(&r));
         print!("{}", mosaic_bench::s3::output::workload_lines(&r));
+        if let Some(d) = &r.drive_io {
+            print!("{}", mosaic_bench::s3::drive_io::markdown(d));
+        }
         println!(
             "total: {} ops in {:.1} s, {:.1} ops/s, {:.2} MiB/s, {} errors{}",
             r.total.ops,

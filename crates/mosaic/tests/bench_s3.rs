@@ -167,3 +167,57 @@ fn bad_arguments_get_clear_errors() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("reading /nonexistent/a.json"));
 }
+
+#[test]
+fn drive_metrics_report_each_drive_of_a_set_and_the_set_as_a_whole() {
+    let d = tempfile::tempdir().unwrap();
+    let drives: Vec<String> = (1..=6).map(|i| d.path().join(format!("drive{i}")).display().to_string()).collect();
+    let list = drives.join(",");
+    let s = start_with_root(&d.path().join("store"), AK, SK, &[("MOSAIC_DRIVES", &list), ("MOSAIC_ERASURE", "4+2")]);
+    let metrics = format!("http://{}/metrics", s.admin);
+    let out_dir = d.path().join("out");
+    let args = [
+        "--workload",
+        "write-only",
+        "--size",
+        "1MiB",
+        "--objects",
+        "8",
+        "--ops",
+        "40",
+        "--warmup",
+        "0s",
+        "--concurrency",
+        "2",
+        "--drive-metrics",
+        &metrics,
+        "--out",
+        out_dir.to_str().unwrap(),
+    ];
+    let r = bench(&s, &args);
+    let io = &r["drive_io"];
+    assert_eq!(io["drives"].as_array().unwrap().len(), 6, "{io}");
+    let client = io["client_bytes_written"].as_u64().unwrap();
+    assert_eq!(client, 40 << 20, "every measured PUT counted");
+    let written: Vec<u64> =
+        io["drives"].as_array().unwrap().iter().map(|d| d["device_bytes_written"].as_u64().unwrap()).collect();
+    // Each drive holds one shard of every stripe: about a quarter of what the clients wrote.
+    for w in &written {
+        assert!(*w >= client / 4, "a drive wrote {w} of {client}: {written:?}");
+    }
+    assert_eq!(io["total"]["device_bytes_written"].as_u64().unwrap(), written.iter().sum::<u64>());
+    // The set wrote at least (k+m)/k of what the clients PUT: parity is visible in the ratio.
+    assert!(io["write_amplification"].as_f64().unwrap() >= 1.5, "{io}");
+    let report = std::fs::read_to_string(out_dir.join("report.md")).unwrap();
+    assert!(report.contains("## Drive IO") && report.contains("| all |"), "{report}");
+    // A metrics address that does not answer is a clear error, not a hang or a silent gap.
+    let out = mosaic()
+        .args(["bench", "s3", "--endpoint", &format!("http://{}", s.s3), "--access-key", AK, "--secret-key", SK])
+        .args(["--workload", "write-only", "--size", "4KiB", "--ops", "4", "--warmup", "0s", "--timeout", "2s"])
+        .args(["--drive-metrics", "http://127.0.0.1:1/metrics"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("reading http://127.0.0.1:1/metrics"));
+    stop(s);
+}

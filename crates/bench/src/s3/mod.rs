@@ -5,6 +5,7 @@
 
 pub mod body;
 pub mod client;
+pub mod drive_io;
 pub mod output;
 pub mod plan;
 pub mod recorder;
@@ -50,6 +51,8 @@ pub struct S3BenchOptions {
     pub keep: bool,
     /// Print a live progress line on stderr.
     pub progress: bool,
+    /// The server's Prometheus endpoint: its per-drive IO over the measured phase goes into the result.
+    pub drive_metrics: Option<String>,
 }
 
 impl S3BenchOptions {
@@ -77,6 +80,7 @@ impl S3BenchOptions {
             mix: None,
             keep: false,
             progress: false,
+            drive_metrics: None,
         }
     }
 }
@@ -167,4 +171,7 @@ pub struct S3BenchResult {
     pub verification: Option<VerifyResult>,
     #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub tenants: Vec<S3BenchResult>,
+    /// The server's per-drive IO over the measured phase (`--drive-metrics`).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub drive_io: Option<drive_io::DriveIoReport>,
 }

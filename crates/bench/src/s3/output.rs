@@ -119,6 +119,9 @@ pub fn markdown(r: &S3BenchResult) -> String {
     if !extra.is_empty() {
         let _ = write!(s, "\n{extra}");
     }
+    if let Some(d) = &r.drive_io {
+        let _ = write!(s, "\n## Drive IO over the measured phase\n\n{}", super::drive_io::markdown(d));
+    }
     let errors = error_lines(r);
     if !errors.is_empty() {
         let _ = write!(s, "\n## Errors\n\n{errors}");

@@ -2,6 +2,7 @@
 
 use super::body::{Pool, VerifyMode};
 use super::client::BenchClient;
+use super::drive_io;
 use super::plan::{OpKind, S3Workload, SizeRange, Step, WorkerPlan, step_hash};
 use super::recorder::Recorder;
 use super::{ListResult, PriorityResult, RunConfig, S3BenchOptions, S3BenchResult, TimePoint, Totals, VerifyResult};
@@ -280,6 +281,8 @@ struct Measured {
     rec: Arc<Recorder>,
     done: watch::Sender<bool>,
     sampler: tokio::task::JoinHandle<Vec<TimePoint>>,
+    /// The server's drive gauges as the measured phase starts (`--drive-metrics`).
+    drives_before: Option<tokio::task::JoinHandle<Result<drive_io::Sample, String>>>,
 }
 
 impl Measured {
@@ -288,16 +291,48 @@ impl Measured {
         let rec = Arc::new(Recorder::new(phase.measure_from));
         let (done, done_rx) = watch::channel(false);
         let sampler = spawn_sampler(rec.clone(), phase.clone(), label.to_string(), o.progress, done_rx);
-        Measured { started_at: now_rfc3339(), phase, rec, done, sampler }
+        // Tenants share the drives: only the run as a whole reads them.
+        let drives_before = o.drive_metrics.clone().filter(|_| label.is_empty()).map(|url| {
+            let (from, timeout) = (phase.measure_from, o.timeout);
+            tokio::spawn(async move {
+                tokio::time::sleep_until(tokio::time::Instant::from_std(from)).await;
+                drive_io::scrape(&url, timeout).await
+            })
+        });
+        Measured { started_at: now_rfc3339(), phase, rec, done, sampler, drives_before }
+    }
+
+    /// The drives' IO from the phase's start to now, against the object bytes the clients wrote.
+    async fn drive_io(
+        o: &S3BenchOptions,
+        before: tokio::task::JoinHandle<Result<drive_io::Sample, String>>,
+        operations: &std::collections::BTreeMap<String, super::OpResult>,
+    ) -> Result<drive_io::DriveIoReport, String> {
+        let url = o.drive_metrics.as_deref().unwrap_or_default();
+        let before = before.await.map_err(|e| format!("reading {url}: {e}"))??;
+        let after = drive_io::scrape(url, o.timeout).await?;
+        let written =
+            [OpKind::Put, OpKind::Append].iter().filter_map(|k| operations.get(k.name())).map(|r| r.bytes).sum();
+        Ok(drive_io::delta(&before, &after, written))
     }
 
     /// Ends the phase; the result holds everything every workload reports, the caller adds its own part.
-    async fn finish(self, o: &S3BenchOptions, workload: S3Workload, config: RunConfig, digest: u64) -> S3BenchResult {
+    async fn finish(
+        self,
+        o: &S3BenchOptions,
+        workload: S3Workload,
+        config: RunConfig,
+        digest: u64,
+    ) -> Result<S3BenchResult, String> {
         let _ = self.done.send(true);
         let timeline = self.sampler.await.unwrap_or_default();
         let seconds = self.rec.measured().as_secs_f64();
         let operations = self.rec.summarize(seconds);
-        S3BenchResult {
+        let drive_io = match self.drives_before {
+            Some(before) => Some(Self::drive_io(o, before, &operations).await?),
+            None => None,
+        };
+        Ok(S3BenchResult {
             workload: workload.name().into(),
             endpoint: o.endpoint.clone(),
             started_at: self.started_at,
@@ -308,8 +343,9 @@ impl Measured {
             first_error: self.rec.first_error(),
             timeline,
             plan_digest: format!("{digest:016x}"),
+            drive_io,
             ..Default::default()
-        }
+        })
     }
 }
 
@@ -354,7 +390,7 @@ async fn run_mix(
         digest ^= d;
         plans.push(plan);
     }
-    let mut result = m.finish(o, workload, run_config(o, bucket, objects, sizes), digest).await;
+    let mut result = m.finish(o, workload, run_config(o, bucket, objects, sizes), digest).await?;
     if workload == S3Workload::Append {
         result.verification = Some(verify_appends(client, bucket, &plans, c).await);
     }
@@ -457,7 +493,7 @@ async fn run_priority(o: &S3BenchOptions, client: &BenchClient) -> Result<S3Benc
     }
     reader.await.map_err(|e| format!("reader failed: {e}"))?;
     let rec = m.rec.clone();
-    let mut result = m.finish(o, S3Workload::Priority, run_config(o, bucket, objects, sizes), digest).await;
+    let mut result = m.finish(o, S3Workload::Priority, run_config(o, bucket, objects, sizes), digest).await?;
     let get = result.operations.get("GET").cloned().unwrap_or_default();
     result.priority = Some(PriorityResult {
         deadline_ms: o.deadline.as_secs_f64() * 1000.0,
@@ -502,7 +538,7 @@ async fn run_list(o: &S3BenchOptions, client: &BenchClient) -> Result<S3BenchRes
     let m = Measured::start(o, Phase { measure_from: now, stop_at: now + o.duration }, "");
     let (flat_keys, flat_s) = list_pass(o, client, bucket, &m.rec, &m.phase, false).await;
     let (delim_keys, delim_s) = list_pass(o, client, bucket, &m.rec, &m.phase, true).await;
-    let mut result = m.finish(o, S3Workload::List, run_config(o, bucket, objects, sizes), digest).await;
+    let mut result = m.finish(o, S3Workload::List, run_config(o, bucket, objects, sizes), digest).await?;
     // Each listing kind ran in its own part of the phase: its rate is over that part.
     for (name, secs) in [("LIST", flat_s), ("LIST_DELIMITED", delim_s)] {
         if let Some(r) = result.operations.get_mut(name) {
