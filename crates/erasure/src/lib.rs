@@ -41,7 +41,8 @@ pub const HEAL_QUEUE_MAX: usize = 100_000;
 #[derive(Clone, Debug)]
 pub struct SetConfig {
     pub geometry: SetGeometry,
-    /// Objects up to this size are kept whole on every drive (no encoding).
+    /// Objects up to this size are written in the operation itself (`Geometry::inline_max_bytes`): kept
+    /// whole, not encoded, on m + 1 drives.
     pub inline_max_bytes: u64,
     /// Largest data in one write or append operation.
     pub max_op_data_bytes: u64,

@@ -336,9 +336,9 @@ impl<'a, S: Store> Planner<'a, S> {
         let coll = self.coll_of(o);
         let mut l = self.require(op, o)?;
         if l.tail_bytes() == 0 {
-            // An object small enough to live in metadata is kept whole on every drive.
-            let whole = l.encoded_bytes == 0 && data.len() as u64 <= self.set.cfg.inline_max_bytes;
-            l.tail_holders = if whole { self.g.all_drives() } else { self.g.tail_holders(l.rotation as usize) };
+            // m + 1 copies survive m failures; a small object is one such tail (more copies would only
+            // multiply every small PUT's bytes, and a GET reads one holder either way).
+            l.tail_holders = self.g.tail_holders(l.rotation as usize);
         }
         let at = l.shard_bytes() + l.tail_bytes();
         let name = self.objects[o].name.clone();

@@ -14,6 +14,12 @@ mod keys_file;
 mod logging;
 mod server;
 
+/// mimalloc instead of glibc's malloc: the data path allocates and frees megabyte buffers on many threads
+/// (staging, shards, reads), and glibc kept them in per-thread arenas and a grown heap (RSS 1.5 GiB under
+/// 64 MiB PUTs on a 4+2 set, with about 100 MiB live); mimalloc gives them back.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
