@@ -49,6 +49,8 @@ pub(crate) async fn heal_object<S: Store>(set: &Arc<SetInner<S>>, coll_name: &st
     let snap = SetSnapshot::new(set.clone());
     let Some(coll) = snap.collection(coll_name).await? else { return Ok(Healed::Nothing) };
     let coll = ensure_collection(set, coll).await;
+    // Before the lock, so that a foreground request for this very object is not kept waiting by it.
+    set.yield_to_foreground().await;
     let _lock = set.locks.write(std::iter::once((coll_name, name))).await;
     let states = drive_states(set, &coll, name).await;
     let present: Vec<bool> = states.iter().map(|s| matches!(s, DriveState::Present { .. })).collect();
@@ -143,6 +145,7 @@ async fn rebuild_on<S: Store>(
     let stripe = g.stripe_bytes();
     let mut at = 0u64;
     while at < l.encoded_bytes {
+        set.yield_to_foreground().await;
         let end = (at + HEAL_STEP_STRIPES * stripe).min(l.encoded_bytes);
         let bytes = rebuild_shard_range(r, &g, shard, at, end).await?;
         let len = bytes.len();

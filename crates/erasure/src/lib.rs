@@ -126,7 +126,23 @@ pub(crate) struct SetInner<S: Store> {
     dead: std::sync::atomic::AtomicBool,
     /// Bumped whenever a drive is attached or detached (collection handles taken before are stale).
     pub(crate) generation: AtomicU64,
+    /// Foreground reads and writes in flight: heal yields to them (paper 003).
+    foreground_in_flight: AtomicU64,
 }
+
+/// Counts a foreground read or write as in flight until dropped.
+pub(crate) struct ForegroundGuard<'a>(&'a AtomicU64);
+
+impl Drop for ForegroundGuard<'_> {
+    fn drop(&mut self) {
+        let before = self.0.fetch_sub(1, Ordering::Relaxed);
+        debug_assert!(before > 0, "a foreground guard dropped twice");
+    }
+}
+
+/// Longest a heal step waits for foreground work to pause: under a load that never pauses, heal still
+/// moves, at a small share of the drives.
+const HEAL_YIELD_MAX: std::time::Duration = std::time::Duration::from_millis(50);
 
 impl<S: Store> SetInner<S> {
     pub(crate) fn geometry(&self) -> &SetGeometry {
@@ -193,6 +209,21 @@ impl<S: Store> SetInner<S> {
         snap.collection(&coll.name).await?.ok_or_else(|| StoreError::not_found(format!("collection {}", coll.name)))
     }
 
+    /// Marks a foreground read or write in flight for as long as the guard lives.
+    pub(crate) fn foreground(&self) -> ForegroundGuard<'_> {
+        self.foreground_in_flight.fetch_add(1, Ordering::Relaxed);
+        ForegroundGuard(&self.foreground_in_flight)
+    }
+
+    /// Waits (at most `HEAL_YIELD_MAX`) until no foreground read or write is in flight: background work
+    /// calls it between steps, so foreground work preempts it.
+    pub(crate) async fn yield_to_foreground(&self) {
+        let until = tokio::time::Instant::now() + HEAL_YIELD_MAX;
+        while self.foreground_in_flight.load(Ordering::Relaxed) > 0 && tokio::time::Instant::now() < until {
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        }
+    }
+
     /// Remembers an object whose drives disagree or miss shards (bounded: the scanner finds the rest).
     pub(crate) fn queue_heal(&self, coll: &str, name: &[u8]) {
         let mut q = self.heal.lock();
@@ -233,6 +264,7 @@ impl<S: Store> ErasureSet<S> {
             crash_after_commits: AtomicU64::new(0),
             dead: Default::default(),
             generation: AtomicU64::new(0),
+            foreground_in_flight: AtomicU64::new(0),
         };
         let set = ErasureSet { inner: Arc::new(inner) };
         undo::recover(&set.inner).await?;

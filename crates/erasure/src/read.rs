@@ -410,6 +410,7 @@ impl<S: Store> Snapshot for SetSnapshot<S> {
     }
 
     async fn read(&self, obj: &SetObj<S>, offset: u64, len: u64) -> StoreResult<Bytes> {
+        let _foreground = self.set.foreground();
         let r = obj.get(&self.set).await?;
         read_range(&self.set, &obj.coll, &obj.name, &r, offset, len).await
     }

@@ -943,6 +943,7 @@ struct Finished<S: Store> {
 /// Applies a logical transaction on the set (see the module comment).
 pub(crate) async fn commit<S: Store>(set: &Arc<SetInner<S>>, txn: SetTxn<S>) -> StoreResult<Outcome> {
     set.check_alive()?;
+    let _foreground = set.foreground();
     let names: Vec<(Arc<str>, Vec<u8>)> = txn.ops.iter().flat_map(touched).collect();
     let _locks = set.locks.write(names.iter().map(|(c, n)| (&**c, n.as_slice()))).await;
     let mut planner = Planner::new(set);

@@ -13,9 +13,10 @@ pub const DRIVES_MAX: usize = 1024;
 const SCRAPE_MAX_BYTES: usize = 16 << 20;
 
 /// The gauges read, by the field of [`DriveIo`] they fill.
-const GAUGES: [&str; 6] = [
+const GAUGES: [&str; 7] = [
     "mosaic_engine_device_bytes_written",
     "mosaic_engine_device_bytes_read",
+    "mosaic_engine_cached_bytes_read",
     "mosaic_engine_device_write_ios",
     "mosaic_engine_device_read_ios",
     "mosaic_engine_write_runs",
@@ -31,6 +32,8 @@ pub struct DriveIo {
     pub drive: String,
     pub device_bytes_written: u64,
     pub device_bytes_read: u64,
+    /// Bytes read through the kernel's page cache (from memory when cached; not in the device's counts).
+    pub cached_bytes_read: u64,
     pub device_write_ios: u64,
     pub device_read_ios: u64,
     /// Sequential write runs that ended in the phase (paper 000's chains).
@@ -58,6 +61,7 @@ impl DriveIo {
     fn add(&mut self, o: &DriveIo) {
         self.device_bytes_written += o.device_bytes_written;
         self.device_bytes_read += o.device_bytes_read;
+        self.cached_bytes_read += o.cached_bytes_read;
         self.device_write_ios += o.device_write_ios;
         self.device_read_ios += o.device_read_ios;
         self.write_runs += o.write_runs;
@@ -124,6 +128,7 @@ pub fn parse(text: &str) -> Result<Sample, String> {
         match name {
             "mosaic_engine_device_bytes_written" => d.device_bytes_written = v,
             "mosaic_engine_device_bytes_read" => d.device_bytes_read = v,
+            "mosaic_engine_cached_bytes_read" => d.cached_bytes_read = v,
             "mosaic_engine_device_write_ios" => d.device_write_ios = v,
             "mosaic_engine_device_read_ios" => d.device_read_ios = v,
             "mosaic_engine_write_runs" => d.write_runs = v,
@@ -155,6 +160,7 @@ pub fn delta(before: &Sample, after: &Sample, client_bytes_written: u64) -> Driv
             drive: name.clone(),
             device_bytes_written: sub(a.device_bytes_written, b.device_bytes_written),
             device_bytes_read: sub(a.device_bytes_read, b.device_bytes_read),
+            cached_bytes_read: sub(a.cached_bytes_read, b.cached_bytes_read),
             device_write_ios: sub(a.device_write_ios, b.device_write_ios),
             device_read_ios: sub(a.device_read_ios, b.device_read_ios),
             write_runs: sub(a.write_runs, b.write_runs),
@@ -173,16 +179,17 @@ pub fn markdown(r: &DriveIoReport) -> String {
     use std::fmt::Write;
     let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
     let mut s = String::from(
-        "| drive | written MiB | read MiB | write IOs | read IOs | KiB/write | KiB/read | KiB/run | KV MiB | drive WA |\n\
-         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| drive | written MiB | read MiB | cached read MiB | write IOs | read IOs | KiB/write | KiB/read | KiB/run | KV MiB | drive WA |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for d in r.drives.iter().chain(std::iter::once(&r.total)) {
         let _ = writeln!(
             s,
-            "| {} | {:.1} | {:.1} | {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} |",
+            "| {} | {:.1} | {:.1} | {:.1} | {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} |",
             d.drive,
             mib(d.device_bytes_written),
             mib(d.device_bytes_read),
+            mib(d.cached_bytes_read),
             d.device_write_ios,
             d.device_read_ios,
             d.mean_write_io_bytes() / 1024.0,
@@ -209,6 +216,7 @@ mod tests {
         mosaic_engine_device_bytes_written{drive=\"0.0\"} 8192\n\
         mosaic_engine_device_bytes_written{drive=\"0.1\"} 4096\n\
         mosaic_engine_device_write_ios{drive=\"0.0\"} 2\n\
+        mosaic_engine_cached_bytes_read{drive=\"0.0\"} 65536\n\
         mosaic_engine_write_runs{drive=\"0.0\"} 1\n\
         mosaic_engine_kv_wal_bytes{drive=\"0.0\"} 100\n\
         mosaic_engine_kv_flush_bytes{drive=\"0.0\"} 20\n\
@@ -223,6 +231,7 @@ mod tests {
         let d = &s["0.0"];
         assert_eq!((d.device_bytes_written, d.device_write_ios, d.write_runs), (8192, 2, 1));
         assert_eq!(d.kv_bytes_written, 120, "the KV's gauges add up");
+        assert_eq!(d.cached_bytes_read, 65536);
         assert_eq!(s["0.1"].device_bytes_written, 4096);
     }
 
