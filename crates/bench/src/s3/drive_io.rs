@@ -51,8 +51,10 @@ impl DriveIo {
     pub fn mean_read_io_bytes(&self) -> f64 {
         ratio(self.device_bytes_read, self.device_read_ios)
     }
+    /// Counting the run still open at the end as one: a drive that wrote one long run ended none.
     pub fn mean_write_run_bytes(&self) -> f64 {
-        ratio(self.device_bytes_written, self.write_runs)
+        let runs = if self.device_bytes_written > 0 { self.write_runs.max(1) } else { 0 };
+        ratio(self.device_bytes_written, runs)
     }
     /// Device plus KV bytes written per byte the drive was given.
     pub fn drive_write_amplification(&self) -> f64 {
@@ -64,7 +66,8 @@ impl DriveIo {
         self.cached_bytes_read += o.cached_bytes_read;
         self.device_write_ios += o.device_write_ios;
         self.device_read_ios += o.device_read_ios;
-        self.write_runs += o.write_runs;
+        // The set's runs: each drive's, its open run counted (as `mean_write_run_bytes` counts it).
+        self.write_runs += if o.device_bytes_written > 0 { o.write_runs.max(1) } else { o.write_runs };
         self.kv_bytes_written += o.kv_bytes_written;
         self.user_bytes_written += o.user_bytes_written;
     }
@@ -247,6 +250,7 @@ mod tests {
         assert_eq!(r.drives[0].device_bytes_written, 8192);
         assert_eq!(r.drives[0].device_write_ios, 2);
         assert_eq!(r.drives[0].mean_write_io_bytes(), 4096.0);
+        assert_eq!(r.drives[0].mean_write_run_bytes(), 8192.0, "no run ended: the open one counts");
         assert_eq!(r.drives[1].device_bytes_written, 0);
         assert_eq!(r.total.device_bytes_written, 8192);
         assert_eq!(r.write_amplification, 2.0);
