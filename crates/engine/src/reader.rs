@@ -329,7 +329,8 @@ impl Reader {
 
     /// Reads up to `len` bytes at `offset`; shorter at the end of the object.
     pub fn read(&self, nid: Nid, offset: u64, len: u64) -> Result<Vec<u8>> {
-        self.read_bytes(nid, offset, len).map(|b| b.to_vec())
+        // A Bytes built from a Vec gives the Vec back without copying; a device buffer is copied once.
+        self.read_bytes(nid, offset, len).map(Vec::from)
     }
 
     /// Like `read`, as shared bytes: a range that one device read covers and no fragment touches (the common
