@@ -7,7 +7,7 @@
 //! keeps its data: it depends on the storage traits only, never on an engine.
 //!
 //! Modules by concern: `buckets`, `objects` (PUT, append, GET, copy, tags), `multipart`, `listing`,
-//! `ingest` (bodies streamed into staged units), `records` (the layer's own records), `meta` (object
+//! `ingest` (bodies streamed into staged units), `records` (the layer's own records and their names), `upgrade` (names of older builds), `meta` (object
 //! metadata and conditions), `semantics` (the struct and the trait's dispatch).
 
 mod buckets;
@@ -22,6 +22,7 @@ mod records;
 mod semantics;
 #[doc(hidden)]
 pub mod testing;
+mod upgrade;
 
 pub use buckets::MAX_BUCKETS;
 pub use error::{LayerError, LayerResult};

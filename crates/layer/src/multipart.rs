@@ -29,7 +29,7 @@ impl<S: Store> S3Semantics<S> {
         self.bucket_coll(&self.store.snapshot(), bucket).await?;
         let upload_id = hex::encode(rand::random::<[u8; 16]>());
         let rec = UploadRecord { version: RECORD_VERSION, key: key.to_string(), initiated_unix_ms: now_ms(), opts };
-        let name = upload_name(bucket, &upload_id);
+        let name = upload_name(bucket, &upload_id, key);
         let txn = Txn::new().op(Op::Create { coll: self.mpu().await?, name: name.clone() }).op(Op::SetAttr {
             coll: self.mpu().await?,
             name,
@@ -51,7 +51,7 @@ impl<S: Store> S3Semantics<S> {
         check_part_number(part)?;
         self.upload_record(&self.store.snapshot(), bucket, key, upload_id).await?;
         let ing = self.ingest(body, 0, MAX_PART_BYTES, key).await?;
-        self.store_part(bucket, upload_id, part, ing).await
+        self.store_part(bucket, key, upload_id, part, ing).await
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -74,7 +74,7 @@ impl<S: Store> S3Semantics<S> {
             return Err(LayerError::InvalidArgument("a part is at most 5 GiB".into()));
         }
         let ing = self.ingest(PutBody { stream: got.body, finish: None }, 0, MAX_PART_BYTES, key).await?;
-        self.store_part(bucket, upload_id, part, ing).await
+        self.store_part(bucket, key, upload_id, part, ing).await
     }
 
     pub(crate) async fn complete_multipart_impl(
@@ -113,7 +113,7 @@ impl<S: Store> S3Semantics<S> {
         meta.checksums.extend(extra_meta);
         let name = key.as_bytes().to_vec();
         let mut txn = Txn::new();
-        let upload = txn.push(Op::AssertExists { coll: self.mpu().await?, name: upload_name(bucket, upload_id) });
+        let upload = txn.push(Op::AssertExists { coll: self.mpu().await?, name: upload_name(bucket, upload_id, key) });
         let expected = existing.as_ref().map(|m| m.etag.clone().into_bytes());
         let unchanged =
             txn.push(Op::AssertAttr { coll: coll.clone(), name: name.clone(), key: ATTR_ETAG.to_vec(), expected });
@@ -122,7 +122,7 @@ impl<S: Store> S3Semantics<S> {
         let mut offset = 0u64;
         let mut copied = Vec::new();
         for (p, size) in parts.iter().zip(&sizes) {
-            let pname = part_name(bucket, upload_id, p.part_number);
+            let pname = part_name(bucket, upload_id, p.part_number, key);
             let is_last = offset + size == total;
             if offset.is_multiple_of(unit) && (size.is_multiple_of(unit) || is_last) && *size > 0 {
                 txn.push(Op::CloneRange {
@@ -159,9 +159,9 @@ impl<S: Store> S3Semantics<S> {
         drop(snap);
         push_meta_ops(&mut txn, &coll, &name, &meta);
         for p in stored.keys() {
-            txn.push(Op::Remove { coll: self.mpu().await?, name: part_name(bucket, upload_id, *p) });
+            txn.push(Op::Remove { coll: self.mpu().await?, name: part_name(bucket, upload_id, *p, key) });
         }
-        txn.push(Op::Remove { coll: self.mpu().await?, name: upload_name(bucket, upload_id) });
+        txn.push(Op::Remove { coll: self.mpu().await?, name: upload_name(bucket, upload_id, key) });
         match self.commit(txn).await {
             Err(e) if e.is_op(upload, ErrorKind::AssertionFailed) => Err(LayerError::NoSuchUpload),
             Err(e) if e.is_op(unchanged, ErrorKind::AssertionFailed) => Err(LayerError::PreconditionFailed),
@@ -178,9 +178,9 @@ impl<S: Store> S3Semantics<S> {
         drop(snap);
         let mut txn = Txn::new();
         for (p, _) in parts {
-            txn.push(Op::Remove { coll: self.mpu().await?, name: part_name(bucket, upload_id, p) });
+            txn.push(Op::Remove { coll: self.mpu().await?, name: part_name(bucket, upload_id, p, key) });
         }
-        let upload = txn.push(Op::Remove { coll: self.mpu().await?, name: upload_name(bucket, upload_id) });
+        let upload = txn.push(Op::Remove { coll: self.mpu().await?, name: upload_name(bucket, upload_id, key) });
         match self.commit(txn).await {
             Err(e) if e.is_op(upload, ErrorKind::NotFound) => Err(LayerError::NoSuchUpload),
             // A part went meanwhile (a concurrent abort or completion): the upload is being ended.
@@ -215,12 +215,12 @@ impl<S: Store> S3Semantics<S> {
         for _ in 0..MAX_UPLOADS_LISTED {
             let batch = snap.list_entries(&self.mpu().await?, &base, &from, 1).await?;
             let Some(entry) = batch.into_iter().next() else { break };
-            // Skip this upload's parts ("<bucket>/<id>/...") with one seek: '0' sorts right after '/'.
-            from = entry.name.clone();
-            from.push(b'0');
+            // The upload's record ("<bucket>/<id>\0<key>") comes first, then its parts ("<bucket>/<id>/...");
+            // skip the parts with one seek: '0' sorts right after '/'.
+            let id = String::from_utf8_lossy(unlocated(&entry.name[base.len()..])).into_owned();
+            from = [&base[..], id.as_bytes(), b"0"].concat();
             // A part without its upload (left by an upload being removed): not an upload.
             let Some(raw) = snap.attr(&entry.obj, ATTR_UPLOAD).await? else { continue };
-            let id = String::from_utf8_lossy(&entry.name[base.len()..]).into_owned();
             let rec = UploadRecord::decode(&raw, &format!(" of upload {id}"))?;
             if rec.key.starts_with(prefix) {
                 out.push(UploadInfo { upload_id: id, key: rec.key, initiated_unix_ms: rec.initiated_unix_ms });
@@ -237,8 +237,14 @@ impl<S: Store> S3Semantics<S> {
         key: &str,
         upload_id: &str,
     ) -> LayerResult<UploadRecord> {
-        let info =
-            snap.lookup(&self.mpu().await?, &upload_name(bucket, upload_id)).await?.ok_or(LayerError::NoSuchUpload)?;
+        // Ids are made here (32 hex digits); anything else names no upload (and no other record).
+        if upload_id.len() != 32 || !upload_id.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+            return Err(LayerError::NoSuchUpload);
+        }
+        let info = snap
+            .lookup(&self.mpu().await?, &upload_name(bucket, upload_id, key))
+            .await?
+            .ok_or(LayerError::NoSuchUpload)?;
         let raw = snap.attr(&info.obj, ATTR_UPLOAD).await?.ok_or(LayerError::NoSuchUpload)?;
         let rec = UploadRecord::decode(&raw, &format!(" of upload {upload_id}"))?;
         if rec.key != key {
@@ -251,7 +257,7 @@ impl<S: Store> S3Semantics<S> {
         let prefix = parts_prefix(bucket, upload_id);
         let mut out = Vec::new();
         for entry in snap.list_entries(&self.mpu().await?, &prefix, &prefix, MAX_PARTS as usize + 1).await? {
-            let num: u32 = std::str::from_utf8(&entry.name[prefix.len()..])
+            let num: u32 = std::str::from_utf8(unlocated(&entry.name[prefix.len()..]))
                 .ok()
                 .and_then(|s| s.parse().ok())
                 .filter(|n| (1..=MAX_PARTS).contains(n))
@@ -269,6 +275,7 @@ impl<S: Store> S3Semantics<S> {
     async fn store_part(
         &self,
         bucket: &str,
+        key: &str,
         upload_id: &str,
         part: u32,
         ing: Ingested<S::Staged>,
@@ -280,11 +287,11 @@ impl<S: Store> S3Semantics<S> {
             last_modified_unix_ms: now_ms(),
             checksums: ing.extra.clone(),
         };
-        let name = part_name(bucket, upload_id, part);
+        let name = part_name(bucket, upload_id, part, key);
         let coll = &self.mpu().await?;
         let mut txn = Txn::new();
         // The upload must still exist when the part commits.
-        let upload = txn.push(Op::AssertExists { coll: coll.clone(), name: upload_name(bucket, upload_id) });
+        let upload = txn.push(Op::AssertExists { coll: coll.clone(), name: upload_name(bucket, upload_id, key) });
         txn.push(Op::Reset { coll: coll.clone(), name: name.clone() });
         ing.push_ops(&mut txn, coll, &name, 0);
         txn.push(Op::SetAttr { coll: coll.clone(), name, key: ATTR_PART.to_vec(), value: rec.encode() });

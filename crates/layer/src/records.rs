@@ -5,6 +5,7 @@
 
 use crate::error::{LayerError, LayerResult};
 use crate::meta::PutOptions;
+use mosaic_store::with_locator;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
@@ -30,21 +31,33 @@ pub(crate) fn bucket_collection(bucket: &str) -> String {
     format!("{BUCKET_PREFIX}{bucket}")
 }
 
+/// A bucket's record, on the store's home group (an empty locator: see `mosaic_store::locator`), where
+/// the store keeps its collections too, so that a bucket and its record are made in one transaction.
 pub(crate) fn bucket_record_name(bucket: &str) -> Vec<u8> {
-    format!("bucket/{bucket}").into_bytes()
+    with_locator(format!("bucket/{bucket}").as_bytes(), b"")
 }
 
-pub(crate) fn upload_name(bucket: &str, upload_id: &str) -> Vec<u8> {
-    format!("{bucket}/{upload_id}").into_bytes()
+/// An upload's record, placed with the object it becomes (its key is the locator).
+pub(crate) fn upload_name(bucket: &str, upload_id: &str, key: &str) -> Vec<u8> {
+    with_locator(format!("{bucket}/{upload_id}").as_bytes(), key.as_bytes())
 }
 
-pub(crate) fn part_name(bucket: &str, upload_id: &str, part: u32) -> Vec<u8> {
-    format!("{bucket}/{upload_id}/{part:05}").into_bytes()
+/// A part, placed with the object it becomes, so that completion clones it there without moving data.
+pub(crate) fn part_name(bucket: &str, upload_id: &str, part: u32, key: &str) -> Vec<u8> {
+    with_locator(format!("{bucket}/{upload_id}/{part:05}").as_bytes(), key.as_bytes())
 }
 
 /// The prefix of every part name of an upload.
 pub(crate) fn parts_prefix(bucket: &str, upload_id: &str) -> Vec<u8> {
     format!("{bucket}/{upload_id}/").into_bytes()
+}
+
+/// A name without its locator.
+pub(crate) fn unlocated(name: &[u8]) -> &[u8] {
+    match name.iter().rposition(|&b| b == 0) {
+        Some(i) => &name[..i],
+        None => name,
+    }
 }
 
 /// A record with a version byte that is checked on decode.

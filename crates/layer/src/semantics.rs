@@ -73,7 +73,9 @@ impl<S: Store> S3Semantics<S> {
             mpu: tokio::sync::OnceCell::new(),
             stage_buffers: Arc::default(),
         };
-        for r in [s.sys().await, s.mpu().await] {
+        let collections = [s.sys().await.map(|_| ()), s.mpu().await.map(|_| ())];
+        let upgraded = if collections.iter().all(|r| r.is_ok()) { s.upgrade_names().await } else { Ok(()) };
+        for r in collections.into_iter().chain([upgraded]) {
             match r {
                 Ok(_) => {}
                 Err(LayerError::Unavailable(why)) => {

@@ -88,19 +88,69 @@ async fn a_damaged_bucket_record_is_reported() {
     let layer = S3Semantics::open(store.clone(), SemanticsConfig::default()).await.unwrap();
     layer.create_bucket("photos").await.unwrap();
     let sys = store.snapshot().collection("sys").await.unwrap().unwrap();
-    let damage =
-        Op::SetAttr { coll: sys, name: b"bucket/photos".to_vec(), key: b"bucket".to_vec(), value: b"{\"vers".to_vec() };
+    let damage = Op::SetAttr {
+        coll: sys,
+        name: b"bucket/photos\0".to_vec(),
+        key: b"bucket".to_vec(),
+        value: b"{\"vers".to_vec(),
+    };
     store.engine().submit(Transaction::new().op(damage)).unwrap();
     let e = layer.bucket_info("photos").await.unwrap_err();
     assert!(matches!(&e, LayerError::Corrupt(w) if w.contains("bucket record of bucket photos is damaged")), "{e:?}");
     let future = Op::SetAttr {
         coll: sys,
-        name: b"bucket/photos".to_vec(),
+        name: b"bucket/photos\0".to_vec(),
         key: b"bucket".to_vec(),
         value: br#"{"version":9,"created_unix_ms":1}"#.to_vec(),
     };
     store.engine().submit(Transaction::new().op(future)).unwrap();
     let e = layer.list_buckets().await.unwrap_err();
     assert!(matches!(&e, LayerError::Corrupt(w) if w.contains("has version 9")), "{e:?}");
+    layer.shutdown().await.unwrap();
+}
+
+/// A drive written before names carried locators (bucket records "bucket/<b>", uploads "<b>/<id>", parts
+/// "<b>/<id>/<n>"): opening the layer renames them once, and the bucket and its upload work as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn names_of_an_older_build_are_renamed_at_open() {
+    let mut dirs = Vec::new();
+    let store = drive(&mut dirs);
+    let layer = S3Semantics::open(store.clone(), SemanticsConfig::default()).await.unwrap();
+    layer.create_bucket("bkt").await.unwrap();
+    let id = layer.create_multipart("bkt", "big", PutOptions::default()).await.unwrap();
+    let part = layer.upload_part("bkt", "big", &id, 1, body(b"part one", 3)).await.unwrap();
+    drop(layer);
+    // Back to the older names, and no marker: as an older build left the drive.
+    let snap = store.snapshot();
+    let (sys, mpu) = (snap.collection("sys").await.unwrap().unwrap(), snap.collection("mpu").await.unwrap().unwrap());
+    let older = |name: &[u8]| name[..name.iter().position(|&b| b == 0).unwrap()].to_vec();
+    let mut txn = mosaic_store::Txn::new();
+    for (coll, prefix) in [(sys, &b"bucket/"[..]), (mpu, &b"bkt/"[..])] {
+        for e in snap.list_entries(&coll, prefix, prefix, 100).await.unwrap() {
+            let to = older(&e.name);
+            txn.push(mosaic_store::Op::Rename { coll, from: e.name, to_coll: coll, to });
+        }
+    }
+    assert_eq!(txn.ops.len(), 3, "the bucket record, the upload record and its part");
+    let marker = mosaic_store::with_locator(b"upgrade/names-with-locators", b"");
+    txn.push(mosaic_store::Op::Remove { coll: sys, name: marker });
+    store.commit(txn).await.unwrap();
+    drop(snap);
+    assert!(store.snapshot().lookup(&sys, b"bucket/bkt").await.unwrap().is_some());
+
+    let layer = S3Semantics::open(store.clone(), SemanticsConfig::default()).await.unwrap();
+    assert_eq!(layer.bucket_info("bkt").await.unwrap().name, "bkt");
+    let uploads = layer.list_uploads("bkt", "").await.unwrap();
+    assert_eq!((uploads.len(), uploads[0].upload_id.as_str()), (1, id.as_str()));
+    let done = vec![CompletePart { part_number: 1, etag: part.etag.clone() }];
+    layer.complete_multipart("bkt", "big", &id, done, &Precondition::default(), Vec::new()).await.unwrap();
+    let got = layer.get_object("bkt", "big", None, None, &Precondition::default()).await.unwrap();
+    assert_eq!(got.meta.size_bytes, 8);
+    assert!(store.snapshot().lookup(&sys, b"bucket/bkt").await.unwrap().is_none(), "renamed, not copied");
+    // Once renamed, a reopen finds the marker and renames nothing.
+    drop(layer);
+    let layer = S3Semantics::open(store.clone(), SemanticsConfig::default()).await.unwrap();
+    layer.delete_object("bkt", "big").await.unwrap();
+    layer.delete_bucket("bkt").await.unwrap();
     layer.shutdown().await.unwrap();
 }

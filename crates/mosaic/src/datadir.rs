@@ -158,11 +158,17 @@ pub fn geometry_of(l: &format::Layout) -> mosaic_erasure::SetGeometry {
     mosaic_erasure::SetGeometry { data: l.data, parity: l.parity }
 }
 
-/// How `n` drives split into sets: equal sets of at most 16 drives, as few as possible.
+/// How `n` drives split into sets: one set of up to 16 drives; more form equal sets of 4 to 16 drives (as
+/// MinIO requires: a set of fewer would survive too few failures), as few as possible.
 pub fn sets_for(n: usize) -> Result<usize, String> {
-    (1..=n).find(|s| n.is_multiple_of(*s) && n / s <= mosaic_erasure::MAX_SET_DRIVES).ok_or_else(|| {
-        format!("{n} drives cannot be split into equal sets of at most {} drives", mosaic_erasure::MAX_SET_DRIVES)
-    })
+    const MIN_POOLED_SET_DRIVES: usize = 4;
+    let max = mosaic_erasure::MAX_SET_DRIVES;
+    if (1..=max).contains(&n) {
+        return Ok(1);
+    }
+    (2..=n)
+        .find(|s| n.is_multiple_of(*s) && (MIN_POOLED_SET_DRIVES..=max).contains(&(n / s)))
+        .ok_or_else(|| format!("{n} drives cannot be split into equal sets of {MIN_POOLED_SET_DRIVES} to {max} drives"))
 }
 
 impl DriveConfig {
@@ -289,13 +295,6 @@ fn upgrade_single_drive(dir: &Path, paths: &[PathBuf], cfg: &DriveConfig) -> Res
 /// Formats every drive of a new store, then writes its layout and (last) the marker.
 fn format_store(dir: &Path, paths: &[PathBuf], cfg: &DriveConfig) -> Result<OpenStore, String> {
     let sets = sets_for(paths.len())?;
-    if sets > 1 {
-        return Err(format!(
-            "{} drives make {sets} sets of drives; a store of several sets is not built yet (at most {} drives)",
-            paths.len(),
-            mosaic_erasure::MAX_SET_DRIVES
-        ));
-    }
     let per_set = paths.len() / sets;
     let geometry = match cfg.erasure {
         Some(g) if g.drives() != per_set => {
@@ -438,6 +437,16 @@ pub fn root_credentials(dir: &Path, env: Option<Credentials>) -> Result<(Credent
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn drives_split_into_as_few_equal_sets_as_possible() {
+        let sets: Vec<usize> = [1, 6, 16, 18, 20, 32, 48, 64].iter().map(|n| sets_for(*n).unwrap()).collect();
+        assert_eq!(sets, [1, 1, 1, 2, 2, 2, 3, 4]);
+        // Sets of fewer than 4 drives would survive too few failures: 17 and 34 drives have no split.
+        for n in [0, 17, 34] {
+            assert!(sets_for(n).unwrap_err().contains(&format!("{n} drives")), "{n}");
+        }
+    }
 
     #[test]
     fn credentials_round_trip_and_mode() {

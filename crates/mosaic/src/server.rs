@@ -110,6 +110,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
         heal_in_background: true,
         heal_bytes_per_s: cfg.heal_bytes_per_s,
         scan_interval: Some(cfg.scan_interval),
+        lazy_encode_min_bytes: cfg.lazy_encode_min_bytes,
     };
     let layout = opened.layout.clone();
     let drives = Arc::new(rt.block_on(Drives::open(opened, set_cfg, drive_cfg, &cfg.data_dir))?);
@@ -129,18 +130,18 @@ pub fn run(cfg: Config) -> Result<(), String> {
     Ok(())
 }
 
-/// The S3 semantics over the store's sets.
+/// The S3 semantics over the store's sets: one set directly, several as a pool (each object on the set its
+/// key hashes to).
 async fn semantics_over(drives: &Drives) -> Result<Arc<dyn ObjectLayer>, String> {
     let open = |e: mosaic_layer::LayerError| format!("cannot open the store: {e}");
     if let [set] = drives.sets.as_slice() {
         let s = S3Semantics::open(Arc::new(set.clone()), SemanticsConfig::default()).await.map_err(open)?;
         return Ok(Arc::new(s));
     }
-    Err(format!(
-        "{} sets of drives: a store of more than {} drives (several sets) is not built yet",
-        drives.sets.len(),
-        mosaic_erasure::MAX_SET_DRIVES
-    ))
+    let sets = drives.sets.iter().map(|s| Arc::new(s.clone())).collect();
+    let pool = mosaic_pool::Pool::new(sets).map_err(|e| format!("cannot pool the sets of drives: {e}"))?;
+    let s = S3Semantics::open(Arc::new(pool), SemanticsConfig::default()).await.map_err(open)?;
+    Ok(Arc::new(s))
 }
 
 async fn serve_all(

@@ -8,8 +8,16 @@
 //! - [`Store::commit`] of a [`Txn`]: operations applied atomically and durably, or not at all; a failure
 //!   names the operation that failed ([`StoreError::op_index`]).
 //!
-//! One drive implements it (`mosaic-drive`); an erasure set of drives and a cluster implement it too, so
-//! nothing of S3 is written twice. This crate depends on no storage engine (as TiKV's engine_traits does
+//! One drive implements it (`mosaic-drive`); an erasure set of drives, a pool of sets and a cluster
+//! implement it too, so nothing of S3 is written twice.
+//!
+//! Placement: a store that spreads objects over groups of devices (a pool of erasure sets, a cluster)
+//! places each object by its [`locator`], not by its collection: the name's bytes after its last NUL byte,
+//! or the whole name when it has none (the locator key of Ceph's RADOS). Objects that a transaction must
+//! change together, or that are cloned into one another without moving data, share a locator (a multipart
+//! upload's record and parts carry the key of the object they become). An empty locator names the store's
+//! home group, where it also keeps its catalog of collections: a transaction that creates or removes a
+//! collection changes only objects with an empty locator besides. This crate depends on no storage engine (as TiKV's engine_traits does
 //! not depend on RocksDB): a store built on something else implements the same traits.
 
 mod aligned;
@@ -22,6 +30,26 @@ pub use txn::{Op, Outcome, Priority, Txn};
 
 use async_trait::async_trait;
 use bytes::Bytes;
+
+/// The bytes an object is placed by: the name after its last NUL byte, or the whole name (see the crate's
+/// documentation). S3 keys hold no NUL, so a key is its own locator.
+pub fn locator(name: &[u8]) -> &[u8] {
+    match name.iter().rposition(|&b| b == 0) {
+        Some(i) => &name[i + 1..],
+        None => name,
+    }
+}
+
+/// `name` placed by `locator`: the name, a NUL byte, and the locator.
+pub fn with_locator(name: &[u8], locator: &[u8]) -> Vec<u8> {
+    debug_assert!(!locator.contains(&0), "a locator holds no NUL byte");
+    let mut out = Vec::with_capacity(name.len() + 1 + locator.len());
+    out.extend_from_slice(name);
+    out.push(0);
+    out.extend_from_slice(locator);
+    debug_assert_eq!(self::locator(&out), locator);
+    out
+}
 
 /// The units a store works in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -119,4 +147,19 @@ pub trait Store: Send + Sync + 'static {
     fn is_ready(&self) -> bool;
     /// Finishes queued work and closes the store.
     async fn close(&self) -> StoreResult<()>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_locator_is_what_follows_the_last_nul_or_the_whole_name() {
+        assert_eq!(locator(b"photos/cat.jpg"), b"photos/cat.jpg");
+        assert_eq!(locator(b"b/upload/00001\0photos/cat.jpg"), b"photos/cat.jpg");
+        assert_eq!(locator(b"bucket/b\0"), b"");
+        assert_eq!(locator(b"a\0b\0c"), b"c");
+        assert_eq!(with_locator(b"b/u", b"k"), b"b/u\0k");
+        assert_eq!(locator(&with_locator(b"bucket/b", b"")), b"");
+    }
 }

@@ -1,0 +1,155 @@
+//! Several stores as one (DESIGN.md section 5): a pool of erasure sets, each object on exactly one member,
+//! chosen by a stable hash of its locator (`mosaic_store::locator`), as MinIO places an object on one set
+//! of a pool by a hash of its name. Nothing is kept about where an object is: its name says it.
+//!
+//! - `placement`: the member an object lives on.
+//! - `snapshot`: lookups and reads on the member of each object; listings merged from every member's
+//!   ordered names.
+//! - `commit`: a transaction applied on the one member its objects live on (a clone between members
+//!   copies the data); collections kept on every member, with the home member (0) as their catalog.
+//!
+//! The pool is generic over the member store: an erasure set in the server, a single drive in tests.
+
+mod commit;
+mod placement;
+mod snapshot;
+
+pub use placement::member_of;
+pub use snapshot::{PoolObj, PoolSnapshot};
+
+use async_trait::async_trait;
+use mosaic_store::{AlignedBuf, ErrorKind, Geometry, Outcome, PriorityHold, Store, StoreError, StoreResult, Txn};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Most members a pool has (a pool of 16-drive sets stays under 4,096 drives).
+pub const MAX_MEMBERS: usize = 256;
+/// Collections whose handles the pool remembers (more are looked up again).
+const MAX_CACHED_COLLECTIONS: usize = 4096;
+
+/// A collection as each member names it.
+#[derive(Clone, Debug)]
+pub struct PoolColl<C> {
+    pub(crate) name: Arc<str>,
+    pub(crate) members: Arc<[Handle<C>]>,
+}
+
+/// A collection's handle on one member.
+#[derive(Clone, Debug)]
+pub(crate) enum Handle<C> {
+    Present(C),
+    /// Not there yet: a creation that this member missed (it is created there by the first write).
+    Absent,
+    /// The member could not say (too few of its drives answer).
+    Unreachable(StoreError),
+}
+
+/// Units staged on one member.
+pub struct PoolStaged<St> {
+    pub(crate) member: usize,
+    pub(crate) staged: St,
+}
+
+/// Several stores as one. Cheap to clone.
+pub struct Pool<S: Store> {
+    pub(crate) inner: Arc<PoolInner<S>>,
+}
+
+impl<S: Store> Clone for Pool<S> {
+    fn clone(&self) -> Self {
+        Pool { inner: self.inner.clone() }
+    }
+}
+
+pub(crate) struct PoolInner<S: Store> {
+    pub(crate) members: Vec<Arc<S>>,
+    /// Object writes hold it shared, collection changes exclusively: no write lands in a collection on one
+    /// member while the collection is being removed from the others.
+    pub(crate) gate: tokio::sync::RwLock<()>,
+    /// Handles of collections on every member, by name; dropped when the pool creates or removes one.
+    pub(crate) colls: Mutex<HashMap<String, PoolColl<S::Coll>>>,
+}
+
+impl<S: Store> PoolInner<S> {
+    pub(crate) fn cached(&self, name: &str) -> Option<PoolColl<S::Coll>> {
+        self.colls.lock().get(name).cloned()
+    }
+
+    pub(crate) fn remember(&self, coll: &PoolColl<S::Coll>) {
+        let mut colls = self.colls.lock();
+        if colls.len() >= MAX_CACHED_COLLECTIONS {
+            colls.clear();
+        }
+        colls.insert(coll.name.to_string(), coll.clone());
+    }
+
+    pub(crate) fn forget(&self, name: &str) {
+        self.colls.lock().remove(name);
+    }
+}
+
+impl<S: Store> Pool<S> {
+    /// A pool over `members`, in their fixed order (the order places objects: it never changes).
+    pub fn new(members: Vec<Arc<S>>) -> StoreResult<Self> {
+        let invalid = |why: String| Err(StoreError::new(ErrorKind::InvalidArgument, why));
+        if members.is_empty() || members.len() > MAX_MEMBERS {
+            return invalid(format!("a pool has 1 to {MAX_MEMBERS} members, not {}", members.len()));
+        }
+        let g = members[0].geometry();
+        if let Some(i) = members.iter().position(|m| m.geometry() != g) {
+            return invalid(format!(
+                "member {i} works in other units than member 0 ({:?} vs {g:?})",
+                members[i].geometry()
+            ));
+        }
+        let inner = PoolInner { members, gate: Default::default(), colls: Default::default() };
+        Ok(Pool { inner: Arc::new(inner) })
+    }
+
+    pub fn members(&self) -> &[Arc<S>] {
+        &self.inner.members
+    }
+}
+
+#[async_trait]
+impl<S: Store> Store for Pool<S> {
+    type Coll = PoolColl<S::Coll>;
+    type Obj = PoolObj<S::Obj>;
+    type Staged = PoolStaged<S::Staged>;
+    type Snapshot = PoolSnapshot<S>;
+
+    fn geometry(&self) -> Geometry {
+        self.inner.members[0].geometry()
+    }
+
+    fn snapshot(&self) -> PoolSnapshot<S> {
+        PoolSnapshot::new(self.inner.clone())
+    }
+
+    async fn stage(&self, buf: AlignedBuf, len_bytes: usize, hint: &[u8]) -> StoreResult<(Self::Staged, AlignedBuf)> {
+        let member = member_of(mosaic_store::locator(hint), self.inner.members.len());
+        let (staged, buf) = self.inner.members[member].stage(buf, len_bytes, hint).await?;
+        Ok((PoolStaged { member, staged }, buf))
+    }
+
+    async fn commit(&self, txn: Txn<Self::Coll, Self::Staged>) -> StoreResult<Outcome> {
+        commit::commit(&self.inner, txn).await
+    }
+
+    fn hold_priority(&self) -> PriorityHold {
+        let holds: Vec<PriorityHold> = self.inner.members.iter().map(|m| m.hold_priority()).collect();
+        Box::new(holds)
+    }
+
+    /// Ready while every member is: an object's member is fixed, so a member without a write quorum
+    /// refuses the writes of its share of the keys.
+    fn is_ready(&self) -> bool {
+        self.inner.members.iter().all(|m| m.is_ready())
+    }
+
+    async fn close(&self) -> StoreResult<()> {
+        let results = futures::future::join_all(self.inner.members.iter().map(|m| m.close())).await;
+        results.into_iter().find(|r| r.is_err()).unwrap_or(Ok(()))
+    }
+}
