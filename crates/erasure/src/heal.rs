@@ -15,8 +15,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Stripes rebuilt per step (bounds the memory of a heal: this many stripes of every shard).
-const HEAL_STEP_STRIPES: u64 = 256;
+/// Stripes rebuilt per step (bounds the memory of a heal: this many stripes of k + 1 shards, 4 MiB each).
+const HEAL_STEP_STRIPES: u64 = 1024;
+/// Objects healed at once: a rebuild is a chain of reads, a decode and a write; several in flight keep
+/// the drives busy (and bound the memory: this many steps).
+const HEAL_PARALLEL: usize = 4;
 /// Attributes copied per object (every object of this layer has a handful).
 const HEAL_ATTRS_MAX: usize = 1024;
 /// Names compared per scan step, per drive.
@@ -32,6 +35,9 @@ pub struct HealProgress {
     pub scanned_objects: AtomicU64,
     /// Full scans finished.
     pub scans_completed: AtomicU64,
+    /// Tail bytes lazy sync encoded into stripes, and the objects whose tails it encoded.
+    pub encoded_bytes: AtomicU64,
+    pub encoded_objects: AtomicU64,
 }
 
 /// What heal did to one object.
@@ -55,7 +61,7 @@ pub(crate) async fn heal_object<S: Store>(set: &Arc<SetInner<S>>, coll_name: &st
     let states = drive_states(set, &coll, name).await;
     let present: Vec<bool> = states.iter().map(|s| matches!(s, DriveState::Present { .. })).collect();
     let answered: Vec<bool> = states.iter().map(|s| !matches!(s, DriveState::Failed)).collect();
-    match decide(states, set.geometry().read_quorum()) {
+    match decide(states, set.geometry().read_quorum(), set.geometry().write_quorum()) {
         Verdict::NoQuorum { .. } => Err(StoreError::unavailable("too few drives agree to heal the object now")),
         Verdict::Absent => {
             let mut n = 0;
@@ -182,7 +188,7 @@ async fn rebuild_shard_range<S: Store>(
     let (s0, s1) = stripes_covering(g, from, to);
     let (at, len) = (s0 * SHARD_UNIT_BYTES, (s1 - s0) * SHARD_UNIT_BYTES);
     let rotation = r.layout.rotation as usize;
-    let reads = (0..g.drives()).map(|j| {
+    let read_shard = |j: usize| {
         let holder = r.holders[g.drive_of_shard(rotation, j)].as_ref();
         async move {
             let (snap, obj) = holder?;
@@ -191,15 +197,32 @@ async fn rebuild_shard_range<S: Store>(
                 _ => None,
             }
         }
-    });
-    let mut shards: Vec<Option<Vec<u8>>> = join_all(reads).await;
-    if shards[shard].is_none() || shards.iter().any(Option::is_none) {
-        let codec = codec_by_id(r.layout.codec, g.data, g.parity)
-            .ok_or_else(|| StoreError::corrupt(format!("an object's erasure code {} is unknown", r.layout.codec)))?;
-        shards[shard] = None;
-        codec.reconstruct(&mut shards).map_err(|e| StoreError::unavailable(format!("cannot rebuild: {e}")))?;
+    };
+    // k shards are enough: the data shards first (no decoding when the one rebuilt is parity), others
+    // only where those fail.
+    let mut shards: Vec<Option<Vec<u8>>> = vec![None; g.drives()];
+    let others: Vec<usize> = (0..g.drives()).filter(|j| *j != shard).collect();
+    let (first, rest) = others.split_at(g.data.min(others.len()));
+    for (j, b) in first.iter().zip(join_all(first.iter().map(|&j| read_shard(j))).await) {
+        shards[*j] = b;
     }
-    Ok(shards.swap_remove(shard).expect("rebuilt"))
+    if shards.iter().flatten().count() < g.data {
+        for (j, b) in rest.iter().zip(join_all(rest.iter().map(|&j| read_shard(j))).await) {
+            shards[*j] = b;
+        }
+    }
+    let codec = codec_by_id(r.layout.codec, g.data, g.parity)
+        .ok_or_else(|| StoreError::corrupt(format!("an object's erasure code {} is unknown", r.layout.codec)))?;
+    // Decoding is CPU work: off the async threads, which serve requests.
+    let shards = tokio::task::spawn_blocking(move || {
+        codec
+            .reconstruct(&mut shards)
+            .map(|()| shards)
+            .map_err(|e| StoreError::unavailable(format!("cannot rebuild: {e}")))
+    })
+    .await
+    .map_err(|e| StoreError::internal(format!("a decoding worker failed: {e}")))??;
+    shards.into_iter().nth(shard).flatten().ok_or_else(|| StoreError::internal("a rebuilt shard is missing"))
 }
 
 async fn read_tail_from<S: Store>(r: &Resolved<S>, l: &ObjectLayout) -> StoreResult<Vec<u8>> {
@@ -307,22 +330,35 @@ async fn damaged<S: Store>(set: &SetInner<S>, coll: &SetColl<S::Coll>, name: &[u
     }
 }
 
-/// Heals queued objects until the queue is empty or `max` were tried; returns how many were tried.
+/// Heals queued objects, `HEAL_PARALLEL` at a time, until the queue is empty or `max` were tried; returns
+/// how many were tried.
 pub(crate) async fn heal_queued<S: Store>(set: &Arc<SetInner<S>>, max: usize) -> usize {
-    let mut tried = 0;
-    while tried < max && set.check_alive().is_ok() {
-        let Some((coll, name)) = set.heal.lock().pop_first() else { break };
-        tried += 1;
-        match heal_object(set, &coll, &name).await {
-            Ok(Healed::Nothing) => {}
-            Ok(Healed::Drives(_)) => {
-                set.progress.healed_objects.fetch_add(1, Ordering::Relaxed);
-            }
-            Err(e) => {
-                tracing::debug!(collection = %coll, error = %e, "heal of an object failed; it is found again by the scanner");
-                set.progress.failed_objects.fetch_add(1, Ordering::Relaxed);
-            }
+    use futures::StreamExt;
+    let tried = std::sync::atomic::AtomicUsize::new(0);
+    let next = std::iter::from_fn(|| {
+        if tried.load(Ordering::Relaxed) >= max || set.check_alive().is_err() {
+            return None;
         }
-    }
-    tried
+        let item = set.heal.lock().pop_first()?;
+        tried.fetch_add(1, Ordering::Relaxed);
+        Some(item)
+    });
+    futures::stream::iter(next)
+        .map(|(coll, name)| async move { (heal_object(set, &coll, &name).await, coll) })
+        .buffer_unordered(HEAL_PARALLEL)
+        .for_each(|(result, coll)| {
+            match result {
+                Ok(Healed::Nothing) => {}
+                Ok(Healed::Drives(_)) => {
+                    set.progress.healed_objects.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(e) => {
+                    tracing::debug!(collection = %coll, error = %e, "heal of an object failed; it is found again by the scanner");
+                    set.progress.failed_objects.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            futures::future::ready(())
+        })
+        .await;
+    tried.load(Ordering::Relaxed)
 }

@@ -54,7 +54,15 @@ pub struct SetConfig {
     /// How often the background scanner compares the drives (None: only when a drive is attached or an
     /// operator asks).
     pub scan_interval: Option<std::time::Duration>,
+    /// Lazy sync of tails: once appends leave at least this many bytes (and a whole stripe) in an object's
+    /// tail, its whole stripes are encoded in the background. 0 encodes them on the request path instead,
+    /// in the append that fills a stripe (the read-modify-write ablation, for benchmarks).
+    pub lazy_encode_min_bytes: u64,
 }
+
+/// Tail bytes an object gathers before lazy sync encodes its whole stripes, by default: large enough that
+/// the encoding writes long runs, small enough that the tail's m + 1 copies stay cheap.
+pub const LAZY_ENCODE_MIN_BYTES: u64 = 1 << 20;
 
 /// A collection of the set: its name and its handle on each drive (None where the drive lacks it).
 #[derive(Clone, Debug)]
@@ -128,6 +136,10 @@ pub(crate) struct SetInner<S: Store> {
     pub(crate) generation: AtomicU64,
     /// Foreground reads and writes in flight: heal yields to them (paper 003).
     foreground_in_flight: AtomicU64,
+    /// Objects whose tails lazy sync should encode.
+    pub(crate) encode: Mutex<BTreeSet<(String, Vec<u8>)>>,
+    /// Wakes the encoder.
+    pub(crate) encode_wake: tokio::sync::Notify,
 }
 
 /// Counts a foreground read or write as in flight until dropped.
@@ -224,6 +236,15 @@ impl<S: Store> SetInner<S> {
         }
     }
 
+    /// Remembers an object whose tail holds whole stripes to encode (bounded: a later append queues it
+    /// again).
+    pub(crate) fn queue_encode(&self, coll: &str, name: &[u8]) {
+        let mut q = self.encode.lock();
+        if q.len() < HEAL_QUEUE_MAX && q.insert((coll.to_string(), name.to_vec())) && q.len() == 1 {
+            self.encode_wake.notify_one();
+        }
+    }
+
     /// Remembers an object whose drives disagree or miss shards (bounded: the scanner finds the rest).
     pub(crate) fn queue_heal(&self, coll: &str, name: &[u8]) {
         let mut q = self.heal.lock();
@@ -265,12 +286,15 @@ impl<S: Store> ErasureSet<S> {
             dead: Default::default(),
             generation: AtomicU64::new(0),
             foreground_in_flight: AtomicU64::new(0),
+            encode: Mutex::new(BTreeSet::new()),
+            encode_wake: tokio::sync::Notify::new(),
         };
         let set = ErasureSet { inner: Arc::new(inner) };
         undo::recover(&set.inner).await?;
         tokio::spawn(cleaner(Arc::downgrade(&set.inner)));
         if set.inner.cfg.heal_in_background {
             tokio::spawn(healer(Arc::downgrade(&set.inner)));
+            tokio::spawn(encoder(Arc::downgrade(&set.inner)));
         }
         Ok(set)
     }
@@ -300,6 +324,16 @@ impl<S: Store> ErasureSet<S> {
     /// Heals queued objects now, at most `max`; returns how many were tried.
     pub async fn heal_now(&self, max: usize) -> usize {
         heal::heal_queued(&self.inner, max).await
+    }
+
+    /// Tails waiting for lazy sync.
+    pub fn encode_backlog(&self) -> usize {
+        self.inner.encode.lock().len()
+    }
+
+    /// Encodes queued tails now, at most `max` objects; returns how many were tried.
+    pub async fn encode_tails_now(&self, max: usize) -> usize {
+        encode_queued(&self.inner, max).await
     }
 
     /// Heals one object now.
@@ -398,6 +432,37 @@ async fn healer<S: Store>(set: std::sync::Weak<SetInner<S>>) {
         if tried == 0 {
             let Some(s) = set.upgrade() else { return };
             let _ = tokio::time::timeout(TICK, s.heal_wake.notified()).await;
+        }
+    }
+}
+
+/// Encodes up to `max` queued tails, each after foreground work pauses; returns how many were tried.
+async fn encode_queued<S: Store>(set: &Arc<SetInner<S>>, max: usize) -> usize {
+    let mut tried = 0;
+    while tried < max {
+        let Some((coll, name)) = set.encode.lock().pop_first() else { break };
+        tried += 1;
+        set.yield_to_foreground().await;
+        match write::encode_tail_now(set, &coll, &name).await {
+            Ok(0) => {}
+            Ok(_) => {
+                set.progress.encoded_objects.fetch_add(1, Ordering::Relaxed);
+            }
+            // The next append queues it again; heal settles drives that missed the encoding.
+            Err(e) => tracing::debug!(error = %e, "lazy sync of a tail failed"),
+        }
+    }
+    tried
+}
+
+/// Encodes queued tails in the background (lazy sync) until the set is dropped.
+async fn encoder<S: Store>(set: std::sync::Weak<SetInner<S>>) {
+    const TICK: std::time::Duration = std::time::Duration::from_millis(500);
+    const STEP_OBJECTS: usize = 16;
+    loop {
+        let Some(s) = set.upgrade() else { return };
+        if encode_queued(&s, STEP_OBJECTS).await == 0 {
+            let _ = tokio::time::timeout(TICK, s.encode_wake.notified()).await;
         }
     }
 }

@@ -55,9 +55,11 @@ pub(crate) enum Verdict<S: Store> {
 }
 
 /// Decides an object's version from what each drive holds: the version held by the most drives, if a read
-/// quorum holds it; absent if a read quorum lacks the object.
-pub(crate) fn decide<S: Store>(states: Vec<DriveState<S>>, read_quorum: usize) -> Verdict<S> {
+/// quorum holds it; absent if a read quorum lacks the object, or if no version seen can be an acknowledged
+/// one (below).
+pub(crate) fn decide<S: Store>(states: Vec<DriveState<S>>, read_quorum: usize, write_quorum: usize) -> Verdict<S> {
     let answered = states.iter().filter(|s| !matches!(s, DriveState::Failed)).count();
+    let failed = states.len() - answered;
     let absent = states.iter().filter(|s| matches!(s, DriveState::Absent)).count();
     let mut counts: BTreeMap<[u8; 16], usize> = BTreeMap::new();
     for s in &states {
@@ -92,6 +94,13 @@ pub(crate) fn decide<S: Store>(states: Vec<DriveState<S>>, read_quorum: usize) -
             Verdict::Found(Resolved { layout, holders, asked, mtime_ns, high_priority })
         }
         _ if absent >= read_quorum => Verdict::Absent,
+        // An acknowledged version reached a write quorum, and only a later acknowledged write or delete
+        // takes it off those drives (an unacknowledged one is undone), so a current acknowledged version is
+        // on at least `write_quorum - failed` of the drives that answered. When fewer failed than a write
+        // quorum and every version seen is held by fewer than that, none is current: they are what drives
+        // that missed a delete (or hold an undone write's remains) still keep, and the object is absent.
+        // Without this, a stale drive among only k survivors would leave the read with no quorum.
+        _ if failed < write_quorum && counts.values().all(|n| n + failed < write_quorum) => Verdict::Absent,
         best => Verdict::NoQuorum { answered, agreeing: best.map_or(absent, |b| b.0.max(absent)) },
     }
 }
@@ -190,7 +199,7 @@ async fn resolve_asking<S: Store>(
         states[d] = Some(a);
     }
     let states = states.into_iter().map(|s| s.expect("every drive asked")).collect();
-    verdict_to_result(set, coll, name, decide(states, g.read_quorum()))
+    verdict_to_result(set, coll, name, decide(states, g.read_quorum(), g.write_quorum()))
 }
 
 /// The fast path's answer when every drive asked holds the same version, placed by the name's rotation (or
@@ -372,12 +381,18 @@ impl<S: Store> Snapshot for SetSnapshot<S> {
         Err(last.unwrap_or_else(|| StoreError::unavailable("no drive holds the object")))
     }
 
+    /// The caller's attributes: the set's own (the layout) are not among them, as no caller may set them.
     async fn attrs(&self, obj: &SetObj<S>, start_after: &[u8], limit: usize) -> StoreResult<Vec<(Vec<u8>, Vec<u8>)>> {
         let r = obj.get(&self.set).await?;
         let mut last = None;
         for (snap, o) in r.holders.iter().flatten() {
-            match snap.attrs(o, start_after, limit).await {
-                Ok(v) => return Ok(v),
+            // One more than asked, in case the layout is among them.
+            match snap.attrs(o, start_after, limit.saturating_add(1)).await {
+                Ok(mut v) => {
+                    v.retain(|(k, _)| k.as_slice() != LAYOUT_ATTR);
+                    v.truncate(limit);
+                    return Ok(v);
+                }
                 Err(e) => last = Some(e),
             }
         }

@@ -31,6 +31,9 @@ pub(crate) enum UndoAction {
     Restore,
     /// The object did not exist on the drive before the write: remove it.
     RemoveCreated,
+    /// The old object was cloned to this entry's own object before bytes of it were overwritten: rename
+    /// it back, with the listing tag it had (a clone takes none).
+    RestoreCopy { tag: Option<Vec<u8>> },
     /// The object was changed in place: set back its size, attributes, listing tag and priority.
     Revert { old_size: u64, attrs: Vec<(Vec<u8>, Option<Vec<u8>>)>, tag: Option<Vec<u8>>, priority: bool },
 }
@@ -111,6 +114,10 @@ impl UndoEntry {
         match &self.action {
             UndoAction::Restore => v.push(0),
             UndoAction::RemoveCreated => v.push(1),
+            UndoAction::RestoreCopy { tag } => {
+                v.push(3);
+                put_opt(&mut v, tag);
+            }
             UndoAction::Revert { old_size, attrs, tag, priority } => {
                 v.push(2);
                 v.extend_from_slice(&old_size.to_be_bytes());
@@ -152,6 +159,7 @@ impl UndoEntry {
         let action = match c.u8()? {
             0 => UndoAction::Restore,
             1 => UndoAction::RemoveCreated,
+            3 => UndoAction::RestoreCopy { tag: c.opt()? },
             2 => {
                 let old_size = c.u64()?;
                 let tag = c.opt()?;
@@ -220,6 +228,21 @@ pub(crate) fn undo_ops<C: Clone, St>(
             Op::Rename { coll: undo_coll.clone(), from: entry_obj.to_vec(), to_coll: coll.clone(), to: name.clone() },
             Op::RemoveAttr { coll: coll.clone(), name, key: UNDO_ATTR.to_vec() },
         ],
+        UndoAction::RestoreCopy { tag } => {
+            let mut ops = vec![
+                Op::Rename {
+                    coll: undo_coll.clone(),
+                    from: entry_obj.to_vec(),
+                    to_coll: coll.clone(),
+                    to: name.clone(),
+                },
+                Op::RemoveAttr { coll: coll.clone(), name: name.clone(), key: UNDO_ATTR.to_vec() },
+            ];
+            if let Some(t) = tag {
+                ops.push(Op::SetNameTag { coll: coll.clone(), name, tag: t.clone() });
+            }
+            ops
+        }
         UndoAction::RemoveCreated if exists => vec![Op::Remove { coll: coll.clone(), name }, remove_entry],
         UndoAction::RemoveCreated => vec![remove_entry],
         UndoAction::Revert { old_size, attrs, tag, priority } => {
@@ -469,6 +492,18 @@ mod tests {
         let entries = [
             UndoEntry { coll: "b/x".into(), name: b"k".to_vec(), target: Some([3; 16]), action: UndoAction::Restore },
             UndoEntry { coll: "mpu".into(), name: vec![0, 255], target: None, action: UndoAction::RemoveCreated },
+            UndoEntry {
+                coll: "b/z".into(),
+                name: b"appended".to_vec(),
+                target: Some([4; 16]),
+                action: UndoAction::RestoreCopy { tag: Some(b"listing tag".to_vec()) },
+            },
+            UndoEntry {
+                coll: "b/z".into(),
+                name: b"u".to_vec(),
+                target: None,
+                action: UndoAction::RestoreCopy { tag: None },
+            },
             UndoEntry {
                 coll: "b/y".into(),
                 name: b"log".to_vec(),

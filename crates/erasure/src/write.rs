@@ -115,6 +115,7 @@ fn encode_stripes(g: SetGeometry, buf: AlignedBuf, len: usize) -> StoreResult<(A
 
 type SetTxn<S> = Txn<SetColl<<S as Store>::Coll>, SetStaged<<S as Store>::Staged>>;
 type DriveOp<S> = Op<<S as Store>::Coll, <S as Store>::Staged>;
+type SetOp<S> = Op<SetColl<<S as Store>::Coll>, SetStaged<<S as Store>::Staged>>;
 
 /// What the planner knows of one object the transaction touches.
 struct ObjWork {
@@ -140,12 +141,24 @@ struct ObjWork {
     changed_attrs: BTreeSet<Vec<u8>>,
     changed_tag: bool,
     changed_priority: bool,
-    /// Its undo entry per drive once saved: (entry index, whether the drive moved the object aside).
-    saved: HashMap<usize, (u32, bool)>,
+    /// Its undo entry per drive once saved: (entry index, how the drive kept the old object).
+    saved: HashMap<usize, (u32, Saved)>,
     /// Its priority before the transaction (what a revert restores).
     before_priority: bool,
     /// Tail bytes this transaction appended (with the tail before it, what encoding the tail needs).
     appended_tail: Vec<u8>,
+}
+
+/// How a drive kept an object's old state for its undo entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Saved {
+    /// Moved aside (renamed into the undo log) before it was replaced.
+    Moved,
+    /// It was not on the drive: the entry removes what the write created.
+    Created,
+    /// Cloned into the undo log (its blocks shared, nothing copied) before bytes of it were overwritten in
+    /// place, which a revert to the old size could not put back.
+    Copied,
 }
 
 struct Planner<'a, S: Store> {
@@ -235,7 +248,7 @@ impl<'a, S: Store> Planner<'a, S> {
             .enumerate()
             .filter(|(_, s)| matches!(s, DriveState::Present { .. }))
             .fold(0u16, |m, (d, _)| m | 1 << d);
-        let (before, holders, before_priority) = match decide(states, self.g.read_quorum()) {
+        let (before, holders, before_priority) = match decide(states, self.g.read_quorum(), self.g.write_quorum()) {
             Verdict::Found(r) => {
                 let holders =
                     r.holders.iter().enumerate().filter(|(_, h)| h.is_some()).fold(0u16, |m, (d, _)| m | 1 << d);
@@ -301,18 +314,40 @@ impl<'a, S: Store> Planner<'a, S> {
             let entry = self.next_entry;
             self.next_entry += 1;
             let entry_obj = entry_name(&self.write_id, entry);
-            let moved = present & (1 << d) != 0;
-            if moved {
+            let saved = if present & (1 << d) != 0 {
                 self.push(d, Some(o), Op::Rename { coll: c, from: name.clone(), to_coll: undo, to: entry_obj });
+                Saved::Moved
             } else {
                 self.push(d, Some(o), Op::Create { coll: undo, name: entry_obj });
-            }
-            self.objects[o].saved.insert(d, (entry, moved));
+                Saved::Created
+            };
+            self.objects[o].saved.insert(d, (entry, saved));
         }
         let w = &mut self.objects[o];
         w.participants = all;
         w.replaced = true;
         w.present_on = 0;
+    }
+
+    /// Before bytes of the object are overwritten in place on drives `mask` (its tail holders, when the
+    /// tail is encoded): each clones it into its undo log, so that an undo puts those bytes back.
+    fn copy_aside(&mut self, o: usize, mask: u16) {
+        if !self.logged || self.objects[o].replaced {
+            return;
+        }
+        let coll = self.coll_of(o);
+        let name = self.objects[o].name.clone();
+        for d in mask_iter(mask & self.objects[o].participants) {
+            if self.objects[o].saved.contains_key(&d) {
+                continue;
+            }
+            let (Some(undo), Some(c)) = (self.set.undo_coll(d), coll.members[d].clone()) else { continue };
+            let entry = self.next_entry;
+            self.next_entry += 1;
+            let to = entry_name(&self.write_id, entry);
+            self.push(d, Some(o), Op::Clone { coll: c, from: name.clone(), to_coll: undo, to });
+            self.objects[o].saved.insert(d, (entry, Saved::Copied));
+        }
     }
 
     /// Ops that start a fresh, empty object on every participant (a reset: unlogged, with one drive, the
@@ -357,35 +392,55 @@ impl<'a, S: Store> Planner<'a, S> {
         Ok(())
     }
 
-    /// Encodes an object's tail when it is whole stripes (before stripes are added after it): the tail's
-    /// bytes are read (the part from before this transaction, from a holder), cut into shards, staged, and
-    /// replace the tail on every drive.
-    async fn encode_tail(&mut self, i: usize, o: usize) -> StoreResult<()> {
-        let mut l = self.require(i, o)?;
-        let (tail, stripe) = (l.tail_bytes(), self.g.stripe_bytes());
-        if tail == 0 {
-            return Ok(());
-        }
-        if !tail.is_multiple_of(stripe) {
-            return Err(bad(i, "stripes follow an object's tail only when it is whole stripes"));
+    /// The object's tail as the operations so far left it: the part from before this transaction (read
+    /// from a holder) and the bytes it appended.
+    async fn current_tail(&self, o: usize) -> StoreResult<Vec<u8>> {
+        let w = &self.objects[o];
+        let tail = w.now.map_or(0, |n| n.tail_bytes());
+        let appended = w.appended_tail.len() as u64;
+        if appended > tail {
+            return Err(StoreError::internal("more bytes appended to the tail than it holds"));
         }
         let mut bytes = Vec::with_capacity(tail as usize);
-        let w = &self.objects[o];
-        let before_tail = w.now.map_or(0, |n| n.tail_bytes()) - w.appended_tail.len() as u64;
+        let before_tail = tail - appended;
         if before_tail > 0 {
-            let b = w.before.expect("a tail from before the transaction");
+            let b = w.before.ok_or_else(|| StoreError::internal("a tail from before the transaction"))?;
             let read = self.read_tail(o, b).await?;
+            if (read.len() as u64) < before_tail {
+                return Err(StoreError::internal("the tail from before the transaction is shorter than it was"));
+            }
             bytes.extend_from_slice(&read[read.len() - before_tail as usize..]);
         }
-        bytes.extend_from_slice(&self.objects[o].appended_tail);
+        bytes.extend_from_slice(&w.appended_tail);
         if bytes.len() as u64 != tail {
             return Err(StoreError::internal("the tail's bytes do not add up"));
         }
-        let buf = AlignedBuf::copy_of(&bytes);
+        Ok(bytes)
+    }
+
+    /// Encodes the whole stripes at the start of an object's tail: they are cut into shards, staged, and
+    /// take the tail's place on every drive (its holders first keep a copy for the undo log); the rest of
+    /// the tail (less than a stripe) stays on the same holders after them. With `whole_only`, a tail that
+    /// is not whole stripes is an error (stripes are about to follow it). With `keep_time` the object's
+    /// time stays (lazy sync changes how bytes are kept, not the object).
+    async fn encode_tail(&mut self, i: usize, o: usize, whole_only: bool, keep_time: bool) -> StoreResult<u64> {
+        let l = self.require(i, o)?;
+        let (tail, stripe) = (l.tail_bytes(), self.g.stripe_bytes());
+        if whole_only && !tail.is_multiple_of(stripe) {
+            return Err(bad(i, "stripes follow an object's tail only when it is whole stripes"));
+        }
+        let whole = tail / stripe * stripe;
+        if whole == 0 {
+            return Ok(0);
+        }
+        let bytes = self.current_tail(o).await.map_err(|e| e.in_op(i))?;
+        let (head, rest) = bytes.split_at(whole as usize);
         let name = self.objects[o].name.clone();
+        let buf = AlignedBuf::copy_of(head);
         let (staged, _) =
-            stage_at(self.set, buf, bytes.len(), l.rotation as usize, &name).await.map_err(|e| e.in_op(i))?;
+            stage_at(self.set, buf, head.len(), l.rotation as usize, &name).await.map_err(|e| e.in_op(i))?;
         // Holders drop the tail's bytes; then every drive takes its shard where the tail began.
+        self.copy_aside(o, l.tail_holders);
         let coll = self.coll_of(o);
         let at = l.shard_bytes();
         for d in mask_iter(self.objects[o].participants & l.tail_holders) {
@@ -393,11 +448,32 @@ impl<'a, S: Store> Planner<'a, S> {
                 self.push(d, Some(o), Op::Truncate { coll: c, name: name.clone(), size_bytes: at });
             }
         }
-        l.size_bytes = l.encoded_bytes;
-        l.tail_holders = 0;
-        self.objects[o].now = Some(l);
+        let mut encoded = l;
+        encoded.size_bytes = l.encoded_bytes;
+        encoded.tail_holders = 0;
+        self.objects[o].now = Some(encoded);
         self.objects[o].appended_tail.clear();
-        self.write_staged(i, o, l.encoded_bytes, staged)
+        self.write_staged(i, o, encoded.encoded_bytes, staged)?;
+        if !rest.is_empty() {
+            self.append_tail(i, o, rest.to_vec())?;
+        }
+        let mut after = self.require(i, o)?;
+        debug_assert_eq!(after.size_bytes, l.size_bytes, "encoding a tail keeps the object's bytes");
+        debug_assert_eq!(after.encoded_bytes, l.encoded_bytes + whole);
+        if keep_time {
+            after.mtime_ns = l.mtime_ns;
+            self.objects[o].now = Some(after);
+        }
+        Ok(whole)
+    }
+
+    /// With tails encoded on the request path (the ablation of lazy sync), encodes the whole stripes an
+    /// append left in the tail before the write is acknowledged.
+    async fn encode_on_request(&mut self, i: usize, o: usize) -> StoreResult<()> {
+        if self.set.cfg.lazy_encode_min_bytes == 0 {
+            self.encode_tail(i, o, false, false).await?;
+        }
+        Ok(())
     }
 
     async fn op(&mut self, i: usize, op: Op<SetColl<S::Coll>, SetStaged<S::Staged>>) -> StoreResult<()> {
@@ -429,7 +505,8 @@ impl<'a, S: Store> Planner<'a, S> {
                 if offset != size {
                     return Err(bad(i, format!("an erasure set writes at an object's end ({size}), not at {offset}")));
                 }
-                self.append_tail(i, o, data)
+                self.append_tail(i, o, data)?;
+                self.encode_on_request(i, o).await
             }
             Op::Append { coll, name, data, expected_offset } => {
                 let o = self.object(&coll, &name).await?;
@@ -448,14 +525,14 @@ impl<'a, S: Store> Planner<'a, S> {
                 }
                 self.append_tail(i, o, data)?;
                 self.outcome.append_sizes.push(size + self.objects[o].now.map_or(0, |l| l.size_bytes - size));
-                Ok(())
+                self.encode_on_request(i, o).await
             }
             Op::WriteStaged { coll, name, offset, staged } => {
                 let o = self.object(&coll, &name).await?;
                 if self.objects[o].now.is_none() {
                     self.start_fresh(o);
                 }
-                self.encode_tail(i, o).await?;
+                self.encode_tail(i, o, true, false).await?;
                 self.write_staged(i, o, offset, staged)
             }
             Op::Remove { coll, name } => {
@@ -681,7 +758,7 @@ impl<'a, S: Store> Planner<'a, S> {
             self.start_fresh(t);
         }
         if len >= self.g.stripe_bytes() {
-            self.encode_tail(i, t).await?;
+            self.encode_tail(i, t, true, false).await?;
         }
         let mut dl = self.require(i, t)?;
         let stripe = self.g.stripe_bytes();
@@ -860,12 +937,15 @@ impl<'a, S: Store> Planner<'a, S> {
         }
         let target = now.map(|l| l.write_id);
         let revert = if self.objects[o].replaced { None } else { Some(self.revert_parts(o).await?) };
+        // A copy kept in the undo log has no listing tag (a clone takes none): its entry carries it.
+        let copied = self.objects[o].saved.values().any(|(_, s)| *s == Saved::Copied);
+        let copied_tag = if copied { self.read_tag(o).await? } else { None };
         for d in mask_iter(participants) {
             let Some(undo) = self.set.undo_coll(d) else { continue };
             let (action, index) = match (&revert, self.objects[o].saved.get(&d).copied()) {
-                (None, Some((index, moved))) => {
-                    (if moved { UndoAction::Restore } else { UndoAction::RemoveCreated }, index)
-                }
+                (_, Some((index, Saved::Copied))) => (UndoAction::RestoreCopy { tag: copied_tag.clone() }, index),
+                (None, Some((index, Saved::Moved))) => (UndoAction::Restore, index),
+                (None, Some((index, Saved::Created))) => (UndoAction::RemoveCreated, index),
                 (None, None) => (UndoAction::RemoveCreated, self.new_entry(d, &undo)),
                 (Some((before, attrs, tag, priority)), _) => {
                     // A drive truncates to its own old size: a tail holder's includes the tail.
@@ -940,15 +1020,57 @@ struct Finished<S: Store> {
     outcome: Outcome,
 }
 
+/// What a set transaction does: a store transaction's operations, or (in the background) the lazy sync
+/// of one object's tail.
+enum Plan<S: Store> {
+    Ops(Vec<SetOp<S>>),
+    EncodeTail { coll: SetColl<S::Coll>, name: Vec<u8> },
+}
+
 /// Applies a logical transaction on the set (see the module comment).
 pub(crate) async fn commit<S: Store>(set: &Arc<SetInner<S>>, txn: SetTxn<S>) -> StoreResult<Outcome> {
     set.check_alive()?;
     let _foreground = set.foreground();
     let names: Vec<(Arc<str>, Vec<u8>)> = txn.ops.iter().flat_map(touched).collect();
+    apply(set, names, Plan::Ops(txn.ops)).await
+}
+
+/// Encodes the whole stripes of an object's tail (lazy sync, paper 001 carried to erasure coding): until
+/// then an append only adds to the tail on its m + 1 holders, never re-reading or re-encoding a stripe on
+/// the request path. Returns the bytes encoded (0 when the tail holds no whole stripe, or the object went).
+pub(crate) async fn encode_tail_now<S: Store>(set: &Arc<SetInner<S>>, coll: &str, name: &[u8]) -> StoreResult<u64> {
+    set.check_alive()?;
+    let Some(c) = crate::SetSnapshot::new(set.clone()).collection(coll).await? else { return Ok(0) };
+    let names = vec![(c.name.clone(), name.to_vec())];
+    let before = set.progress.encoded_bytes.load(Ordering::Relaxed);
+    apply(set, names, Plan::EncodeTail { coll: c, name: name.to_vec() }).await?;
+    Ok(set.progress.encoded_bytes.load(Ordering::Relaxed) - before)
+}
+
+async fn apply<S: Store>(
+    set: &Arc<SetInner<S>>,
+    names: Vec<(Arc<str>, Vec<u8>)>,
+    plan: Plan<S>,
+) -> StoreResult<Outcome> {
     let _locks = set.locks.write(names.iter().map(|(c, n)| (&**c, n.as_slice()))).await;
     let mut planner = Planner::new(set);
-    for (i, op) in txn.ops.into_iter().enumerate() {
-        planner.op(i, op).await?;
+    let mut encoded = 0;
+    match plan {
+        Plan::Ops(ops) => {
+            for (i, op) in ops.into_iter().enumerate() {
+                planner.op(i, op).await?;
+            }
+        }
+        Plan::EncodeTail { coll, name } => {
+            let o = planner.object(&coll, &name).await?;
+            if planner.objects[o].now.is_none() {
+                return Ok(Outcome::default());
+            }
+            encoded = planner.encode_tail(0, o, false, true).await?;
+            if encoded == 0 {
+                return Ok(Outcome::default());
+            }
+        }
     }
     let quorum = set.geometry().write_quorum();
     let f = planner.finish().await?;
@@ -1008,6 +1130,13 @@ pub(crate) async fn commit<S: Store>(set: &Arc<SetInner<S>>, txn: SetTxn<S>) -> 
             .flat_map(|(d, es)| es.into_iter().map(move |(n, _)| (d, n)))
             .collect();
         queue_cleanup(set, cleanup);
+        set.progress.encoded_bytes.fetch_add(encoded, Ordering::Relaxed);
+        let min = set.cfg.lazy_encode_min_bytes;
+        for w in f.objects.iter().filter(|w| w.changed) {
+            if min > 0 && w.now.is_some_and(|l| l.tail_bytes() >= min.max(set.geometry().stripe_bytes())) {
+                set.queue_encode(&w.coll, &w.name);
+            }
+        }
         return Ok(f.outcome);
     }
     set.counters.failed_writes.fetch_add(1, Ordering::Relaxed);

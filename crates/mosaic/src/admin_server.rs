@@ -66,6 +66,9 @@ fn render_metrics(state: &AdminState) -> String {
         g("mosaic_set_healed_objects", h.healed_objects.load(Relaxed));
         g("mosaic_set_healed_bytes", h.healed_bytes.load(Relaxed));
         g("mosaic_set_heal_failures", h.failed_objects.load(Relaxed));
+        g("mosaic_set_encode_backlog", set.encode_backlog() as u64);
+        g("mosaic_set_encoded_bytes", h.encoded_bytes.load(Relaxed));
+        g("mosaic_set_encoded_objects", h.encoded_objects.load(Relaxed));
     }
     state.prometheus.render()
 }
@@ -210,6 +213,8 @@ fn sets_json(state: &AdminState) -> serde_json::Value {
                 "healed_bytes": h.healed_bytes.load(Relaxed),
                 "heal_failures": h.failed_objects.load(Relaxed),
                 "scans_completed": h.scans_completed.load(Relaxed),
+                "encode_backlog": set.encode_backlog(),
+                "encoded_bytes": h.encoded_bytes.load(Relaxed),
                 "degraded_reads": c.degraded_reads.load(Relaxed),
                 "partial_writes": c.partial_writes.load(Relaxed),
                 "failed_writes": c.failed_writes.load(Relaxed),

@@ -33,6 +33,7 @@ pub struct FileConfig {
     pub heal_rate: Option<String>,
     pub scan_interval: Option<String>,
     pub io_engine: Option<String>,
+    pub lazy_encode_min_size: Option<String>,
 }
 
 /// Values given on the command line or in the environment (clap merges the two; flags win).
@@ -117,6 +118,11 @@ pub struct ServerArgs {
     /// (e.g. 1h).
     #[arg(long, env = "MOSAIC_SCAN_INTERVAL", value_name = "DURATION")]
     pub scan_interval: Option<String>,
+    /// Appends gather in an object's tail (m + 1 copies) until it holds this much (e.g. 1MiB); then
+    /// background lazy sync encodes its whole stripes. 0 encodes each stripe in the append that fills it
+    /// (the read-modify-write ablation, for benchmarks).
+    #[arg(long, env = "MOSAIC_LAZY_ENCODE_MIN_SIZE", value_name = "SIZE", hide = true)]
+    pub lazy_encode_min_size: Option<String>,
     /// Testing only: each drive's device can be made to fail or to refuse writes through the admin API
     /// (the drive fault tests).
     #[arg(long, env = "MOSAIC_FAULT_INJECTION", hide = true)]
@@ -165,6 +171,8 @@ pub struct Config {
     pub heal_bytes_per_s: u64,
     /// Time between two background scans of a set's drives.
     pub scan_interval: Duration,
+    /// Tail bytes before lazy sync encodes an object's whole stripes; 0: on the request path.
+    pub lazy_encode_min_bytes: u64,
     pub io_engine: mosaic_engine::IoEngine,
     pub simulate_power_loss: bool,
     pub fault_injection: bool,
@@ -178,6 +186,8 @@ const MAX_CONNECTIONS_LIMIT: usize = 65_536;
 const MAX_SHUTDOWN_SECS: u64 = 3600;
 const MAX_INLINE_BYTES: u64 = 1 << 20;
 const MAX_SCRUB_BYTES_PER_S: u64 = 16 << 30;
+/// Largest tail lazy sync lets an object gather (its m + 1 copies are kept whole until then).
+const MAX_LAZY_ENCODE_MIN_BYTES: u64 = 1 << 30;
 const MIN_SCRUB_INTERVAL: Duration = Duration::from_secs(1);
 const MAX_SCRUB_INTERVAL: Duration = Duration::from_secs(366 * 24 * 3600);
 const MAX_META_CACHE_BYTES: u64 = 64 << 30;
@@ -281,6 +291,11 @@ impl Config {
             return Err(format!("scrub_interval: {interval} is not between 1s and 366d"));
         }
         let heal_bytes_per_s = size("heal_rate", &pick(&args.heal_rate, &file.heal_rate).unwrap_or("1GiB".into()))?;
+        let lazy = pick(&args.lazy_encode_min_size, &file.lazy_encode_min_size).unwrap_or("1MiB".into());
+        let lazy_encode_min_bytes = size("lazy_encode_min_size", &lazy)?;
+        if lazy_encode_min_bytes > MAX_LAZY_ENCODE_MIN_BYTES {
+            return Err(format!("lazy_encode_min_size: {lazy} is above the maximum 1GiB"));
+        }
         let interval = pick(&args.scan_interval, &file.scan_interval).unwrap_or("1h".into());
         let scan_interval = humantime::parse_duration(&interval)
             .map_err(|e| format!("scan_interval: {interval:?} is not a duration such as 1h or 30m: {e}"))?;
@@ -313,6 +328,7 @@ impl Config {
             scrub_interval,
             heal_bytes_per_s,
             scan_interval,
+            lazy_encode_min_bytes,
             io_engine,
             simulate_power_loss: args.simulate_power_loss,
             fault_injection: args.fault_injection,
@@ -342,6 +358,7 @@ mod tests {
         assert!(c.page_cache_reads);
         assert_eq!(c.scrub_bytes_per_s, 8 << 20);
         assert_eq!(c.heal_bytes_per_s, 1 << 30);
+        assert_eq!(c.lazy_encode_min_bytes, 1 << 20);
         assert_eq!(c.scan_interval, Duration::from_secs(3600));
     }
 
@@ -349,7 +366,12 @@ mod tests {
     fn heal_and_scan() {
         let c = resolve(ServerArgs::default(), "heal_rate = \"64MiB\"\nscan_interval = \"10m\"").unwrap();
         assert_eq!((c.heal_bytes_per_s, c.scan_interval), (64 << 20, Duration::from_secs(600)));
-        for bad in ["heal_rate = \"fast\"", "scan_interval = \"0s\"", "scan_interval = \"never\""] {
+        for bad in [
+            "heal_rate = \"fast\"",
+            "scan_interval = \"0s\"",
+            "scan_interval = \"never\"",
+            "lazy_encode_min_size = \"2GiB\"",
+        ] {
             let e = resolve(ServerArgs::default(), bad).unwrap_err();
             assert!(e.starts_with(bad.split(' ').next().unwrap()), "{e}");
         }

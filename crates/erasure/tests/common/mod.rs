@@ -30,6 +30,7 @@ pub fn set_config(k: usize, m: usize) -> SetConfig {
         heal_in_background: false,
         heal_bytes_per_s: 0,
         scan_interval: None,
+        lazy_encode_min_bytes: mosaic_erasure::LAZY_ENCODE_MIN_BYTES,
     }
 }
 
@@ -71,7 +72,11 @@ pub async fn sole_owner(store: &Arc<DriveStore>) {
 
 impl TestSet {
     pub async fn new(k: usize, m: usize) -> TestSet {
-        let cfg = set_config(k, m);
+        Self::with_config(set_config(k, m)).await
+    }
+
+    pub async fn with_config(cfg: SetConfig) -> TestSet {
+        let (k, m) = (cfg.geometry.data, cfg.geometry.parity);
         let mut devices = Vec::new();
         let mut dirs = Vec::new();
         let mut members = Vec::new();
@@ -96,11 +101,28 @@ impl TestSet {
         self.set.detach_drive(slot);
         if let Some(old) = old {
             let _ = old.close().await;
+            // A background step of the set (the undo cleaner) may hold it a moment longer: its database
+            // stays locked until the last holder lets go.
+            sole_owner(&old).await;
             drop(old);
         }
-        let engine =
-            Engine::open(self.dirs[slot].path(), Arc::new(self.devices[slot].clone()), engine_config()).unwrap();
+        let engine = self.open_engine(slot).await;
         self.set.attach_drive(slot, Arc::new(DriveStore::new(engine))).await.unwrap();
+    }
+
+    /// Opens drive `slot`'s engine again, polling (at most 10 s) while a straggling read of the old one (a
+    /// blocking task a degraded read no longer waits for) still holds its database's lock.
+    async fn open_engine(&self, slot: usize) -> Engine {
+        for _ in 0..10_000 {
+            match Engine::open(self.dirs[slot].path(), Arc::new(self.devices[slot].clone()), engine_config()) {
+                Ok(e) => return e,
+                Err(e) if e.to_string().contains("lock") => {
+                    tokio::time::sleep(std::time::Duration::from_millis(1)).await
+                }
+                Err(e) => panic!("drive {slot} does not open again: {e}"),
+            }
+        }
+        panic!("drive {slot} is still held by its old engine")
     }
 
     /// Replaces drive `slot` with a newly formatted one (the old one is gone).
