@@ -15,11 +15,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Stripes rebuilt per step (bounds the memory of a heal: this many stripes of k + 1 shards, 4 MiB each).
-const HEAL_STEP_STRIPES: u64 = 1024;
-/// Objects healed at once: a rebuild is a chain of reads, a decode and a write; several in flight keep
-/// the drives busy (and bound the memory: this many steps).
-const HEAL_PARALLEL: usize = 4;
+/// Stripes rebuilt per step (bounds the memory of a heal: this many stripes of k + 1 shards, 1 MiB each).
+const HEAL_STEP_STRIPES: u64 = 256;
+/// Objects healed at once. Measured on one disk (docs/bench/2026-11-24-heal-parallel): four at once in
+/// 4 MiB steps rebuilt slower (79 MiB/s against 106) and made the load's p99 four times longer during a
+/// heal, so one.
+const HEAL_PARALLEL: usize = 1;
 /// Attributes copied per object (every object of this layer has a handful).
 const HEAL_ATTRS_MAX: usize = 1024;
 /// Names compared per scan step, per drive.
@@ -155,6 +156,8 @@ async fn rebuild_on<S: Store>(
         let end = (at + HEAL_STEP_STRIPES * stripe).min(l.encoded_bytes);
         let bytes = rebuild_shard_range(r, &g, shard, at, end).await?;
         let len = bytes.len();
+        // Between the reads and the write too: each is a burst of IO on the drives foreground work uses.
+        set.yield_to_foreground().await;
         let (staged, _) = store.stage(AlignedBuf::copy_of(&bytes), len, name).await?;
         txn.push(Op::WriteStaged { coll: c.clone(), name: name.to_vec(), offset: at / g.data as u64, staged });
         set.progress.healed_bytes.fetch_add(len as u64, Ordering::Relaxed);
