@@ -6,6 +6,7 @@
 //! This crate drives the engine through its public API and S3 stores through aws-sdk-s3 only; it knows
 //! nothing of Mosaic's server internals.
 
+pub mod ceiling;
 pub mod compare;
 pub mod engine_bench;
 pub mod plot;

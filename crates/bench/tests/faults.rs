@@ -118,3 +118,24 @@ async fn a_failed_prepare_stops_the_run_with_the_reason() {
     let e = run_s3_bench(&options(&endpoint, S3Workload::CosbenchA)).await.unwrap_err();
     assert!(e.contains("preparing") && e.contains("http_500_InternalError"), "{e}");
 }
+
+/// The ceiling server takes the bench's PUTs and serves its GETs back verified: a small-GET run against it
+/// completes with no errors and every body read back exactly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ceiling_serves_a_get_workload_without_errors() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(mosaic_bench::ceiling::serve(listener));
+    let mut o = S3BenchOptions::new(&format!("http://{addr}"), "ak", "sk", S3Workload::CosbenchA);
+    o.mix = Some(mosaic_bench::s3::Mix { get: 100, put: 0, delete: 0, zipf: false });
+    o.objects = Some(50);
+    o.ops = Some(500);
+    o.warmup = Duration::ZERO;
+    o.concurrency = 4;
+    o.keep = true;
+    o.progress = false;
+    let r = run_s3_bench(&o).await.unwrap();
+    assert_eq!(r.total.errors, 0, "{r:?}");
+    assert_eq!(r.operations["GET"].ops, 500, "every GET read its body back exactly");
+    server.abort();
+}

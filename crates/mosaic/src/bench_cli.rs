@@ -21,6 +21,17 @@ enum BenchCommand {
     S3(Box<S3BenchArgs>),
     /// Results of `bench s3 --json`/`--out` side by side, as ratios to the first, with one plot.
     Compare(CompareArgs),
+    /// The ceiling: a minimal server answering the bench's PUTs and GETs from memory with the headers
+    /// Mosaic sends, to measure what HTTP plus the client allow on this machine (bench tooling only: it
+    /// checks no signature and keeps nothing).
+    Ceiling(CeilingArgs),
+}
+
+#[derive(clap::Args)]
+pub struct CeilingArgs {
+    /// Where to listen (loopback by default).
+    #[arg(long, default_value = "127.0.0.1:19600", value_name = "HOST:PORT")]
+    address: std::net::SocketAddr,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -87,6 +98,7 @@ pub fn run(b: BenchArgs) -> Result<ExitCode, String> {
     match b.command {
         BenchCommand::S3(a) => run_s3(*a),
         BenchCommand::Compare(a) => run_compare(a),
+        BenchCommand::Ceiling(a) => run_ceiling(a),
         BenchCommand::Engine(a) => {
             let opts = mosaic_bench::EngineBenchOptions {
                 workload: match a.workload {
@@ -369,6 +381,22 @@ fn run_s3(a: S3BenchArgs) -> Result<ExitCode, String> {
             println!("report: {}", dir.join("report.md").display());
         }
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run_ceiling(a: CeilingArgs) -> Result<ExitCode, String> {
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
+    rt.block_on(async {
+        let listener = tokio::net::TcpListener::bind(a.address)
+            .await
+            .map_err(|e| format!("cannot listen on {}: {e}", a.address))?;
+        let bound = listener.local_addr().map_err(|e| e.to_string())?;
+        println!("ceiling serving on {bound}");
+        tokio::select! {
+            r = mosaic_bench::ceiling::serve(listener) => r.map_err(|e| e.to_string()),
+            _ = tokio::signal::ctrl_c() => Ok(()),
+        }
+    })?;
     Ok(ExitCode::SUCCESS)
 }
 
