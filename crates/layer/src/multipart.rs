@@ -217,7 +217,7 @@ impl<S: Store> S3Semantics<S> {
             let Some(entry) = batch.into_iter().next() else { break };
             // The upload's record ("<bucket>/<id>\0<key>") comes first, then its parts ("<bucket>/<id>/...");
             // skip the parts with one seek: '0' sorts right after '/'.
-            let id = String::from_utf8_lossy(unlocated(&entry.name[base.len()..])).into_owned();
+            let id = String::from_utf8_lossy(mosaic_store::without_locator(&entry.name[base.len()..])).into_owned();
             from = [&base[..], id.as_bytes(), b"0"].concat();
             // A part without its upload (left by an upload being removed): not an upload.
             let Some(raw) = snap.attr(&entry.obj, ATTR_UPLOAD).await? else { continue };
@@ -257,7 +257,7 @@ impl<S: Store> S3Semantics<S> {
         let prefix = parts_prefix(bucket, upload_id);
         let mut out = Vec::new();
         for entry in snap.list_entries(&self.mpu().await?, &prefix, &prefix, MAX_PARTS as usize + 1).await? {
-            let num: u32 = std::str::from_utf8(unlocated(&entry.name[prefix.len()..]))
+            let num: u32 = std::str::from_utf8(mosaic_store::without_locator(&entry.name[prefix.len()..]))
                 .ok()
                 .and_then(|s| s.parse().ok())
                 .filter(|n| (1..=MAX_PARTS).contains(n))

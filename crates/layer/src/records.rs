@@ -52,14 +52,6 @@ pub(crate) fn parts_prefix(bucket: &str, upload_id: &str) -> Vec<u8> {
     format!("{bucket}/{upload_id}/").into_bytes()
 }
 
-/// A name without its locator.
-pub(crate) fn unlocated(name: &[u8]) -> &[u8] {
-    match name.iter().rposition(|&b| b == 0) {
-        Some(i) => &name[..i],
-        None => name,
-    }
-}
-
 /// A record with a version byte that is checked on decode.
 pub(crate) trait Record: Serialize + DeserializeOwned {
     /// What the record is, for errors ("the record of bucket b").

@@ -203,3 +203,12 @@ async fn buckets_span_every_member() {
     assert!(pool.members()[1].snapshot().collection("b/late").await.unwrap().is_some());
     l.shutdown().await.unwrap();
 }
+
+/// A pool of no members, or of members working in other units, is refused with a reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_refuses_no_members_and_members_of_other_units() {
+    assert!(Pool::<DriveStore>::new(Vec::new()).err().unwrap().message.contains("1 to 256 members"));
+    let mut dirs = Vec::new();
+    let pool = Pool::new(vec![set_of(2, 1, &mut dirs).await, set_of(4, 2, &mut dirs).await]);
+    assert!(pool.err().unwrap().message.contains("other units"));
+}

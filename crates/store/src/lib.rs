@@ -40,6 +40,14 @@ pub fn locator(name: &[u8]) -> &[u8] {
     }
 }
 
+/// The name without its locator: the bytes before its last NUL byte, or the whole name.
+pub fn without_locator(name: &[u8]) -> &[u8] {
+    match name.iter().rposition(|&b| b == 0) {
+        Some(i) => &name[..i],
+        None => name,
+    }
+}
+
 /// `name` placed by `locator`: the name, a NUL byte, and the locator.
 pub fn with_locator(name: &[u8], locator: &[u8]) -> Vec<u8> {
     debug_assert!(!locator.contains(&0), "a locator holds no NUL byte");
@@ -161,5 +169,7 @@ mod tests {
         assert_eq!(locator(b"a\0b\0c"), b"c");
         assert_eq!(with_locator(b"b/u", b"k"), b"b/u\0k");
         assert_eq!(locator(&with_locator(b"bucket/b", b"")), b"");
+        assert_eq!(without_locator(&with_locator(b"b/u/00001", b"k")), b"b/u/00001");
+        assert_eq!(without_locator(b"photos/cat.jpg"), b"photos/cat.jpg");
     }
 }
