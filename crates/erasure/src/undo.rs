@@ -4,7 +4,8 @@
 //! removed in the background (batched); when fewer did, the drives that applied it are put back at once.
 //! A crash can leave entries behind: at open, each write they name is settled by the drives' state: if a
 //! write quorum holds what the write left, it stands (the entries go), else every drive that holds it is
-//! put back. An acknowledged write always stands; an unacknowledged one is wholly there or wholly absent.
+//! put back, newest write first. An acknowledged write always stands; an unacknowledged one is wholly there
+//! or wholly absent.
 
 use crate::read::{DriveState, drive_state};
 use crate::{SetColl, SetInner};
@@ -426,7 +427,10 @@ pub(crate) async fn recover<S: Store>(set: &Arc<SetInner<S>>) -> StoreResult<()>
     tracing::info!(writes = writes.len(), "settling writes that a restart left undecided");
     let quorum = set.geometry().write_quorum();
     let snap = crate::read::SetSnapshot::new(set.clone());
-    for (_, drives) in writes {
+    // Newest first (write ids sort in the order writes began): undoing a newer write of a name brings back
+    // what an older one left, which is then judged on what the drives hold after that. Oldest first, an
+    // acknowledged write would be undone on the drives where a newer one failed, and the name lost.
+    for (_, drives) in writes.into_iter().rev() {
         // The write stands if, for every object it touched, a write quorum holds what it left.
         let mut stands = true;
         let objects: BTreeMap<(String, Vec<u8>), UndoEntry> = drives

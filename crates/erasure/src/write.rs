@@ -189,6 +189,21 @@ fn now_ns() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
 }
 
+/// A new write's id: its start time in nanoseconds (big-endian, strictly increasing within the process),
+/// then 8 random bytes. Ids sort in the order writes began, and writes of one name begin one after the
+/// other (under its lock): recovery settles undecided writes newest first in that order (undo.rs).
+fn new_write_id(now_ns: u64) -> [u8; 16] {
+    static LAST_NS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let order = std::sync::atomic::Ordering::SeqCst;
+    let prev = LAST_NS.fetch_update(order, order, |last| Some(now_ns.max(last + 1))).unwrap_or_else(|last| last);
+    let t = now_ns.max(prev + 1);
+    debug_assert!(t > prev);
+    let mut id = [0u8; 16];
+    id[..8].copy_from_slice(&t.to_be_bytes());
+    id[8..].copy_from_slice(&rand::random::<[u8; 8]>());
+    id
+}
+
 fn mask_iter(mask: u16) -> impl Iterator<Item = usize> {
     (0..16).filter(move |d| mask & (1 << d) != 0)
 }
@@ -196,11 +211,12 @@ fn mask_iter(mask: u16) -> impl Iterator<Item = usize> {
 impl<'a, S: Store> Planner<'a, S> {
     fn new(set: &'a Arc<SetInner<S>>) -> Self {
         let g = *set.geometry();
+        let now_ns = now_ns();
         Planner {
             set,
             g,
-            write_id: rand::random(),
-            now_ns: now_ns(),
+            write_id: new_write_id(now_ns),
+            now_ns,
             logged: g.drives() > 1,
             objects: Vec::new(),
             index: HashMap::new(),
