@@ -188,6 +188,28 @@ impl BlockIo {
     /// Reads one segment (physically contiguous blocks, whole checksum units) of the object named `name` and
     /// checks every unit. A cached read that fails a checksum is dropped from the page cache and read again
     /// from the device, which is the truth: only a mismatch there is an error.
+    /// `read_verified_segment` only if the kernel's page cache holds the whole segment and it passes its
+    /// checksums: None when the read would wait for the device or the cached copy fails a checksum (the
+    /// waiting read then rereads it directly and names the damage).
+    pub(crate) fn read_verified_segment_nowait(&self, seg: &Segment) -> Result<Option<AlignedBuf>> {
+        if !self.cached_reads {
+            return Ok(None);
+        }
+        let (at, len_bytes) = (seg.first_physical * BLOCK_SIZE_BYTES, (seg.blocks * BLOCK_SIZE_BYTES) as usize);
+        // SAFETY: read_cached_at_uninit_nowait writes every byte of the buffer when it returns Ok.
+        let read = unsafe { AlignedBuf::filled_with(len_bytes, |b| self.device.read_cached_at_uninit_nowait(b, at)) };
+        let buf = match read {
+            Ok(buf) => buf,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        if first_bad_unit(buf.as_slice(), &seg.units).is_some() {
+            return Ok(None);
+        }
+        self.counters.cached_bytes_read.fetch_add(len_bytes as u64, Ordering::Relaxed);
+        Ok(Some(buf))
+    }
+
     pub(crate) fn read_verified_segment(&self, name: &[u8], seg: &Segment) -> Result<AlignedBuf> {
         let bs = BLOCK_SIZE_BYTES;
         let len_bytes = (seg.blocks * bs) as usize;

@@ -411,11 +411,12 @@ impl Pipeline {
         if needs_flush {
             core.io.flush()?;
         }
-        // Names and onodes of this group go into the metadata cache before its batch is written (see
-        // meta_cache.rs); readers use them only once the group's epoch is published.
+        // Names, onodes and attributes of this group go into the metadata cache before its batch is written
+        // (see meta_cache.rs); readers use them only once the group's epoch is published. Every change of
+        // these column families is a point change in the overlay (no range deletes), so none is missed.
         let epoch = core.epochs.published() + 1;
         core.meta_cache.begin_install(epoch);
-        for cf in [CF_NAMES, CF_ONODES] {
+        for cf in [CF_NAMES, CF_ONODES, CF_ATTRS] {
             for (k, v) in group_ov.changes(cf) {
                 core.meta_cache.install(cf, k, v.clone());
             }

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub(crate) struct Core {
     pub(crate) db: Arc<DB>,
     pub(crate) io: BlockIo,
-    /// Names and onodes, newest committed values (meta_cache.rs).
+    /// Names, onodes and attributes, newest committed values (meta_cache.rs).
     pub(crate) meta_cache: MetaCache,
     /// Clean, dirty and fragment pages of recently written blocks (page_cache.rs).
     pub(crate) page_cache: PageCache,

@@ -50,6 +50,16 @@ pub trait Device: Send + Sync + 'static {
         let init = unsafe { &mut *(buf as *mut [std::mem::MaybeUninit<u8>] as *mut [u8]) };
         self.read_cached_at(init, offset_bytes)
     }
+    /// `read_cached_at_uninit` only if it completes from memory: an error of kind `WouldBlock` when any
+    /// byte would have to wait for the device (then `buf` holds nothing of use). Lets a small read be
+    /// answered on the caller's thread, without a hop to a blocking thread. The default never tries.
+    fn read_cached_at_uninit_nowait(
+        &self,
+        _buf: &mut [std::mem::MaybeUninit<u8>],
+        _offset_bytes: u64,
+    ) -> io::Result<()> {
+        Err(io::ErrorKind::WouldBlock.into())
+    }
     /// Drops cached pages of a range, so the next cached read comes from the device.
     fn forget_cached(&self, _offset_bytes: u64, _len_bytes: u64) {}
     fn write_at(&self, buf: &[u8], offset_bytes: u64) -> io::Result<()>;
@@ -274,6 +284,30 @@ impl Device for FileDevice {
         Ok(())
     }
 
+    fn read_cached_at_uninit_nowait(&self, buf: &mut [std::mem::MaybeUninit<u8>], offset_bytes: u64) -> io::Result<()> {
+        check_bounds(offset_bytes, buf.len(), self.size())?;
+        let iov = libc::iovec { iov_base: buf.as_mut_ptr().cast::<libc::c_void>(), iov_len: buf.len() };
+        // SAFETY: preadv2 writes at most buf.len() bytes into memory we own exclusively; it never reads it.
+        // RWF_NOWAIT: the kernel answers EAGAIN (or a short read) instead of waiting for the device.
+        let n =
+            unsafe { libc::preadv2(self.cached.as_raw_fd(), &iov, 1, offset_bytes as libc::off_t, libc::RWF_NOWAIT) };
+        match n {
+            n if n >= 0 && n as usize == buf.len() => Ok(()),
+            // Part of the range is not in memory: the rest would wait, so the caller reads it all later.
+            n if n >= 0 => Err(io::ErrorKind::WouldBlock.into()),
+            _ => {
+                let e = io::Error::last_os_error();
+                match e.raw_os_error() {
+                    // Not supported by this file system or kernel: the same as not resident.
+                    Some(libc::EAGAIN) | Some(libc::EOPNOTSUPP) | Some(libc::EINTR) => {
+                        Err(io::ErrorKind::WouldBlock.into())
+                    }
+                    _ => Err(e),
+                }
+            }
+        }
+    }
+
     fn forget_cached(&self, offset_bytes: u64, len_bytes: u64) {
         // Advisory: a failure leaves the pages cached, and the caller reads directly anyway.
         let _ = advise(&self.cached, offset_bytes, len_bytes, libc::POSIX_FADV_DONTNEED);
@@ -454,6 +488,11 @@ impl SimDevice {
 impl Device for SimDevice {
     fn size_bytes(&self) -> u64 {
         self.size_bytes.load(Ordering::Acquire)
+    }
+
+    /// The simulated device is memory: every read completes without waiting.
+    fn read_cached_at_uninit_nowait(&self, buf: &mut [std::mem::MaybeUninit<u8>], offset_bytes: u64) -> io::Result<()> {
+        self.read_cached_at_uninit(buf, offset_bytes)
     }
 
     fn capacity_bytes(&self) -> u64 {
@@ -733,6 +772,40 @@ mod tests {
         let mut buf = AlignedBuf::zeroed(2 * IO_ALIGN_BYTES);
         d.read_at(buf.as_mut_slice(), offset).unwrap();
         buf.as_slice().to_vec()
+    }
+
+    fn nowait(d: &dyn Device, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+        let mut buf = vec![std::mem::MaybeUninit::<u8>::uninit(); len];
+        d.read_cached_at_uninit_nowait(&mut buf, offset)?;
+        // SAFETY: Ok means every byte was written.
+        Ok(buf.into_iter().map(|b| unsafe { b.assume_init() }).collect())
+    }
+
+    /// A read that must not wait returns the file's bytes when the kernel's page cache holds them, and
+    /// WouldBlock (never other bytes) when it does not; past the end it is an error like any read.
+    #[test]
+    fn a_nowait_read_gives_the_cached_bytes_or_would_block() {
+        let dir = tempfile::tempdir().unwrap();
+        let size = 64 * IO_ALIGN_BYTES as u64;
+        let d = FileDevice::create(&dir.path().join("dev"), size).unwrap();
+        let want = vec![0x5a; 4 * IO_ALIGN_BYTES];
+        d.write_at(AlignedBuf::copy_of(&want).as_slice(), 0).unwrap();
+        d.flush().unwrap();
+        d.forget_cached(0, size);
+        match nowait(&d, 0, want.len()) {
+            Ok(got) => assert_eq!(got, want, "resident or not, the bytes are the file's"),
+            Err(e) => assert_eq!(e.kind(), io::ErrorKind::WouldBlock),
+        }
+        let mut cached = vec![0u8; want.len()];
+        d.read_cached_at(&mut cached, 0).unwrap();
+        assert_eq!(cached, want);
+        // The pages were just read through the page cache: this file system answers from memory.
+        assert_eq!(nowait(&d, 0, want.len()).unwrap(), want);
+        assert_eq!(nowait(&d, IO_ALIGN_BYTES as u64 + 7, 100).unwrap(), want[..100]);
+        assert_eq!(nowait(&d, size - 10, 20).unwrap_err().kind(), io::ErrorKind::InvalidInput, "past the end");
+        // A device without a page cache never claims to read without waiting.
+        let plain = VolatileCacheDevice::new(Arc::new(d));
+        assert_eq!(nowait(&plain, 0, 16).unwrap_err().kind(), io::ErrorKind::WouldBlock);
     }
 
     #[test]

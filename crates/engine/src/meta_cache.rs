@@ -1,4 +1,4 @@
-//! The metadata cache of paper 001: name-index entries and onodes, bounded in bytes, least recently used
+//! The metadata cache of paper 001: name-index entries, onodes and attributes, bounded in bytes, least recently used
 //! out first. It holds the newest committed value of each cached key, tagged with the commit epoch from
 //! which that value holds; a reader pinned at epoch `r` may use an entry only if its tag is at most `r`
 //! (older readers read their snapshot).
@@ -12,7 +12,7 @@
 //!   (checked under the shard's lock, which installs also take).
 //! - If a batch write fails, the cache is emptied and the drive goes read-only.
 
-use crate::keys::{CF_NAMES, CF_ONODES};
+use crate::keys::{CF_ATTRS, CF_NAMES, CF_ONODES};
 use lru::LruCache;
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -25,12 +25,17 @@ const ENTRY_OVERHEAD_BYTES: usize = 64;
 enum Table {
     Names = 0,
     Onodes = 1,
+    /// Object attributes: a GET reads the layout and the metadata record of the object it found.
+    Attrs = 2,
 }
+
+const TABLES: usize = 3;
 
 fn table(cf: &str) -> Option<Table> {
     match cf {
         CF_NAMES => Some(Table::Names),
         CF_ONODES => Some(Table::Onodes),
+        CF_ATTRS => Some(Table::Attrs),
         _ => None,
     }
 }
@@ -44,7 +49,7 @@ struct Entry {
 
 struct Shard {
     /// One map per table, keyed by the raw key, so a lookup borrows the caller's key (no allocation).
-    maps: [LruCache<Vec<u8>, Entry>; 2],
+    maps: [LruCache<Vec<u8>, Entry>; TABLES],
     bytes: usize,
 }
 
@@ -72,7 +77,7 @@ impl MetaCache {
     pub(crate) fn new(capacity_bytes: usize, published_epoch: u64) -> Self {
         MetaCache {
             shards: (0..SHARDS)
-                .map(|_| Mutex::new(Shard { maps: [LruCache::unbounded(), LruCache::unbounded()], bytes: 0 }))
+                .map(|_| Mutex::new(Shard { maps: std::array::from_fn(|_| LruCache::unbounded()), bytes: 0 }))
                 .collect(),
             shard_capacity_bytes: capacity_bytes / SHARDS,
             installed_epoch: AtomicU64::new(published_epoch),
@@ -166,9 +171,9 @@ impl MetaCache {
         }
         s.bytes += size;
         while s.bytes > self.shard_capacity_bytes {
-            // The least recently used of the two tables' oldest entries is not tracked across maps: evict
-            // from the larger map, which keeps both bounded and the shard within its bytes.
-            let victim = if s.maps[0].len() >= s.maps[1].len() { 0 } else { 1 };
+            // The least recently used entry is not tracked across the tables' maps: evict from the largest
+            // map, which keeps every map bounded and the shard within its bytes.
+            let victim = (0..TABLES).max_by_key(|&t| s.maps[t].len()).expect("at least one table");
             let (k, e) = s.maps[victim].pop_lru().expect("bytes counted means entries present");
             s.bytes -= entry_bytes(&k, &e.value);
         }
@@ -179,8 +184,9 @@ impl MetaCache {
     pub(crate) fn clear(&self) {
         for s in &self.shards {
             let mut s = s.lock();
-            s.maps[0].clear();
-            s.maps[1].clear();
+            for m in &mut s.maps {
+                m.clear();
+            }
             s.bytes = 0;
         }
     }
@@ -204,10 +210,12 @@ mod tests {
         c.begin_install(3);
         c.install(CF_ONODES, b"k", None);
         assert_eq!(c.get(CF_ONODES, b"k", 3), Some(None), "a removal is cached as absent");
-        assert_eq!(c.get(CF_ATTRS_FOR_TEST, b"k", 3), None, "other column families are not cached");
+        c.install(crate::keys::CF_FRAGS, b"k", Some(b"f".to_vec()));
+        assert_eq!(c.get(crate::keys::CF_FRAGS, b"k", 3), None, "other column families are not cached");
+        c.install(CF_ATTRS, b"k", Some(b"a".to_vec()));
+        assert_eq!(c.get(CF_ATTRS, b"k", 3), Some(Some(b"a".to_vec())), "attributes are, apart from onodes");
+        assert_eq!(c.get(CF_ONODES, b"k", 3), Some(None));
     }
-
-    const CF_ATTRS_FOR_TEST: &str = crate::keys::CF_ATTRS;
 
     #[test]
     fn a_fill_is_refused_once_a_group_was_installed_after_the_readers_start() {

@@ -4,7 +4,7 @@
 //! A reader pins the commit epoch it started in: blocks freed by later commits are not reused until it is
 //! dropped, so a long GET streams exactly the object it looked up even while the name is overwritten.
 
-use crate::blockio::read_segments;
+use crate::blockio::{Segment, read_segments};
 use crate::blockmap::{RunSource, lives_in_kv};
 use crate::core::Core;
 use crate::error::{EngineError, Result};
@@ -337,17 +337,40 @@ impl Reader {
     /// case of a large read) is the device buffer itself, without copying it.
     pub fn read_bytes(&self, nid: Nid, offset: u64, len: u64) -> Result<bytes::Bytes> {
         self.core.io.counters().object_reads.fetch_add(1, Ordering::Relaxed);
+        match self.read_bytes_with(nid, offset, len, DeviceWait::Wait)? {
+            Some(bytes) => Ok(bytes),
+            None => Err(EngineError::Corrupt(format!("nid {nid}: a waiting read came back without data"))),
+        }
+    }
+
+    /// `read_bytes` only if it completes from memory (this engine's caches, the KV store, the kernel's page
+    /// cache) and is at most `max_bytes` long once clipped to the object: None when it is longer, when any
+    /// device read would wait, or when a cached copy fails its checksum. Cheap enough to call on an async
+    /// thread; on None the caller reads with `read_bytes` on a thread that may block.
+    pub fn read_bytes_resident(&self, nid: Nid, offset: u64, len: u64, max_bytes: u64) -> Result<Option<bytes::Bytes>> {
+        let size_bytes = self.stat(nid)?.size_bytes;
+        if len.min(size_bytes.saturating_sub(offset)) > max_bytes {
+            return Ok(None);
+        }
+        let read = self.read_bytes_with(nid, offset, len, DeviceWait::NoWait)?;
+        if read.is_some() {
+            self.core.io.counters().object_reads.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(read)
+    }
+
+    fn read_bytes_with(&self, nid: Nid, offset: u64, len: u64, wait: DeviceWait) -> Result<Option<bytes::Bytes>> {
         let info = self.stat(nid)?;
         let end = offset.saturating_add(len).min(info.size_bytes);
         if offset >= end {
-            return Ok(bytes::Bytes::new());
+            return Ok(Some(bytes::Bytes::new()));
         }
         let bs = BLOCK_SIZE_BYTES;
         let (lb0, lb1) = (offset / bs, (end - 1) / bs + 1);
         if lb1 - lb0 <= PAGE_READ_MAX_BLOCKS {
             let mut out = vec![0u8; (end - offset) as usize];
             if self.read_from_pages(nid, lb0, lb1, offset, &mut out) {
-                return Ok(out.into());
+                return Ok(Some(out.into()));
             }
         }
         let runs = self.runs_overlapping(nid, lb0, lb1)?;
@@ -355,20 +378,24 @@ impl Reader {
         let frags_cap = ((lb1 - lb0) as usize).saturating_mul(MAX_FRAGS_PER_BLOCK);
         let (fs, fe) = (frag_key(nid, lb0, 0), frag_key(nid, lb1, 0));
         let frags = self.scan_capped(CF_FRAGS, &fs, &fe, frags_cap, "fragments in the range read")?;
+        let read_segment = |seg: &Segment| match wait {
+            DeviceWait::Wait => self.core.io.read_verified_segment(&info.name, seg).map(Some),
+            DeviceWait::NoWait => self.core.io.read_verified_segment_nowait(seg),
+        };
         if let [seg] = segments.as_slice()
             && frags.is_empty()
             && seg.first_lb <= lb0
             && seg.first_lb + seg.blocks() >= lb1
         {
-            let buf = self.core.io.read_verified_segment(&info.name, seg)?;
+            let Some(buf) = read_segment(seg)? else { return Ok(None) };
             let at = (offset - seg.first_lb * bs) as usize;
             let bytes = bytes::Bytes::from_owner(buf).slice(at..at + (end - offset) as usize);
             debug_assert_eq!(bytes.len() as u64, end - offset);
-            return Ok(bytes);
+            return Ok(Some(bytes));
         }
         let mut out = vec![0u8; (end - offset) as usize];
         for seg in &segments {
-            let buf = self.core.io.read_verified_segment(&info.name, seg)?;
+            let Some(buf) = read_segment(seg)? else { return Ok(None) };
             copy_clipped(&mut out, offset, seg.first_lb * bs, buf.as_slice());
         }
         for (k, v) in frags {
@@ -377,8 +404,15 @@ impl Reader {
                 .map_err(|e| EngineError::Corrupt(format!("object {}: {e}", String::from_utf8_lossy(&info.name))))?;
             copy_clipped(&mut out, offset, lb * bs + off as u64, data);
         }
-        Ok(out.into())
+        Ok(Some(out.into()))
     }
+}
+
+/// Whether a read may wait for the device, or must complete from memory.
+#[derive(Clone, Copy)]
+enum DeviceWait {
+    Wait,
+    NoWait,
 }
 
 /// Copies `data` (which starts at object offset `at`) into `out` (which starts at object offset `base`).

@@ -254,6 +254,14 @@ fn a_database_of_the_previous_format_is_upgraded_in_place() {
 struct StaleCacheDevice {
     inner: SimDevice,
     stale: std::sync::atomic::AtomicBool,
+    /// Whether reads that must not wait find the range in the page cache.
+    resident: std::sync::atomic::AtomicBool,
+}
+
+impl StaleCacheDevice {
+    fn new(stale: bool) -> Self {
+        StaleCacheDevice { inner: SimDevice::new(DEVICE_BYTES), stale: stale.into(), resident: true.into() }
+    }
 }
 
 impl Device for StaleCacheDevice {
@@ -267,6 +275,20 @@ impl Device for StaleCacheDevice {
         self.inner.read_at(buf, offset_bytes)?;
         if self.stale.load(std::sync::atomic::Ordering::SeqCst) {
             buf[100] ^= 0x40;
+        }
+        Ok(())
+    }
+    fn read_cached_at_uninit_nowait(
+        &self,
+        buf: &mut [std::mem::MaybeUninit<u8>],
+        offset_bytes: u64,
+    ) -> std::io::Result<()> {
+        if !self.resident.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(std::io::ErrorKind::WouldBlock.into());
+        }
+        self.inner.read_cached_at_uninit(buf, offset_bytes)?;
+        if self.stale.load(std::sync::atomic::Ordering::SeqCst) {
+            buf[100].write(0x40);
         }
         Ok(())
     }
@@ -287,7 +309,7 @@ impl Device for StaleCacheDevice {
 #[test]
 fn a_bad_cached_page_is_read_again_from_the_device() {
     let dir = tempfile::tempdir().unwrap();
-    let dev = Arc::new(StaleCacheDevice { inner: SimDevice::new(DEVICE_BYTES), stale: false.into() });
+    let dev = Arc::new(StaleCacheDevice::new(false));
     let engine = Engine::format(dir.path(), dev.clone(), config()).unwrap();
     let coll = engine.submit(Transaction::new().op(Op::CreateCollection { name: "c".into() })).unwrap();
     let coll = coll.created_collections[0];
@@ -302,6 +324,54 @@ fn a_bad_cached_page_is_read_again_from_the_device() {
     assert_eq!((s.cache_rereads, s.checksum_errors), (1, 0));
     assert!(!dev.stale.load(std::sync::atomic::Ordering::SeqCst), "the bad pages were dropped");
     assert_eq!(r.read(info.nid, 0, info.size_bytes).unwrap(), want);
+    assert_eq!(engine.stats().cache_rereads, 1);
+}
+
+/// A read that must not wait is the waiting read or nothing: the same bytes for every shape of object and
+/// range when the device answers from memory; None past its size limit, when a device read would wait
+/// (unless no device read is needed), and when the cached copy fails its checksum (the waiting read then
+/// reads it again from the device).
+#[test]
+fn resident_reads_give_the_waiting_reads_bytes_or_nothing() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let dir = tempfile::tempdir().unwrap();
+    let dev = Arc::new(StaleCacheDevice::new(false));
+    let cfg = EngineConfig { inline_max_bytes: 0, page_cache_bytes: 0, ..config() };
+    let engine = Engine::format(dir.path(), dev.clone(), cfg).unwrap();
+    let coll = engine.submit(Transaction::new().op(Op::CreateCollection { name: "c".into() })).unwrap();
+    let coll = coll.created_collections[0];
+    let write = |name: &str, offset: u64, data: Vec<u8>| {
+        engine.submit(Transaction::new().op(Op::Write { coll, name: name.into(), offset, data })).unwrap();
+    };
+    write("fragment", 0, data(1, 3000));
+    write("blocks", 0, data(2, 64 << 10));
+    write("mixed", 0, data(3, 64 << 10));
+    write("mixed", 5000, data(4, 100));
+    let staged = engine.stage(&data(5, 1 << 20), true).unwrap();
+    engine
+        .submit(Transaction::new().op(Op::WriteStaged { coll, name: b"staged".to_vec(), offset: 0, staged }))
+        .unwrap();
+    let r = engine.reader();
+    let nid = |name: &str| r.lookup(coll, name.as_bytes()).unwrap().unwrap().nid;
+    for name in ["fragment", "blocks", "mixed", "staged"] {
+        for (offset, len) in [(0, u64::MAX), (4000, 9000), (1, 1), (2999, 5000), (10 << 20, 10)] {
+            let want = r.read_bytes(nid(name), offset, len).unwrap();
+            let got = r.read_bytes_resident(nid(name), offset, len, u64::MAX).unwrap();
+            assert_eq!(got.as_ref(), Some(&want), "{name} at {offset}+{len}");
+        }
+        let size = r.lookup(coll, name.as_bytes()).unwrap().unwrap().size_bytes;
+        assert_eq!(r.read_bytes_resident(nid(name), 0, u64::MAX, size - 1).unwrap(), None, "{name}: over the limit");
+        assert!(r.read_bytes_resident(nid(name), 0, u64::MAX, size).unwrap().is_some(), "{name}: at the limit");
+    }
+    dev.resident.store(false, SeqCst);
+    assert_eq!(r.read_bytes_resident(nid("blocks"), 0, 100, u64::MAX).unwrap(), None, "the device would wait");
+    let frag = r.read_bytes_resident(nid("fragment"), 0, 100, u64::MAX).unwrap();
+    assert_eq!(frag.as_deref(), Some(&data(1, 3000)[..100]), "no device read needed");
+    dev.resident.store(true, SeqCst);
+    dev.stale.store(true, SeqCst);
+    assert_eq!(r.read_bytes_resident(nid("blocks"), 0, u64::MAX, u64::MAX).unwrap(), None, "a bad cached copy");
+    assert_eq!(engine.stats().cache_rereads, 0);
+    assert_eq!(r.read_bytes(nid("blocks"), 0, u64::MAX).unwrap(), data(2, 64 << 10));
     assert_eq!(engine.stats().cache_rereads, 1);
 }
 
@@ -448,20 +518,19 @@ fn prioritized_work_holds_background_work_back_for_a_bounded_time() {
     assert_eq!(e.stats().prioritized_in_flight, 0);
 }
 
-/// Readers racing an overwriting writer always see one whole version: name, onode, size and data of the
-/// same commit (the metadata cache never mixes a newer onode with an older snapshot or the reverse).
+/// Readers racing an overwriting writer always see one whole version: name, onode, size, attribute and data
+/// of the same commit (the metadata cache never mixes a newer onode or attribute with an older snapshot or
+/// the reverse).
 #[test]
 fn readers_racing_overwrites_see_whole_versions_through_the_metadata_cache() {
     let d = SimDrive::new(config());
     let (e, coll) = (d.engine().clone(), d.coll);
     let version = |i: u64| -> Vec<u8> { vec![(i % 251) as u8; 1000 + (i as usize * 3331) % 40_000] };
     let write = |i: u64| {
-        let t = Transaction::new().op(Op::Reset { coll, name: b"k".to_vec() }).op(Op::Write {
-            coll,
-            name: b"k".to_vec(),
-            offset: 0,
-            data: version(i),
-        });
+        let t = Transaction::new()
+            .op(Op::Reset { coll, name: b"k".to_vec() })
+            .op(Op::Write { coll, name: b"k".to_vec(), offset: 0, data: version(i) })
+            .op(Op::SetAttr { coll, name: b"k".to_vec(), key: b"v".to_vec(), value: i.to_be_bytes().to_vec() });
         e.submit(t).unwrap();
     };
     write(0);
@@ -478,6 +547,10 @@ fn readers_racing_overwrites_see_whole_versions_through_the_metadata_cache() {
                     let i = got[0] as u64;
                     assert_eq!(got.len() as u64, info.size_bytes);
                     assert!(got.iter().all(|&b| b as u64 == i), "bytes of two versions mixed");
+                    let attr = r.attr(info.nid, b"v").unwrap().expect("every version has the attribute");
+                    let v = u64::from_be_bytes(attr.try_into().unwrap());
+                    assert_eq!(v % 251, i, "the attribute of another version");
+                    assert_eq!(version(v).len(), got.len(), "the attribute of another version");
                     // The size is that of a version whose fill byte is this one.
                     assert!(
                         (0..2000u64).any(|v| v % 251 == i && version(v).len() == got.len()),

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Flame graphs of Mosaic's GET paths (issue 14): a one-drive server (the README default) under the small-GET
+# and the large-GET workload of bench-ceiling.sh, sampled with `perf record` (DWARF call graphs) while the
+# same client runs, plus the server's syscalls per GET (`perf stat` on raw syscall entries).
+# Sampling costs CPU on these two cores, so the throughput printed here is not a result: use
+# bench-ceiling.sh and bench-s3-ab.sh for figures.
+#
+#   scripts/profile-get.sh [OUT]     (default docs/bench/<today>-profile; needs bin/mosaic, perf, inferno)
+#
+# Writes OUT/<workload>.svg (flame graph), OUT/<workload>-stages.txt (inclusive share of each stage) and
+# OUT/<workload>-syscalls.txt.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${1:-docs/bench/$(date -u +%F)-profile}
+MOSAIC=${MOSAIC:-bin/mosaic}
+DIR=${PROFILE_DIR:-/var/tmp/mosaic-profile}
+AK=benchkey
+SK=benchsecret-0123456789
+PORT=19650
+SECONDS_SAMPLED=${SECONDS_SAMPLED:-8}
+declare -A WORKLOADS=(
+  [small-get]="--workload cosbench-a --mix 100/0/0 --size 4KiB --objects 10000 --concurrency 16"
+  [large-get]="--workload cosbench-c --mix 100/0/0 --size 64MiB --objects 16 --concurrency 4"
+)
+for tool in perf inferno-collapse-perf inferno-flamegraph; do
+  command -v "$tool" >/dev/null || { echo "needs $tool (apt install linux-perf; cargo install inferno)" >&2; exit 1; }
+done
+
+PID=
+stop() {
+  if [[ -n "$PID" ]]; then kill "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true; PID=; fi
+  rm -rf "$DIR"
+}
+trap stop EXIT
+wait_port() {
+  for _ in $(seq 1 300); do (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && return 0; sleep 0.2; done
+  echo "nothing listens on $PORT" >&2; exit 1
+}
+bench() { # workload duration [extra...]
+  local w=$1 d=$2
+  shift 2
+  # shellcheck disable=SC2086
+  "$MOSAIC" bench s3 --endpoint "http://127.0.0.1:$PORT" --access-key $AK --secret-key $SK --seed 1 --keep \
+    --warmup 1s --duration "$d" ${WORKLOADS[$w]} "$@"
+}
+
+mkdir -p "$OUT"
+{
+  echo "date: $(date -u +%FT%TZ)"
+  echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM, $(uname -sr)"
+  echo "mosaic: $("$MOSAIC" --version) (commit $(git rev-parse --short HEAD)), one drive of at most 12GiB"
+  echo "sampling: perf record -F 499 -g --call-graph dwarf,16384 -p <server> -- sleep $SECONDS_SAMPLED"
+  for w in "${!WORKLOADS[@]}"; do echo "workload $w: ${WORKLOADS[$w]}"; done
+} >"$OUT/machine.txt"
+
+for w in small-get large-get; do
+  rm -rf "$DIR" && mkdir -p "$DIR"
+  MOSAIC_ACCESS_KEY=$AK MOSAIC_SECRET_KEY=$SK "$MOSAIC" server --data "$DIR/data" --drive-size 12GiB \
+    --s3-address "127.0.0.1:$PORT" --admin-address "127.0.0.1:$((PORT + 1))" >"$DIR/server.log" 2>&1 &
+  PID=$!
+  wait_port
+  echo "== $w"
+  bench "$w" 2s >/dev/null # prepares the objects
+  bench "$w" "$((SECONDS_SAMPLED * 2 + 6))s" --json >"$DIR/run.json" &
+  CLIENT=$!
+  sleep 3
+  perf record -F 499 -g --call-graph dwarf,16384 -p "$PID" -o "$DIR/perf.data" -- sleep "$SECONDS_SAMPLED" 2>/dev/null
+  perf stat -e raw_syscalls:sys_enter -p "$PID" -o "$DIR/syscalls.txt" -- sleep "$SECONDS_SAMPLED"
+  wait "$CLIENT"
+  ops=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["total"]["ops_per_s"])' "$DIR/run.json")
+  syscalls=$(awk '/raw_syscalls:sys_enter/ {gsub(",", "", $1); print $1}' "$DIR/syscalls.txt")
+  awk -v n="$syscalls" -v s="$SECONDS_SAMPLED" -v ops="$ops" 'BEGIN {
+    printf "server syscalls: %d in %d s; client GETs/s over the run: %.0f; syscalls per GET: %.1f\n", n, s, ops, (ops > 0 ? n / s / ops : 0) }' \
+    >"$OUT/$w-syscalls.txt"
+  cat "$OUT/$w-syscalls.txt"
+  perf script -i "$DIR/perf.data" 2>/dev/null | inferno-collapse-perf >"$DIR/folded"
+  inferno-flamegraph --title "Mosaic $w (one drive)" <"$DIR/folded" >"$OUT/$w.svg"
+  python3 scripts/profile-stages.py "$DIR/folded" >"$OUT/$w-stages.txt"
+  cat "$OUT/$w-stages.txt"
+  stop
+done
+echo "done: $OUT"
