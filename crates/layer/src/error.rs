@@ -30,6 +30,8 @@ pub enum LayerError {
     EntityTooLarge,
     #[error("a precondition failed")]
     PreconditionFailed,
+    #[error("the object changed while a conditional write was checked; fetch its ETag and retry")]
+    ConditionalConflict,
     #[error("not modified")]
     NotModified,
     #[error("the range is not satisfiable")]

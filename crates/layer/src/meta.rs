@@ -36,6 +36,10 @@ pub struct ObjectMeta {
     pub checksums: BTreeMap<String, String>,
     /// Sizes of the parts of a multipart object, in order; empty for a simple PUT.
     pub part_sizes: Vec<u64>,
+    /// The multipart upload that made this object: a repeated CompleteMultipartUpload of it (an SDK retrying
+    /// after a timeout) is answered again. Optional, so records without it (older builds) read as before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upload_id: Option<String>,
 }
 
 impl ObjectMeta {
@@ -127,7 +131,10 @@ pub struct PutOptions {
     pub user_metadata: BTreeMap<String, String>,
     /// If-None-Match: * on a write: fail if the key exists.
     pub if_none_match_any: bool,
-    /// If-Match on a write: fail unless the current ETag is this.
+    /// If-None-Match with an ETag on a write: fail if the current object has this ETag.
+    pub if_none_match: Option<String>,
+    /// If-Match on a write: fail unless the current ETag is this (or, `*`, unless the key exists); a
+    /// missing key fails with NoSuchKey.
     pub if_match: Option<String>,
     /// S3 append: write at this offset, which must equal the current size.
     pub write_offset: Option<u64>,
@@ -160,6 +167,7 @@ impl PutOptions {
             user_metadata: self.user_metadata,
             checksums: BTreeMap::new(),
             part_sizes: Vec::new(),
+            upload_id: None,
         }
     }
 }

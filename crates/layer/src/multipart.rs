@@ -88,7 +88,12 @@ impl<S: Store> S3Semantics<S> {
     ) -> LayerResult<ObjectMeta> {
         let snap = self.store.snapshot();
         let coll = self.bucket_coll(&snap, bucket).await?;
-        let rec = self.upload_record(&snap, bucket, key, upload_id).await?;
+        let rec = match self.upload_record(&snap, bucket, key, upload_id).await {
+            Err(LayerError::NoSuchUpload) => {
+                return self.completed_before(&snap, &coll, bucket, key, upload_id, &parts).await;
+            }
+            r => r?,
+        };
         if parts.is_empty() {
             return Err(LayerError::InvalidArgument("a multipart upload needs at least one part".into()));
         }
@@ -111,6 +116,7 @@ impl<S: Store> S3Semantics<S> {
         let mut meta = rec.opts.clone().into_meta(total, etag, now_ms());
         meta.part_sizes = sizes.clone();
         meta.checksums.extend(extra_meta);
+        meta.upload_id = Some(upload_id.to_string());
         let name = key.as_bytes().to_vec();
         let mut txn = Txn::new();
         let upload = txn.push(Op::AssertExists { coll: self.mpu().await?, name: upload_name(bucket, upload_id, key) });
@@ -163,11 +169,42 @@ impl<S: Store> S3Semantics<S> {
         }
         txn.push(Op::Remove { coll: self.mpu().await?, name: upload_name(bucket, upload_id, key) });
         match self.commit(txn).await {
-            Err(e) if e.is_op(upload, ErrorKind::AssertionFailed) => Err(LayerError::NoSuchUpload),
+            // Completed meanwhile by a concurrent request with the same parts: the same answer.
+            Err(e) if e.is_op(upload, ErrorKind::AssertionFailed) => {
+                self.completed_before(&self.store.snapshot(), &coll, bucket, key, upload_id, &parts).await
+            }
             Err(e) if e.is_op(unchanged, ErrorKind::AssertionFailed) => Err(LayerError::PreconditionFailed),
             // A part replaced or removed since it was checked (a concurrent upload of it, or an abort).
             Err(e) if e.kind == ErrorKind::NotFound => Err(LayerError::NoSuchUpload),
             r => r.map(|_| meta).map_err(LayerError::from),
+        }
+    }
+
+    /// A CompleteMultipartUpload of an upload that no longer exists: if it completed into the object the key
+    /// holds now, with the same parts, the answer is that object (S3 answers a repeated completion again);
+    /// else the upload is unknown.
+    async fn completed_before(
+        &self,
+        snap: &S::Snapshot,
+        coll: &S::Coll,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        parts: &[CompletePart],
+    ) -> LayerResult<ObjectMeta> {
+        let Some(info) = snap.lookup(coll, key.as_bytes()).await? else { return Err(LayerError::NoSuchUpload) };
+        let mut meta = read_meta(snap, &info.obj, bucket, key).await?;
+        meta.size_bytes = info.size_bytes;
+        let md5s: Option<Vec<u8>> = parts
+            .iter()
+            .map(|p| hex::decode(p.etag.trim().trim_matches('"')).ok())
+            .collect::<Option<Vec<_>>>()
+            .map(|v| v.concat());
+        let same_parts = md5s.is_some_and(|m| meta.etag == format!("{}-{}", hex::encode(Md5::digest(&m)), parts.len()));
+        if meta.upload_id.as_deref() == Some(upload_id) && same_parts {
+            Ok(meta)
+        } else {
+            Err(LayerError::NoSuchUpload)
         }
     }
 

@@ -23,6 +23,32 @@ const READ_AHEAD_BYTES: u64 = 8 << 20;
 const READ_CHUNK_MAX_BYTES: u64 = 4 << 20;
 pub const MAX_TAGS: usize = 10;
 
+/// Where a write's conditions sit in its transaction, to answer the S3 error of the one that failed.
+#[derive(Default)]
+struct WriteConditions {
+    /// If-Match: the key must exist (NoSuchKey).
+    exists: Option<usize>,
+    /// If-Match with an ETag, If-None-Match: * (PreconditionFailed).
+    precondition: Vec<usize>,
+    /// If-None-Match with an ETag: the ETag read before is still the object's (ConditionalConflict).
+    unchanged: Option<usize>,
+}
+
+impl WriteConditions {
+    fn error_of(&self, e: mosaic_store::StoreError) -> LayerError {
+        let failed = |i: &usize| e.is_op(*i, ErrorKind::AssertionFailed);
+        if self.exists.as_ref().is_some_and(failed) {
+            LayerError::NoSuchKey
+        } else if self.precondition.iter().any(failed) {
+            LayerError::PreconditionFailed
+        } else if self.unchanged.as_ref().is_some_and(failed) {
+            LayerError::ConditionalConflict
+        } else {
+            e.into()
+        }
+    }
+}
+
 impl<S: Store> S3Semantics<S> {
     pub(crate) async fn put_object_impl(
         &self,
@@ -44,36 +70,56 @@ impl<S: Store> S3Semantics<S> {
         meta.checksums.extend(ing.extra.iter().cloned());
         let name = key.as_bytes().to_vec();
         let mut txn = Txn::new();
-        // Conditions are checked inside the transaction, so no concurrent writer slips between.
-        let mut condition = None;
-        if opts.if_none_match_any {
-            let expected = None;
-            condition = Some(txn.push(Op::AssertAttr {
-                coll: coll.clone(),
-                name: name.clone(),
-                key: ATTR_ETAG.to_vec(),
-                expected,
-            }));
-        }
-        if let Some(etag) = &opts.if_match {
-            let etag = etag.trim().trim_matches('"');
-            let op = if etag == "*" {
-                Op::AssertExists { coll: coll.clone(), name: name.clone() }
-            } else {
-                let expected = Some(etag.as_bytes().to_vec());
-                Op::AssertAttr { coll: coll.clone(), name: name.clone(), key: ATTR_ETAG.to_vec(), expected }
-            };
-            condition = Some(txn.push(op));
-        }
+        let conditions = self.push_write_conditions(&mut txn, &coll, key, &opts).await?;
         txn.push(Op::Reset { coll: coll.clone(), name: name.clone() });
         ing.push_ops(&mut txn, &coll, &name, 0);
         push_meta_ops(&mut txn, &coll, &name, &meta);
         match self.commit(txn).await {
-            Err(e) if condition.is_some_and(|i| e.is_op(i, ErrorKind::AssertionFailed)) => {
-                Err(LayerError::PreconditionFailed)
-            }
-            r => r.map(|_| meta).map_err(LayerError::from),
+            Err(e) => Err(conditions.error_of(e)),
+            Ok(_) => Ok(meta),
         }
+    }
+
+    /// A write's conditions as assertions at the head of its transaction, so that no concurrent writer slips
+    /// between check and write. If-None-Match with an ETag has no assertion of its own: the current ETag is
+    /// read first (equal: 412), then asserted unchanged (a change meanwhile: 409, as S3 answers).
+    async fn push_write_conditions(
+        &self,
+        txn: &mut Txn<S::Coll, S::Staged>,
+        coll: &S::Coll,
+        key: &str,
+        opts: &PutOptions,
+    ) -> LayerResult<WriteConditions> {
+        let name = key.as_bytes().to_vec();
+        let mut c = WriteConditions::default();
+        let assert_etag = |expected: Option<Vec<u8>>| Op::AssertAttr {
+            coll: coll.clone(),
+            name: name.clone(),
+            key: ATTR_ETAG.to_vec(),
+            expected,
+        };
+        if opts.if_none_match_any {
+            c.precondition.push(txn.push(assert_etag(None)));
+        }
+        if let Some(etag) = &opts.if_none_match {
+            let snap = self.store.snapshot();
+            let current = match snap.lookup(coll, key.as_bytes()).await? {
+                Some(info) => snap.attr(&info.obj, ATTR_ETAG).await?,
+                None => None,
+            };
+            if current.as_deref() == Some(etag.trim().trim_matches('"').as_bytes()) {
+                return Err(LayerError::PreconditionFailed);
+            }
+            c.unchanged = Some(txn.push(assert_etag(current)));
+        }
+        if let Some(etag) = &opts.if_match {
+            c.exists = Some(txn.push(Op::AssertExists { coll: coll.clone(), name: name.clone() }));
+            let etag = etag.trim().trim_matches('"');
+            if etag != "*" {
+                c.precondition.push(txn.push(assert_etag(Some(etag.as_bytes().to_vec()))));
+            }
+        }
+        Ok(c)
     }
 
     /// S3 append (`x-amz-write-offset-bytes`): the bytes go into one append operation at the current end,

@@ -197,8 +197,21 @@ async fn conditional_writes_and_reads<L: ObjectLayer>(l: &L) {
     let m2 = l.put_object("bkt", "k", body(b"two", 3), right).await.unwrap();
     let any = PutOptions { if_match: Some("*".into()), ..Default::default() };
     l.put_object("bkt", "k", body(b"three", 5), any.clone()).await.unwrap();
-    assert_eq!(l.put_object("bkt", "missing", body(b"x", 1), any).await.err(), Some(LayerError::PreconditionFailed));
+    // If-Match on a missing key: NoSuchKey, with * or an ETag (S3's answer; s3-tests test_put_object_if_match).
+    assert_eq!(l.put_object("bkt", "missing", body(b"x", 1), any).await.err(), Some(LayerError::NoSuchKey));
+    let some = PutOptions { if_match: Some("\"0123\"".into()), ..Default::default() };
+    assert_eq!(l.put_object("bkt", "missing", body(b"x", 1), some).await.err(), Some(LayerError::NoSuchKey));
     assert_eq!(get_all(l, "bkt", "k").await.unwrap(), b"three");
+    // If-None-Match with an ETag: refused only when the object has that ETag; a missing key is written.
+    let three = l.head_object("bkt", "k", &Precondition::default()).await.unwrap().etag;
+    let not = |etag: &str| PutOptions { if_none_match: Some(etag.to_string()), ..Default::default() };
+    let refused = l.put_object("bkt", "k", body(b"four", 4), not(&format!("\"{three}\""))).await.err();
+    assert_eq!(refused, Some(LayerError::PreconditionFailed));
+    assert_eq!(get_all(l, "bkt", "k").await.unwrap(), b"three");
+    l.put_object("bkt", "k", body(b"four", 4), not("\"0123\"")).await.unwrap();
+    assert_eq!(get_all(l, "bkt", "k").await.unwrap(), b"four");
+    l.put_object("bkt", "new", body(b"n", 1), not(&three)).await.unwrap();
+    assert_eq!(get_all(l, "bkt", "new").await.unwrap(), b"n");
     assert!(l.head_object("bkt", "missing", &Precondition::default()).await.is_err());
     // Reads: If-None-Match of the current ETag is NotModified; If-Match of an old one fails.
     let cur = l.head_object("bkt", "k", &Precondition::default()).await.unwrap();
@@ -237,7 +250,17 @@ async fn multipart_assembly<L: ObjectLayer>(l: &L) {
     let uploads = l.list_uploads("bkt", "bi").await.unwrap();
     assert_eq!((uploads.len(), uploads[0].upload_id.as_str(), uploads[0].key.as_str()), (1, id.as_str(), "big"));
     assert!(l.list_uploads("bkt", "x").await.unwrap().is_empty());
-    let meta = l.complete_multipart("bkt", "big", &id, completes, &Precondition::default(), Vec::new()).await.unwrap();
+    let pre = Precondition::default();
+    let meta = l.complete_multipart("bkt", "big", &id, completes.clone(), &pre, Vec::new()).await.unwrap();
+    let first_id = id.clone();
+    // A repeated completion (an SDK retrying after a timeout) is answered again; other parts are not.
+    let again = l.complete_multipart("bkt", "big", &id, completes.clone(), &pre, Vec::new()).await.unwrap();
+    assert_eq!((again.etag.as_str(), again.size_bytes), (meta.etag.as_str(), meta.size_bytes));
+    let fewer = completes[..3].to_vec();
+    let e = l.complete_multipart("bkt", "big", &id, fewer, &pre, Vec::new()).await.err();
+    assert_eq!(e, Some(LayerError::NoSuchUpload));
+    let e = l.complete_multipart("bkt", "other", &id, completes.clone(), &pre, Vec::new()).await.err();
+    assert_eq!(e, Some(LayerError::NoSuchUpload));
     let whole: Vec<u8> = parts_data.concat();
     let md5s: Vec<u8> = parts_data.iter().flat_map(|d| Md5::digest(d).to_vec()).collect();
     assert_eq!(meta.etag, format!("{}-4", md5_hex(&md5s)));
@@ -267,6 +290,10 @@ async fn multipart_assembly<L: ObjectLayer>(l: &L) {
     let mut expected = whole[100..100 + (5 << 20)].to_vec();
     expected.extend_from_slice(b"tail");
     assert_eq!(get_all(l, "bkt", "copied").await.unwrap(), expected);
+    // Once the key holds another object, the first upload is unknown again.
+    put(l, "bkt", "big", b"other").await;
+    let e = l.complete_multipart("bkt", "big", &first_id, completes, &pre, Vec::new()).await.err();
+    assert_eq!(e, Some(LayerError::NoSuchUpload));
 }
 
 async fn multipart_errors<L: ObjectLayer>(l: &L) {

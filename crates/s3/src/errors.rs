@@ -20,6 +20,14 @@ pub fn to_s3(e: LayerError) -> S3Error {
         L::EntityTooSmall => s3_error!(EntityTooSmall),
         L::EntityTooLarge => s3_error!(EntityTooLarge),
         L::PreconditionFailed => s3_error!(PreconditionFailed),
+        L::ConditionalConflict => {
+            let mut e = S3Error::with_message(
+                S3ErrorCode::Custom("ConditionalRequestConflict".into()),
+                "The object changed while the conditional write was checked; fetch its ETag and retry",
+            );
+            e.set_status_code(http::StatusCode::CONFLICT);
+            e
+        }
         L::NotModified => {
             let mut e = S3Error::new(S3ErrorCode::Custom("NotModified".into()));
             e.set_status_code(http::StatusCode::NOT_MODIFIED);

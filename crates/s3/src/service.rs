@@ -300,9 +300,10 @@ impl S3 for MosaicS3 {
             input.metadata,
         );
         opts.if_none_match_any = matches!(input.if_none_match, Some(ETagCondition::Any));
-        if matches!(input.if_none_match, Some(ETagCondition::ETag(_))) {
-            return Err(s3_error!(NotImplemented, "If-None-Match on PutObject accepts only *"));
-        }
+        opts.if_none_match = match &input.if_none_match {
+            Some(c @ ETagCondition::ETag(_)) => Some(cond_str(c)),
+            _ => None,
+        };
         opts.if_match = input.if_match.as_ref().map(cond_str);
         opts.write_offset = match input.write_offset_bytes {
             Some(o) if o < 0 => {

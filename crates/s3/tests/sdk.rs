@@ -176,6 +176,18 @@ async fn conditionals(default_checksums: bool) {
     assert_eq!(status(&e), 412);
     c.put_object().bucket("bkt").key("k").if_match(&etag).body(ByteStream::from_static(b"v2")).send().await.unwrap();
     assert_eq!(get_bytes(&c, "bkt", "k").await, b"v2");
+    // If-Match on a missing key is NoSuchKey; If-None-Match with an ETag refuses only that ETag.
+    for cond in ["*", "\"nope\""] {
+        let put = c.put_object().bucket("bkt").key("absent").if_match(cond).body(ByteStream::from_static(b"x"));
+        let e = put.send().await.unwrap_err();
+        assert_eq!((status(&e), code(&e).as_str()), (404, "NoSuchKey"), "If-Match {cond}");
+    }
+    let v2 = c.head_object().bucket("bkt").key("k").send().await.unwrap().e_tag.unwrap();
+    let put = c.put_object().bucket("bkt").key("k").if_none_match(&v2).body(ByteStream::from_static(b"v3"));
+    assert_eq!(status(&put.send().await.unwrap_err()), 412);
+    let put = c.put_object().bucket("bkt").key("k").if_none_match("\"other\"").body(ByteStream::from_static(b"v3"));
+    put.send().await.unwrap();
+    assert_eq!(get_bytes(&c, "bkt", "k").await, b"v3");
     s.stop().await;
 }
 
