@@ -74,7 +74,7 @@ for w in small-get large-get; do
     >"$OUT/$w-syscalls.txt"
   cat "$OUT/$w-syscalls.txt"
   perf script -i "$DIR/perf.data" 2>/dev/null | inferno-collapse-perf >"$DIR/folded"
-  inferno-flamegraph --title "Mosaic $w (one drive)" <"$DIR/folded" >"$OUT/$w.svg"
+  inferno-flamegraph --minwidth 0.2 --title "Mosaic $w (one drive)" <"$DIR/folded" >"$OUT/$w.svg"
   python3 scripts/profile-stages.py "$DIR/folded" >"$OUT/$w-stages.txt"
   cat "$OUT/$w-stages.txt"
   stop
