@@ -521,7 +521,7 @@ impl S3 for MosaicS3 {
         let url = i.encoding_type.as_ref().is_some_and(|e| e.as_str() == "url");
         let q = ListQuery {
             prefix: i.prefix.clone().unwrap_or_default(),
-            delimiter: i.delimiter.clone(),
+            delimiter: delimiter_of(&i.delimiter),
             start_after: i.marker.clone().unwrap_or_default(),
             max_keys: max_keys(i.max_keys)?,
         };
@@ -562,13 +562,14 @@ impl S3 for MosaicS3 {
         let i = req.input;
         let url = i.encoding_type.as_ref().is_some_and(|e| e.as_str() == "url");
         let start_after = match &i.continuation_token {
-            Some(t) => crate::token::decode(t)
+            // An empty token is no token (S3 lists from the start and echoes it).
+            Some(t) if !t.is_empty() => crate::token::decode(t)
                 .map_err(|_| s3_error!(InvalidArgument, "The continuation token provided is incorrect"))?,
-            None => i.start_after.clone().unwrap_or_default(),
+            _ => i.start_after.clone().unwrap_or_default(),
         };
         let q = ListQuery {
             prefix: i.prefix.clone().unwrap_or_default(),
-            delimiter: i.delimiter.clone(),
+            delimiter: delimiter_of(&i.delimiter),
             start_after,
             max_keys: max_keys(i.max_keys)?,
         };
@@ -877,4 +878,9 @@ impl S3 for MosaicS3 {
             ..Default::default()
         }))
     }
+}
+
+/// A listing's delimiter: an empty one is no delimiter (S3 neither groups by it nor echoes it).
+fn delimiter_of(d: &Option<String>) -> Option<String> {
+    d.clone().filter(|d| !d.is_empty())
 }

@@ -332,9 +332,16 @@ async fn listing(default_checksums: bool) {
     let r = c.list_objects().bucket("bkt").marker("c/3").send().await.unwrap();
     let ks: Vec<_> = r.contents().iter().map(|o| o.key().unwrap()).collect();
     assert_eq!(ks, vec!["c/4", "sp ace+ü", "top1", "top2"]);
-    // A tampered token is refused.
+    // A tampered token is refused; an empty one is no token, echoed.
     let e = c.list_objects_v2().bucket("bkt").continuation_token("garbage!").send().await.unwrap_err();
     assert_eq!(code(&e), "InvalidArgument");
+    let r = c.list_objects_v2().bucket("bkt").continuation_token("").send().await.unwrap();
+    assert_eq!((r.continuation_token(), r.contents().len()), (Some(""), keys.len()));
+    // An empty delimiter groups nothing and is not echoed (v1 and v2).
+    let r = c.list_objects_v2().bucket("bkt").delimiter("").send().await.unwrap();
+    assert_eq!((r.delimiter(), r.contents().len(), r.common_prefixes().len()), (None, keys.len(), 0));
+    let r = c.list_objects().bucket("bkt").delimiter("").send().await.unwrap();
+    assert_eq!((r.delimiter(), r.contents().len(), r.common_prefixes().len()), (None, keys.len(), 0));
     s.stop().await;
 }
 
