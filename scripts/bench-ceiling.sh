@@ -19,16 +19,8 @@ declare -A WORKLOADS=(
   [large-get]="--workload cosbench-c --mix 100/0/0 --size 64MiB --objects 16 --concurrency 4"
 )
 
-PID=
-stop() {
-  if [[ -n "$PID" ]]; then kill "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true; PID=; fi
-  rm -rf "$DIR"
-}
-trap stop EXIT
-wait_port() {
-  for _ in $(seq 1 300); do (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && return 0; sleep 0.2; done
-  echo "nothing listens on $PORT" >&2; exit 1
-}
+# shellcheck source=scripts/one-server.sh
+source scripts/one-server.sh
 
 mkdir -p "$OUT"
 {
@@ -44,6 +36,7 @@ mkdir -p "$OUT"
 for server in ceiling mosaic; do
   for w in small-get large-get; do
     rm -rf "$DIR" && mkdir -p "$DIR"
+    require_free_port
     if [[ $server == ceiling ]]; then
       "$MOSAIC" bench ceiling --address "127.0.0.1:$PORT" >"$DIR/server.log" 2>&1 &
     else

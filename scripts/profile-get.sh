@@ -26,16 +26,8 @@ for tool in perf inferno-collapse-perf inferno-flamegraph; do
   command -v "$tool" >/dev/null || { echo "needs $tool (apt install linux-perf; cargo install inferno)" >&2; exit 1; }
 done
 
-PID=
-stop() {
-  if [[ -n "$PID" ]]; then kill "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true; PID=; fi
-  rm -rf "$DIR"
-}
-trap stop EXIT
-wait_port() {
-  for _ in $(seq 1 300); do (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && return 0; sleep 0.2; done
-  echo "nothing listens on $PORT" >&2; exit 1
-}
+# shellcheck source=scripts/one-server.sh
+source scripts/one-server.sh
 bench() { # workload duration [extra...]
   local w=$1 d=$2
   shift 2
@@ -55,6 +47,7 @@ mkdir -p "$OUT"
 
 for w in small-get large-get; do
   rm -rf "$DIR" && mkdir -p "$DIR"
+  require_free_port
   MOSAIC_ACCESS_KEY=$AK MOSAIC_SECRET_KEY=$SK "$MOSAIC" server --data "$DIR/data" --drive-size 12GiB \
     --s3-address "127.0.0.1:$PORT" --admin-address "127.0.0.1:$((PORT + 1))" >"$DIR/server.log" 2>&1 &
   PID=$!
