@@ -32,6 +32,15 @@ pub struct Server {
     pub stdout: std::sync::mpsc::Receiver<String>,
 }
 
+/// A test that fails still ends its server (a child process outlives its handle otherwise, holding its
+/// ports and its deleted data directory). After `stop` or `kill9` the child is reaped and this does nothing.
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// Starts a server on ephemeral ports and waits for its "serving" log line.
 pub fn start(data: &Path) -> Server {
     start_with_env(data, &[])
