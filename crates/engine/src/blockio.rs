@@ -114,15 +114,25 @@ impl BlockIo {
     fn read_run(&self, start: u64, len_bytes: usize, cached: bool) -> Result<AlignedBuf> {
         debug_assert!(len_bytes > 0 && len_bytes.is_multiple_of(BLOCK_SIZE_BYTES as usize));
         if cached {
-            let at = start * BLOCK_SIZE_BYTES;
-            // SAFETY: read_cached_at_uninit writes every byte of the buffer when it returns Ok.
-            let buf = unsafe { AlignedBuf::filled_with(len_bytes, |b| self.device.read_cached_at_uninit(b, at))? };
-            self.counters.cached_bytes_read.fetch_add(len_bytes as u64, Ordering::Relaxed);
-            return Ok(buf);
+            return Ok(self.read_run_cached(start, len_bytes, true)?);
         }
         let mut buf = AlignedBuf::zeroed(len_bytes);
         self.device.read_at(buf.as_mut_slice(), start * BLOCK_SIZE_BYTES)?;
         self.counters.record_read(len_bytes as u64);
+        Ok(buf)
+    }
+
+    /// Reads `len_bytes` (whole blocks) through the kernel's page cache into an aligned buffer; `wait`:
+    /// false gives up with WouldBlock rather than wait for the device.
+    fn read_run_cached(&self, start: u64, len_bytes: usize, wait: bool) -> std::io::Result<AlignedBuf> {
+        let at = start * BLOCK_SIZE_BYTES;
+        let fill = |b: &mut [std::mem::MaybeUninit<u8>]| match wait {
+            true => self.device.read_cached_at_uninit(b, at),
+            false => self.device.read_cached_at_uninit_nowait(b, at),
+        };
+        // SAFETY: both reads write every byte of the buffer when they return Ok.
+        let buf = unsafe { AlignedBuf::filled_with(len_bytes, fill)? };
+        self.counters.cached_bytes_read.fetch_add(len_bytes as u64, Ordering::Relaxed);
         Ok(buf)
     }
 
@@ -195,19 +205,12 @@ impl BlockIo {
         if !self.cached_reads {
             return Ok(None);
         }
-        let (at, len_bytes) = (seg.first_physical * BLOCK_SIZE_BYTES, (seg.blocks * BLOCK_SIZE_BYTES) as usize);
-        // SAFETY: read_cached_at_uninit_nowait writes every byte of the buffer when it returns Ok.
-        let read = unsafe { AlignedBuf::filled_with(len_bytes, |b| self.device.read_cached_at_uninit_nowait(b, at)) };
-        let buf = match read {
+        let buf = match self.read_run_cached(seg.first_physical, (seg.blocks * BLOCK_SIZE_BYTES) as usize, false) {
             Ok(buf) => buf,
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(None),
             Err(e) => return Err(e.into()),
         };
-        if first_bad_unit(buf.as_slice(), &seg.units).is_some() {
-            return Ok(None);
-        }
-        self.counters.cached_bytes_read.fetch_add(len_bytes as u64, Ordering::Relaxed);
-        Ok(Some(buf))
+        Ok(first_bad_unit(buf.as_slice(), &seg.units).is_none().then_some(buf))
     }
 
     pub(crate) fn read_verified_segment(&self, name: &[u8], seg: &Segment) -> Result<AlignedBuf> {

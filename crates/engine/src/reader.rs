@@ -348,11 +348,7 @@ impl Reader {
     /// device read would wait, or when a cached copy fails its checksum. Cheap enough to call on an async
     /// thread; on None the caller reads with `read_bytes` on a thread that may block.
     pub fn read_bytes_resident(&self, nid: Nid, offset: u64, len: u64, max_bytes: u64) -> Result<Option<bytes::Bytes>> {
-        let size_bytes = self.stat(nid)?.size_bytes;
-        if len.min(size_bytes.saturating_sub(offset)) > max_bytes {
-            return Ok(None);
-        }
-        let read = self.read_bytes_with(nid, offset, len, DeviceWait::NoWait)?;
+        let read = self.read_bytes_with(nid, offset, len, DeviceWait::NoWait { max_bytes })?;
         if read.is_some() {
             self.core.io.counters().object_reads.fetch_add(1, Ordering::Relaxed);
         }
@@ -364,6 +360,11 @@ impl Reader {
         let end = offset.saturating_add(len).min(info.size_bytes);
         if offset >= end {
             return Ok(Some(bytes::Bytes::new()));
+        }
+        if let DeviceWait::NoWait { max_bytes } = wait
+            && end - offset > max_bytes
+        {
+            return Ok(None);
         }
         let bs = BLOCK_SIZE_BYTES;
         let (lb0, lb1) = (offset / bs, (end - 1) / bs + 1);
@@ -380,7 +381,7 @@ impl Reader {
         let frags = self.scan_capped(CF_FRAGS, &fs, &fe, frags_cap, "fragments in the range read")?;
         let read_segment = |seg: &Segment| match wait {
             DeviceWait::Wait => self.core.io.read_verified_segment(&info.name, seg).map(Some),
-            DeviceWait::NoWait => self.core.io.read_verified_segment_nowait(seg),
+            DeviceWait::NoWait { .. } => self.core.io.read_verified_segment_nowait(seg),
         };
         if let [seg] = segments.as_slice()
             && frags.is_empty()
@@ -408,11 +409,11 @@ impl Reader {
     }
 }
 
-/// Whether a read may wait for the device, or must complete from memory.
+/// Whether a read may wait for the device, or must complete from memory (and be at most `max_bytes`).
 #[derive(Clone, Copy)]
 enum DeviceWait {
     Wait,
-    NoWait,
+    NoWait { max_bytes: u64 },
 }
 
 /// Copies `data` (which starts at object offset `at`) into `out` (which starts at object offset `base`).

@@ -53,6 +53,30 @@ async fn open_set(
     (stores, layer)
 }
 
+/// Power off and on: every drive loses what it did not flush (each in its mode), the process stops (the
+/// layer and the drives close), the drives come back and the set reopens (recovery runs).
+async fn power_cycle(
+    layer: Option<Layer>,
+    stores: Vec<Arc<DriveStore>>,
+    (k, m): (usize, usize),
+    devices: &[mosaic_engine::SimDevice],
+    modes: &[CrashMode],
+    dirs: &[tempfile::TempDir],
+) -> (Vec<Arc<DriveStore>>, Layer) {
+    for (dev, mode) in devices.iter().zip(modes) {
+        dev.crash(*mode);
+    }
+    drop(layer);
+    for s in stores {
+        sole_owner(&s).await;
+        let _ = s.engine().close();
+    }
+    for dev in devices {
+        dev.revive();
+    }
+    open_set(k, m, devices, dirs).await
+}
+
 async fn read(l: &Layer, key: &str) -> LayerResult<Vec<u8>> {
     let got = l.get_object("bkt", key, None, None, &Precondition::default()).await?;
     let mut out = Vec::new();
@@ -174,18 +198,9 @@ async fn an_acknowledged_write_survives_a_newer_one_undone_at_open() {
         }
         l.store().arm_crash_after_commits(1);
         assert!(put(pattern(round + 200, 250_000)).await.is_err(), "round {round}: the write was cut short");
-        for dev in &devices {
-            dev.crash(CrashMode::DropUnflushed);
-        }
-        drop(layer.take());
-        for s in stores.drain(..) {
-            sole_owner(&s).await;
-            let _ = s.engine().close();
-        }
-        for dev in &devices {
-            dev.revive();
-        }
-        let (reopened, l) = open_set(4, 2, &devices, &dirs).await;
+        let modes = [CrashMode::DropUnflushed; 6];
+        let (reopened, l) =
+            power_cycle(layer.take(), std::mem::take(&mut stores), (4, 2), &devices, &modes, &dirs).await;
         stores = reopened;
         assert!(read(&l, "k").await.unwrap() == acknowledged, "round {round}: the acknowledged value");
         layer = Some(l);
@@ -234,19 +249,8 @@ async fn crashes(k: usize, m: usize, points: u64) {
                 break;
             }
         }
-        // Power off: every drive loses what it did not flush; the process stops.
-        for (d, dev) in devices.iter().enumerate() {
-            dev.crash(modes[d]);
-        }
-        drop(layer.take());
-        for s in stores.drain(..) {
-            sole_owner(&s).await;
-            let _ = s.engine().close();
-        }
-        for dev in &devices {
-            dev.revive();
-        }
-        let (reopened, l) = open_set(k, m, &devices, &dirs).await;
+        let (reopened, l) =
+            power_cycle(layer.take(), std::mem::take(&mut stores), (k, m), &devices, &modes, &dirs).await;
         stores = reopened;
         verify(&l, &mut model, point).await;
         // Keep the drives from filling: clear every key now and then.
