@@ -78,7 +78,7 @@ async fn power_cycle(
 }
 
 async fn read(l: &Layer, key: &str) -> LayerResult<Vec<u8>> {
-    let got = l.get_object("bkt", key, None, None, &Precondition::default()).await?;
+    let got = l.get_object("bkt", key, None, None, None, &Precondition::default()).await?;
     let mut out = Vec::new();
     let mut b = got.body;
     while let Some(c) = futures::StreamExt::next(&mut b).await {
@@ -106,14 +106,17 @@ async fn apply(l: &Layer, model: &mut BTreeMap<String, Expect>, rng: &mut rand::
     let data = pattern(rng.random(), size);
     let (result, after) = match rng.random_range(0..10) {
         0..=5 => (l.put_object("bkt", &k, body(&data, 50_000), PutOptions::default()).await.map(|_| ()), Some(data)),
-        6 | 7 => (l.delete_object("bkt", &k).await, None),
+        6 | 7 => (l.delete_object("bkt", &k, None).await.map(|_| ()), None),
         8 => {
             let src = format!("k{}", rng.random_range(0..12));
             let src_value = match model.get(&src) {
                 Some(Expect::Is(Some(v))) if src != k => v.clone(),
                 _ => return true,
             };
-            (l.copy_object("bkt", &src, &Precondition::default(), "bkt", &k, None).await.map(|_| ()), Some(src_value))
+            (
+                l.copy_object("bkt", &src, None, &Precondition::default(), "bkt", &k, None).await.map(|_| ()),
+                Some(src_value),
+            )
         }
         _ => {
             let Some(old) = before.clone() else { return true };
@@ -182,7 +185,7 @@ async fn crashes_on_a_1_plus_0_set() {
 async fn an_acknowledged_write_survives_a_newer_one_undone_at_open() {
     let (devices, dirs) = formatted_drives(6);
     let (mut stores, first) = open_set(4, 2, &devices, &dirs).await;
-    first.create_bucket("bkt").await.unwrap();
+    first.create_bucket("bkt", None).await.unwrap();
     let mut layer = Some(first);
     let before = UNDONE_AT_OPEN.load(std::sync::atomic::Ordering::Relaxed);
     for round in 0..12u64 {
@@ -215,7 +218,7 @@ async fn crashes(k: usize, m: usize, points: u64) {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let (devices, dirs) = formatted_drives(n);
     let (mut stores, first) = open_set(k, m, &devices, &dirs).await;
-    first.create_bucket("bkt").await.unwrap();
+    first.create_bucket("bkt", None).await.unwrap();
     let mut layer = Some(first);
     let mut model: BTreeMap<String, Expect> = (0..12).map(|i| (format!("k{i}"), Expect::Is(None))).collect();
     let mut interrupted = 0;
@@ -256,7 +259,7 @@ async fn crashes(k: usize, m: usize, points: u64) {
         // Keep the drives from filling: clear every key now and then.
         if point % 100 == 99 {
             for k in model.keys() {
-                l.delete_object("bkt", k).await.unwrap();
+                l.delete_object("bkt", k, None).await.unwrap();
             }
             model.values_mut().for_each(|e| *e = Expect::Is(None));
         }

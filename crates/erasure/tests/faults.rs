@@ -23,7 +23,7 @@ async fn put(l: &impl ObjectLayer, key: &str, data: &[u8]) -> LayerResult<Object
 }
 
 async fn get(l: &impl ObjectLayer, key: &str) -> LayerResult<Vec<u8>> {
-    let got = l.get_object("bkt", key, None, None, &Precondition::default()).await?;
+    let got = l.get_object("bkt", key, None, None, None, &Precondition::default()).await?;
     let mut out = Vec::new();
     let mut b = got.body;
     while let Some(c) = futures::StreamExt::next(&mut b).await {
@@ -59,7 +59,7 @@ async fn check_all(l: &impl ObjectLayer, objects: &[(String, Vec<u8>)]) {
 async fn with_m_drives_failed_everything_works_and_past_m_fails_cleanly() {
     let t = TestSet::new(4, 2).await;
     let l = layer(&t).await;
-    l.create_bucket("bkt").await.unwrap();
+    l.create_bucket("bkt", None).await.unwrap();
     let mut objects = fill(&l, "before", 1).await;
     t.devices[1].set_failing(true);
     t.devices[4].set_failing(true);
@@ -69,7 +69,7 @@ async fn with_m_drives_failed_everything_works_and_past_m_fails_cleanly() {
     objects[0].1 = pattern(7, 70_000);
     put(&l, &objects[0].0, &objects[0].1).await.unwrap();
     let gone = objects.remove(3);
-    l.delete_object("bkt", &gone.0).await.unwrap();
+    l.delete_object("bkt", &gone.0, None).await.unwrap();
     check_all(&l, &objects).await;
     assert_eq!(get(&l, &gone.0).await, Err(LayerError::NoSuchKey));
     assert!(t.set.counters().partial_writes.load(std::sync::atomic::Ordering::Relaxed) > 0);
@@ -108,7 +108,7 @@ async fn with_m_drives_failed_everything_works_and_past_m_fails_cleanly() {
 async fn flipped_bits_are_detected_served_around_and_rebuilt() {
     let t = TestSet::new(4, 2).await;
     let l = layer(&t).await;
-    l.create_bucket("bkt").await.unwrap();
+    l.create_bucket("bkt", None).await.unwrap();
     let objects = fill(&l, "obj", 11).await;
     // Flip bytes all over drive 3's data area: every shard there that is hit fails its checksum.
     for i in 0..4000u64 {
@@ -132,8 +132,8 @@ async fn flipped_bits_are_detected_served_around_and_rebuilt() {
 async fn a_replaced_drive_is_rebuilt_by_heal() {
     let mut t = TestSet::new(4, 2).await;
     let l = layer(&t).await;
-    l.create_bucket("bkt").await.unwrap();
-    l.create_bucket("empty").await.unwrap();
+    l.create_bucket("bkt", None).await.unwrap();
+    l.create_bucket("empty", None).await.unwrap();
     let objects = fill(&l, "obj", 21).await;
     t.replace_drive(2).await;
     // Reads work at once (the new drive holds nothing yet); heal fills it.
@@ -163,7 +163,7 @@ async fn a_replaced_drive_is_rebuilt_by_heal() {
 async fn a_write_fewer_than_a_quorum_commit_is_undone() {
     let t = TestSet::new(2, 1).await;
     let l = layer(&t).await;
-    l.create_bucket("bkt").await.unwrap();
+    l.create_bucket("bkt", None).await.unwrap();
     let old = pattern(1, 300_000);
     put(&l, "k", &old).await.unwrap();
     // Two of three drives lose power after staging their shards: their commit fails, one drive commits.
@@ -195,7 +195,7 @@ async fn a_delete_a_drive_missed_is_not_undone_by_it() {
     for (k, m) in [(4, 2), (2, 2), (2, 1)] {
         let t = TestSet::new(k, m).await;
         let l = layer(&t).await;
-        l.create_bucket("bkt").await.unwrap();
+        l.create_bucket("bkt", None).await.unwrap();
         let small = pattern(1, 100);
         let big = pattern(2, 300_000);
         put(&l, "small", &small).await.unwrap();
@@ -203,8 +203,8 @@ async fn a_delete_a_drive_missed_is_not_undone_by_it() {
         put(&l, "kept", &small).await.unwrap();
         let stale = k + m - 1;
         t.devices[stale].set_failing(true);
-        l.delete_object("bkt", "small").await.unwrap();
-        l.delete_object("bkt", "big").await.unwrap();
+        l.delete_object("bkt", "small", None).await.unwrap();
+        l.delete_object("bkt", "big", None).await.unwrap();
         t.devices[stale].set_failing(false);
         t.reopen_drive(stale).await;
         // Any other drives fail, up to m in all with the stale one counted among the survivors.

@@ -20,7 +20,7 @@ async fn layer(t: &TestSet) -> S3Semantics<ErasureSet<mosaic_drive::DriveStore>>
 }
 
 async fn get(l: &impl ObjectLayer, key: &str) -> LayerResult<Vec<u8>> {
-    let got = l.get_object("bkt", key, None, None, &Precondition::default()).await?;
+    let got = l.get_object("bkt", key, None, None, None, &Precondition::default()).await?;
     let mut out = Vec::new();
     let mut b = got.body;
     while let Some(c) = futures::StreamExt::next(&mut b).await {
@@ -67,7 +67,7 @@ async fn appends_gather_in_the_tail_and_lazy_sync_encodes_its_whole_stripes() {
     let t = TestSet::with_config(config(4, 2, 64 << 10)).await;
     let stripe = t.cfg.geometry.stripe_bytes() as usize;
     let l = layer(&t).await;
-    l.create_bucket("bkt").await.unwrap();
+    l.create_bucket("bkt", None).await.unwrap();
     // Below the threshold nothing is queued; past it the object is.
     let data = append(&l, "log", Vec::new(), 31, 1).await;
     assert_eq!(t.set.encode_backlog(), 0, "62 KiB of tail is below 64 KiB");
@@ -79,7 +79,10 @@ async fn appends_gather_in_the_tail_and_lazy_sync_encodes_its_whole_stripes() {
     assert_eq!(encoded as usize, data.len() / stripe * stripe, "every whole stripe of the tail, no more");
     assert_eq!(progress.encoded_objects.load(Relaxed), 1);
     assert!(get(&l, "log").await.unwrap() == data);
-    assert_eq!(l.head_object("bkt", "log", &Precondition::default()).await.unwrap().size_bytes, data.len() as u64);
+    assert_eq!(
+        l.head_object("bkt", "log", None, &Precondition::default()).await.unwrap().size_bytes,
+        data.len() as u64
+    );
     reads_with_m_failed(&t, &l, "log", &data).await;
     // Appends go on after the encoded stripes; a second sync encodes the new whole stripes.
     let data = append(&l, "log", data, 40, 1000).await;
@@ -89,7 +92,7 @@ async fn appends_gather_in_the_tail_and_lazy_sync_encodes_its_whole_stripes() {
     // Ranges across the encoded part and the tail.
     let mid = data.len() / 2;
     let r = RangeRequest::FromTo { first: mid as u64 - 5000, last: Some(mid as u64 + 70_000) };
-    let got = l.get_object("bkt", "log", Some(r), None, &Precondition::default()).await.unwrap();
+    let got = l.get_object("bkt", "log", None, Some(r), None, &Precondition::default()).await.unwrap();
     let mut b = got.body;
     let mut out = Vec::new();
     while let Some(c) = futures::StreamExt::next(&mut b).await {
@@ -113,7 +116,7 @@ async fn an_encoding_too_few_drives_commit_is_undone_and_the_tail_is_back() {
     for crashed in [[0usize, 1, 2], [3, 4, 5], [1, 3, 5]] {
         let t = TestSet::with_config(config(4, 2, 16 << 10)).await;
         let l = layer(&t).await;
-        l.create_bucket("bkt").await.unwrap();
+        l.create_bucket("bkt", None).await.unwrap();
         let data = append(&l, "log", Vec::new(), 40, 7).await;
         assert_eq!(t.set.encode_backlog(), 1);
         for &d in &crashed {
@@ -143,7 +146,7 @@ async fn an_encoding_too_few_drives_commit_is_undone_and_the_tail_is_back() {
 async fn with_encoding_on_the_request_path_appends_read_back_the_same() {
     let t = TestSet::with_config(config(4, 2, 0)).await;
     let l = layer(&t).await;
-    l.create_bucket("bkt").await.unwrap();
+    l.create_bucket("bkt", None).await.unwrap();
     let data = append(&l, "log", Vec::new(), 50, 3).await;
     assert_eq!(t.set.encode_backlog(), 0);
     assert!(get(&l, "log").await.unwrap() == data);

@@ -4,25 +4,32 @@
 use crate::error::{LayerError, LayerResult};
 use crate::records::*;
 use crate::semantics::S3Semantics;
-use crate::{BucketInfo, ObjectLayer, validate_bucket_name};
+use crate::{BucketInfo, ObjectLayer, Versioning, validate_bucket_name};
 use mosaic_store::{ErrorKind, Op, Snapshot, Store, Txn};
 
 /// Most buckets a store lists (S3 allows a million per account).
 pub const MAX_BUCKETS: usize = 1_000_000;
 
 impl<S: Store> S3Semantics<S> {
-    pub(crate) async fn create_bucket_impl(&self, bucket: &str) -> LayerResult<()> {
+    pub(crate) async fn create_bucket_impl(&self, bucket: &str, owner: Option<&str>) -> LayerResult<()> {
         validate_bucket_name(bucket)?;
-        let rec = BucketRecord { version: RECORD_VERSION, created_unix_ms: now_ms() };
+        let rec = BucketRecord {
+            version: RECORD_VERSION,
+            created_unix_ms: now_ms(),
+            versioning: Versioning::Unversioned,
+            owner: owner.map(str::to_string),
+        };
         let name = bucket_record_name(bucket);
         let txn = Txn::new()
             .op(Op::CreateCollection { name: bucket_collection(bucket) })
             .op(Op::Reset { coll: self.sys().await?, name: name.clone() })
             .op(Op::SetAttr { coll: self.sys().await?, name, key: ATTR_BUCKET.to_vec(), value: rec.encode() });
-        match self.commit(txn).await {
+        let r = match self.commit(txn).await {
             Err(e) if e.is_op(0, ErrorKind::CollectionExists) => Err(LayerError::BucketExists),
             r => r.map(|_| ()).map_err(LayerError::from),
-        }
+        };
+        self.versioning_cache.write().remove(bucket);
+        r
     }
 
     pub(crate) async fn delete_bucket_impl(&self, bucket: &str) -> LayerResult<()> {
@@ -36,7 +43,9 @@ impl<S: Store> S3Semantics<S> {
         let txn = Txn::new()
             .op(Op::RemoveCollection { name: bucket_collection(bucket) })
             .op(Op::Remove { coll: self.sys().await?, name: bucket_record_name(bucket) });
-        match self.commit(txn).await {
+        let committed = self.commit(txn).await;
+        self.versioning_cache.write().remove(bucket);
+        match committed {
             Err(e) if e.is_op(0, ErrorKind::CollectionNotFound) => Err(LayerError::NoSuchBucket),
             Err(e) if e.is_op(0, ErrorKind::CollectionNotEmpty) => Err(LayerError::BucketNotEmpty),
             // A bucket without its record (written by a build that crashed between the two): still gone.
@@ -49,6 +58,43 @@ impl<S: Store> S3Semantics<S> {
     }
 
     pub(crate) async fn bucket_info_impl(&self, bucket: &str) -> LayerResult<BucketInfo> {
+        let rec = self.bucket_record(bucket).await?;
+        Ok(BucketInfo {
+            name: bucket.to_string(),
+            created_unix_ms: rec.created_unix_ms,
+            versioning: rec.versioning,
+            owner: rec.owner,
+        })
+    }
+
+    /// Enables or suspends versioning. A bucket once versioned cannot become unversioned again.
+    pub(crate) async fn put_bucket_versioning_impl(&self, bucket: &str, v: Versioning) -> LayerResult<()> {
+        if v == Versioning::Unversioned {
+            return Err(LayerError::InvalidArgument("versioning can be Enabled or Suspended".into()));
+        }
+        let mut rec = self.bucket_record(bucket).await?;
+        let before = rec.encode();
+        rec.versioning = v;
+        let (coll, name) = (self.sys().await?, bucket_record_name(bucket));
+        let txn = Txn::new()
+            .op(Op::AssertAttr {
+                coll: coll.clone(),
+                name: name.clone(),
+                key: ATTR_BUCKET.to_vec(),
+                expected: Some(before),
+            })
+            .op(Op::SetAttr { coll, name, key: ATTR_BUCKET.to_vec(), value: rec.encode() });
+        let r = self.commit(txn).await;
+        self.versioning_cache.write().remove(bucket);
+        match r {
+            // Changed (or removed) meanwhile.
+            Err(e) if e.is_op(0, ErrorKind::AssertionFailed) => Err(LayerError::Conflict),
+            r => r.map(|_| ()).map_err(LayerError::from),
+        }
+    }
+
+    /// A bucket's record.
+    pub(crate) async fn bucket_record(&self, bucket: &str) -> LayerResult<BucketRecord> {
         let snap = self.store.snapshot();
         self.bucket_coll(&snap, bucket).await?;
         let whose = format!(" of bucket {bucket}");
@@ -59,8 +105,7 @@ impl<S: Store> S3Semantics<S> {
             .attr(&info.obj, ATTR_BUCKET)
             .await?
             .ok_or_else(|| LayerError::Corrupt(format!("the bucket record{whose} is empty")))?;
-        let rec = BucketRecord::decode(&raw, &whose)?;
-        Ok(BucketInfo { name: bucket.to_string(), created_unix_ms: rec.created_unix_ms })
+        BucketRecord::decode(&raw, &whose)
     }
 
     pub(crate) async fn list_buckets_impl(&self) -> LayerResult<Vec<BucketInfo>> {

@@ -54,6 +54,12 @@ pub enum LayerError {
     Internal(String),
     #[error("a conflicting operation is in progress")]
     Conflict,
+    #[error("the version does not exist")]
+    NoSuchVersion,
+    /// The key's current version is a delete marker (GET/HEAD without a version id: 404), or the version
+    /// named is one (405).
+    #[error("the version is a delete marker")]
+    DeleteMarker { version_id: Option<String>, named: bool },
 }
 
 pub type LayerResult<T> = Result<T, LayerError>;

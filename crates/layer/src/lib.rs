@@ -23,6 +23,7 @@ mod semantics;
 #[doc(hidden)]
 pub mod testing;
 mod upgrade;
+mod versions;
 
 pub use buckets::MAX_BUCKETS;
 pub use error::{LayerError, LayerResult};
@@ -32,10 +33,12 @@ pub use multipart::{MAX_PART_BYTES, MAX_PARTS, MIN_PART_BYTES};
 pub use names::{MAX_KEY_BYTES, MAX_USER_METADATA_BYTES, validate_bucket_name, validate_key};
 pub use objects::MAX_TAGS;
 pub use semantics::{DEFAULT_MAX_OBJECT_BYTES, S3Semantics, SemanticsConfig};
+pub use versions::MAX_VERSIONS_SCANNED;
 
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures::Stream;
+use serde::{Deserialize, Serialize};
 use std::pin::Pin;
 
 /// A stream of body bytes. An `Err` item aborts the operation that consumes it.
@@ -55,6 +58,64 @@ pub struct PutBody {
 pub struct BucketInfo {
     pub name: String,
     pub created_unix_ms: i64,
+    pub versioning: Versioning,
+    /// The access key that created the bucket; None for the root key.
+    pub owner: Option<String>,
+}
+
+/// A bucket's versioning state. Once enabled, a bucket is never unversioned again, only suspended.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Versioning {
+    #[default]
+    Unversioned,
+    Enabled,
+    Suspended,
+}
+
+impl Versioning {
+    pub fn is_unversioned(&self) -> bool {
+        *self == Versioning::Unversioned
+    }
+}
+
+/// What a DELETE did: the version it removed or the delete marker it made.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DeleteResult {
+    /// The version removed (by version id) or the delete marker's version; None where nothing versioned.
+    pub version_id: Option<String>,
+    pub delete_marker: bool,
+}
+
+/// One entry of ListObjectVersions: a version or a delete marker.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListedVersion {
+    pub key: String,
+    /// None is the "null" version.
+    pub version_id: Option<String>,
+    pub is_latest: bool,
+    pub delete_marker: bool,
+    pub size_bytes: u64,
+    pub etag: String,
+    pub last_modified_unix_ms: i64,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct VersionPage {
+    pub versions: Vec<ListedVersion>,
+    pub common_prefixes: Vec<String>,
+    /// Where the next page starts, when more remain: the last key and version (or common prefix) returned.
+    pub next_key_marker: Option<String>,
+    pub next_version_id_marker: Option<String>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct VersionQuery {
+    pub prefix: String,
+    pub delimiter: Option<String>,
+    pub key_marker: String,
+    /// With `key_marker`: start after this version of that key ("null" for the null version).
+    pub version_id_marker: Option<String>,
+    pub max_keys: usize,
 }
 
 #[derive(Clone, Debug)]
@@ -154,37 +215,59 @@ impl RangeRequest {
 
 #[async_trait]
 pub trait ObjectLayer: Send + Sync + 'static {
-    async fn create_bucket(&self, bucket: &str) -> LayerResult<()>;
+    /// Creates a bucket owned by `owner` (an access key; None for the root key).
+    async fn create_bucket(&self, bucket: &str, owner: Option<&str>) -> LayerResult<()>;
     async fn delete_bucket(&self, bucket: &str) -> LayerResult<()>;
     async fn bucket_info(&self, bucket: &str) -> LayerResult<BucketInfo>;
     async fn list_buckets(&self) -> LayerResult<Vec<BucketInfo>>;
+    /// Enables or suspends versioning (a bucket once versioned is never unversioned again).
+    async fn put_bucket_versioning(&self, bucket: &str, versioning: Versioning) -> LayerResult<()>;
 
     async fn put_object(&self, bucket: &str, key: &str, body: PutBody, opts: PutOptions) -> LayerResult<ObjectMeta>;
+    /// The current version, or the version named (`version_id`, "null" for the null version).
+    #[allow(clippy::too_many_arguments)]
     async fn get_object(
         &self,
         bucket: &str,
         key: &str,
+        version_id: Option<&str>,
         range: Option<RangeRequest>,
         part_number: Option<u32>,
         pre: &Precondition,
     ) -> LayerResult<GetResult>;
-    async fn head_object(&self, bucket: &str, key: &str, pre: &Precondition) -> LayerResult<ObjectMeta>;
-    /// Deleting a missing key succeeds (S3 semantics).
-    async fn delete_object(&self, bucket: &str, key: &str) -> LayerResult<()>;
+    async fn head_object(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<&str>,
+        pre: &Precondition,
+    ) -> LayerResult<ObjectMeta>;
+    /// Without a version id: removes the key, or in a versioned bucket makes a delete marker its current
+    /// version; with one, removes that version. Deleting what does not exist succeeds (S3 semantics).
+    async fn delete_object(&self, bucket: &str, key: &str, version_id: Option<&str>) -> LayerResult<DeleteResult>;
     /// Copies without moving data (a clone on the drive). `new_meta` replaces the metadata when given.
+    #[allow(clippy::too_many_arguments)]
     async fn copy_object(
         &self,
         src_bucket: &str,
         src_key: &str,
+        src_version: Option<&str>,
         src_pre: &Precondition,
         dst_bucket: &str,
         dst_key: &str,
         new_meta: Option<PutOptions>,
     ) -> LayerResult<ObjectMeta>;
     async fn list_objects(&self, bucket: &str, q: &ListQuery) -> LayerResult<ListPage>;
+    async fn list_object_versions(&self, bucket: &str, q: &VersionQuery) -> LayerResult<VersionPage>;
 
-    async fn get_tags(&self, bucket: &str, key: &str) -> LayerResult<Vec<(String, String)>>;
-    async fn put_tags(&self, bucket: &str, key: &str, tags: Vec<(String, String)>) -> LayerResult<()>;
+    async fn get_tags(&self, bucket: &str, key: &str, version_id: Option<&str>) -> LayerResult<Vec<(String, String)>>;
+    async fn put_tags(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<&str>,
+        tags: Vec<(String, String)>,
+    ) -> LayerResult<()>;
 
     async fn create_multipart(&self, bucket: &str, key: &str, opts: PutOptions) -> LayerResult<String>;
     async fn upload_part(
@@ -205,6 +288,7 @@ pub trait ObjectLayer: Send + Sync + 'static {
         part: u32,
         src_bucket: &str,
         src_key: &str,
+        src_version: Option<&str>,
         range: Option<RangeRequest>,
         src_pre: &Precondition,
     ) -> LayerResult<PartInfo>;

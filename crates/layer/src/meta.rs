@@ -40,6 +40,20 @@ pub struct ObjectMeta {
     /// after a timeout) is answered again. Optional, so records without it (older builds) read as before.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upload_id: Option<String>,
+    /// The version id; None is the "null" version (unversioned and suspended buckets).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version_id: Option<String>,
+    /// When the version was made (ns since the epoch, strictly increasing per key), which orders a key's
+    /// versions; 0 where no versioning applied (older builds, unversioned buckets): then the mtime orders.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub version_ns: u64,
+    /// A delete marker: no body, GET answers 404 (405 by version id).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub delete_marker: bool,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl ObjectMeta {
@@ -58,15 +72,21 @@ impl ObjectMeta {
 }
 
 /// What a listing shows of an object, kept in the listing tag of its name entry so that a listing page is
-/// one scan of the name index: a version byte, size and mtime (8 bytes each, big-endian), the ETag.
+/// one scan of the name index. Version 1: a version byte, size and mtime (8 bytes each, big-endian), the
+/// ETag. Version 2 (objects of versioned buckets) adds, after the mtime, a flags byte (1 = delete marker),
+/// the version id's length (one byte, 0 = null) and the version id, then the ETag.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ListTag {
     pub size_bytes: u64,
     pub last_modified_unix_ms: i64,
     pub etag: String,
+    pub version_id: Option<String>,
+    pub delete_marker: bool,
 }
 
-const LIST_TAG_VERSION: u8 = 1;
+const LIST_TAG_V1: u8 = 1;
+const LIST_TAG_V2: u8 = 2;
+const LIST_TAG_FLAG_DELETE_MARKER: u8 = 1;
 
 impl ListTag {
     pub fn of(meta: &ObjectMeta) -> Self {
@@ -74,14 +94,25 @@ impl ListTag {
             size_bytes: meta.size_bytes,
             last_modified_unix_ms: meta.last_modified_unix_ms,
             etag: meta.etag.clone(),
+            version_id: meta.version_id.clone(),
+            delete_marker: meta.delete_marker,
         }
     }
 
+    /// Version 1 where nothing of versioning applies (what unversioned buckets have always written).
     pub fn encode(&self) -> Vec<u8> {
-        let mut v = Vec::with_capacity(17 + self.etag.len());
-        v.push(LIST_TAG_VERSION);
+        let vid = self.version_id.as_deref().unwrap_or("");
+        assert!(vid.len() < 256, "version ids are short");
+        let v2 = !vid.is_empty() || self.delete_marker;
+        let mut v = Vec::with_capacity(19 + vid.len() + self.etag.len());
+        v.push(if v2 { LIST_TAG_V2 } else { LIST_TAG_V1 });
         v.extend_from_slice(&self.size_bytes.to_be_bytes());
         v.extend_from_slice(&self.last_modified_unix_ms.to_be_bytes());
+        if v2 {
+            v.push(if self.delete_marker { LIST_TAG_FLAG_DELETE_MARKER } else { 0 });
+            v.push(vid.len() as u8);
+            v.extend_from_slice(vid.as_bytes());
+        }
         v.extend_from_slice(self.etag.as_bytes());
         v
     }
@@ -89,14 +120,31 @@ impl ListTag {
     /// None for a tag this build does not know (another version, damaged): the caller falls back to the
     /// metadata record, which is the truth.
     pub fn decode(raw: &[u8]) -> Option<Self> {
-        if raw.first() != Some(&LIST_TAG_VERSION) || raw.len() < 17 {
+        let version = *raw.first()?;
+        if !(version == LIST_TAG_V1 || version == LIST_TAG_V2) || raw.len() < 17 {
             return None;
         }
-        Some(ListTag {
+        let mut tag = ListTag {
             size_bytes: u64::from_be_bytes(raw[1..9].try_into().ok()?),
             last_modified_unix_ms: i64::from_be_bytes(raw[9..17].try_into().ok()?),
-            etag: String::from_utf8(raw[17..].to_vec()).ok()?,
-        })
+            ..Default::default()
+        };
+        let mut rest = &raw[17..];
+        if version == LIST_TAG_V2 {
+            let (&flags, after) = rest.split_first()?;
+            let (&vid_len, after) = after.split_first()?;
+            if flags & !LIST_TAG_FLAG_DELETE_MARKER != 0 || after.len() < vid_len as usize {
+                return None;
+            }
+            tag.delete_marker = flags & LIST_TAG_FLAG_DELETE_MARKER != 0;
+            let (vid, after) = after.split_at(vid_len as usize);
+            if !vid.is_empty() {
+                tag.version_id = Some(String::from_utf8(vid.to_vec()).ok()?);
+            }
+            rest = after;
+        }
+        tag.etag = String::from_utf8(rest.to_vec()).ok()?;
+        Some(tag)
     }
 }
 
@@ -168,6 +216,9 @@ impl PutOptions {
             checksums: BTreeMap::new(),
             part_sizes: Vec::new(),
             upload_id: None,
+            version_id: None,
+            version_ns: 0,
+            delete_marker: false,
         }
     }
 }
@@ -277,8 +328,17 @@ mod tests {
         assert_eq!(ListTag::decode(&[]), None);
         assert_eq!(ListTag::decode(&t.encode()[..16]), None);
         let mut other = t.encode();
-        other[0] = 2;
+        other[0] = 3;
         assert_eq!(ListTag::decode(&other), None);
+        let versioned = ListTag { version_id: Some("v".repeat(32)), delete_marker: true, ..t.clone() };
+        assert_eq!(versioned.encode()[0], LIST_TAG_V2);
+        assert_eq!(ListTag::decode(&versioned.encode()), Some(versioned.clone()));
+        for cut in 17..versioned.encode().len() - versioned.etag.len() {
+            assert_eq!(ListTag::decode(&versioned.encode()[..cut]), None, "cut at {cut}");
+        }
+        let mut unknown_flag = versioned.encode();
+        unknown_flag[17] = 2;
+        assert_eq!(ListTag::decode(&unknown_flag), None);
         let mut bad_utf8 = t.encode();
         bad_utf8.push(0xff);
         assert_eq!(ListTag::decode(&bad_utf8), None);

@@ -63,12 +63,13 @@ impl<S: Store> S3Semantics<S> {
         part: u32,
         src_bucket: &str,
         src_key: &str,
+        src_version: Option<&str>,
         range: Option<RangeRequest>,
         src_pre: &Precondition,
     ) -> LayerResult<PartInfo> {
         check_part_number(part)?;
         self.upload_record(&self.store.snapshot(), bucket, key, upload_id).await?;
-        let got = self.get_object(src_bucket, src_key, range, None, src_pre).await?;
+        let got = self.get_object(src_bucket, src_key, src_version, range, None, src_pre).await?;
         let len = got.range.map(|r| r.end - r.start).unwrap_or(got.meta.size_bytes);
         if len > MAX_PART_BYTES {
             return Err(LayerError::InvalidArgument("a part is at most 5 GiB".into()));
@@ -100,8 +101,9 @@ impl<S: Store> S3Semantics<S> {
         let stored: BTreeMap<u32, PartRecord> = self.parts_of(&snap, bucket, upload_id).await?.into_iter().collect();
         let sizes = check_parts(&parts, &stored)?;
         // Conditional completion (If-None-Match: * / If-Match) is checked again inside the transaction.
+        // A delete marker is no object: the key counts as absent.
         let existing = match snap.lookup(&coll, key.as_bytes()).await? {
-            Some(info) => Some(read_meta(&snap, &info.obj, bucket, key).await?),
+            Some(info) => Some(read_meta(&snap, &info.obj, bucket, key).await?).filter(|m| !m.delete_marker),
             None => None,
         };
         if let Some(m) = &existing {
@@ -123,6 +125,8 @@ impl<S: Store> S3Semantics<S> {
         let expected = existing.as_ref().map(|m| m.etag.clone().into_bytes());
         let unchanged =
             txn.push(Op::AssertAttr { coll: coll.clone(), name: name.clone(), key: ATTR_ETAG.to_vec(), expected });
+        let version = self.push_new_version(&mut txn, &coll, bucket, key).await?;
+        version.stamp.apply(&mut meta);
         txn.push(Op::Reset { coll: coll.clone(), name: name.clone() });
         let unit = self.store.geometry().unit_bytes;
         let mut offset = 0u64;
@@ -174,6 +178,7 @@ impl<S: Store> S3Semantics<S> {
                 self.completed_before(&self.store.snapshot(), &coll, bucket, key, upload_id, &parts).await
             }
             Err(e) if e.is_op(unchanged, ErrorKind::AssertionFailed) => Err(LayerError::PreconditionFailed),
+            Err(e) if version.is_conflict(&e) => Err(LayerError::Conflict),
             // A part replaced or removed since it was checked (a concurrent upload of it, or an abort).
             Err(e) if e.kind == ErrorKind::NotFound => Err(LayerError::NoSuchUpload),
             r => r.map(|_| meta).map_err(LayerError::from),

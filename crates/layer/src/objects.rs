@@ -5,7 +5,7 @@
 use crate::error::{LayerError, LayerResult};
 use crate::meta::{META_VERSION, ObjectMeta, Precondition, PutOptions};
 use crate::records::*;
-use crate::semantics::{S3Semantics, push_meta_ops, read_meta};
+use crate::semantics::{S3Semantics, Stat, push_meta_ops, read_meta};
 use crate::*;
 use bytes::Bytes;
 use futures::StreamExt;
@@ -61,6 +61,9 @@ impl<S: Store> S3Semantics<S> {
         opts.validate()?;
         let coll = self.bucket_coll(&self.store.snapshot(), bucket).await?;
         if let Some(offset) = opts.write_offset {
+            if !self.versioning(bucket).await?.is_unversioned() {
+                return Err(LayerError::InvalidArgument("appends are not supported in versioned buckets".into()));
+            }
             return self.append(coll, bucket, key, body, opts, offset).await;
         }
         // A high-priority object holds background work back from its first byte to its commit.
@@ -71,10 +74,13 @@ impl<S: Store> S3Semantics<S> {
         let name = key.as_bytes().to_vec();
         let mut txn = Txn::new();
         let conditions = self.push_write_conditions(&mut txn, &coll, key, &opts).await?;
+        let version = self.push_new_version(&mut txn, &coll, bucket, key).await?;
+        version.stamp.apply(&mut meta);
         txn.push(Op::Reset { coll: coll.clone(), name: name.clone() });
         ing.push_ops(&mut txn, &coll, &name, 0);
         push_meta_ops(&mut txn, &coll, &name, &meta);
         match self.commit(txn).await {
+            Err(e) if version.is_conflict(&e) => Err(LayerError::Conflict),
             Err(e) => Err(conditions.error_of(e)),
             Ok(_) => Ok(meta),
         }
@@ -190,11 +196,12 @@ impl<S: Store> S3Semantics<S> {
         &self,
         bucket: &str,
         key: &str,
+        version_id: Option<&str>,
         range: Option<RangeRequest>,
         part_number: Option<u32>,
         pre: &Precondition,
     ) -> LayerResult<GetResult> {
-        let (snap, _, info, meta) = self.stat_object(bucket, key).await?;
+        let Stat { snap, info, meta, .. } = self.stat_object(bucket, key, version_id).await?;
         pre.check(&meta)?;
         let range = resolve_range(&meta, range, part_number)?;
         let (start, end) = range.map(|r| (r.start, r.end)).unwrap_or((0, meta.size_bytes));
@@ -209,31 +216,93 @@ impl<S: Store> S3Semantics<S> {
         Ok(GetResult { meta, range, body })
     }
 
-    pub(crate) async fn delete_object_impl(&self, bucket: &str, key: &str) -> LayerResult<()> {
+    /// DELETE without a version id: removes the key in an unversioned bucket, else makes a delete marker
+    /// its current version. With a version id: removes that version for good (the next newest becomes
+    /// current when it was the current one). Deleting what does not exist succeeds (S3 semantics).
+    pub(crate) async fn delete_object_impl(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<&str>,
+    ) -> LayerResult<DeleteResult> {
         validate_key(key)?;
         let coll = self.bucket_coll(&self.store.snapshot(), bucket).await?;
-        match self.commit(Txn::new().op(Op::Remove { coll, name: key.as_bytes().to_vec() })).await {
-            // Deleting a missing key succeeds (S3 semantics).
-            Err(e) if e.is_op(0, ErrorKind::NotFound) => Ok(()),
-            r => r.map(|_| ()).map_err(LayerError::from),
+        if let Some(v) = version_id {
+            return self.delete_version(&coll, bucket, key, v).await;
+        }
+        if self.versioning(bucket).await?.is_unversioned() {
+            return match self.commit(Txn::new().op(Op::Remove { coll, name: key.as_bytes().to_vec() })).await {
+                Err(e) if e.is_op(0, ErrorKind::NotFound) => Ok(DeleteResult::default()),
+                r => r.map(|_| DeleteResult::default()).map_err(LayerError::from),
+            };
+        }
+        let name = key.as_bytes().to_vec();
+        let mut txn = Txn::new();
+        let version = self.push_new_version(&mut txn, &coll, bucket, key).await?;
+        let mut marker = PutOptions::default().into_meta(0, String::new(), now_ms());
+        marker.delete_marker = true;
+        version.stamp.apply(&mut marker);
+        txn.push(Op::Reset { coll: coll.clone(), name: name.clone() });
+        push_meta_ops(&mut txn, &coll, &name, &marker);
+        match self.commit(txn).await {
+            Err(e) if version.is_conflict(&e) => Err(LayerError::Conflict),
+            r => {
+                r.map(|_| DeleteResult { version_id: marker.version_id, delete_marker: true }).map_err(LayerError::from)
+            }
         }
     }
 
+    async fn delete_version(&self, coll: &S::Coll, bucket: &str, key: &str, v: &str) -> LayerResult<DeleteResult> {
+        let _lock = self.key_locks.lock(bucket, key).await;
+        let snap = self.store.snapshot();
+        let Some(found) = self.locate(&snap, coll, bucket, key, v).await? else {
+            return Ok(DeleteResult { version_id: Some(v.to_string()), delete_marker: false });
+        };
+        let mut txn = Txn::new();
+        // The version must still be where it was found.
+        let vid = snap.attr(&found.info.obj, ATTR_VERSION).await?;
+        let at = txn.push(Op::AssertAttr {
+            coll: coll.clone(),
+            name: found.name.clone(),
+            key: ATTR_VERSION.to_vec(),
+            expected: vid,
+        });
+        txn.push(Op::Remove { coll: coll.clone(), name: found.name.clone() });
+        if found.current
+            && let Some(next) = self.newest_noncurrent(&snap, coll, key).await?
+        {
+            // The next newest version becomes current.
+            let info = snap.lookup(coll, &next).await?.ok_or(LayerError::Conflict)?;
+            let meta = read_meta(&snap, &info.obj, bucket, key).await?;
+            crate::versions::push_clone_version(&mut txn, coll, &next, &found.name, &meta);
+            txn.push(Op::Remove { coll: coll.clone(), name: next });
+        }
+        drop(snap);
+        let done = DeleteResult { version_id: Some(v.to_string()), delete_marker: found.meta.delete_marker };
+        match self.commit(txn).await {
+            Err(e) if e.is_op(at, ErrorKind::AssertionFailed) => Err(LayerError::Conflict),
+            r => r.map(|_| done).map_err(LayerError::from),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn copy_object_impl(
         &self,
         src_bucket: &str,
         src_key: &str,
+        src_version: Option<&str>,
         src_pre: &Precondition,
         dst_bucket: &str,
         dst_key: &str,
         new_meta: Option<PutOptions>,
     ) -> LayerResult<ObjectMeta> {
         validate_key(dst_key)?;
-        let (snap, src_coll, _, src_meta) = self.stat_object(src_bucket, src_key).await?;
+        let Stat { snap, coll: src_coll, name: src, meta: src_meta, .. } =
+            self.stat_object(src_bucket, src_key, src_version).await?;
         src_pre.check(&src_meta)?;
         let dst_coll = self.bucket_coll(&snap, dst_bucket).await?;
         drop(snap);
-        let same = src_bucket == dst_bucket && src_key == dst_key;
+        let same = src_bucket == dst_bucket && src.as_slice() == dst_key.as_bytes();
         if same && new_meta.is_none() {
             return Err(LayerError::InvalidArgument(
                 "copying an object to itself requires the REPLACE metadata directive".into(),
@@ -250,32 +319,54 @@ impl<S: Store> S3Semantics<S> {
             None => ObjectMeta { last_modified_unix_ms: now_ms(), ..src_meta.clone() },
         };
         meta.version = META_VERSION;
-        let (src, dst) = (src_key.as_bytes().to_vec(), dst_key.as_bytes().to_vec());
+        meta.version_id = None;
+        meta.version_ns = 0;
+        meta.upload_id = None;
+        let dst = dst_key.as_bytes().to_vec();
         let mut txn = Txn::new();
         // The source must be the version whose conditions were checked.
         let expected = Some(src_meta.etag.clone().into_bytes());
         let source =
             txn.push(Op::AssertAttr { coll: src_coll.clone(), name: src.clone(), key: ATTR_ETAG.to_vec(), expected });
-        if !same {
+        let version = self.push_new_version(&mut txn, &dst_coll, dst_bucket, dst_key).await?;
+        version.stamp.apply(&mut meta);
+        if same && let Some(kept) = version.kept.clone() {
+            // The current version copied onto itself in a versioned bucket: a new version with its data,
+            // cloned from where the old one was just kept.
+            txn.push(Op::Clone { coll: dst_coll.clone(), from: kept, to_coll: dst_coll.clone(), to: dst.clone() });
+            txn.push(Op::RemoveAttr { coll: dst_coll.clone(), name: dst.clone(), key: ATTR_TAGS.to_vec() });
+        } else if !same {
             txn.push(Op::Clone { coll: src_coll, from: src, to_coll: dst_coll.clone(), to: dst.clone() });
             txn.push(Op::RemoveAttr { coll: dst_coll.clone(), name: dst.clone(), key: ATTR_TAGS.to_vec() });
         }
         push_meta_ops(&mut txn, &dst_coll, &dst, &meta);
         match self.commit(txn).await {
             Err(e) if e.is_op(source, ErrorKind::AssertionFailed) => Err(LayerError::Conflict),
+            Err(e) if version.is_conflict(&e) => Err(LayerError::Conflict),
             r => r.map(|_| meta).map_err(LayerError::from),
         }
     }
 
-    pub(crate) async fn get_tags_impl(&self, bucket: &str, key: &str) -> LayerResult<Vec<(String, String)>> {
-        let (snap, _, info, _) = self.stat_object(bucket, key).await?;
+    pub(crate) async fn get_tags_impl(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<&str>,
+    ) -> LayerResult<Vec<(String, String)>> {
+        let Stat { snap, info, .. } = self.stat_object(bucket, key, version_id).await?;
         match snap.attr(&info.obj, ATTR_TAGS).await? {
             Some(raw) => decode_tags(&raw, &format!("{bucket}/{key}")),
             None => Ok(Vec::new()),
         }
     }
 
-    pub(crate) async fn put_tags_impl(&self, bucket: &str, key: &str, tags: Vec<(String, String)>) -> LayerResult<()> {
+    pub(crate) async fn put_tags_impl(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<&str>,
+        tags: Vec<(String, String)>,
+    ) -> LayerResult<()> {
         if tags.len() > MAX_TAGS {
             return Err(LayerError::InvalidArgument(format!("at most {MAX_TAGS} tags per object")));
         }
@@ -284,9 +375,8 @@ impl<S: Store> S3Semantics<S> {
                 return Err(LayerError::InvalidArgument("tag keys are 1-128 and values 0-256 characters".into()));
             }
         }
-        let (snap, coll, _, _) = self.stat_object(bucket, key).await?;
+        let Stat { snap, coll, name, .. } = self.stat_object(bucket, key, version_id).await?;
         drop(snap);
-        let name = key.as_bytes().to_vec();
         let op = if tags.is_empty() {
             Op::RemoveAttr { coll, name, key: ATTR_TAGS.to_vec() }
         } else {

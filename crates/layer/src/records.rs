@@ -3,6 +3,7 @@
 //! attribute keys. A record of an unknown version is refused and a damaged one is an error naming it,
 //! never a default.
 
+use crate::Versioning;
 use crate::error::{LayerError, LayerResult};
 use crate::meta::PutOptions;
 use mosaic_store::with_locator;
@@ -23,6 +24,9 @@ pub(crate) const ATTR_TAGS: &[u8] = b"s3.tags";
 pub(crate) const ATTR_BUCKET: &[u8] = b"bucket";
 pub(crate) const ATTR_UPLOAD: &[u8] = b"s3.upload";
 pub(crate) const ATTR_PART: &[u8] = b"s3.part";
+/// The current version's place among its key's versions (its name suffix, see `versions`): what a new
+/// version asserts unchanged.
+pub(crate) const ATTR_VERSION: &[u8] = b"s3.vid";
 
 /// The version every record of this build writes and the only one it reads.
 pub(crate) const RECORD_VERSION: u8 = 1;
@@ -80,10 +84,16 @@ pub(crate) trait Record: Serialize + DeserializeOwned {
     }
 }
 
-#[derive(Serialize, Deserialize, Debug, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 pub(crate) struct BucketRecord {
     pub(crate) version: u8,
     pub(crate) created_unix_ms: i64,
+    /// Absent in records of older builds and of buckets never versioned.
+    #[serde(default, skip_serializing_if = "Versioning::is_unversioned")]
+    pub(crate) versioning: Versioning,
+    /// The access key that created the bucket and owns it; None for the root key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) owner: Option<String>,
 }
 
 impl Record for BucketRecord {
@@ -134,6 +144,11 @@ pub(crate) fn encode_tags(tags: &[(String, String)]) -> Vec<u8> {
     serde_json::to_vec(tags).expect("tags serialize")
 }
 
+/// Now in ns since the epoch (0 if the clock is before it).
+pub(crate) fn now_ns() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
+}
+
 pub(crate) fn now_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }
@@ -144,7 +159,12 @@ mod tests {
 
     #[test]
     fn records_round_trip() {
-        let b = BucketRecord { version: RECORD_VERSION, created_unix_ms: 5 };
+        let b = BucketRecord {
+            version: RECORD_VERSION,
+            created_unix_ms: 5,
+            versioning: Versioning::Enabled,
+            owner: Some("k".into()),
+        };
         assert_eq!(BucketRecord::decode(&b.encode(), " of bucket b").unwrap(), b);
         let p = PartRecord {
             version: RECORD_VERSION,

@@ -38,6 +38,10 @@ pub struct S3Semantics<S: Store> {
     sys: tokio::sync::OnceCell<S::Coll>,
     mpu: tokio::sync::OnceCell<S::Coll>,
     pub(crate) stage_buffers: Arc<StageBuffers>,
+    /// Each bucket's versioning state, read once from its record (at most one entry per bucket).
+    pub(crate) versioning_cache: parking_lot::RwLock<std::collections::HashMap<String, Versioning>>,
+    /// Writers of one versioned key take turns (see `versions`).
+    pub(crate) key_locks: crate::versions::KeyLocks,
 }
 
 /// A transaction of this layer's store.
@@ -72,6 +76,8 @@ impl<S: Store> S3Semantics<S> {
             sys: tokio::sync::OnceCell::new(),
             mpu: tokio::sync::OnceCell::new(),
             stage_buffers: Arc::default(),
+            versioning_cache: Default::default(),
+            key_locks: Default::default(),
         };
         let collections = [s.sys().await.map(|_| ()), s.mpu().await.map(|_| ())];
         let upgraded = if collections.iter().all(|r| r.is_ok()) { s.upgrade_names().await } else { Ok(()) };
@@ -110,25 +116,43 @@ impl<S: Store> S3Semantics<S> {
         snap.collection(&bucket_collection(bucket)).await?.ok_or(LayerError::NoSuchBucket)
     }
 
-    /// Looks up an object and its metadata in one snapshot; prioritizes the snapshot's reads when the
-    /// object is high-priority.
-    pub(crate) async fn stat_object(
-        &self,
-        bucket: &str,
-        key: &str,
-    ) -> LayerResult<(Arc<S::Snapshot>, S::Coll, ObjectInfo<S::Obj>, ObjectMeta)> {
+    /// Looks up an object (its current version, or the version named) and its metadata in one snapshot;
+    /// prioritizes the snapshot's reads when the object is high-priority. A delete marker is no object.
+    pub(crate) async fn stat_object(&self, bucket: &str, key: &str, version_id: Option<&str>) -> LayerResult<Stat<S>> {
         validate_key(key)?;
         let snap = self.store.snapshot();
         let coll = self.bucket_coll(&snap, bucket).await?;
-        let info = snap.lookup(&coll, key.as_bytes()).await?.ok_or(LayerError::NoSuchKey)?;
+        let (name, info, mut meta) = match version_id {
+            None => {
+                let info = snap.lookup(&coll, key.as_bytes()).await?.ok_or(LayerError::NoSuchKey)?;
+                let meta = read_meta(&snap, &info.obj, bucket, key).await?;
+                (key.as_bytes().to_vec(), info, meta)
+            }
+            Some(v) => {
+                let found = self.locate(&snap, &coll, bucket, key, v).await?.ok_or(LayerError::NoSuchVersion)?;
+                (found.name, found.info, found.meta)
+            }
+        };
+        if meta.delete_marker {
+            return Err(LayerError::DeleteMarker { version_id: meta.version_id, named: version_id.is_some() });
+        }
         if info.high_priority {
             snap.prioritize();
         }
-        let mut meta = read_meta(&snap, &info.obj, bucket, key).await?;
         // The store's size is the truth (appends change it).
         meta.size_bytes = info.size_bytes;
-        Ok((Arc::new(snap), coll, info, meta))
+        Ok(Stat { snap: Arc::new(snap), coll, name, info, meta })
     }
+}
+
+/// An object found by `stat_object`.
+pub(crate) struct Stat<S: Store> {
+    pub(crate) snap: Arc<S::Snapshot>,
+    pub(crate) coll: S::Coll,
+    /// Its name in the bucket's collection (the key, or a noncurrent version's name).
+    pub(crate) name: Vec<u8>,
+    pub(crate) info: ObjectInfo<S::Obj>,
+    pub(crate) meta: ObjectMeta,
 }
 
 /// An object's metadata record.
@@ -146,11 +170,19 @@ pub(crate) async fn read_meta<Sn: Snapshot>(
 }
 
 /// The ops that record an object's metadata: the metadata attribute, the ETag attribute (what conditional
-/// writes assert on), the listing tag of its name entry (what a listing reads), and its priority.
+/// writes assert on; a delete marker has none, as it is no object), the version attribute (in versioned
+/// buckets: what a new version asserts unchanged), the listing tag of its name entry (what a listing
+/// reads), and its priority.
 pub(crate) fn push_meta_ops<C: Clone, St>(txn: &mut Txn<C, St>, coll: &C, name: &[u8], meta: &ObjectMeta) {
     let (c, n) = (|| coll.clone(), || name.to_vec());
     txn.push(Op::SetAttr { coll: c(), name: n(), key: ATTR_META.to_vec(), value: meta.encode() });
-    txn.push(Op::SetAttr { coll: c(), name: n(), key: ATTR_ETAG.to_vec(), value: meta.etag.as_bytes().to_vec() });
+    if !meta.delete_marker {
+        txn.push(Op::SetAttr { coll: c(), name: n(), key: ATTR_ETAG.to_vec(), value: meta.etag.as_bytes().to_vec() });
+    }
+    if meta.version_ns != 0 {
+        let suffix = crate::versions::Stamp::of(meta).suffix();
+        txn.push(Op::SetAttr { coll: c(), name: n(), key: ATTR_VERSION.to_vec(), value: suffix.into_bytes() });
+    }
     txn.push(Op::SetNameTag { coll: c(), name: n(), tag: crate::meta::ListTag::of(meta).encode() });
     let high = crate::meta::wants_high_priority(&meta.user_metadata);
     txn.push(Op::SetPriority { coll: c(), name: n(), high });
@@ -175,8 +207,8 @@ async fn ensure_collection<S: Store>(store: &S, name: &str) -> LayerResult<S::Co
 
 #[async_trait]
 impl<S: Store> ObjectLayer for S3Semantics<S> {
-    async fn create_bucket(&self, bucket: &str) -> LayerResult<()> {
-        self.create_bucket_impl(bucket).await
+    async fn create_bucket(&self, bucket: &str, owner: Option<&str>) -> LayerResult<()> {
+        self.create_bucket_impl(bucket, owner).await
     }
 
     async fn delete_bucket(&self, bucket: &str) -> LayerResult<()> {
@@ -191,6 +223,10 @@ impl<S: Store> ObjectLayer for S3Semantics<S> {
         self.list_buckets_impl().await
     }
 
+    async fn put_bucket_versioning(&self, bucket: &str, versioning: Versioning) -> LayerResult<()> {
+        self.put_bucket_versioning_impl(bucket, versioning).await
+    }
+
     async fn put_object(&self, bucket: &str, key: &str, body: PutBody, opts: PutOptions) -> LayerResult<ObjectMeta> {
         self.put_object_impl(bucket, key, body, opts).await
     }
@@ -199,45 +235,63 @@ impl<S: Store> ObjectLayer for S3Semantics<S> {
         &self,
         bucket: &str,
         key: &str,
+        version_id: Option<&str>,
         range: Option<RangeRequest>,
         part_number: Option<u32>,
         pre: &Precondition,
     ) -> LayerResult<GetResult> {
-        self.get_object_impl(bucket, key, range, part_number, pre).await
+        self.get_object_impl(bucket, key, version_id, range, part_number, pre).await
     }
 
-    async fn head_object(&self, bucket: &str, key: &str, pre: &Precondition) -> LayerResult<ObjectMeta> {
-        let (_, _, _, meta) = self.stat_object(bucket, key).await?;
+    async fn head_object(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<&str>,
+        pre: &Precondition,
+    ) -> LayerResult<ObjectMeta> {
+        let meta = self.stat_object(bucket, key, version_id).await?.meta;
         pre.check(&meta)?;
         Ok(meta)
     }
 
-    async fn delete_object(&self, bucket: &str, key: &str) -> LayerResult<()> {
-        self.delete_object_impl(bucket, key).await
+    async fn delete_object(&self, bucket: &str, key: &str, version_id: Option<&str>) -> LayerResult<DeleteResult> {
+        self.delete_object_impl(bucket, key, version_id).await
     }
 
     async fn copy_object(
         &self,
         src_bucket: &str,
         src_key: &str,
+        src_version: Option<&str>,
         src_pre: &Precondition,
         dst_bucket: &str,
         dst_key: &str,
         new_meta: Option<PutOptions>,
     ) -> LayerResult<ObjectMeta> {
-        self.copy_object_impl(src_bucket, src_key, src_pre, dst_bucket, dst_key, new_meta).await
+        self.copy_object_impl(src_bucket, src_key, src_version, src_pre, dst_bucket, dst_key, new_meta).await
     }
 
     async fn list_objects(&self, bucket: &str, q: &ListQuery) -> LayerResult<ListPage> {
         self.list_objects_impl(bucket, q).await
     }
 
-    async fn get_tags(&self, bucket: &str, key: &str) -> LayerResult<Vec<(String, String)>> {
-        self.get_tags_impl(bucket, key).await
+    async fn list_object_versions(&self, bucket: &str, q: &VersionQuery) -> LayerResult<VersionPage> {
+        self.list_object_versions_impl(bucket, q).await
     }
 
-    async fn put_tags(&self, bucket: &str, key: &str, tags: Vec<(String, String)>) -> LayerResult<()> {
-        self.put_tags_impl(bucket, key, tags).await
+    async fn get_tags(&self, bucket: &str, key: &str, version_id: Option<&str>) -> LayerResult<Vec<(String, String)>> {
+        self.get_tags_impl(bucket, key, version_id).await
+    }
+
+    async fn put_tags(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<&str>,
+        tags: Vec<(String, String)>,
+    ) -> LayerResult<()> {
+        self.put_tags_impl(bucket, key, version_id, tags).await
     }
 
     async fn create_multipart(&self, bucket: &str, key: &str, opts: PutOptions) -> LayerResult<String> {
@@ -263,10 +317,11 @@ impl<S: Store> ObjectLayer for S3Semantics<S> {
         part: u32,
         src_bucket: &str,
         src_key: &str,
+        src_version: Option<&str>,
         range: Option<RangeRequest>,
         src_pre: &Precondition,
     ) -> LayerResult<PartInfo> {
-        self.upload_part_copy_impl(bucket, key, upload_id, part, src_bucket, src_key, range, src_pre).await
+        self.upload_part_copy_impl(bucket, key, upload_id, part, src_bucket, src_key, src_version, range, src_pre).await
     }
 
     async fn complete_multipart(

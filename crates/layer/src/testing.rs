@@ -31,6 +31,8 @@ pub async fn run_suite<S: Store>(mut new_store: impl FnMut() -> Arc<S>) {
     case!(append);
     case!(copy);
     case!(keys_and_limits);
+    case!(versioning_basics);
+    case!(versioning_against_a_model);
     let small = open(new_store(), SemanticsConfig { max_object_bytes: 100_000 }).await;
     object_size_limit(&small).await;
     small.shutdown().await.expect("the store closes");
@@ -68,7 +70,7 @@ async fn put<L: ObjectLayer>(l: &L, bucket: &str, key: &str, data: &[u8]) -> Obj
 }
 
 async fn get_all<L: ObjectLayer>(l: &L, bucket: &str, key: &str) -> LayerResult<Vec<u8>> {
-    let got = l.get_object(bucket, key, None, None, &Precondition::default()).await?;
+    let got = l.get_object(bucket, key, None, None, None, &Precondition::default()).await?;
     collect(got.body).await
 }
 
@@ -82,10 +84,10 @@ async fn collect(mut body: ByteStream) -> LayerResult<Vec<u8>> {
 
 async fn buckets<L: ObjectLayer>(l: &L) {
     assert_eq!(l.bucket_info("bk1").await, Err(LayerError::NoSuchBucket));
-    l.create_bucket("bk1").await.unwrap();
-    assert_eq!(l.create_bucket("bk1").await, Err(LayerError::BucketExists));
-    assert!(matches!(l.create_bucket("Bad_Name").await, Err(LayerError::InvalidBucketName(_))));
-    l.create_bucket("bk2").await.unwrap();
+    l.create_bucket("bk1", None).await.unwrap();
+    assert_eq!(l.create_bucket("bk1", None).await, Err(LayerError::BucketExists));
+    assert!(matches!(l.create_bucket("Bad_Name", None).await, Err(LayerError::InvalidBucketName(_))));
+    l.create_bucket("bk2", None).await.unwrap();
     let info = l.bucket_info("bk1").await.unwrap();
     assert!(info.created_unix_ms > 1_600_000_000_000, "a real creation time: {info:?}");
     let names: Vec<String> = l.list_buckets().await.unwrap().into_iter().map(|b| b.name).collect();
@@ -100,13 +102,13 @@ async fn buckets<L: ObjectLayer>(l: &L) {
         l.put_object("bk2", "k", body(b"x", 1), PutOptions::default()).await.err(),
         Some(LayerError::NoSuchBucket)
     );
-    l.delete_object("bk1", "k").await.unwrap();
+    l.delete_object("bk1", "k", None).await.unwrap();
     l.delete_bucket("bk1").await.unwrap();
     assert!(l.list_buckets().await.unwrap().is_empty());
 }
 
 async fn put_get_round_trip<L: ObjectLayer>(l: &L) {
-    l.create_bucket("bkt").await.unwrap();
+    l.create_bucket("bkt", None).await.unwrap();
     // Empty, tiny, inline-sized, around unit boundaries, and several staging buffers' worth.
     for (i, len) in
         [0usize, 1, 100, 4095, 4096, 4097, 16 * 1024, 65_536 + 17, 3 * 4096 + 5, (9 << 20) + 5].iter().enumerate()
@@ -118,20 +120,20 @@ async fn put_get_round_trip<L: ObjectLayer>(l: &L) {
         let meta = l.put_object("bkt", &key, body(&data, 7919), opts).await.unwrap();
         assert_eq!((meta.size_bytes, meta.etag.as_str()), (*len as u64, md5_hex(&data).as_str()), "{key}");
         assert_eq!(get_all(l, "bkt", &key).await.unwrap(), data, "{key}");
-        let head = l.head_object("bkt", &key, &Precondition::default()).await.unwrap();
+        let head = l.head_object("bkt", &key, None, &Precondition::default()).await.unwrap();
         assert_eq!((head.size_bytes, head.etag, head.content_type.as_deref()), (*len as u64, meta.etag, Some("x/y")));
         assert_eq!(head.user_metadata.get("k").map(String::as_str), Some("v"));
     }
     assert_eq!(get_all(l, "bkt", "missing").await, Err(LayerError::NoSuchKey));
-    assert_eq!(l.head_object("nob", "k", &Precondition::default()).await.err(), Some(LayerError::NoSuchBucket));
+    assert_eq!(l.head_object("nob", "k", None, &Precondition::default()).await.err(), Some(LayerError::NoSuchBucket));
 }
 
 async fn ranges_and_part_numbers<L: ObjectLayer>(l: &L) {
-    l.create_bucket("bkt").await.unwrap();
+    l.create_bucket("bkt", None).await.unwrap();
     let data = pattern(9, 3 << 20);
     put(l, "bkt", "k", &data).await;
     let read = |r: RangeRequest| async move {
-        let got = l.get_object("bkt", "k", Some(r), None, &Precondition::default()).await?;
+        let got = l.get_object("bkt", "k", None, Some(r), None, &Precondition::default()).await?;
         let range = got.range.expect("a range");
         Ok::<_, LayerError>((range, collect(got.body).await?))
     };
@@ -143,23 +145,24 @@ async fn ranges_and_part_numbers<L: ObjectLayer>(l: &L) {
     assert_eq!(bytes, &data[data.len() - 5000..]);
     assert_eq!(read(RangeRequest::FromTo { first: 3 << 20, last: None }).await.err(), Some(LayerError::InvalidRange));
     // A simple object is part 1 of 1.
-    let got = l.get_object("bkt", "k", None, Some(1), &Precondition::default()).await.unwrap();
+    let got = l.get_object("bkt", "k", None, None, Some(1), &Precondition::default()).await.unwrap();
     assert_eq!(collect(got.body).await.unwrap(), data);
     assert_eq!(
-        l.get_object("bkt", "k", None, Some(2), &Precondition::default()).await.err(),
+        l.get_object("bkt", "k", None, None, Some(2), &Precondition::default()).await.err(),
         Some(LayerError::InvalidRange)
     );
-    let both = l.get_object("bkt", "k", Some(RangeRequest::Suffix { len: 1 }), Some(1), &Precondition::default()).await;
+    let both =
+        l.get_object("bkt", "k", None, Some(RangeRequest::Suffix { len: 1 }), Some(1), &Precondition::default()).await;
     assert!(matches!(both.err(), Some(LayerError::InvalidArgument(_))));
 }
 
 /// Readers see the old object or the new one, whole: a GET that began before an overwrite streams the old
 /// version to its end, and later GETs see the new one.
 async fn overwrite_is_atomic<L: ObjectLayer>(l: &L) {
-    l.create_bucket("bkt").await.unwrap();
+    l.create_bucket("bkt", None).await.unwrap();
     let (old, new) = (pattern(1, 6 << 20), pattern(2, (5 << 20) + 3));
     put(l, "bkt", "k", &old).await;
-    let during = l.get_object("bkt", "k", None, None, &Precondition::default()).await.unwrap();
+    let during = l.get_object("bkt", "k", None, None, None, &Precondition::default()).await.unwrap();
     put(l, "bkt", "k", &new).await;
     put(l, "bkt", "small", b"before").await;
     assert_eq!(collect(during.body).await.unwrap(), old, "the earlier GET streams the old version whole");
@@ -187,7 +190,7 @@ async fn overwrite_is_atomic<L: ObjectLayer>(l: &L) {
 }
 
 async fn conditional_writes_and_reads<L: ObjectLayer>(l: &L) {
-    l.create_bucket("bkt").await.unwrap();
+    l.create_bucket("bkt", None).await.unwrap();
     let only_new = PutOptions { if_none_match_any: true, ..Default::default() };
     let m = l.put_object("bkt", "k", body(b"one", 3), only_new.clone()).await.unwrap();
     assert_eq!(l.put_object("bkt", "k", body(b"two", 3), only_new).await.err(), Some(LayerError::PreconditionFailed));
@@ -203,7 +206,7 @@ async fn conditional_writes_and_reads<L: ObjectLayer>(l: &L) {
     assert_eq!(l.put_object("bkt", "missing", body(b"x", 1), some).await.err(), Some(LayerError::NoSuchKey));
     assert_eq!(get_all(l, "bkt", "k").await.unwrap(), b"three");
     // If-None-Match with an ETag: refused only when the object has that ETag; a missing key is written.
-    let three = l.head_object("bkt", "k", &Precondition::default()).await.unwrap().etag;
+    let three = l.head_object("bkt", "k", None, &Precondition::default()).await.unwrap().etag;
     let not = |etag: &str| PutOptions { if_none_match: Some(etag.to_string()), ..Default::default() };
     let refused = l.put_object("bkt", "k", body(b"four", 4), not(&format!("\"{three}\""))).await.err();
     assert_eq!(refused, Some(LayerError::PreconditionFailed));
@@ -212,28 +215,28 @@ async fn conditional_writes_and_reads<L: ObjectLayer>(l: &L) {
     assert_eq!(get_all(l, "bkt", "k").await.unwrap(), b"four");
     l.put_object("bkt", "new", body(b"n", 1), not(&three)).await.unwrap();
     assert_eq!(get_all(l, "bkt", "new").await.unwrap(), b"n");
-    assert!(l.head_object("bkt", "missing", &Precondition::default()).await.is_err());
+    assert!(l.head_object("bkt", "missing", None, &Precondition::default()).await.is_err());
     // Reads: If-None-Match of the current ETag is NotModified; If-Match of an old one fails.
-    let cur = l.head_object("bkt", "k", &Precondition::default()).await.unwrap();
+    let cur = l.head_object("bkt", "k", None, &Precondition::default()).await.unwrap();
     let pre = Precondition { if_none_match: Some(format!("\"{}\"", cur.etag)), ..Default::default() };
-    assert_eq!(l.get_object("bkt", "k", None, None, &pre).await.err(), Some(LayerError::NotModified));
+    assert_eq!(l.get_object("bkt", "k", None, None, None, &pre).await.err(), Some(LayerError::NotModified));
     let pre = Precondition { if_match: Some(m2.etag), ..Default::default() };
-    assert_eq!(l.head_object("bkt", "k", &pre).await.err(), Some(LayerError::PreconditionFailed));
+    assert_eq!(l.head_object("bkt", "k", None, &pre).await.err(), Some(LayerError::PreconditionFailed));
 }
 
 async fn delete<L: ObjectLayer>(l: &L) {
-    l.create_bucket("bkt").await.unwrap();
-    l.delete_object("bkt", "never").await.unwrap();
+    l.create_bucket("bkt", None).await.unwrap();
+    l.delete_object("bkt", "never", None).await.unwrap();
     put(l, "bkt", "k", &pattern(3, 100_000)).await;
-    l.delete_object("bkt", "k").await.unwrap();
+    l.delete_object("bkt", "k", None).await.unwrap();
     assert_eq!(get_all(l, "bkt", "k").await, Err(LayerError::NoSuchKey));
-    assert_eq!(l.delete_object("nob", "k").await, Err(LayerError::NoSuchBucket));
+    assert_eq!(l.delete_object("nob", "k", None).await, Err(LayerError::NoSuchBucket));
     let page = l.list_objects("bkt", &ListQuery { max_keys: 10, ..Default::default() }).await.unwrap();
     assert!(page.objects.is_empty());
 }
 
 async fn multipart_assembly<L: ObjectLayer>(l: &L) {
-    l.create_bucket("bkt").await.unwrap();
+    l.create_bucket("bkt", None).await.unwrap();
     let opts = PutOptions { content_type: Some("a/b".into()), ..Default::default() };
     let id = l.create_multipart("bkt", "big", opts).await.unwrap();
     // Aligned parts are cloned; a part of odd size makes every later boundary unaligned (copied).
@@ -265,7 +268,7 @@ async fn multipart_assembly<L: ObjectLayer>(l: &L) {
     let md5s: Vec<u8> = parts_data.iter().flat_map(|d| Md5::digest(d).to_vec()).collect();
     assert_eq!(meta.etag, format!("{}-4", md5_hex(&md5s)));
     assert_eq!(get_all(l, "bkt", "big").await.unwrap(), whole);
-    let head = l.head_object("bkt", "big", &Precondition::default()).await.unwrap();
+    let head = l.head_object("bkt", "big", None, &Precondition::default()).await.unwrap();
     assert_eq!(
         (head.etag, head.content_type.as_deref(), head.size_bytes),
         (meta.etag, Some("a/b"), whole.len() as u64)
@@ -273,7 +276,7 @@ async fn multipart_assembly<L: ObjectLayer>(l: &L) {
     // Part numbers read back exactly their parts.
     let mut start = 0;
     for (i, d) in parts_data.iter().enumerate() {
-        let got = l.get_object("bkt", "big", None, Some(i as u32 + 1), &Precondition::default()).await.unwrap();
+        let got = l.get_object("bkt", "big", None, None, Some(i as u32 + 1), &Precondition::default()).await.unwrap();
         assert_eq!(got.range, Some(ByteRange { start, end: start + d.len() as u64 }));
         assert_eq!(&collect(got.body).await.unwrap(), d);
         start += d.len() as u64;
@@ -283,7 +286,8 @@ async fn multipart_assembly<L: ObjectLayer>(l: &L) {
     // UploadPartCopy: a range of an object becomes a part.
     let id = l.create_multipart("bkt", "copied", PutOptions::default()).await.unwrap();
     let range = Some(RangeRequest::FromTo { first: 100, last: Some(100 + (5 << 20) - 1) });
-    let p1 = l.upload_part_copy("bkt", "copied", &id, 1, "bkt", "big", range, &Precondition::default()).await.unwrap();
+    let p1 =
+        l.upload_part_copy("bkt", "copied", &id, 1, "bkt", "big", None, range, &Precondition::default()).await.unwrap();
     let p2 = l.upload_part("bkt", "copied", &id, 2, body(b"tail", 4)).await.unwrap();
     let parts = vec![CompletePart { part_number: 1, etag: p1.etag }, CompletePart { part_number: 2, etag: p2.etag }];
     l.complete_multipart("bkt", "copied", &id, parts, &Precondition::default(), Vec::new()).await.unwrap();
@@ -297,7 +301,7 @@ async fn multipart_assembly<L: ObjectLayer>(l: &L) {
 }
 
 async fn multipart_errors<L: ObjectLayer>(l: &L) {
-    l.create_bucket("bkt").await.unwrap();
+    l.create_bucket("bkt", None).await.unwrap();
     assert_eq!(l.upload_part("bkt", "k", "nope", 1, body(b"x", 1)).await.err(), Some(LayerError::NoSuchUpload));
     let id = l.create_multipart("bkt", "k", PutOptions::default()).await.unwrap();
     assert_eq!(l.upload_part("bkt", "other", &id, 1, body(b"x", 1)).await.err(), Some(LayerError::NoSuchUpload));
@@ -329,7 +333,7 @@ async fn multipart_errors<L: ObjectLayer>(l: &L) {
 }
 
 async fn listing_with_delimiters_and_markers<L: ObjectLayer>(l: &L) {
-    l.create_bucket("bkt").await.unwrap();
+    l.create_bucket("bkt", None).await.unwrap();
     let keys = ["a", "a/1", "a/2", "a/b/1", "a/b/2", "b/1", "c", "c/", "c/x", "d!", "e/f/g"];
     for (i, k) in keys.iter().enumerate() {
         put(l, "bkt", k, &pattern(i as u64, i * 10)).await;
@@ -380,28 +384,31 @@ async fn listing_with_delimiters_and_markers<L: ObjectLayer>(l: &L) {
 }
 
 async fn tags<L: ObjectLayer>(l: &L) {
-    l.create_bucket("bkt").await.unwrap();
+    l.create_bucket("bkt", None).await.unwrap();
     put(l, "bkt", "k", b"x").await;
-    assert!(l.get_tags("bkt", "k").await.unwrap().is_empty());
+    assert!(l.get_tags("bkt", "k", None).await.unwrap().is_empty());
     let t = vec![("a".to_string(), "1".to_string()), ("b".into(), "".into())];
-    l.put_tags("bkt", "k", t.clone()).await.unwrap();
-    assert_eq!(l.get_tags("bkt", "k").await.unwrap(), t);
+    l.put_tags("bkt", "k", None, t.clone()).await.unwrap();
+    assert_eq!(l.get_tags("bkt", "k", None).await.unwrap(), t);
     let too_many: Vec<(String, String)> = (0..=MAX_TAGS).map(|i| (format!("k{i}"), "v".into())).collect();
-    assert!(matches!(l.put_tags("bkt", "k", too_many).await, Err(LayerError::InvalidArgument(_))));
-    assert!(matches!(l.put_tags("bkt", "k", vec![("".into(), "v".into())]).await, Err(LayerError::InvalidArgument(_))));
+    assert!(matches!(l.put_tags("bkt", "k", None, too_many).await, Err(LayerError::InvalidArgument(_))));
+    assert!(matches!(
+        l.put_tags("bkt", "k", None, vec![("".into(), "v".into())]).await,
+        Err(LayerError::InvalidArgument(_))
+    ));
     // A copy does not carry the source's tags; an overwrite drops them; removing them leaves none.
-    l.copy_object("bkt", "k", &Precondition::default(), "bkt", "c", None).await.unwrap();
-    assert!(l.get_tags("bkt", "c").await.unwrap().is_empty());
-    l.put_tags("bkt", "k", Vec::new()).await.unwrap();
-    assert!(l.get_tags("bkt", "k").await.unwrap().is_empty());
-    l.put_tags("bkt", "k", t).await.unwrap();
+    l.copy_object("bkt", "k", None, &Precondition::default(), "bkt", "c", None).await.unwrap();
+    assert!(l.get_tags("bkt", "c", None).await.unwrap().is_empty());
+    l.put_tags("bkt", "k", None, Vec::new()).await.unwrap();
+    assert!(l.get_tags("bkt", "k", None).await.unwrap().is_empty());
+    l.put_tags("bkt", "k", None, t).await.unwrap();
     put(l, "bkt", "k", b"y").await;
-    assert!(l.get_tags("bkt", "k").await.unwrap().is_empty());
-    assert_eq!(l.put_tags("bkt", "missing", Vec::new()).await, Err(LayerError::NoSuchKey));
+    assert!(l.get_tags("bkt", "k", None).await.unwrap().is_empty());
+    assert_eq!(l.put_tags("bkt", "missing", None, Vec::new()).await, Err(LayerError::NoSuchKey));
 }
 
 async fn append<L: ObjectLayer>(l: &L) {
-    l.create_bucket("bkt").await.unwrap();
+    l.create_bucket("bkt", None).await.unwrap();
     let at = |offset: u64| PutOptions { write_offset: Some(offset), ..Default::default() };
     assert_eq!(l.put_object("bkt", "log", body(b"x", 1), at(5)).await.err(), Some(LayerError::NoSuchKey));
     let mut expected = Vec::new();
@@ -427,46 +434,54 @@ async fn append<L: ObjectLayer>(l: &L) {
 }
 
 async fn copy<L: ObjectLayer>(l: &L) {
-    l.create_bucket("bkt").await.unwrap();
-    l.create_bucket("ckt").await.unwrap();
+    l.create_bucket("bkt", None).await.unwrap();
+    l.create_bucket("ckt", None).await.unwrap();
     let data = pattern(5, (4 << 20) + 77);
     let mut opts = PutOptions::default();
     opts.user_metadata.insert("m".into(), "1".into());
     let src = l.put_object("bkt", "src", body(&data, 1 << 20), opts).await.unwrap();
-    let copied = l.copy_object("bkt", "src", &Precondition::default(), "ckt", "dst", None).await.unwrap();
+    let copied = l.copy_object("bkt", "src", None, &Precondition::default(), "ckt", "dst", None).await.unwrap();
     assert_eq!(copied.etag, src.etag);
     assert_eq!(get_all(l, "ckt", "dst").await.unwrap(), data);
     assert_eq!(
-        l.head_object("ckt", "dst", &Precondition::default()).await.unwrap().user_metadata.get("m").map(String::as_str),
+        l.head_object("ckt", "dst", None, &Precondition::default())
+            .await
+            .unwrap()
+            .user_metadata
+            .get("m")
+            .map(String::as_str),
         Some("1")
     );
     let replace = PutOptions { content_type: Some("t/u".into()), ..Default::default() };
-    let m = l.copy_object("bkt", "src", &Precondition::default(), "ckt", "dst2", Some(replace)).await.unwrap();
+    let m = l.copy_object("bkt", "src", None, &Precondition::default(), "ckt", "dst2", Some(replace)).await.unwrap();
     assert!(m.user_metadata.is_empty() && m.content_type.as_deref() == Some("t/u"));
     // The copy is independent of its source.
     put(l, "bkt", "src", b"changed").await;
     assert_eq!(get_all(l, "ckt", "dst").await.unwrap(), data);
     assert!(matches!(
-        l.copy_object("bkt", "src", &Precondition::default(), "bkt", "src", None).await,
+        l.copy_object("bkt", "src", None, &Precondition::default(), "bkt", "src", None).await,
         Err(LayerError::InvalidArgument(_))
     ));
     let self_replace = PutOptions { content_type: Some("new/type".into()), ..Default::default() };
-    l.copy_object("bkt", "src", &Precondition::default(), "bkt", "src", Some(self_replace)).await.unwrap();
+    l.copy_object("bkt", "src", None, &Precondition::default(), "bkt", "src", Some(self_replace)).await.unwrap();
     assert_eq!(get_all(l, "bkt", "src").await.unwrap(), b"changed");
     let pre = Precondition { if_match: Some("\"nope\"".into()), for_copy_source: true, ..Default::default() };
-    assert_eq!(l.copy_object("bkt", "src", &pre, "ckt", "x", None).await.err(), Some(LayerError::PreconditionFailed));
     assert_eq!(
-        l.copy_object("bkt", "missing", &Precondition::default(), "ckt", "x", None).await.err(),
+        l.copy_object("bkt", "src", None, &pre, "ckt", "x", None).await.err(),
+        Some(LayerError::PreconditionFailed)
+    );
+    assert_eq!(
+        l.copy_object("bkt", "missing", None, &Precondition::default(), "ckt", "x", None).await.err(),
         Some(LayerError::NoSuchKey)
     );
     assert_eq!(
-        l.copy_object("bkt", "src", &Precondition::default(), "nob", "x", None).await.err(),
+        l.copy_object("bkt", "src", None, &Precondition::default(), "nob", "x", None).await.err(),
         Some(LayerError::NoSuchBucket)
     );
 }
 
 async fn keys_and_limits<L: ObjectLayer>(l: &L) {
-    l.create_bucket("bkt").await.unwrap();
+    l.create_bucket("bkt", None).await.unwrap();
     let longest = "k".repeat(MAX_KEY_BYTES);
     put(l, "bkt", &longest, b"at the limit").await;
     assert_eq!(get_all(l, "bkt", &longest).await.unwrap(), b"at the limit");
@@ -490,9 +505,183 @@ async fn keys_and_limits<L: ObjectLayer>(l: &L) {
 }
 
 async fn object_size_limit<L: ObjectLayer>(l: &L) {
-    l.create_bucket("bkt").await.unwrap();
+    l.create_bucket("bkt", None).await.unwrap();
     put(l, "bkt", "at", &pattern(1, 100_000)).await;
     let past = l.put_object("bkt", "past", body(&pattern(1, 100_001), 4096), PutOptions::default()).await;
     assert_eq!(past.err(), Some(LayerError::EntityTooLarge));
     assert_eq!(get_all(l, "bkt", "past").await, Err(LayerError::NoSuchKey));
+}
+
+async fn get_version<L: ObjectLayer>(l: &L, bucket: &str, key: &str, v: &str) -> LayerResult<Vec<u8>> {
+    let got = l.get_object(bucket, key, Some(v), None, None, &Precondition::default()).await?;
+    collect(got.body).await
+}
+
+async fn all_versions<L: ObjectLayer>(l: &L, bucket: &str, page_keys: usize) -> Vec<ListedVersion> {
+    let mut q = VersionQuery { max_keys: page_keys, ..Default::default() };
+    let mut out = Vec::new();
+    for _ in 0..10_000 {
+        let page = l.list_object_versions(bucket, &q).await.expect("list versions");
+        assert!(page.versions.len() <= page_keys, "a page holds at most max-keys entries");
+        out.extend(page.versions);
+        match page.next_key_marker {
+            Some(k) => {
+                q.key_marker = k;
+                q.version_id_marker = page.next_version_id_marker;
+            }
+            None => return out,
+        }
+    }
+    panic!("the versions listing did not end");
+}
+
+async fn versioning_basics<L: ObjectLayer>(l: &L) {
+    l.create_bucket("bkt", None).await.unwrap();
+    assert_eq!(l.bucket_info("bkt").await.unwrap().versioning, Versioning::Unversioned);
+    assert!(l.put_bucket_versioning("bkt", Versioning::Unversioned).await.is_err(), "never back to unversioned");
+    assert_eq!(l.put_bucket_versioning("nob", Versioning::Enabled).await, Err(LayerError::NoSuchBucket));
+    // An object from before versioning is the null version, kept when versioning starts.
+    let plain = put(l, "bkt", "k", b"plain").await;
+    assert_eq!(plain.version_id, None);
+    l.put_bucket_versioning("bkt", Versioning::Enabled).await.unwrap();
+    assert_eq!(l.bucket_info("bkt").await.unwrap().versioning, Versioning::Enabled);
+    let v1 = put(l, "bkt", "k", b"one").await.version_id.expect("a version id");
+    let v2 = put(l, "bkt", "k", b"two").await.version_id.expect("a version id");
+    assert!(v2 != v1);
+    assert_eq!(get_all(l, "bkt", "k").await.unwrap(), b"two");
+    assert_eq!(get_version(l, "bkt", "k", &v1).await.unwrap(), b"one");
+    assert_eq!(get_version(l, "bkt", "k", "null").await.unwrap(), b"plain");
+    assert_eq!(get_version(l, "bkt", "k", &"0".repeat(32)).await, Err(LayerError::NoSuchVersion));
+    assert!(matches!(get_version(l, "bkt", "k", "bad").await, Err(LayerError::InvalidArgument(_))));
+    // A delete makes a delete marker: GET answers 404 with it, GET of the marker by id 405.
+    let d = l.delete_object("bkt", "k", None).await.unwrap();
+    assert!(d.delete_marker);
+    let marker = d.version_id.clone().expect("the marker's version id");
+    assert_eq!(get_all(l, "bkt", "k").await, Err(LayerError::DeleteMarker { version_id: d.version_id, named: false }));
+    assert!(matches!(get_version(l, "bkt", "k", &marker).await, Err(LayerError::DeleteMarker { named: true, .. })));
+    let listed = l.list_objects("bkt", &ListQuery { max_keys: 1000, ..Default::default() }).await.unwrap();
+    assert!(listed.objects.is_empty(), "a key whose current version is a delete marker is not listed");
+    assert_eq!(l.delete_bucket("bkt").await, Err(LayerError::BucketNotEmpty), "versions keep a bucket");
+    // Removing the marker by id brings the newest version back.
+    l.delete_object("bkt", "k", Some(&marker)).await.unwrap();
+    assert_eq!(get_all(l, "bkt", "k").await.unwrap(), b"two");
+    // Copy and tags address versions.
+    let copied = l.copy_object("bkt", "k", Some(&v1), &Precondition::default(), "bkt", "c", None).await.unwrap();
+    assert!(copied.version_id.is_some());
+    assert_eq!(get_all(l, "bkt", "c").await.unwrap(), b"one");
+    l.put_tags("bkt", "k", Some(&v1), vec![("t".into(), "1".into())]).await.unwrap();
+    assert_eq!(l.get_tags("bkt", "k", Some(&v1)).await.unwrap(), vec![("t".to_string(), "1".to_string())]);
+    assert!(l.get_tags("bkt", "k", None).await.unwrap().is_empty(), "tags belong to one version");
+    // Suspended: new writes are the null version, replacing the old null version; others stay.
+    l.put_bucket_versioning("bkt", Versioning::Suspended).await.unwrap();
+    let n = put(l, "bkt", "k", b"null-two").await;
+    assert_eq!(n.version_id, None);
+    assert_eq!(get_version(l, "bkt", "k", "null").await.unwrap(), b"null-two");
+    let ids: Vec<Option<String>> =
+        all_versions(l, "bkt", 1000).await.into_iter().filter(|v| v.key == "k").map(|v| v.version_id).collect();
+    assert_eq!(ids, vec![None, Some(v2.clone()), Some(v1.clone())], "newest first, one null version");
+    // Deleting every version empties the key, and the bucket can go.
+    for v in ["null", v2.as_str(), v1.as_str()] {
+        l.delete_object("bkt", "k", Some(v)).await.unwrap();
+    }
+    for v in all_versions(l, "bkt", 1000).await {
+        l.delete_object("bkt", &v.key, Some(v.version_id.as_deref().unwrap_or("null"))).await.unwrap();
+    }
+    assert!(all_versions(l, "bkt", 1000).await.is_empty());
+    l.delete_bucket("bkt").await.unwrap();
+}
+
+/// One version of the model: its id (None: null) and body (None: a delete marker).
+#[derive(Clone, Debug)]
+struct ModelVersion {
+    id: Option<String>,
+    data: Option<Vec<u8>>,
+}
+
+/// Random puts, deletes, deletes of versions and versioning changes on a few keys, against a model of
+/// each key's versions (newest first): after every step the listing of versions, every version's body
+/// and the plain listing agree with the model.
+async fn versioning_against_a_model<L: ObjectLayer>(l: &L) {
+    const KEYS: [&str; 3] = ["a", "a/b", "ab"];
+    l.create_bucket("bkt", None).await.unwrap();
+    let mut model: std::collections::BTreeMap<&str, Vec<ModelVersion>> = Default::default();
+    let mut state = Versioning::Unversioned;
+    let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+    let mut next = |n: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % n
+    };
+    for step in 0..120u64 {
+        let key = KEYS[next(KEYS.len() as u64) as usize];
+        let versions = model.entry(key).or_default();
+        let null = state != Versioning::Enabled;
+        match next(10) {
+            0 => {
+                state = if next(3) == 0 { Versioning::Suspended } else { Versioning::Enabled };
+                l.put_bucket_versioning("bkt", state).await.unwrap();
+            }
+            1..=4 => {
+                let data = pattern(step, (next(3) * 3000) as usize);
+                let m = put(l, "bkt", key, &data).await;
+                assert_eq!(m.version_id.is_none(), null, "step {step}");
+                if null {
+                    versions.retain(|v| v.id.is_some());
+                }
+                versions.insert(0, ModelVersion { id: m.version_id, data: Some(data) });
+            }
+            5..=6 => {
+                let d = l.delete_object("bkt", key, None).await.unwrap();
+                if state == Versioning::Unversioned {
+                    versions.clear();
+                } else {
+                    assert!(d.delete_marker, "step {step}");
+                    if null {
+                        versions.retain(|v| v.id.is_some());
+                    }
+                    versions.insert(0, ModelVersion { id: d.version_id, data: None });
+                }
+            }
+            _ => {
+                if versions.is_empty() {
+                    continue;
+                }
+                let i = next(versions.len() as u64) as usize;
+                let id = versions[i].id.clone().unwrap_or_else(|| "null".into());
+                l.delete_object("bkt", key, Some(&id)).await.unwrap();
+                versions.remove(i);
+            }
+        }
+        // The whole bucket's versions, in pages of 2 (markers inside a key's versions).
+        let listed = all_versions(l, "bkt", 2).await;
+        let expected: Vec<(String, Option<String>, bool, bool)> = model
+            .iter()
+            .flat_map(|(k, vs)| {
+                vs.iter().enumerate().map(move |(i, v)| (k.to_string(), v.id.clone(), i == 0, v.data.is_none()))
+            })
+            .collect();
+        let got: Vec<(String, Option<String>, bool, bool)> =
+            listed.iter().map(|v| (v.key.clone(), v.version_id.clone(), v.is_latest, v.delete_marker)).collect();
+        assert_eq!(got, expected, "step {step}: the versions listing");
+        for (k, vs) in &model {
+            for v in vs {
+                let id = v.id.clone().unwrap_or_else(|| "null".into());
+                match &v.data {
+                    Some(data) => assert_eq!(&get_version(l, "bkt", k, &id).await.unwrap(), data, "step {step}"),
+                    None => {
+                        assert!(matches!(get_version(l, "bkt", k, &id).await, Err(LayerError::DeleteMarker { .. })))
+                    }
+                }
+            }
+            let current = get_all(l, "bkt", k).await;
+            match vs.first().and_then(|v| v.data.as_ref()) {
+                Some(data) => assert_eq!(&current.unwrap(), data, "step {step}: the current version of {k}"),
+                None => assert!(current.is_err(), "step {step}: {k} has no current object"),
+            }
+        }
+        let plain = l.list_objects("bkt", &ListQuery { max_keys: 1, ..Default::default() }).await.unwrap();
+        let first_visible = model.iter().find(|(_, vs)| vs.first().is_some_and(|v| v.data.is_some())).map(|(k, _)| *k);
+        assert_eq!(plain.objects.first().map(|o| o.key.as_str()), first_visible, "step {step}: the plain listing");
+    }
 }

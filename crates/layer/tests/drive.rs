@@ -33,7 +33,7 @@ async fn objects_without_a_listing_tag_are_listed_from_their_metadata() {
     let mut dirs = Vec::new();
     let store = drive(&mut dirs);
     let layer = S3Semantics::open(store.clone(), SemanticsConfig::default()).await.unwrap();
-    layer.create_bucket("bkt").await.unwrap();
+    layer.create_bucket("bkt", None).await.unwrap();
     let tagged = layer.put_object("bkt", "a", body(b"hello", 5), PutOptions::default()).await.unwrap();
     // "b" as an older build wrote it: data and metadata, no tag.
     let coll = bucket_coll(&store, "bkt").await;
@@ -59,7 +59,7 @@ async fn priority_metadata_marks_the_object_and_its_reads() {
     let store = drive(&mut dirs);
     let engine = store.engine().clone();
     let layer = S3Semantics::open(store.clone(), SemanticsConfig::default()).await.unwrap();
-    layer.create_bucket("bkt").await.unwrap();
+    layer.create_bucket("bkt", None).await.unwrap();
     let coll = bucket_coll(&store, "bkt").await;
     let high = |key: &str| engine.reader().lookup(coll, key.as_bytes()).unwrap().unwrap().high_priority;
     let mut opts = PutOptions::default();
@@ -68,10 +68,10 @@ async fn priority_metadata_marks_the_object_and_its_reads() {
     layer.put_object("bkt", "plain", body(b"hello", 5), PutOptions::default()).await.unwrap();
     assert!(high("hot"));
     assert!(!high("plain"));
-    let got = layer.get_object("bkt", "hot", None, None, &Precondition::default()).await.unwrap();
+    let got = layer.get_object("bkt", "hot", None, None, None, &Precondition::default()).await.unwrap();
     assert_eq!(engine.stats().prioritized_in_flight, 1, "the GET's reader is prioritized");
     drop(got);
-    let got = layer.get_object("bkt", "plain", None, None, &Precondition::default()).await.unwrap();
+    let got = layer.get_object("bkt", "plain", None, None, None, &Precondition::default()).await.unwrap();
     assert_eq!(engine.stats().prioritized_in_flight, 0);
     drop(got);
     layer.put_object("bkt", "hot", body(b"again", 5), PutOptions::default()).await.unwrap();
@@ -86,7 +86,7 @@ async fn a_damaged_bucket_record_is_reported() {
     let mut dirs = Vec::new();
     let store = drive(&mut dirs);
     let layer = S3Semantics::open(store.clone(), SemanticsConfig::default()).await.unwrap();
-    layer.create_bucket("photos").await.unwrap();
+    layer.create_bucket("photos", None).await.unwrap();
     let sys = store.snapshot().collection("sys").await.unwrap().unwrap();
     let damage = Op::SetAttr {
         coll: sys,
@@ -116,7 +116,7 @@ async fn names_of_an_older_build_are_renamed_at_open() {
     let mut dirs = Vec::new();
     let store = drive(&mut dirs);
     let layer = S3Semantics::open(store.clone(), SemanticsConfig::default()).await.unwrap();
-    layer.create_bucket("bkt").await.unwrap();
+    layer.create_bucket("bkt", None).await.unwrap();
     let id = layer.create_multipart("bkt", "big", PutOptions::default()).await.unwrap();
     let part = layer.upload_part("bkt", "big", &id, 1, body(b"part one", 3)).await.unwrap();
     drop(layer);
@@ -144,13 +144,13 @@ async fn names_of_an_older_build_are_renamed_at_open() {
     assert_eq!((uploads.len(), uploads[0].upload_id.as_str()), (1, id.as_str()));
     let done = vec![CompletePart { part_number: 1, etag: part.etag.clone() }];
     layer.complete_multipart("bkt", "big", &id, done, &Precondition::default(), Vec::new()).await.unwrap();
-    let got = layer.get_object("bkt", "big", None, None, &Precondition::default()).await.unwrap();
+    let got = layer.get_object("bkt", "big", None, None, None, &Precondition::default()).await.unwrap();
     assert_eq!(got.meta.size_bytes, 8);
     assert!(store.snapshot().lookup(&sys, b"bucket/bkt").await.unwrap().is_none(), "renamed, not copied");
     // Once renamed, a reopen finds the marker and renames nothing.
     drop(layer);
     let layer = S3Semantics::open(store.clone(), SemanticsConfig::default()).await.unwrap();
-    layer.delete_object("bkt", "big").await.unwrap();
+    layer.delete_object("bkt", "big", None).await.unwrap();
     layer.delete_bucket("bkt").await.unwrap();
     layer.shutdown().await.unwrap();
 }

@@ -23,7 +23,7 @@ fn list(set: &KeySet) -> Value {
         .map(|(ak, k)| {
             let grants: serde_json::Map<String, Value> =
                 k.grants.iter().map(|(b, g)| (b.clone(), Value::String(grant_name(*g).into()))).collect();
-            json!({ "access_key": ak, "created_unix_s": k.created_unix_s, "grants": grants })
+            json!({ "access_key": ak, "created_unix_s": k.created_unix_s, "owner": k.owner, "grants": grants })
         })
         .collect();
     json!({ "keys": keys })
@@ -57,13 +57,19 @@ pub fn route(state: &AdminState, method: &str, path: &str) -> (u16, Value) {
     let persist = |set: &KeySet| crate::keys_file::save(&state.data_dir, set);
     match (method, parts.as_slice()) {
         ("GET", []) => (200, list(&state.keys.snapshot())),
-        ("POST", []) => {
+        // An owning key (`owner`) may create buckets, which it then owns.
+        ("POST", []) | ("POST", ["owner"]) => {
+            let owner = parts.len() == 1;
             let access_key =
                 format!("MK{}", crate::datadir::random_string(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789", 18));
             let secret_key =
                 crate::datadir::random_string(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789", 40);
-            let key =
-                AccessKey { secret_key: secret_key.clone(), created_unix_s: now_unix_s(), grants: Default::default() };
+            let key = AccessKey {
+                secret_key: secret_key.clone(),
+                created_unix_s: now_unix_s(),
+                grants: Default::default(),
+                owner,
+            };
             let ak = access_key.clone();
             match state.keys.update(
                 move |set| {
@@ -75,7 +81,7 @@ pub fn route(state: &AdminState, method: &str, path: &str) -> (u16, Value) {
                 },
                 persist,
             ) {
-                Ok(()) => (200, json!({ "access_key": access_key, "secret_key": secret_key })),
+                Ok(()) => (200, json!({ "access_key": access_key, "secret_key": secret_key, "owner": owner })),
                 Err(e) => error(409, e),
             }
         }

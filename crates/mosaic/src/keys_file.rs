@@ -33,7 +33,8 @@ mod tests {
         let mut set = KeySet::default();
         let mut grants = std::collections::BTreeMap::new();
         grants.insert("photos".to_string(), Grant { read: true, write: false });
-        set.keys.insert("MKAAA".into(), AccessKey { secret_key: "x".repeat(40), created_unix_s: 5, grants });
+        set.keys
+            .insert("MKAAA".into(), AccessKey { secret_key: "x".repeat(40), created_unix_s: 5, grants, owner: true });
         save(d.path(), &set).unwrap();
         assert_eq!(load(d.path()).unwrap(), set);
         let path = d.path().join(KEYS_FILE);

@@ -107,8 +107,13 @@ enum DriveCommand {
 
 #[derive(Subcommand)]
 enum KeyCommand {
-    /// Create an access key with no access yet; prints its secret once.
-    Create,
+    /// Create an access key with no access yet (with --owner: one that may create buckets and owns
+    /// them); prints its secret once.
+    Create {
+        /// The key may create buckets and do everything in the buckets it creates.
+        #[arg(long)]
+        owner: bool,
+    },
     /// List access keys and their grants (never secrets).
     List,
     /// Delete an access key: requests signed with it are refused from now on.
@@ -204,7 +209,8 @@ fn run_admin(a: AdminArgs) -> Result<ExitCode, String> {
         }
         AdminCommand::Heal => ("POST", "/admin/v1/heal".to_string()),
         AdminCommand::Key(k) => match k {
-            KeyCommand::Create => ("POST", "/admin/v1/keys".to_string()),
+            KeyCommand::Create { owner: false } => ("POST", "/admin/v1/keys".to_string()),
+            KeyCommand::Create { owner: true } => ("POST", "/admin/v1/keys/owner".to_string()),
             KeyCommand::List => ("GET", "/admin/v1/keys".to_string()),
             KeyCommand::Delete { access_key } => ("DELETE", format!("/admin/v1/keys/{}", path_segment(access_key))),
             KeyCommand::Allow(g) => ("POST", g.path("allow")),

@@ -43,7 +43,7 @@ async fn set_of(k: usize, m: usize, dirs: &mut Vec<tempfile::TempDir>) -> Arc<Er
 }
 
 async fn read_all<L: ObjectLayer>(l: &L, bucket: &str, key: &str) -> Vec<u8> {
-    let got = l.get_object(bucket, key, None, None, &Precondition::default()).await.expect("the object reads");
+    let got = l.get_object(bucket, key, None, None, None, &Precondition::default()).await.expect("the object reads");
     let mut body = got.body;
     let mut out = Vec::new();
     while let Some(chunk) = body.next().await {
@@ -98,7 +98,7 @@ async fn objects_live_on_the_member_of_their_key_and_list_merged() {
     let mut dirs = Vec::new();
     let pool = drives_pool(3, &mut dirs);
     let l = S3Semantics::open(pool.clone(), SemanticsConfig::default()).await.unwrap();
-    l.create_bucket("bkt").await.unwrap();
+    l.create_bucket("bkt", None).await.unwrap();
     let keys = keys_by_member(3, 5);
     for k in keys.iter().flatten() {
         l.put_object("bkt", k, body(k.as_bytes(), 7), PutOptions::default()).await.unwrap();
@@ -140,20 +140,20 @@ async fn copies_between_members_and_multipart_uploads_keep_every_byte() {
     let mut dirs = Vec::new();
     let pool = drives_pool(2, &mut dirs);
     let l = S3Semantics::open(pool.clone(), SemanticsConfig::default()).await.unwrap();
-    l.create_bucket("bkt").await.unwrap();
-    l.create_bucket("other").await.unwrap();
+    l.create_bucket("bkt", None).await.unwrap();
+    l.create_bucket("other", None).await.unwrap();
     let keys = keys_by_member(2, 3);
     for (i, size) in [100usize, 20_000, 3 * 1024 * 1024 + 77].into_iter().enumerate() {
         let (src, dst) = (&keys[0][i], &keys[1][i]);
         let data = pattern(i as u64, size);
         let put = l.put_object("bkt", src, body(&data, 64 * 1024), PutOptions::default()).await.unwrap();
-        let copied = l.copy_object("bkt", src, &Precondition::default(), "other", dst, None).await.unwrap();
+        let copied = l.copy_object("bkt", src, None, &Precondition::default(), "other", dst, None).await.unwrap();
         assert_eq!(copied.etag, put.etag);
         assert_eq!(read_all(&l, "other", dst).await, data, "a copy of {size} bytes between members");
-        assert_eq!(l.head_object("other", dst, &Precondition::default()).await.unwrap().size_bytes, size as u64);
+        assert_eq!(l.head_object("other", dst, None, &Precondition::default()).await.unwrap().size_bytes, size as u64);
         // The source's precondition is checked on its own member.
         let stale = Precondition { if_match: Some("\"nope\"".into()), ..Default::default() };
-        assert!(l.copy_object("bkt", src, &stale, "other", dst, None).await.is_err());
+        assert!(l.copy_object("bkt", src, None, &stale, "other", dst, None).await.is_err());
     }
     // A multipart upload of a key on member 1: its parts live there and are cloned into the object.
     let key = &keys[1][0];
@@ -175,11 +175,11 @@ async fn buckets_span_every_member() {
     let mut dirs = Vec::new();
     let pool = drives_pool(3, &mut dirs);
     let l = S3Semantics::open(pool.clone(), SemanticsConfig::default()).await.unwrap();
-    l.create_bucket("bkt").await.unwrap();
+    l.create_bucket("bkt", None).await.unwrap();
     let keys = keys_by_member(3, 1);
     l.put_object("bkt", &keys[2][0], body(b"x", 1), PutOptions::default()).await.unwrap();
     assert_eq!(l.delete_bucket("bkt").await, Err(LayerError::BucketNotEmpty));
-    l.delete_object("bkt", &keys[2][0]).await.unwrap();
+    l.delete_object("bkt", &keys[2][0], None).await.unwrap();
     l.delete_bucket("bkt").await.unwrap();
     assert_eq!(l.bucket_info("bkt").await.err(), Some(LayerError::NoSuchBucket));
     for m in pool.members() {
@@ -188,13 +188,13 @@ async fn buckets_span_every_member() {
 
     // Member 1 misses a creation (as if it was down then): the bucket works, and member 1 gets it at its
     // first write.
-    l.create_bucket("late").await.unwrap();
+    l.create_bucket("late", None).await.unwrap();
     pool.members()[1].commit(Txn::new().op(Op::RemoveCollection { name: "b/late".into() })).await.unwrap();
     drop(l);
     let pool = Arc::new(Pool::new(pool.members().to_vec()).unwrap());
     let l = S3Semantics::open(pool.clone(), SemanticsConfig::default()).await.unwrap();
     assert_eq!(
-        l.get_object("late", &keys[1][0], None, None, &Precondition::default()).await.err(),
+        l.get_object("late", &keys[1][0], None, None, None, &Precondition::default()).await.err(),
         Some(LayerError::NoSuchKey)
     );
     assert!(l.list_objects("late", &ListQuery::default()).await.unwrap().objects.is_empty());

@@ -1,8 +1,9 @@
 //! Who may do what: the root key may do everything; access keys beside it may read and/or write the
-//! buckets they were granted, nothing else (no bucket creation or removal, no other buckets). The
-//! [`KeyRing`] answers s3s's two questions: the secret of an access key (SigV4) and whether an
-//! authenticated request is allowed. Changes are persisted by the caller before they take effect, so an
-//! acknowledged grant or revocation survives a restart.
+//! buckets they were granted, and an owning key (`owner`) may also create buckets and do everything in the
+//! buckets it created (the bucket's record names its owner), nothing else. The [`KeyRing`] answers s3s's
+//! two questions: the secret of an access key (SigV4) and whether an authenticated request is allowed.
+//! Changes are persisted by the caller before they take effect, so an acknowledged grant or revocation
+//! survives a restart.
 
 use parking_lot::{Mutex, RwLock};
 use s3s::access::{S3Access, S3AccessContext};
@@ -29,6 +30,9 @@ pub struct AccessKey {
     pub created_unix_s: u64,
     /// Bucket name -> what the key may do there.
     pub grants: BTreeMap<String, Grant>,
+    /// May create buckets, which it then owns. Absent (false) in key files of older builds.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub owner: bool,
 }
 
 /// Every access key beside the root key.
@@ -85,6 +89,15 @@ impl KeyRing {
 
     fn grant(&self, access_key: &str, bucket: &str) -> Grant {
         self.keys.read().keys.get(access_key).and_then(|k| k.grants.get(bucket)).copied().unwrap_or_default()
+    }
+
+    fn may_create_buckets(&self, access_key: &str) -> bool {
+        self.keys.read().keys.get(access_key).is_some_and(|k| k.owner)
+    }
+
+    /// Whether `access_key` may see `bucket` in ListBuckets: it owns it or was granted something there.
+    pub fn sees_bucket(&self, access_key: &str, bucket: &str, owner: Option<&str>) -> bool {
+        self.is_root(access_key) || owner == Some(access_key) || self.grant(access_key, bucket) != Grant::default()
     }
 }
 
@@ -165,14 +178,54 @@ fn urlencoding_decode(s: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
+/// The owner of a bucket (None: the root key, or no such bucket), asked only when a key's grants do not
+/// already allow a request.
 #[async_trait::async_trait]
-impl S3Access for KeyRing {
+pub trait BucketOwners: Send + Sync {
+    async fn owner_of(&self, bucket: &str) -> Option<String>;
+}
+
+#[async_trait::async_trait]
+impl BucketOwners for dyn mosaic_layer::ObjectLayer {
+    async fn owner_of(&self, bucket: &str) -> Option<String> {
+        self.bucket_info(bucket).await.ok().and_then(|b| b.owner)
+    }
+}
+
+/// The access check of s3s over a key ring and the buckets' owners.
+pub struct Access<O: ?Sized> {
+    pub keys: Arc<KeyRing>,
+    pub owners: Arc<O>,
+}
+
+impl<O: BucketOwners + ?Sized> Access<O> {
+    /// Whether `access_key` may do what `need` says in `bucket`: by a grant, or as the bucket's owner.
+    async fn allows(&self, access_key: &str, need: Need, bucket: Option<&str>, op: &str) -> bool {
+        let granted = match (&need, bucket) {
+            (Need::Nothing, _) => return true,
+            (Need::Read, Some(b)) => self.keys.grant(access_key, b).read,
+            (Need::Write, Some(b)) => self.keys.grant(access_key, b).write,
+            _ => false,
+        };
+        if granted {
+            return true;
+        }
+        match bucket {
+            Some(_) if op == "CreateBucket" => self.keys.may_create_buckets(access_key),
+            Some(b) => self.owners.owner_of(b).await.as_deref() == Some(access_key),
+            None => false,
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl<O: BucketOwners + ?Sized + 'static> S3Access for Access<O> {
     async fn check(&self, cx: &mut S3AccessContext<'_>) -> S3Result<()> {
         let Some(creds) = cx.credentials() else {
             return Err(s3_error!(AccessDenied, "Anonymous access is not allowed: sign the request"));
         };
         let access_key = creds.access_key.clone();
-        if self.is_root(&access_key) {
+        if self.keys.is_root(&access_key) {
             return Ok(());
         }
         let op = cx.s3_op().name();
@@ -180,19 +233,17 @@ impl S3Access for KeyRing {
             S3Path::Root => None,
             S3Path::Bucket { bucket } | S3Path::Object { bucket, .. } => Some(bucket.to_string()),
         };
-        let allowed = match (need(op), bucket.as_deref()) {
-            (Need::Nothing, _) => true,
-            (Need::Read, Some(b)) => self.grant(&access_key, b).read,
-            (Need::Write, Some(b)) => self.grant(&access_key, b).write,
-            _ => false,
-        };
-        if !allowed {
+        if !self.allows(&access_key, need(op), bucket.as_deref(), op).await {
             return Err(s3_error!(AccessDenied, "Access Denied"));
         }
         if matches!(op, "CopyObject" | "UploadPartCopy") {
             let source =
                 cx.headers().get("x-amz-copy-source").and_then(|v| v.to_str().ok()).and_then(copy_source_bucket);
-            if !source.is_some_and(|b| self.grant(&access_key, &b).read) {
+            let readable = match source {
+                Some(b) => self.allows(&access_key, Need::Read, Some(&b), "GetObject").await,
+                None => false,
+            };
+            if !readable {
                 return Err(s3_error!(AccessDenied, "Access Denied: no read access to the copy source"));
             }
         }
@@ -227,7 +278,7 @@ mod tests {
     #[test]
     fn changes_are_persisted_before_they_are_visible_and_limits_hold() {
         let ring = KeyRing::new("root", "rootsecret", KeySet::default());
-        let key = AccessKey { secret_key: "s".repeat(40), created_unix_s: 1, grants: BTreeMap::new() };
+        let key = AccessKey { secret_key: "s".repeat(40), created_unix_s: 1, grants: BTreeMap::new(), owner: false };
         let r = ring.update(|s| Ok(s.keys.insert("k1".into(), key.clone())), |_| Err("disk full".into()));
         assert_eq!(r, Err("disk full".into()));
         assert!(ring.snapshot().keys.is_empty(), "a change that was not persisted is not visible");
@@ -250,7 +301,7 @@ mod tests {
     #[test]
     fn the_key_count_is_bounded() {
         let ring = KeyRing::new("root", "rootsecret", KeySet::default());
-        let key = AccessKey { secret_key: "s".repeat(40), created_unix_s: 1, grants: BTreeMap::new() };
+        let key = AccessKey { secret_key: "s".repeat(40), created_unix_s: 1, grants: BTreeMap::new(), owner: false };
         let fill = |n: usize| {
             let key = key.clone();
             move |s: &mut KeySet| {

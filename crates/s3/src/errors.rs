@@ -64,5 +64,20 @@ pub fn to_s3(e: LayerError) -> S3Error {
             s3_error!(InternalError)
         }
         L::Conflict => s3_error!(OperationAborted, "a conflicting operation is in progress, retry"),
+        L::NoSuchVersion => s3_error!(NoSuchVersion, "The specified version does not exist"),
+        L::DeleteMarker { version_id, named } => {
+            let mut e = if named {
+                s3_error!(MethodNotAllowed, "The specified method is not allowed against a delete marker")
+            } else {
+                s3_error!(NoSuchKey)
+            };
+            let mut h = http::HeaderMap::new();
+            h.insert("x-amz-delete-marker", http::HeaderValue::from_static("true"));
+            if let Ok(v) = http::HeaderValue::from_str(version_id.as_deref().unwrap_or("null")) {
+                h.insert("x-amz-version-id", v);
+            }
+            e.set_headers(h);
+            e
+        }
     }
 }

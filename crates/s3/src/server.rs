@@ -52,9 +52,9 @@ pub fn build_service_with_keys(
     keys: Arc<crate::access::KeyRing>,
     domain: Option<&str>,
 ) -> Result<S3Service, String> {
-    let mut b = s3s::service::S3ServiceBuilder::new(crate::MosaicS3::new(layer));
+    let mut b = s3s::service::S3ServiceBuilder::new(crate::MosaicS3::new(layer.clone(), keys.clone()));
     b.set_auth(KeyRingAuth(keys.clone()));
-    b.set_access(KeyRingAccess(keys));
+    b.set_access(crate::access::Access { keys, owners: layer });
     if let Some(d) = domain {
         b.set_host(crate::host::DomainHost::new(d)?);
     }
@@ -65,21 +65,13 @@ pub fn build_service_with_keys(
     Ok(b.build())
 }
 
-/// s3s takes its auth and access providers by value: these share one key ring.
+/// s3s takes its auth provider by value: this shares the key ring.
 struct KeyRingAuth(Arc<crate::access::KeyRing>);
-struct KeyRingAccess(Arc<crate::access::KeyRing>);
 
 #[async_trait::async_trait]
 impl s3s::auth::S3Auth for KeyRingAuth {
     async fn get_secret_key(&self, access_key: &str) -> s3s::S3Result<s3s::auth::SecretKey> {
         self.0.get_secret_key(access_key).await
-    }
-}
-
-#[async_trait::async_trait]
-impl s3s::access::S3Access for KeyRingAccess {
-    async fn check(&self, cx: &mut s3s::access::S3AccessContext<'_>) -> s3s::S3Result<()> {
-        self.0.check(cx).await
     }
 }
 

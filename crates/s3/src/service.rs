@@ -1,11 +1,13 @@
 //! The S3 operations: s3s parses and authenticates requests; this module turns them into ObjectLayer calls
 //! and the layer's answers into S3 responses.
 
+use crate::access::KeyRing;
 use crate::checksum::{Algo, Expectations, verified_body};
 use crate::errors::to_s3;
 use futures::StreamExt;
 use mosaic_layer::{
     ByteStream, CompletePart, LayerError, ListQuery, ObjectLayer, ObjectMeta, Precondition, PutOptions, RangeRequest,
+    VersionQuery, Versioning,
 };
 use s3s::dto::*;
 use s3s::{S3, S3Request, S3Response, S3Result, s3_error};
@@ -21,11 +23,17 @@ const MAX_LIST_KEYS: i32 = 1000;
 #[derive(Clone)]
 pub struct MosaicS3 {
     layer: Arc<dyn ObjectLayer>,
+    /// Who owns what a request creates, and which buckets a key sees in ListBuckets.
+    keys: Arc<KeyRing>,
 }
 
 impl MosaicS3 {
-    pub fn new(layer: Arc<dyn ObjectLayer>) -> Self {
-        MosaicS3 { layer }
+    pub fn new(layer: Arc<dyn ObjectLayer>, keys: Arc<KeyRing>) -> Self {
+        MosaicS3 { layer, keys }
+    }
+
+    fn is_root(&self, access_key: &str) -> bool {
+        self.keys.is_root(access_key)
     }
 }
 
@@ -201,13 +209,11 @@ fn precondition(
     }
 }
 
-fn copy_source(cs: &CopySource) -> S3Result<(String, String)> {
+/// The copy source's bucket, key and version id.
+fn copy_source(cs: &CopySource) -> S3Result<(String, String, Option<String>)> {
     match cs {
         CopySource::Bucket { bucket, key, version_id } => {
-            if version_id.as_deref().is_some_and(|v| v != "null") {
-                return Err(s3_error!(NotImplemented, "object versions are not supported"));
-            }
-            Ok((bucket.to_string(), key.to_string()))
+            Ok((bucket.to_string(), key.to_string(), version_id.as_deref().map(str::to_string)))
         }
         _ => Err(s3_error!(NotImplemented, "access point copy sources are not supported")),
     }
@@ -231,6 +237,12 @@ fn owner() -> Owner {
     Owner { display_name: Some("mosaic".into()), id: Some("mosaic".into()) }
 }
 
+/// The x-amz-version-id of a version: its id; none for a null version (as S3 answers writes in
+/// unversioned and suspended buckets).
+fn version_header(m: &ObjectMeta) -> Option<String> {
+    m.version_id.clone()
+}
+
 fn meta_map(m: &ObjectMeta) -> Option<HashMap<String, String>> {
     if m.user_metadata.is_empty() {
         None
@@ -252,7 +264,18 @@ impl S3 for MosaicS3 {
                 "this store serves region us-east-1; omit the location constraint or use us-east-1"
             ));
         }
-        self.layer.create_bucket(&input.bucket).await.map_err(to_s3)?;
+        let owner = req.credentials.as_ref().map(|c| c.access_key.clone()).filter(|k| !self.is_root(k));
+        match self.layer.create_bucket(&input.bucket, owner.as_deref()).await {
+            Ok(()) => {}
+            // As S3 in us-east-1: creating again a bucket one owns succeeds; another's is taken.
+            Err(LayerError::BucketExists) => {
+                let existing = self.layer.bucket_info(&input.bucket).await.map_err(to_s3)?;
+                if existing.owner != owner {
+                    return Err(s3_error!(BucketAlreadyExists));
+                }
+            }
+            Err(e) => return Err(to_s3(e)),
+        }
         Ok(S3Response::new(CreateBucketOutput { location: Some(format!("/{}", input.bucket)) }))
     }
 
@@ -274,10 +297,12 @@ impl S3 for MosaicS3 {
         Ok(S3Response::new(GetBucketLocationOutput { location_constraint: None }))
     }
 
-    async fn list_buckets(&self, _req: S3Request<ListBucketsInput>) -> S3Result<S3Response<ListBucketsOutput>> {
+    async fn list_buckets(&self, req: S3Request<ListBucketsInput>) -> S3Result<S3Response<ListBucketsOutput>> {
         let buckets = self.layer.list_buckets().await.map_err(to_s3)?;
+        let requester = req.credentials.as_ref().map(|c| c.access_key.clone()).unwrap_or_default();
         let buckets = buckets
             .into_iter()
+            .filter(|b| self.keys.sees_bucket(&requester, &b.name, b.owner.as_deref()))
             .map(|b| Bucket {
                 name: Some(b.name),
                 creation_date: Some(ts(b.created_unix_ms)),
@@ -317,6 +342,7 @@ impl S3 for MosaicS3 {
         let c = checksums(&meta.checksums, true);
         Ok(S3Response::new(PutObjectOutput {
             e_tag: Some(etag_of(&meta.etag)),
+            version_id: version_header(&meta),
             checksum_crc32: c.crc32,
             checksum_crc32c: c.crc32c,
             checksum_crc64nvme: c.crc64nvme,
@@ -337,7 +363,7 @@ impl S3 for MosaicS3 {
         };
         let got = self
             .layer
-            .get_object(&i.bucket, &i.key, i.range.as_ref().map(range_of), part, &pre)
+            .get_object(&i.bucket, &i.key, i.version_id.as_deref(), i.range.as_ref().map(range_of), part, &pre)
             .await
             .map_err(to_s3)?;
         let m = got.meta;
@@ -370,6 +396,7 @@ impl S3 for MosaicS3 {
             checksum_sha1: c.sha1,
             checksum_sha256: c.sha256,
             checksum_type: c.kind,
+            version_id: version_header(&m),
             ..Default::default()
         };
         Ok(S3Response::new(out))
@@ -378,7 +405,7 @@ impl S3 for MosaicS3 {
     async fn head_object(&self, req: S3Request<HeadObjectInput>) -> S3Result<S3Response<HeadObjectOutput>> {
         let i = req.input;
         let pre = precondition(&i.if_match, &i.if_none_match, &i.if_modified_since, &i.if_unmodified_since);
-        let m = self.layer.head_object(&i.bucket, &i.key, &pre).await.map_err(to_s3)?;
+        let m = self.layer.head_object(&i.bucket, &i.key, i.version_id.as_deref(), &pre).await.map_err(to_s3)?;
         let mut len = m.size_bytes;
         let mut content_range = None;
         if let Some(p) = i.part_number {
@@ -419,6 +446,7 @@ impl S3 for MosaicS3 {
             checksum_sha1: c.sha1,
             checksum_sha256: c.sha256,
             checksum_type: c.kind,
+            version_id: version_header(&m),
             ..Default::default()
         }))
     }
@@ -426,8 +454,12 @@ impl S3 for MosaicS3 {
     async fn delete_object(&self, req: S3Request<DeleteObjectInput>) -> S3Result<S3Response<DeleteObjectOutput>> {
         let i = req.input;
         self.layer.bucket_info(&i.bucket).await.map_err(to_s3)?;
-        self.layer.delete_object(&i.bucket, &i.key).await.map_err(to_s3)?;
-        Ok(S3Response::new(DeleteObjectOutput::default()))
+        let d = self.layer.delete_object(&i.bucket, &i.key, i.version_id.as_deref()).await.map_err(to_s3)?;
+        Ok(S3Response::new(DeleteObjectOutput {
+            delete_marker: d.delete_marker.then_some(true),
+            version_id: d.version_id,
+            ..Default::default()
+        }))
     }
 
     async fn delete_objects(&self, req: S3Request<DeleteObjectsInput>) -> S3Result<S3Response<DeleteObjectsOutput>> {
@@ -445,7 +477,7 @@ impl S3 for MosaicS3 {
         let layer = &self.layer;
         let results: Vec<_> = futures::stream::iter(i.delete.objects)
             .map(|o| async move {
-                let r = layer.delete_object(bucket, &o.key).await;
+                let r = layer.delete_object(bucket, &o.key, o.version_id.as_deref()).await;
                 (o, r)
             })
             .buffered(DELETE_OBJECTS_IN_FLIGHT)
@@ -453,9 +485,15 @@ impl S3 for MosaicS3 {
             .await;
         for (o, result) in results {
             match result {
-                Ok(()) => {
+                Ok(d) => {
                     if !quiet {
-                        deleted.push(DeletedObject { key: Some(o.key), ..Default::default() })
+                        let marker_made = d.delete_marker && o.version_id.is_none();
+                        deleted.push(DeletedObject {
+                            key: Some(o.key),
+                            version_id: o.version_id.clone(),
+                            delete_marker: d.delete_marker.then_some(true),
+                            delete_marker_version_id: if marker_made { d.version_id } else { None },
+                        })
                     }
                 }
                 Err(e) => {
@@ -464,7 +502,7 @@ impl S3 for MosaicS3 {
                         code: Some(s.code().as_str().to_string()),
                         key: Some(o.key),
                         message: s.message().map(str::to_string),
-                        version_id: None,
+                        version_id: o.version_id,
                     });
                 }
             }
@@ -478,7 +516,7 @@ impl S3 for MosaicS3 {
 
     async fn copy_object(&self, req: S3Request<CopyObjectInput>) -> S3Result<S3Response<CopyObjectOutput>> {
         let i = req.input;
-        let (src_bucket, src_key) = copy_source(&i.copy_source)?;
+        let (src_bucket, src_key, src_version) = copy_source(&i.copy_source)?;
         let mut pre = precondition(
             &i.copy_source_if_match,
             &i.copy_source_if_none_match,
@@ -498,8 +536,11 @@ impl S3 for MosaicS3 {
                 i.metadata.clone(),
             )
         });
-        let m =
-            self.layer.copy_object(&src_bucket, &src_key, &pre, &i.bucket, &i.key, new_meta).await.map_err(to_s3)?;
+        let m = self
+            .layer
+            .copy_object(&src_bucket, &src_key, src_version.as_deref(), &pre, &i.bucket, &i.key, new_meta)
+            .await
+            .map_err(to_s3)?;
         let c = checksums(&m.checksums, true);
         Ok(S3Response::new(CopyObjectOutput {
             copy_object_result: Some(CopyObjectResult {
@@ -512,6 +553,8 @@ impl S3 for MosaicS3 {
                 checksum_sha256: c.sha256,
                 checksum_type: c.kind,
             }),
+            copy_source_version_id: src_version,
+            version_id: version_header(&m),
             ..Default::default()
         }))
     }
@@ -609,14 +652,112 @@ impl S3 for MosaicS3 {
         }))
     }
 
+    async fn put_bucket_versioning(
+        &self,
+        req: S3Request<PutBucketVersioningInput>,
+    ) -> S3Result<S3Response<PutBucketVersioningOutput>> {
+        let i = req.input;
+        let c = i.versioning_configuration;
+        if c.mfa_delete.as_ref().is_some_and(|m| m.as_str() == "Enabled") {
+            return Err(s3_error!(NotImplemented, "MFA delete is not supported"));
+        }
+        let v = match c.status.as_ref().map(|s| s.as_str()) {
+            Some("Enabled") => Versioning::Enabled,
+            Some("Suspended") => Versioning::Suspended,
+            _ => return Err(s3_error!(MalformedXML, "the versioning status must be Enabled or Suspended")),
+        };
+        self.layer.put_bucket_versioning(&i.bucket, v).await.map_err(to_s3)?;
+        Ok(S3Response::new(PutBucketVersioningOutput {}))
+    }
+
+    async fn get_bucket_versioning(
+        &self,
+        req: S3Request<GetBucketVersioningInput>,
+    ) -> S3Result<S3Response<GetBucketVersioningOutput>> {
+        let b = self.layer.bucket_info(&req.input.bucket).await.map_err(to_s3)?;
+        let status = match b.versioning {
+            Versioning::Unversioned => None,
+            Versioning::Enabled => Some(BucketVersioningStatus::from_static(BucketVersioningStatus::ENABLED)),
+            Versioning::Suspended => Some(BucketVersioningStatus::from_static(BucketVersioningStatus::SUSPENDED)),
+        };
+        Ok(S3Response::new(GetBucketVersioningOutput { status, mfa_delete: None }))
+    }
+
+    async fn list_object_versions(
+        &self,
+        req: S3Request<ListObjectVersionsInput>,
+    ) -> S3Result<S3Response<ListObjectVersionsOutput>> {
+        let i = req.input;
+        let url = i.encoding_type.as_ref().is_some_and(|e| e.as_str() == "url");
+        let key_marker = i.key_marker.clone().unwrap_or_default();
+        let version_id_marker = i.version_id_marker.clone().filter(|v| !v.is_empty());
+        if version_id_marker.is_some() && key_marker.is_empty() {
+            return Err(s3_error!(InvalidArgument, "A version-id marker cannot be specified without a key marker"));
+        }
+        let q = VersionQuery {
+            prefix: i.prefix.clone().unwrap_or_default(),
+            delimiter: delimiter_of(&i.delimiter),
+            key_marker,
+            version_id_marker,
+            max_keys: max_keys(i.max_keys)?,
+        };
+        let page = self.layer.list_object_versions(&i.bucket, &q).await.map_err(to_s3)?;
+        let enc = |s: String| if url { encode_url(&s) } else { s };
+        let mut versions = Vec::new();
+        let mut markers = Vec::new();
+        for v in page.versions {
+            let version_id = Some(v.version_id.unwrap_or_else(|| "null".into()));
+            if v.delete_marker {
+                markers.push(DeleteMarkerEntry {
+                    is_latest: Some(v.is_latest),
+                    key: Some(enc(v.key)),
+                    last_modified: Some(ts(v.last_modified_unix_ms)),
+                    owner: Some(owner()),
+                    version_id,
+                });
+            } else {
+                versions.push(ObjectVersion {
+                    e_tag: Some(etag_of(&v.etag)),
+                    is_latest: Some(v.is_latest),
+                    key: Some(enc(v.key)),
+                    last_modified: Some(ts(v.last_modified_unix_ms)),
+                    owner: Some(owner()),
+                    size: Some(v.size_bytes as i64),
+                    storage_class: Some(ObjectVersionStorageClass::from_static(ObjectVersionStorageClass::STANDARD)),
+                    version_id,
+                    ..Default::default()
+                });
+            }
+        }
+        Ok(S3Response::new(ListObjectVersionsOutput {
+            name: Some(i.bucket),
+            prefix: Some(enc(q.prefix.clone())),
+            key_marker: Some(enc(q.key_marker.clone())),
+            version_id_marker: Some(q.version_id_marker.clone().unwrap_or_default()),
+            max_keys: Some(q.max_keys as i32),
+            is_truncated: Some(page.next_key_marker.is_some()),
+            next_key_marker: page.next_key_marker.map(enc),
+            next_version_id_marker: page.next_version_id_marker,
+            delimiter: q.delimiter.clone().map(enc),
+            encoding_type: i.encoding_type,
+            versions: Some(versions),
+            delete_markers: Some(markers),
+            common_prefixes: Some(
+                page.common_prefixes.into_iter().map(|p| CommonPrefix { prefix: Some(enc(p)) }).collect(),
+            ),
+            ..Default::default()
+        }))
+    }
+
     async fn get_object_tagging(
         &self,
         req: S3Request<GetObjectTaggingInput>,
     ) -> S3Result<S3Response<GetObjectTaggingOutput>> {
-        let tags = self.layer.get_tags(&req.input.bucket, &req.input.key).await.map_err(to_s3)?;
+        let i = req.input;
+        let tags = self.layer.get_tags(&i.bucket, &i.key, i.version_id.as_deref()).await.map_err(to_s3)?;
         Ok(S3Response::new(GetObjectTaggingOutput {
             tag_set: tags.into_iter().map(|(k, v)| Tag { key: Some(k), value: Some(v) }).collect(),
-            version_id: None,
+            version_id: i.version_id,
         }))
     }
 
@@ -633,19 +774,20 @@ impl S3 for MosaicS3 {
             }
             tags.push((k, t.value.unwrap_or_default()));
         }
-        self.layer.put_tags(&i.bucket, &i.key, tags).await.map_err(|e| match e {
+        self.layer.put_tags(&i.bucket, &i.key, i.version_id.as_deref(), tags).await.map_err(|e| match e {
             LayerError::InvalidArgument(m) => s3_error!(InvalidTag, "{m}"),
             e => to_s3(e),
         })?;
-        Ok(S3Response::new(PutObjectTaggingOutput::default()))
+        Ok(S3Response::new(PutObjectTaggingOutput { version_id: i.version_id }))
     }
 
     async fn delete_object_tagging(
         &self,
         req: S3Request<DeleteObjectTaggingInput>,
     ) -> S3Result<S3Response<DeleteObjectTaggingOutput>> {
-        self.layer.put_tags(&req.input.bucket, &req.input.key, Vec::new()).await.map_err(to_s3)?;
-        Ok(S3Response::new(DeleteObjectTaggingOutput::default()))
+        let i = req.input;
+        self.layer.put_tags(&i.bucket, &i.key, i.version_id.as_deref(), Vec::new()).await.map_err(to_s3)?;
+        Ok(S3Response::new(DeleteObjectTaggingOutput { version_id: i.version_id }))
     }
 
     async fn create_multipart_upload(
@@ -704,7 +846,7 @@ impl S3 for MosaicS3 {
         if i.part_number < 1 {
             return Err(s3_error!(InvalidArgument, "part numbers are 1 to 10000"));
         }
-        let (src_bucket, src_key) = copy_source(&i.copy_source)?;
+        let (src_bucket, src_key, src_version) = copy_source(&i.copy_source)?;
         let range = match &i.copy_source_range {
             Some(r) => {
                 let parsed = Range::parse(r).map_err(|_| s3_error!(InvalidArgument, "bad x-amz-copy-source-range"))?;
@@ -724,7 +866,17 @@ impl S3 for MosaicS3 {
         pre.for_copy_source = true;
         let p = self
             .layer
-            .upload_part_copy(&i.bucket, &i.key, &i.upload_id, i.part_number as u32, &src_bucket, &src_key, range, &pre)
+            .upload_part_copy(
+                &i.bucket,
+                &i.key,
+                &i.upload_id,
+                i.part_number as u32,
+                &src_bucket,
+                &src_key,
+                src_version.as_deref(),
+                range,
+                &pre,
+            )
             .await
             .map_err(to_s3)?;
         Ok(S3Response::new(UploadPartCopyOutput {
@@ -776,6 +928,7 @@ impl S3 for MosaicS3 {
             key: Some(i.key.clone()),
             e_tag: Some(etag_of(&m.etag)),
             location: Some(format!("/{}/{}", i.bucket, i.key)),
+            version_id: version_header(&m),
             checksum_crc32: c.crc32,
             checksum_crc32c: c.crc32c,
             checksum_crc64nvme: c.crc64nvme,

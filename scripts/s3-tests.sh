@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# ceph/s3-tests against Mosaic: `scripts/s3-tests.sh gate` (the passing list; part of `make test`) or
+# `scripts/s3-tests.sh full [--update] [--out DIR]` (every test of test_s3.py; a longer run).
+# Finds the suite (S3TESTS_DIR, else ../shared/s3-tests beside the clone, else a clone of the pinned
+# revision in the cache) and prepares its Python venv outside the clone, only when missing.
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+# The revision the passing list was measured at; another revision may pass or fail other tests.
+PINNED=8f0ae7b404a3
+CACHE="${MOSAIC_CACHE:-$(if [ -w /var/cache ]; then echo /var/cache; else echo "$HOME/.cache/mosaic"; fi)}"
+VENV="$CACHE/mosaic-s3tests-venv"
+
+suite="${S3TESTS_DIR:-}"
+if [ -z "$suite" ]; then
+    for d in "$ROOT/../shared/s3-tests" /work/shared/s3-tests "$CACHE/s3-tests-$PINNED"; do
+        if [ -f "$d/s3tests/functional/test_s3.py" ]; then suite="$d"; break; fi
+    done
+fi
+if [ -z "$suite" ]; then
+    echo "s3-tests: no copy of ceph/s3-tests found; cloning revision $PINNED into $CACHE"
+    git clone -q https://github.com/ceph/s3-tests "$CACHE/s3-tests-$PINNED.tmp"
+    git -C "$CACHE/s3-tests-$PINNED.tmp" checkout -q "$PINNED"
+    mv "$CACHE/s3-tests-$PINNED.tmp" "$CACHE/s3-tests-$PINNED"
+    suite="$CACHE/s3-tests-$PINNED"
+fi
+
+# The suite's own requirements, without tox and gevent (neither is used by test_s3.py).
+want="boto3==1.44.8 botocore==1.44.8 munch isodate requests pytz httplib2 lxml pytest PyYAML python-dateutil"
+if [ ! -x "$VENV/bin/pytest" ] || [ "$(cat "$VENV/.requirements" 2>/dev/null)" != "$want" ]; then
+    echo "s3-tests: preparing the Python venv in $VENV"
+    python3 -m venv "$VENV"
+    # shellcheck disable=SC2086
+    "$VENV/bin/pip" install -q $want
+    echo "$want" > "$VENV/.requirements"
+fi
+
+MOSAIC_BIN="${MOSAIC_BIN:-${CARGO_TARGET_DIR:-$ROOT/target}/release/mosaic}" \
+    S3TESTS_DIR="$suite" exec "$VENV/bin/python" "$ROOT/scripts/s3-tests.py" "$@"
