@@ -83,3 +83,56 @@ def test_errors_are_s3_errors(s3, bucket):
     with pytest.raises(botocore.exceptions.ClientError) as e:
         s3.put_object(Bucket=bucket, Key="k" * 1025, Body=b"")
     assert e.value.response["Error"]["Code"] == "KeyTooLongError"
+
+
+def _nuke_versions(s3, name):
+    for page in s3.get_paginator("list_object_versions").paginate(Bucket=name):
+        for v in page.get("Versions", []) + page.get("DeleteMarkers", []):
+            s3.delete_object(Bucket=name, Key=v["Key"], VersionId=v["VersionId"], BypassGovernanceRetention=True)
+    s3.delete_bucket(Bucket=name)
+
+
+def test_versioning_with_the_paginator(s3):
+    name = "py-versioning"
+    s3.create_bucket(Bucket=name)
+    s3.put_bucket_versioning(Bucket=name, VersioningConfiguration={"Status": "Enabled"})
+    assert s3.get_bucket_versioning(Bucket=name)["Status"] == "Enabled"
+    ids = {}
+    for key in ["a", "b/c", "b/d"]:
+        ids[key] = [s3.put_object(Bucket=name, Key=key, Body=f"{key}{i}".encode())["VersionId"] for i in range(3)]
+    marker = s3.delete_object(Bucket=name, Key="a")
+    assert marker["DeleteMarker"] is True
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.get_object(Bucket=name, Key="a")
+    assert e.value.response["Error"]["Code"] == "NoSuchKey"
+    assert s3.get_object(Bucket=name, Key="a", VersionId=ids["a"][0])["Body"].read() == b"a0"
+    pages = s3.get_paginator("list_object_versions").paginate(Bucket=name, PaginationConfig={"PageSize": 2})
+    versions, markers = [], []
+    for page in pages:
+        versions += [(v["Key"], v["VersionId"], v["IsLatest"]) for v in page.get("Versions", [])]
+        markers += [(m["Key"], m["VersionId"]) for m in page.get("DeleteMarkers", [])]
+    assert markers == [("a", marker["VersionId"])]
+    expected = [(k, v, i == 0 and k != "a") for k in ["a", "b/c", "b/d"] for i, v in enumerate(reversed(ids[k]))]
+    assert versions == expected
+    listed = s3.list_objects_v2(Bucket=name, Delimiter="/")
+    assert [p["Prefix"] for p in listed.get("CommonPrefixes", [])] == ["b/"]
+    assert "Contents" not in listed
+    _nuke_versions(s3, name)
+
+
+def test_object_lock_refuses_removal(s3):
+    name = "py-object-lock"
+    s3.create_bucket(Bucket=name, ObjectLockEnabledForBucket=True)
+    s3.put_object_lock_configuration(Bucket=name, ObjectLockConfiguration={
+        "ObjectLockEnabled": "Enabled", "Rule": {"DefaultRetention": {"Mode": "GOVERNANCE", "Days": 1}}})
+    v = s3.put_object(Bucket=name, Key="k", Body=b"locked")["VersionId"]
+    assert s3.get_object_retention(Bucket=name, Key="k")["Retention"]["Mode"] == "GOVERNANCE"
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.delete_object(Bucket=name, Key="k", VersionId=v)
+    assert e.value.response["Error"]["Code"] == "AccessDenied"
+    s3.put_object_legal_hold(Bucket=name, Key="k", LegalHold={"Status": "ON"})
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.delete_object(Bucket=name, Key="k", VersionId=v, BypassGovernanceRetention=True)
+    assert e.value.response["Error"]["Code"] == "AccessDenied"
+    s3.put_object_legal_hold(Bucket=name, Key="k", LegalHold={"Status": "OFF"})
+    _nuke_versions(s3, name)

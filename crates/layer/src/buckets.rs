@@ -4,20 +4,21 @@
 use crate::error::{LayerError, LayerResult};
 use crate::records::*;
 use crate::semantics::S3Semantics;
-use crate::{BucketInfo, ObjectLayer, Versioning, validate_bucket_name};
+use crate::{BucketInfo, BucketOptions, LockConfig, ObjectLayer, Versioning, validate_bucket_name};
 use mosaic_store::{ErrorKind, Op, Snapshot, Store, Txn};
 
 /// Most buckets a store lists (S3 allows a million per account).
 pub const MAX_BUCKETS: usize = 1_000_000;
 
 impl<S: Store> S3Semantics<S> {
-    pub(crate) async fn create_bucket_impl(&self, bucket: &str, owner: Option<&str>) -> LayerResult<()> {
+    pub(crate) async fn create_bucket_impl(&self, bucket: &str, opts: BucketOptions) -> LayerResult<()> {
         validate_bucket_name(bucket)?;
         let rec = BucketRecord {
             version: RECORD_VERSION,
             created_unix_ms: now_ms(),
-            versioning: Versioning::Unversioned,
-            owner: owner.map(str::to_string),
+            versioning: if opts.object_lock { Versioning::Enabled } else { Versioning::Unversioned },
+            owner: opts.owner,
+            object_lock: opts.object_lock.then_some(LockConfig { enabled: true, default_retention: None }),
         };
         let name = bucket_record_name(bucket);
         let txn = Txn::new()
@@ -28,7 +29,7 @@ impl<S: Store> S3Semantics<S> {
             Err(e) if e.is_op(0, ErrorKind::CollectionExists) => Err(LayerError::BucketExists),
             r => r.map(|_| ()).map_err(LayerError::from),
         };
-        self.versioning_cache.write().remove(bucket);
+        self.forget_bucket_state(bucket);
         r
     }
 
@@ -44,7 +45,7 @@ impl<S: Store> S3Semantics<S> {
             .op(Op::RemoveCollection { name: bucket_collection(bucket) })
             .op(Op::Remove { coll: self.sys().await?, name: bucket_record_name(bucket) });
         let committed = self.commit(txn).await;
-        self.versioning_cache.write().remove(bucket);
+        self.forget_bucket_state(bucket);
         match committed {
             Err(e) if e.is_op(0, ErrorKind::CollectionNotFound) => Err(LayerError::NoSuchBucket),
             Err(e) if e.is_op(0, ErrorKind::CollectionNotEmpty) => Err(LayerError::BucketNotEmpty),
@@ -64,17 +65,37 @@ impl<S: Store> S3Semantics<S> {
             created_unix_ms: rec.created_unix_ms,
             versioning: rec.versioning,
             owner: rec.owner,
+            object_lock: rec.object_lock,
         })
     }
 
     /// Enables or suspends versioning. A bucket once versioned cannot become unversioned again.
+    /// Enables or suspends versioning. A bucket once versioned cannot become unversioned again, and a bucket
+    /// with object lock stays versioned.
     pub(crate) async fn put_bucket_versioning_impl(&self, bucket: &str, v: Versioning) -> LayerResult<()> {
         if v == Versioning::Unversioned {
             return Err(LayerError::InvalidArgument("versioning can be Enabled or Suspended".into()));
         }
-        let mut rec = self.bucket_record(bucket).await?;
-        let before = rec.encode();
-        rec.versioning = v;
+        self.update_bucket_record(bucket, |rec| {
+            if rec.object_lock.is_some() && v != Versioning::Enabled {
+                return Err(LayerError::InvalidBucketState(
+                    "versioning cannot be suspended on a bucket with object lock".into(),
+                ));
+            }
+            rec.versioning = v;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Changes a bucket's record with `f`, asserting it unchanged since it was read.
+    pub(crate) async fn update_bucket_record(
+        &self,
+        bucket: &str,
+        f: impl FnOnce(&mut BucketRecord) -> LayerResult<()>,
+    ) -> LayerResult<()> {
+        let (mut rec, before) = self.bucket_record_raw(bucket).await?;
+        f(&mut rec)?;
         let (coll, name) = (self.sys().await?, bucket_record_name(bucket));
         let txn = Txn::new()
             .op(Op::AssertAttr {
@@ -85,7 +106,7 @@ impl<S: Store> S3Semantics<S> {
             })
             .op(Op::SetAttr { coll, name, key: ATTR_BUCKET.to_vec(), value: rec.encode() });
         let r = self.commit(txn).await;
-        self.versioning_cache.write().remove(bucket);
+        self.forget_bucket_state(bucket);
         match r {
             // Changed (or removed) meanwhile.
             Err(e) if e.is_op(0, ErrorKind::AssertionFailed) => Err(LayerError::Conflict),
@@ -95,6 +116,11 @@ impl<S: Store> S3Semantics<S> {
 
     /// A bucket's record.
     pub(crate) async fn bucket_record(&self, bucket: &str) -> LayerResult<BucketRecord> {
+        Ok(self.bucket_record_raw(bucket).await?.0)
+    }
+
+    /// A bucket's record and its bytes as stored.
+    async fn bucket_record_raw(&self, bucket: &str) -> LayerResult<(BucketRecord, Vec<u8>)> {
         let snap = self.store.snapshot();
         self.bucket_coll(&snap, bucket).await?;
         let whose = format!(" of bucket {bucket}");
@@ -105,7 +131,7 @@ impl<S: Store> S3Semantics<S> {
             .attr(&info.obj, ATTR_BUCKET)
             .await?
             .ok_or_else(|| LayerError::Corrupt(format!("the bucket record{whose} is empty")))?;
-        BucketRecord::decode(&raw, &whose)
+        Ok((BucketRecord::decode(&raw, &whose)?, raw))
     }
 
     pub(crate) async fn list_buckets_impl(&self) -> LayerResult<Vec<BucketInfo>> {

@@ -60,6 +60,16 @@ pub enum LayerError {
     /// named is one (405).
     #[error("the version is a delete marker")]
     DeleteMarker { version_id: Option<String>, named: bool },
+    #[error("malformed request: {0}")]
+    MalformedXml(String),
+    #[error("the retention period is out of range")]
+    InvalidRetentionPeriod,
+    #[error("the version is locked: {0}")]
+    ObjectLocked(String),
+    #[error("invalid request: {0}")]
+    InvalidRequest(String),
+    #[error("the bucket cannot do this in its state: {0}")]
+    InvalidBucketState(String),
 }
 
 pub type LayerResult<T> = Result<T, LayerError>;

@@ -14,6 +14,7 @@ mod buckets;
 mod error;
 mod ingest;
 mod listing;
+mod lock;
 mod meta;
 mod multipart;
 mod names;
@@ -28,6 +29,7 @@ mod versions;
 pub use buckets::MAX_BUCKETS;
 pub use error::{LayerError, LayerResult};
 pub use listing::MAX_LIST_KEYS;
+pub use lock::{DefaultRetention, LockChange, LockConfig, LockMode, LockRequest, MAX_RETENTION_DAYS, Retention};
 pub use meta::{ListTag, ObjectMeta, Precondition, PutOptions};
 pub use multipart::{MAX_PART_BYTES, MAX_PARTS, MIN_PART_BYTES};
 pub use names::{MAX_KEY_BYTES, MAX_USER_METADATA_BYTES, validate_bucket_name, validate_key};
@@ -61,6 +63,36 @@ pub struct BucketInfo {
     pub versioning: Versioning,
     /// The access key that created the bucket; None for the root key.
     pub owner: Option<String>,
+    pub object_lock: Option<LockConfig>,
+}
+
+/// How a bucket is made.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BucketOptions {
+    /// The access key that creates it and owns it; None for the root key.
+    pub owner: Option<String>,
+    /// Object lock enabled from the start (versioning with it).
+    pub object_lock: bool,
+}
+
+/// How a DELETE is made: of a version, past GOVERNANCE retention, on conditions.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DeleteOptions {
+    pub version_id: Option<String>,
+    /// x-amz-bypass-governance-retention, from a requester allowed to.
+    pub bypass_governance: bool,
+    /// If-Match: the version deleted (the current one, or the one named) must have this ETag (`*`: exist).
+    pub if_match: Option<String>,
+    /// x-amz-if-match-last-modified-time, in ms.
+    pub if_match_last_modified_ms: Option<i64>,
+    /// x-amz-if-match-size.
+    pub if_match_size: Option<u64>,
+}
+
+impl DeleteOptions {
+    pub fn has_conditions(&self) -> bool {
+        self.if_match.is_some() || self.if_match_last_modified_ms.is_some() || self.if_match_size.is_some()
+    }
 }
 
 /// A bucket's versioning state. Once enabled, a bucket is never unversioned again, only suspended.
@@ -215,13 +247,24 @@ impl RangeRequest {
 
 #[async_trait]
 pub trait ObjectLayer: Send + Sync + 'static {
-    /// Creates a bucket owned by `owner` (an access key; None for the root key).
-    async fn create_bucket(&self, bucket: &str, owner: Option<&str>) -> LayerResult<()>;
+    /// Creates a bucket (None: owned by the root key, no object lock).
+    async fn create_bucket(&self, bucket: &str, opts: Option<&BucketOptions>) -> LayerResult<()>;
     async fn delete_bucket(&self, bucket: &str) -> LayerResult<()>;
     async fn bucket_info(&self, bucket: &str) -> LayerResult<BucketInfo>;
     async fn list_buckets(&self) -> LayerResult<Vec<BucketInfo>>;
     /// Enables or suspends versioning (a bucket once versioned is never unversioned again).
     async fn put_bucket_versioning(&self, bucket: &str, versioning: Versioning) -> LayerResult<()>;
+    /// Enables object lock (on a versioned bucket) and sets its default retention.
+    async fn put_object_lock_config(&self, bucket: &str, cfg: LockConfig) -> LayerResult<()>;
+    /// Sets a version's retention or legal hold (`version_id` None: the current version).
+    async fn change_object_lock(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<&str>,
+        change: LockChange,
+        bypass_governance: bool,
+    ) -> LayerResult<()>;
 
     async fn put_object(&self, bucket: &str, key: &str, body: PutBody, opts: PutOptions) -> LayerResult<ObjectMeta>;
     /// The current version, or the version named (`version_id`, "null" for the null version).
@@ -244,7 +287,13 @@ pub trait ObjectLayer: Send + Sync + 'static {
     ) -> LayerResult<ObjectMeta>;
     /// Without a version id: removes the key, or in a versioned bucket makes a delete marker its current
     /// version; with one, removes that version. Deleting what does not exist succeeds (S3 semantics).
-    async fn delete_object(&self, bucket: &str, key: &str, version_id: Option<&str>) -> LayerResult<DeleteResult>;
+    async fn delete_object(&self, bucket: &str, key: &str, version_id: Option<&str>) -> LayerResult<DeleteResult> {
+        let opts = DeleteOptions { version_id: version_id.map(str::to_string), ..Default::default() };
+        self.delete_object_with(bucket, key, &opts).await
+    }
+    /// DELETE with every option: a locked version is refused (GOVERNANCE unless bypassed), a condition that
+    /// does not hold fails with PreconditionFailed.
+    async fn delete_object_with(&self, bucket: &str, key: &str, opts: &DeleteOptions) -> LayerResult<DeleteResult>;
     /// Copies without moving data (a clone on the drive). `new_meta` replaces the metadata when given.
     #[allow(clippy::too_many_arguments)]
     async fn copy_object(

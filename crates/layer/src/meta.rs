@@ -50,6 +50,11 @@ pub struct ObjectMeta {
     /// A delete marker: no body, GET answers 404 (405 by version id).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub delete_marker: bool,
+    /// Object lock: until when (and how strictly) the version cannot be removed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention: Option<crate::lock::Retention>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub legal_hold: bool,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -189,6 +194,9 @@ pub struct PutOptions {
     /// Checksum algorithm named at CreateMultipartUpload, and its type (COMPOSITE or FULL_OBJECT).
     pub checksum_algorithm: Option<String>,
     pub checksum_type: Option<String>,
+    /// Object lock asked for by the write (x-amz-object-lock-*); the bucket's default applies otherwise.
+    #[serde(default)]
+    pub lock: crate::lock::LockRequest,
 }
 
 impl PutOptions {
@@ -219,6 +227,8 @@ impl PutOptions {
             version_id: None,
             version_ns: 0,
             delete_marker: false,
+            retention: self.lock.retention,
+            legal_hold: self.lock.legal_hold,
         }
     }
 }

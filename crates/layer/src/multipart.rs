@@ -27,6 +27,8 @@ impl<S: Store> S3Semantics<S> {
         validate_key(key)?;
         opts.validate()?;
         self.bucket_coll(&self.store.snapshot(), bucket).await?;
+        // A lock asked for in a bucket without object lock is refused now, not at completion.
+        self.lock_of_new_version(bucket, &opts.lock).await?;
         let upload_id = hex::encode(rand::random::<[u8; 16]>());
         let rec = UploadRecord { version: RECORD_VERSION, key: key.to_string(), initiated_unix_ms: now_ms(), opts };
         let name = upload_name(bucket, &upload_id, key);
@@ -115,7 +117,9 @@ impl<S: Store> S3Semantics<S> {
             parts.iter().flat_map(|p| hex::decode(&stored[&p.part_number].etag).unwrap_or_default()).collect();
         let etag = format!("{}-{}", hex::encode(Md5::digest(&md5s)), parts.len());
         let total: u64 = sizes.iter().sum();
+        let lock = self.lock_of_new_version(bucket, &rec.opts.lock).await?;
         let mut meta = rec.opts.clone().into_meta(total, etag, now_ms());
+        (meta.retention, meta.legal_hold) = (lock.retention, lock.legal_hold);
         meta.part_sizes = sizes.clone();
         meta.checksums.extend(extra_meta);
         meta.upload_id = Some(upload_id.to_string());

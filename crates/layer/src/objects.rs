@@ -68,8 +68,10 @@ impl<S: Store> S3Semantics<S> {
         }
         // A high-priority object holds background work back from its first byte to its commit.
         let _prioritized = crate::meta::wants_high_priority(&opts.user_metadata).then(|| self.store.hold_priority());
+        let lock = self.lock_of_new_version(bucket, &opts.lock).await?;
         let ing = self.ingest(body, 0, self.cfg.max_object_bytes, key).await?;
         let mut meta = opts.clone().into_meta(ing.size_bytes, ing.md5_hex.clone(), now_ms());
+        (meta.retention, meta.legal_hold) = (lock.retention, lock.legal_hold);
         meta.checksums.extend(ing.extra.iter().cloned());
         let name = key.as_bytes().to_vec();
         let mut txn = Txn::new();
@@ -119,11 +121,17 @@ impl<S: Store> S3Semantics<S> {
             c.unchanged = Some(txn.push(assert_etag(current)));
         }
         if let Some(etag) = &opts.if_match {
+            // A missing key, or one whose current version is a delete marker (no ETag), is NoSuchKey.
+            let snap = self.store.snapshot();
+            let current = match snap.lookup(coll, key.as_bytes()).await? {
+                Some(info) => snap.attr(&info.obj, ATTR_ETAG).await?,
+                None => None,
+            };
+            let Some(current) = current else { return Err(LayerError::NoSuchKey) };
             c.exists = Some(txn.push(Op::AssertExists { coll: coll.clone(), name: name.clone() }));
             let etag = etag.trim().trim_matches('"');
-            if etag != "*" {
-                c.precondition.push(txn.push(assert_etag(Some(etag.as_bytes().to_vec()))));
-            }
+            let expected = if etag == "*" { current } else { etag.as_bytes().to_vec() };
+            c.precondition.push(txn.push(assert_etag(Some(expected))));
         }
         Ok(c)
     }
@@ -218,23 +226,33 @@ impl<S: Store> S3Semantics<S> {
 
     /// DELETE without a version id: removes the key in an unversioned bucket, else makes a delete marker
     /// its current version. With a version id: removes that version for good (the next newest becomes
-    /// current when it was the current one). Deleting what does not exist succeeds (S3 semantics).
+    /// current when it was the current one), unless object lock keeps it. Deleting what does not exist
+    /// succeeds (S3 semantics); conditions (If-Match and the like) apply to the version deleted.
     pub(crate) async fn delete_object_impl(
         &self,
         bucket: &str,
         key: &str,
-        version_id: Option<&str>,
+        opts: &DeleteOptions,
     ) -> LayerResult<DeleteResult> {
         validate_key(key)?;
         let coll = self.bucket_coll(&self.store.snapshot(), bucket).await?;
-        if let Some(v) = version_id {
-            return self.delete_version(&coll, bucket, key, v).await;
+        if let Some(v) = opts.version_id.as_deref() {
+            return self.delete_version(&coll, bucket, key, v, opts).await;
         }
         if self.versioning(bucket).await?.is_unversioned() {
+            if opts.has_conditions() {
+                return self.delete_version(&coll, bucket, key, "null", opts).await;
+            }
             return match self.commit(Txn::new().op(Op::Remove { coll, name: key.as_bytes().to_vec() })).await {
                 Err(e) if e.is_op(0, ErrorKind::NotFound) => Ok(DeleteResult::default()),
                 r => r.map(|_| DeleteResult::default()).map_err(LayerError::from),
             };
+        }
+        if opts.has_conditions() {
+            let snap = self.store.snapshot();
+            let Some(info) = snap.lookup(&coll, key.as_bytes()).await? else { return Ok(DeleteResult::default()) };
+            check_delete_conditions(&read_meta(&snap, &info.obj, bucket, key).await?, opts)?;
+            // The current version is asserted unchanged below (its version attribute).
         }
         let name = key.as_bytes().to_vec();
         let mut txn = Txn::new();
@@ -252,20 +270,31 @@ impl<S: Store> S3Semantics<S> {
         }
     }
 
-    async fn delete_version(&self, coll: &S::Coll, bucket: &str, key: &str, v: &str) -> LayerResult<DeleteResult> {
+    /// Removes one version for good: refused while object lock keeps it; its metadata record is asserted
+    /// unchanged since the lock and the conditions were checked on it.
+    async fn delete_version(
+        &self,
+        coll: &S::Coll,
+        bucket: &str,
+        key: &str,
+        v: &str,
+        opts: &DeleteOptions,
+    ) -> LayerResult<DeleteResult> {
         let _lock = self.key_locks.lock(bucket, key).await;
         let snap = self.store.snapshot();
+        let named = opts.version_id.clone();
         let Some(found) = self.locate(&snap, coll, bucket, key, v).await? else {
-            return Ok(DeleteResult { version_id: Some(v.to_string()), delete_marker: false });
+            return Ok(DeleteResult { version_id: named, delete_marker: false });
         };
+        check_delete_conditions(&found.meta, opts)?;
+        crate::lock::check_removable(&found.meta, opts.bypass_governance, now_ms())?;
+        let raw = crate::semantics::read_meta_raw(&snap, &found.info.obj, bucket, key).await?;
         let mut txn = Txn::new();
-        // The version must still be where it was found.
-        let vid = snap.attr(&found.info.obj, ATTR_VERSION).await?;
         let at = txn.push(Op::AssertAttr {
             coll: coll.clone(),
             name: found.name.clone(),
-            key: ATTR_VERSION.to_vec(),
-            expected: vid,
+            key: ATTR_META.to_vec(),
+            expected: Some(raw),
         });
         txn.push(Op::Remove { coll: coll.clone(), name: found.name.clone() });
         if found.current
@@ -278,7 +307,7 @@ impl<S: Store> S3Semantics<S> {
             txn.push(Op::Remove { coll: coll.clone(), name: next });
         }
         drop(snap);
-        let done = DeleteResult { version_id: Some(v.to_string()), delete_marker: found.meta.delete_marker };
+        let done = DeleteResult { version_id: named, delete_marker: found.meta.delete_marker };
         match self.commit(txn).await {
             Err(e) if e.is_op(at, ErrorKind::AssertionFailed) => Err(LayerError::Conflict),
             r => r.map(|_| done).map_err(LayerError::from),
@@ -308,6 +337,7 @@ impl<S: Store> S3Semantics<S> {
                 "copying an object to itself requires the REPLACE metadata directive".into(),
             ));
         }
+        let new_lock = new_meta.as_ref().map(|o| o.lock);
         let mut meta = match new_meta {
             Some(opts) => {
                 opts.validate()?;
@@ -322,6 +352,10 @@ impl<S: Store> S3Semantics<S> {
         meta.version_id = None;
         meta.version_ns = 0;
         meta.upload_id = None;
+        // The copy is a new version: the lock it asks for, else the bucket's default, never the source's.
+        let asked = new_lock.unwrap_or_default();
+        let lock = self.lock_of_new_version(dst_bucket, &asked).await?;
+        (meta.retention, meta.legal_hold) = (lock.retention, lock.legal_hold);
         let dst = dst_key.as_bytes().to_vec();
         let mut txn = Txn::new();
         // The source must be the version whose conditions were checked.
@@ -388,6 +422,27 @@ impl<S: Store> S3Semantics<S> {
             r => r.map(|_| ()).map_err(LayerError::from),
         }
     }
+}
+
+/// The conditions of a DELETE on the version it deletes: a delete marker matches only If-Match `*`.
+fn check_delete_conditions(meta: &ObjectMeta, opts: &DeleteOptions) -> LayerResult<()> {
+    if let Some(m) = &opts.if_match {
+        let m = m.trim().trim_matches('"');
+        if m != "*" && (meta.delete_marker || m != meta.etag) {
+            return Err(LayerError::PreconditionFailed);
+        }
+    }
+    if let Some(t) = opts.if_match_last_modified_ms
+        && (meta.delete_marker || t.div_euclid(1000) != meta.last_modified_unix_ms.div_euclid(1000))
+    {
+        return Err(LayerError::PreconditionFailed);
+    }
+    if let Some(size) = opts.if_match_size
+        && (meta.delete_marker || size != meta.size_bytes)
+    {
+        return Err(LayerError::PreconditionFailed);
+    }
+    Ok(())
 }
 
 /// The byte range a GET serves: from a Range header or a part number (not both), None for the whole.

@@ -94,6 +94,9 @@ pub(crate) struct BucketRecord {
     /// The access key that created the bucket and owns it; None for the root key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) owner: Option<String>,
+    /// Object lock, once enabled (never disabled again).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) object_lock: Option<crate::lock::LockConfig>,
 }
 
 impl Record for BucketRecord {
@@ -164,6 +167,7 @@ mod tests {
             created_unix_ms: 5,
             versioning: Versioning::Enabled,
             owner: Some("k".into()),
+            object_lock: Some(crate::lock::LockConfig { enabled: true, default_retention: None }),
         };
         assert_eq!(BucketRecord::decode(&b.encode(), " of bucket b").unwrap(), b);
         let p = PartRecord {

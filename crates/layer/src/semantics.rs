@@ -38,8 +38,8 @@ pub struct S3Semantics<S: Store> {
     sys: tokio::sync::OnceCell<S::Coll>,
     mpu: tokio::sync::OnceCell<S::Coll>,
     pub(crate) stage_buffers: Arc<StageBuffers>,
-    /// Each bucket's versioning state, read once from its record (at most one entry per bucket).
-    pub(crate) versioning_cache: parking_lot::RwLock<std::collections::HashMap<String, Versioning>>,
+    /// Each bucket's versioning and lock, read once from its record (at most one entry per bucket).
+    pub(crate) bucket_cache: parking_lot::RwLock<crate::versions::BucketCache>,
     /// Writers of one versioned key take turns (see `versions`).
     pub(crate) key_locks: crate::versions::KeyLocks,
 }
@@ -76,7 +76,7 @@ impl<S: Store> S3Semantics<S> {
             sys: tokio::sync::OnceCell::new(),
             mpu: tokio::sync::OnceCell::new(),
             stage_buffers: Arc::default(),
-            versioning_cache: Default::default(),
+            bucket_cache: Default::default(),
             key_locks: Default::default(),
         };
         let collections = [s.sys().await.map(|_| ()), s.mpu().await.map(|_| ())];
@@ -155,6 +155,18 @@ pub(crate) struct Stat<S: Store> {
     pub(crate) meta: ObjectMeta,
 }
 
+/// An object's metadata record as stored (what a transaction asserts unchanged).
+pub(crate) async fn read_meta_raw<Sn: Snapshot>(
+    snap: &Sn,
+    obj: &Sn::Obj,
+    bucket: &str,
+    key: &str,
+) -> LayerResult<Vec<u8>> {
+    snap.attr(obj, ATTR_META)
+        .await?
+        .ok_or_else(|| LayerError::Corrupt(format!("object {bucket}/{key} has no metadata record")))
+}
+
 /// An object's metadata record.
 pub(crate) async fn read_meta<Sn: Snapshot>(
     snap: &Sn,
@@ -207,8 +219,8 @@ async fn ensure_collection<S: Store>(store: &S, name: &str) -> LayerResult<S::Co
 
 #[async_trait]
 impl<S: Store> ObjectLayer for S3Semantics<S> {
-    async fn create_bucket(&self, bucket: &str, owner: Option<&str>) -> LayerResult<()> {
-        self.create_bucket_impl(bucket, owner).await
+    async fn create_bucket(&self, bucket: &str, opts: Option<&BucketOptions>) -> LayerResult<()> {
+        self.create_bucket_impl(bucket, opts.cloned().unwrap_or_default()).await
     }
 
     async fn delete_bucket(&self, bucket: &str) -> LayerResult<()> {
@@ -225,6 +237,21 @@ impl<S: Store> ObjectLayer for S3Semantics<S> {
 
     async fn put_bucket_versioning(&self, bucket: &str, versioning: Versioning) -> LayerResult<()> {
         self.put_bucket_versioning_impl(bucket, versioning).await
+    }
+
+    async fn put_object_lock_config(&self, bucket: &str, cfg: LockConfig) -> LayerResult<()> {
+        self.put_lock_config_impl(bucket, cfg).await
+    }
+
+    async fn change_object_lock(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<&str>,
+        change: LockChange,
+        bypass_governance: bool,
+    ) -> LayerResult<()> {
+        self.change_lock_impl(bucket, key, version_id, change, bypass_governance).await
     }
 
     async fn put_object(&self, bucket: &str, key: &str, body: PutBody, opts: PutOptions) -> LayerResult<ObjectMeta> {
@@ -255,8 +282,8 @@ impl<S: Store> ObjectLayer for S3Semantics<S> {
         Ok(meta)
     }
 
-    async fn delete_object(&self, bucket: &str, key: &str, version_id: Option<&str>) -> LayerResult<DeleteResult> {
-        self.delete_object_impl(bucket, key, version_id).await
+    async fn delete_object_with(&self, bucket: &str, key: &str, opts: &DeleteOptions) -> LayerResult<DeleteResult> {
+        self.delete_object_impl(bucket, key, opts).await
     }
 
     async fn copy_object(

@@ -33,6 +33,7 @@ pub async fn run_suite<S: Store>(mut new_store: impl FnMut() -> Arc<S>) {
     case!(keys_and_limits);
     case!(versioning_basics);
     case!(versioning_against_a_model);
+    case!(object_lock);
     let small = open(new_store(), SemanticsConfig { max_object_bytes: 100_000 }).await;
     object_size_limit(&small).await;
     small.shutdown().await.expect("the store closes");
@@ -683,5 +684,96 @@ async fn versioning_against_a_model<L: ObjectLayer>(l: &L) {
         let plain = l.list_objects("bkt", &ListQuery { max_keys: 1, ..Default::default() }).await.unwrap();
         let first_visible = model.iter().find(|(_, vs)| vs.first().is_some_and(|v| v.data.is_some())).map(|(k, _)| *k);
         assert_eq!(plain.objects.first().map(|o| o.key.as_str()), first_visible, "step {step}: the plain listing");
+    }
+}
+
+async fn object_lock<L: ObjectLayer>(l: &L) {
+    let lock_opts = BucketOptions { owner: None, object_lock: true };
+    l.create_bucket("locked", Some(&lock_opts)).await.unwrap();
+    let info = l.bucket_info("locked").await.unwrap();
+    assert_eq!(info.versioning, Versioning::Enabled, "object lock comes with versioning");
+    assert!(info.object_lock.is_some_and(|c| c.enabled));
+    assert!(matches!(
+        l.put_bucket_versioning("locked", Versioning::Suspended).await,
+        Err(LayerError::InvalidBucketState(_))
+    ));
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
+    let with_lock = |mode: Option<LockMode>, hold: bool| PutOptions {
+        lock: LockRequest {
+            retention: mode.map(|m| Retention { mode: m, retain_until_ms: now + 3_600_000 }),
+            legal_hold: hold,
+        },
+        ..Default::default()
+    };
+    let put_locked = |key: &'static str, opts: PutOptions| async move {
+        l.put_object("locked", key, body(b"worm", 4), opts).await.unwrap().version_id.unwrap()
+    };
+    let del = |key: &'static str, v: String, bypass: bool| async move {
+        let opts = DeleteOptions { version_id: Some(v), bypass_governance: bypass, ..Default::default() };
+        l.delete_object_with("locked", key, &opts).await
+    };
+
+    // COMPLIANCE: nobody removes the version, bypass or not; it can be extended, never shortened.
+    let c = put_locked("c", with_lock(Some(LockMode::Compliance), false)).await;
+    assert!(matches!(del("c", c.clone(), true).await, Err(LayerError::ObjectLocked(_))));
+    let shorter = LockChange::Retention(Some(Retention { mode: LockMode::Compliance, retain_until_ms: now + 60_000 }));
+    assert!(matches!(l.change_object_lock("locked", "c", None, shorter, true).await, Err(LayerError::ObjectLocked(_))));
+    let longer =
+        LockChange::Retention(Some(Retention { mode: LockMode::Compliance, retain_until_ms: now + 7_200_000 }));
+    l.change_object_lock("locked", "c", None, longer, false).await.unwrap();
+    assert!(matches!(
+        l.change_object_lock("locked", "c", None, LockChange::Retention(None), true).await,
+        Err(LayerError::ObjectLocked(_))
+    ));
+    // A delete without a version id only adds a delete marker; the locked version stays.
+    assert!(l.delete_object("locked", "c", None).await.unwrap().delete_marker);
+    assert_eq!(get_version(l, "locked", "c", &c).await.unwrap(), b"worm");
+
+    // GOVERNANCE: removed only with the bypass.
+    let g = put_locked("g", with_lock(Some(LockMode::Governance), false)).await;
+    assert!(matches!(del("g", g.clone(), false).await, Err(LayerError::ObjectLocked(_))));
+    del("g", g, true).await.unwrap();
+
+    // A legal hold holds until it is taken off, whatever the retention.
+    let h = put_locked("h", with_lock(None, true)).await;
+    assert!(matches!(del("h", h.clone(), true).await, Err(LayerError::ObjectLocked(_))));
+    l.change_object_lock("locked", "h", Some(&h), LockChange::LegalHold(false), false).await.unwrap();
+    del("h", h, false).await.unwrap();
+
+    // A default retention applies to versions that name none.
+    let cfg =
+        LockConfig { enabled: true, default_retention: Some(DefaultRetention { mode: LockMode::Governance, days: 1 }) };
+    l.put_object_lock_config("locked", cfg).await.unwrap();
+    let d = put_locked("d", PutOptions::default()).await;
+    let meta = l.head_object("locked", "d", Some(&d), &Precondition::default()).await.unwrap();
+    let r = meta.retention.expect("the default retention");
+    assert_eq!(r.mode, LockMode::Governance);
+    assert!((r.retain_until_ms - now - 86_400_000).abs() < 600_000, "{r:?}");
+    assert!(matches!(del("d", d, false).await, Err(LayerError::ObjectLocked(_))));
+
+    // A lock asked for where object lock is off is refused; lock needs versioning enabled.
+    l.create_bucket("plain", None).await.unwrap();
+    let asked = l.put_object("plain", "k", body(b"x", 1), with_lock(None, true)).await;
+    assert!(matches!(asked, Err(LayerError::InvalidRequest(_))));
+    assert!(matches!(l.put_object_lock_config("plain", cfg).await, Err(LayerError::InvalidBucketState(_))));
+    l.put_bucket_versioning("plain", Versioning::Enabled).await.unwrap();
+    l.put_object_lock_config("plain", cfg).await.unwrap();
+    assert!(l.bucket_info("plain").await.unwrap().object_lock.is_some());
+
+    // A legal hold set while a removal of the version races it: never both.
+    for round in 0..20 {
+        let key = "race";
+        let v = l.put_object("locked", key, body(b"r", 1), PutOptions::default()).await.unwrap().version_id.unwrap();
+        l.change_object_lock("locked", key, Some(&v), LockChange::Retention(None), true).await.unwrap();
+        let opts = DeleteOptions { version_id: Some(v.clone()), ..Default::default() };
+        let (held, deleted) = futures::join!(
+            l.change_object_lock("locked", key, Some(&v), LockChange::LegalHold(true), false),
+            l.delete_object_with("locked", key, &opts)
+        );
+        assert!(!(held.is_ok() && deleted.is_ok()), "round {round}: a held version was removed");
+        if held.is_ok() {
+            assert_eq!(get_version(l, "locked", key, &v).await.unwrap(), b"r", "round {round}");
+            l.change_object_lock("locked", key, Some(&v), LockChange::LegalHold(false), false).await.unwrap();
+        }
     }
 }

@@ -48,6 +48,20 @@ impl KeyLocks {
     }
 }
 
+/// Buckets' states, and a generation counting the changes of any bucket's record.
+#[derive(Default)]
+pub(crate) struct BucketCache {
+    states: std::collections::HashMap<String, BucketState>,
+    generation: u64,
+}
+
+/// A bucket's versioning and object lock, as cached for writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct BucketState {
+    pub(crate) versioning: Versioning,
+    pub(crate) object_lock: Option<crate::LockConfig>,
+}
+
 /// A version's identity: when it was made and its id (None: the null version).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Stamp {
@@ -178,14 +192,36 @@ impl NewVersion<'_> {
 }
 
 impl<S: Store> S3Semantics<S> {
-    /// The bucket's versioning state (cached: every write asks).
+    /// The bucket's versioning state.
     pub(crate) async fn versioning(&self, bucket: &str) -> LayerResult<Versioning> {
-        if let Some(v) = self.versioning_cache.read().get(bucket) {
-            return Ok(*v);
+        Ok(self.bucket_state(bucket).await?.versioning)
+    }
+
+    /// What every write of a bucket asks: its versioning and object lock (cached, refreshed when the
+    /// bucket's record changes).
+    pub(crate) async fn bucket_state(&self, bucket: &str) -> LayerResult<BucketState> {
+        let generation = {
+            let cache = self.bucket_cache.read();
+            if let Some(v) = cache.states.get(bucket) {
+                return Ok(*v);
+            }
+            cache.generation
+        };
+        let rec = self.bucket_record(bucket).await?;
+        let state = BucketState { versioning: rec.versioning, object_lock: rec.object_lock };
+        let mut cache = self.bucket_cache.write();
+        // A record changed since it was read here: the state read may be stale, so it is not kept.
+        if cache.generation == generation {
+            cache.states.insert(bucket.to_string(), state);
         }
-        let v = self.bucket_record(bucket).await?.versioning;
-        self.versioning_cache.write().insert(bucket.to_string(), v);
-        Ok(v)
+        Ok(state)
+    }
+
+    /// Drops a bucket's cached state; called after every change of its record (or of the bucket).
+    pub(crate) fn forget_bucket_state(&self, bucket: &str) {
+        let mut cache = self.bucket_cache.write();
+        cache.generation += 1;
+        cache.states.remove(bucket);
     }
 
     /// Prepares `txn` for a new current version of `key`: keeps the current version as a noncurrent one

@@ -136,7 +136,12 @@ fn need(op: &str) -> Need {
         | "HeadBucket"
         | "GetBucketLocation"
         | "ListParts"
-        | "ListMultipartUploads" => Need::Read,
+        | "ListMultipartUploads"
+        | "ListObjectVersions"
+        | "GetBucketVersioning"
+        | "GetObjectRetention"
+        | "GetObjectLegalHold"
+        | "GetObjectLockConfiguration" => Need::Read,
         "PutObject"
         | "DeleteObject"
         | "DeleteObjects"
@@ -147,7 +152,9 @@ fn need(op: &str) -> Need {
         | "UploadPart"
         | "UploadPartCopy"
         | "CompleteMultipartUpload"
-        | "AbortMultipartUpload" => Need::Write,
+        | "AbortMultipartUpload"
+        | "PutObjectRetention"
+        | "PutObjectLegalHold" => Need::Write,
         "ListBuckets" => Need::Nothing,
         _ => Need::Root,
     }

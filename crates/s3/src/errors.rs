@@ -79,5 +79,20 @@ pub fn to_s3(e: LayerError) -> S3Error {
             e.set_headers(h);
             e
         }
+        L::MalformedXml(m) => s3_error!(MalformedXML, "{m}"),
+        L::InvalidRetentionPeriod => invalid_retention_period(),
+        L::ObjectLocked(m) => s3_error!(AccessDenied, "{m}"),
+        L::InvalidRequest(m) => s3_error!(InvalidRequest, "{m}"),
+        L::InvalidBucketState(m) => s3_error!(InvalidBucketState, "{m}"),
     }
+}
+
+/// S3's InvalidRetentionPeriod (400), which s3s has no code for.
+pub fn invalid_retention_period() -> S3Error {
+    let mut e = S3Error::with_message(
+        S3ErrorCode::Custom("InvalidRetentionPeriod".into()),
+        "The default retention period must be a positive number of days or years, at most 100 years",
+    );
+    e.set_status_code(http::StatusCode::BAD_REQUEST);
+    e
 }

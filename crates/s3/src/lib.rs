@@ -8,6 +8,7 @@ pub mod access;
 mod checksum;
 mod errors;
 mod host;
+mod lock;
 mod multipart;
 mod server;
 mod service;

@@ -6,8 +6,8 @@ use crate::checksum::{Algo, Expectations, verified_body};
 use crate::errors::to_s3;
 use futures::StreamExt;
 use mosaic_layer::{
-    ByteStream, CompletePart, LayerError, ListQuery, ObjectLayer, ObjectMeta, Precondition, PutOptions, RangeRequest,
-    VersionQuery, Versioning,
+    BucketOptions, ByteStream, CompletePart, DeleteOptions, LayerError, ListQuery, LockChange, ObjectLayer, ObjectMeta,
+    Precondition, PutOptions, RangeRequest, VersionQuery, Versioning,
 };
 use s3s::dto::*;
 use s3s::{S3, S3Request, S3Response, S3Result, s3_error};
@@ -34,6 +34,30 @@ impl MosaicS3 {
 
     fn is_root(&self, access_key: &str) -> bool {
         self.keys.is_root(access_key)
+    }
+
+    /// Refuses lock requests on a bucket without object lock (as S3: 400 InvalidRequest).
+    async fn require_lock(&self, bucket: &str) -> S3Result<()> {
+        match self.layer.bucket_info(bucket).await.map_err(to_s3)?.object_lock {
+            Some(_) => Ok(()),
+            None => Err(s3_error!(InvalidRequest, "Bucket is missing Object Lock Configuration")),
+        }
+    }
+
+    /// Whether a request asked to bypass GOVERNANCE retention and may: the root key and the bucket's owner
+    /// may; keys granted access to someone else's bucket may not. Also checks that the bucket exists.
+    async fn may_bypass(
+        &self,
+        creds: &Option<s3s::auth::Credentials>,
+        bucket: &str,
+        asked: Option<bool>,
+    ) -> S3Result<bool> {
+        let info = self.layer.bucket_info(bucket).await.map_err(to_s3)?;
+        if !asked.unwrap_or(false) {
+            return Ok(false);
+        }
+        let who = creds.as_ref().map(|c| c.access_key.as_str()).unwrap_or("");
+        Ok(self.is_root(who) || info.owner.as_deref() == Some(who))
     }
 }
 
@@ -265,7 +289,9 @@ impl S3 for MosaicS3 {
             ));
         }
         let owner = req.credentials.as_ref().map(|c| c.access_key.clone()).filter(|k| !self.is_root(k));
-        match self.layer.create_bucket(&input.bucket, owner.as_deref()).await {
+        let opts =
+            BucketOptions { owner: owner.clone(), object_lock: input.object_lock_enabled_for_bucket.unwrap_or(false) };
+        match self.layer.create_bucket(&input.bucket, Some(&opts)).await {
             Ok(()) => {}
             // As S3 in us-east-1: creating again a bucket one owns succeeds; another's is taken.
             Err(LayerError::BucketExists) => {
@@ -330,6 +356,11 @@ impl S3 for MosaicS3 {
             _ => None,
         };
         opts.if_match = input.if_match.as_ref().map(cond_str);
+        opts.lock = crate::lock::lock_request(
+            &input.object_lock_mode,
+            &input.object_lock_retain_until_date,
+            &input.object_lock_legal_hold_status,
+        )?;
         opts.write_offset = match input.write_offset_bytes {
             Some(o) if o < 0 => {
                 return Err(s3_error!(InvalidArgument, "x-amz-write-offset-bytes must not be negative"));
@@ -375,6 +406,7 @@ impl S3 for MosaicS3 {
             None => (m.size_bytes, None),
         };
         let body = StreamingBlob::wrap(got.body);
+        let lock = crate::lock::headers_of(&m);
         let out = GetObjectOutput {
             body: Some(body),
             accept_ranges: Some("bytes".into()),
@@ -397,6 +429,9 @@ impl S3 for MosaicS3 {
             checksum_sha256: c.sha256,
             checksum_type: c.kind,
             version_id: version_header(&m),
+            object_lock_mode: lock.mode,
+            object_lock_retain_until_date: lock.until,
+            object_lock_legal_hold_status: lock.legal_hold,
             ..Default::default()
         };
         Ok(S3Response::new(out))
@@ -426,7 +461,11 @@ impl S3 for MosaicS3 {
         }
         let enabled = i.checksum_mode.as_ref().is_some_and(|c| c.as_str() == "ENABLED");
         let c = checksums(&m.checksums, enabled);
+        let lock = crate::lock::headers_of(&m);
         Ok(S3Response::new(HeadObjectOutput {
+            object_lock_mode: lock.mode,
+            object_lock_retain_until_date: lock.until,
+            object_lock_legal_hold_status: lock.legal_hold,
             accept_ranges: Some("bytes".into()),
             content_length: Some(len as i64),
             content_range,
@@ -452,9 +491,20 @@ impl S3 for MosaicS3 {
     }
 
     async fn delete_object(&self, req: S3Request<DeleteObjectInput>) -> S3Result<S3Response<DeleteObjectOutput>> {
+        let bypass =
+            self.may_bypass(&req.credentials, &req.input.bucket, req.input.bypass_governance_retention).await?;
         let i = req.input;
-        self.layer.bucket_info(&i.bucket).await.map_err(to_s3)?;
-        let d = self.layer.delete_object(&i.bucket, &i.key, i.version_id.as_deref()).await.map_err(to_s3)?;
+        let opts = DeleteOptions {
+            version_id: i.version_id.clone(),
+            bypass_governance: bypass,
+            if_match: i.if_match.as_ref().map(cond_str),
+            if_match_last_modified_ms: i.if_match_last_modified_time.as_ref().map(|t| unix_s(t) * 1000),
+            if_match_size: match i.if_match_size {
+                Some(s) if s < 0 => return Err(s3_error!(InvalidArgument, "x-amz-if-match-size must not be negative")),
+                s => s.map(|s| s as u64),
+            },
+        };
+        let d = self.layer.delete_object_with(&i.bucket, &i.key, &opts).await.map_err(to_s3)?;
         Ok(S3Response::new(DeleteObjectOutput {
             delete_marker: d.delete_marker.then_some(true),
             version_id: d.version_id,
@@ -467,7 +517,7 @@ impl S3 for MosaicS3 {
         if i.delete.objects.len() > MAX_DELETE_KEYS {
             return Err(s3_error!(MalformedXML, "at most {MAX_DELETE_KEYS} keys per DeleteObjects request"));
         }
-        self.layer.bucket_info(&i.bucket).await.map_err(to_s3)?;
+        let bypass = self.may_bypass(&req.credentials, &i.bucket, i.bypass_governance_retention).await?;
         let quiet = i.delete.quiet.unwrap_or(false);
         let mut deleted = Vec::new();
         let mut errors = Vec::new();
@@ -477,7 +527,16 @@ impl S3 for MosaicS3 {
         let layer = &self.layer;
         let results: Vec<_> = futures::stream::iter(i.delete.objects)
             .map(|o| async move {
-                let r = layer.delete_object(bucket, &o.key, o.version_id.as_deref()).await;
+                let opts = DeleteOptions {
+                    version_id: o.version_id.clone(),
+                    bypass_governance: bypass,
+                    if_match: o.e_tag.as_ref().map(|e| match e {
+                        ETag::Strong(s) | ETag::Weak(s) => s.clone(),
+                    }),
+                    if_match_last_modified_ms: o.last_modified_time.as_ref().map(|t| unix_s(t) * 1000),
+                    if_match_size: o.size.and_then(|s| u64::try_from(s).ok()),
+                };
+                let r = layer.delete_object_with(bucket, &o.key, &opts).await;
                 (o, r)
             })
             .buffered(DELETE_OBJECTS_IN_FLIGHT)
@@ -652,6 +711,82 @@ impl S3 for MosaicS3 {
         }))
     }
 
+    async fn put_object_lock_configuration(
+        &self,
+        req: S3Request<PutObjectLockConfigurationInput>,
+    ) -> S3Result<S3Response<PutObjectLockConfigurationOutput>> {
+        let i = req.input;
+        let cfg = crate::lock::config_of(&i.object_lock_configuration)?;
+        self.layer.put_object_lock_config(&i.bucket, cfg).await.map_err(to_s3)?;
+        Ok(S3Response::new(PutObjectLockConfigurationOutput::default()))
+    }
+
+    async fn get_object_lock_configuration(
+        &self,
+        req: S3Request<GetObjectLockConfigurationInput>,
+    ) -> S3Result<S3Response<GetObjectLockConfigurationOutput>> {
+        let b = self.layer.bucket_info(&req.input.bucket).await.map_err(to_s3)?;
+        let cfg = b.object_lock.ok_or_else(|| {
+            s3_error!(ObjectLockConfigurationNotFoundError, "Object Lock configuration does not exist for this bucket")
+        })?;
+        Ok(S3Response::new(GetObjectLockConfigurationOutput {
+            object_lock_configuration: Some(crate::lock::config_dto(cfg)),
+        }))
+    }
+
+    async fn put_object_retention(
+        &self,
+        req: S3Request<PutObjectRetentionInput>,
+    ) -> S3Result<S3Response<PutObjectRetentionOutput>> {
+        let bypass =
+            self.may_bypass(&req.credentials, &req.input.bucket, req.input.bypass_governance_retention).await?;
+        let i = req.input;
+        let r = crate::lock::retention_of(&i.retention)?;
+        self.layer
+            .change_object_lock(&i.bucket, &i.key, i.version_id.as_deref(), LockChange::Retention(r), bypass)
+            .await
+            .map_err(to_s3)?;
+        Ok(S3Response::new(PutObjectRetentionOutput::default()))
+    }
+
+    async fn get_object_retention(
+        &self,
+        req: S3Request<GetObjectRetentionInput>,
+    ) -> S3Result<S3Response<GetObjectRetentionOutput>> {
+        let i = req.input;
+        self.require_lock(&i.bucket).await?;
+        let m = self.layer.head_object(&i.bucket, &i.key, i.version_id.as_deref(), &Precondition::default()).await;
+        let m = m.map_err(to_s3)?;
+        let retention = crate::lock::retention_dto(m.retention).ok_or_else(|| {
+            s3_error!(NoSuchObjectLockConfiguration, "The specified object does not have a retention")
+        })?;
+        Ok(S3Response::new(GetObjectRetentionOutput { retention: Some(retention) }))
+    }
+
+    async fn put_object_legal_hold(
+        &self,
+        req: S3Request<PutObjectLegalHoldInput>,
+    ) -> S3Result<S3Response<PutObjectLegalHoldOutput>> {
+        let i = req.input;
+        let on = crate::lock::legal_hold_on(&i.legal_hold)?;
+        self.layer
+            .change_object_lock(&i.bucket, &i.key, i.version_id.as_deref(), LockChange::LegalHold(on), false)
+            .await
+            .map_err(to_s3)?;
+        Ok(S3Response::new(PutObjectLegalHoldOutput::default()))
+    }
+
+    async fn get_object_legal_hold(
+        &self,
+        req: S3Request<GetObjectLegalHoldInput>,
+    ) -> S3Result<S3Response<GetObjectLegalHoldOutput>> {
+        let i = req.input;
+        self.require_lock(&i.bucket).await?;
+        let m = self.layer.head_object(&i.bucket, &i.key, i.version_id.as_deref(), &Precondition::default()).await;
+        let m = m.map_err(to_s3)?;
+        Ok(S3Response::new(GetObjectLegalHoldOutput { legal_hold: Some(crate::lock::legal_hold_dto(m.legal_hold)) }))
+    }
+
     async fn put_bucket_versioning(
         &self,
         req: S3Request<PutBucketVersioningInput>,
@@ -806,6 +941,11 @@ impl S3 for MosaicS3 {
         );
         opts.checksum_algorithm = i.checksum_algorithm.as_ref().map(|a| a.as_str().to_string());
         opts.checksum_type = i.checksum_type.as_ref().map(|t| t.as_str().to_string());
+        opts.lock = crate::lock::lock_request(
+            &i.object_lock_mode,
+            &i.object_lock_retain_until_date,
+            &i.object_lock_legal_hold_status,
+        )?;
         let id = self.layer.create_multipart(&i.bucket, &i.key, opts.clone()).await.map_err(to_s3)?;
         Ok(S3Response::new(CreateMultipartUploadOutput {
             bucket: Some(i.bucket),
