@@ -39,7 +39,7 @@ class Server:
         env["MOSAIC_ACCESS_KEY"] = MAIN_ACCESS_KEY
         env["MOSAIC_SECRET_KEY"] = MAIN_SECRET_KEY
         if lifecycle_day_s:
-            env["MOSAIC_LIFECYCLE_DAY_SECONDS"] = str(lifecycle_day_s)
+            env["MOSAIC_LIFECYCLE_DAY"] = f"{lifecycle_day_s}s"
         self.proc = subprocess.Popen(
             [mosaic, "server", "--data", os.path.join(work, "data"), "--s3-address", "127.0.0.1:0",
              "--admin-address", "127.0.0.1:0", "--log-format", "json", "--drive-size", "4GiB"],

@@ -281,3 +281,163 @@ async fn crashes(k: usize, m: usize, points: u64) {
         assert!(s.engine().check().unwrap().is_clean());
     }
 }
+
+/// A key's versions as the versioned crash test knows them, newest first: (version id, body; None is a
+/// delete marker).
+type Versions = Vec<(String, Option<Vec<u8>>)>;
+
+/// What may differ from the known versions after a crash: an operation that was not acknowledged.
+#[derive(Clone, Debug)]
+enum Pending {
+    None,
+    /// A new version (a put's body, or a delete marker) may have been made.
+    New(Option<Vec<u8>>),
+    /// A version may have been removed.
+    Removed(String),
+}
+
+/// Versioned overwrites, delete markers and removals of versions at random crash points of a 4+2 set: no
+/// acknowledged version is ever lost or changed, the order of versions holds, and an operation that was
+/// not acknowledged happened wholly or not at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn versions_survive_crashes_across_a_4_plus_2_set() {
+    let points: u64 =
+        std::env::var("MOSAIC_SET_CRASH_POINTS").ok().and_then(|v| v.parse().ok()).map_or(200, |p: u64| p / 5);
+    let (k, m) = (4, 2);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(23);
+    let (devices, dirs) = formatted_drives(k + m);
+    let (mut stores, first) = open_set(k, m, &devices, &dirs).await;
+    first.create_bucket("bkt", None).await.unwrap();
+    first.put_bucket_versioning("bkt", Versioning::Enabled).await.unwrap();
+    let mut layer = Some(first);
+    let keys: Vec<String> = (0..4).map(|i| format!("v{i}")).collect();
+    let mut model: BTreeMap<String, Versions> = keys.iter().map(|k| (k.clone(), Vec::new())).collect();
+    let mut interrupted = 0;
+    for point in 0..points {
+        let modes: Vec<CrashMode> = (0..k + m)
+            .map(|_| {
+                if rng.random_bool(0.5) { CrashMode::DropUnflushed } else { CrashMode::TearOne { seed: rng.random() } }
+            })
+            .collect();
+        let l = layer.as_ref().expect("open");
+        if rng.random_bool(0.25) {
+            for d in rand::seq::index::sample(&mut rng, k + m, (k + m) / 2) {
+                devices[d].arm_crash(1, modes[d]);
+            }
+            l.store().arm_crash_after_commits(1);
+        } else {
+            for (d, dev) in devices.iter().enumerate() {
+                if rng.random_bool(0.5) {
+                    dev.arm_crash(rng.random_range(0..40), modes[d]);
+                }
+            }
+            if rng.random_bool(0.4) {
+                l.store().arm_crash_after_commits(rng.random_range(1..5));
+            }
+        }
+        let mut pending: (String, Pending) = (String::new(), Pending::None);
+        for _ in 0..rng.random_range(1..6) {
+            let key = keys[rng.random_range(0..keys.len())].clone();
+            let versions = model.get_mut(&key).expect("a known key");
+            let (result, op) = match rng.random_range(0..10) {
+                0..=5 => {
+                    let data = pattern(rng.random(), rng.random_range(0..120_000));
+                    let r = l.put_object("bkt", &key, body(&data, 50_000), PutOptions::default()).await;
+                    (r.map(|m| m.version_id.map(|v| (v, Some(data.clone())))), Pending::New(Some(data)))
+                }
+                6 | 7 => {
+                    let r = l.delete_object("bkt", &key, None).await;
+                    (r.map(|d| d.version_id.map(|v| (v, None))), Pending::New(None))
+                }
+                _ => {
+                    if versions.is_empty() {
+                        continue;
+                    }
+                    let v = versions[rng.random_range(0..versions.len())].0.clone();
+                    let r = l.delete_object("bkt", &key, Some(&v)).await;
+                    (r.map(|_| None), Pending::Removed(v))
+                }
+            };
+            match (result, op) {
+                (Ok(Some(made)), _) => versions.insert(0, made),
+                (Ok(None), Pending::Removed(v)) => versions.retain(|(id, _)| *id != v),
+                (Ok(None), _) => panic!("point {point}: a versioned write without a version id"),
+                (Err(_), op) => {
+                    interrupted += 1;
+                    pending = (key, op);
+                    break;
+                }
+            }
+        }
+        let (reopened, l) =
+            power_cycle(layer.take(), std::mem::take(&mut stores), (k, m), &devices, &modes, &dirs).await;
+        stores = reopened;
+        verify_versions(&l, &mut model, &pending, point).await;
+        if point % 50 == 49 {
+            // Keep the drives from filling: remove every version now and then.
+            for (key, versions) in model.iter_mut() {
+                for (v, _) in versions.drain(..) {
+                    l.delete_object("bkt", key, Some(&v)).await.unwrap();
+                }
+            }
+        }
+        layer = Some(l);
+    }
+    assert!(interrupted > points / 5, "only {interrupted} of {points} crash points interrupted an operation");
+    for s in &stores {
+        assert!(s.engine().check().unwrap().is_clean());
+    }
+}
+
+/// Checks every key's versions after a crash against the model, then settles the model to what is there.
+async fn verify_versions(l: &Layer, model: &mut BTreeMap<String, Versions>, pending: &(String, Pending), point: u64) {
+    let q = VersionQuery { max_keys: 1000, ..Default::default() };
+    let page = l.list_object_versions("bkt", &q).await.unwrap();
+    assert!(page.next_key_marker.is_none());
+    for (key, known) in model.iter_mut() {
+        let mut found: Versions = Vec::new();
+        for v in page.versions.iter().filter(|v| &v.key == key) {
+            let id = v.version_id.clone().expect("versioned bucket: every version has an id");
+            let data = match l.get_object("bkt", key, Some(&id), None, None, &Precondition::default()).await {
+                Ok(got) => {
+                    let mut out = Vec::new();
+                    let mut b = got.body;
+                    while let Some(c) = futures::StreamExt::next(&mut b).await {
+                        out.extend_from_slice(&c.unwrap());
+                    }
+                    assert!(!v.delete_marker, "point {point}: {key} {id}: a delete marker read as an object");
+                    Some(out)
+                }
+                Err(LayerError::DeleteMarker { .. }) => None,
+                Err(e) => panic!("point {point}: {key} {id}: {e:?}"),
+            };
+            found.push((id, data));
+        }
+        let mine = if &pending.0 == key { &pending.1 } else { &Pending::None };
+        let mut expected = known.clone();
+        match mine {
+            Pending::None => assert_eq!(&found, known, "point {point}: the acknowledged versions of {key}"),
+            Pending::New(body) => {
+                // Either nothing new, or exactly one new newest version with the body that was written.
+                if found.len() == known.len() + 1 {
+                    assert_eq!(&found[0].1, body, "point {point}: {key}'s unacknowledged version");
+                    expected.insert(0, found[0].clone());
+                }
+                assert_eq!(found, expected, "point {point}: the versions of {key}");
+            }
+            Pending::Removed(v) => {
+                if found.len() + 1 == known.len() {
+                    expected.retain(|(id, _)| id != v);
+                }
+                assert_eq!(found, expected, "point {point}: the versions of {key}");
+            }
+        }
+        // The current version is the newest one.
+        let current = read(l, key).await;
+        match found.first().map(|(_, d)| d) {
+            Some(Some(data)) => assert_eq!(current.as_ref().ok(), Some(data), "point {point}: {key} current"),
+            _ => assert!(current.is_err(), "point {point}: {key} has no current object"),
+        }
+        *known = found;
+    }
+}

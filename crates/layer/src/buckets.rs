@@ -7,6 +7,8 @@ use crate::semantics::S3Semantics;
 use crate::{BucketInfo, BucketOptions, LockConfig, ObjectLayer, Versioning, validate_bucket_name};
 use mosaic_store::{ErrorKind, Op, Snapshot, Store, Txn};
 
+/// Most tags of a bucket (S3's limit).
+pub const MAX_BUCKET_TAGS: usize = 50;
 /// Most buckets a store lists (S3 allows a million per account).
 pub const MAX_BUCKETS: usize = 1_000_000;
 
@@ -19,6 +21,8 @@ impl<S: Store> S3Semantics<S> {
             versioning: if opts.object_lock { Versioning::Enabled } else { Versioning::Unversioned },
             owner: opts.owner,
             object_lock: opts.object_lock.then_some(LockConfig { enabled: true, default_retention: None }),
+            tags: Vec::new(),
+            lifecycle: None,
         };
         let name = bucket_record_name(bucket);
         let txn = Txn::new()
@@ -66,6 +70,8 @@ impl<S: Store> S3Semantics<S> {
             versioning: rec.versioning,
             owner: rec.owner,
             object_lock: rec.object_lock,
+            tags: rec.tags,
+            lifecycle: rec.lifecycle,
         })
     }
 
@@ -83,6 +89,19 @@ impl<S: Store> S3Semantics<S> {
                 ));
             }
             rec.versioning = v;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Sets a bucket's tags (empty: removes them).
+    pub(crate) async fn put_bucket_tags_impl(&self, bucket: &str, tags: Vec<(String, String)>) -> LayerResult<()> {
+        if tags.len() > MAX_BUCKET_TAGS {
+            return Err(LayerError::InvalidTag(format!("at most {MAX_BUCKET_TAGS} tags per bucket")));
+        }
+        crate::objects::validate_tags(&tags)?;
+        self.update_bucket_record(bucket, |rec| {
+            rec.tags = tags;
             Ok(())
         })
         .await

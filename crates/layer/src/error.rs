@@ -70,6 +70,8 @@ pub enum LayerError {
     InvalidRequest(String),
     #[error("the bucket cannot do this in its state: {0}")]
     InvalidBucketState(String),
+    #[error("invalid tag: {0}")]
+    InvalidTag(String),
 }
 
 pub type LayerResult<T> = Result<T, LayerError>;

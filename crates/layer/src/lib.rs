@@ -13,6 +13,7 @@
 mod buckets;
 mod error;
 mod ingest;
+mod lifecycle;
 mod listing;
 mod lock;
 mod meta;
@@ -26,8 +27,9 @@ pub mod testing;
 mod upgrade;
 mod versions;
 
-pub use buckets::MAX_BUCKETS;
+pub use buckets::{MAX_BUCKET_TAGS, MAX_BUCKETS};
 pub use error::{LayerError, LayerResult};
+pub use lifecycle::{LifecycleFilter, LifecycleReport, LifecycleRule, MAX_LIFECYCLE_RULES, validate_lifecycle};
 pub use listing::MAX_LIST_KEYS;
 pub use lock::{DefaultRetention, LockChange, LockConfig, LockMode, LockRequest, MAX_RETENTION_DAYS, Retention};
 pub use meta::{ListTag, ObjectMeta, Precondition, PutOptions};
@@ -64,6 +66,8 @@ pub struct BucketInfo {
     /// The access key that created the bucket; None for the root key.
     pub owner: Option<String>,
     pub object_lock: Option<LockConfig>,
+    pub tags: Vec<(String, String)>,
+    pub lifecycle: Option<Vec<LifecycleRule>>,
 }
 
 /// How a bucket is made.
@@ -87,6 +91,8 @@ pub struct DeleteOptions {
     pub if_match_last_modified_ms: Option<i64>,
     /// x-amz-if-match-size.
     pub if_match_size: Option<u64>,
+    /// Runs in the background IO class (lifecycle), behind client requests.
+    pub background: bool,
 }
 
 impl DeleteOptions {
@@ -254,6 +260,12 @@ pub trait ObjectLayer: Send + Sync + 'static {
     async fn list_buckets(&self) -> LayerResult<Vec<BucketInfo>>;
     /// Enables or suspends versioning (a bucket once versioned is never unversioned again).
     async fn put_bucket_versioning(&self, bucket: &str, versioning: Versioning) -> LayerResult<()>;
+    /// Sets a bucket's lifecycle rules (None: removes them).
+    async fn put_bucket_lifecycle(&self, bucket: &str, rules: Option<Vec<LifecycleRule>>) -> LayerResult<()>;
+    /// One lifecycle pass over every bucket at `now_ms`, where a day lasts `day_ms`.
+    async fn lifecycle_pass(&self, now_ms: i64, day_ms: i64) -> LayerResult<LifecycleReport>;
+    /// Sets a bucket's tags (empty: removes them).
+    async fn put_bucket_tags(&self, bucket: &str, tags: Vec<(String, String)>) -> LayerResult<()>;
     /// Enables object lock (on a versioned bucket) and sets its default retention.
     async fn put_object_lock_config(&self, bucket: &str, cfg: LockConfig) -> LayerResult<()>;
     /// Sets a version's retention or legal hold (`version_id` None: the current version).

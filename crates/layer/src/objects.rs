@@ -243,7 +243,7 @@ impl<S: Store> S3Semantics<S> {
             if opts.has_conditions() {
                 return self.delete_version(&coll, bucket, key, "null", opts).await;
             }
-            return match self.commit(Txn::new().op(Op::Remove { coll, name: key.as_bytes().to_vec() })).await {
+            return match self.commit(txn_of(opts).op(Op::Remove { coll, name: key.as_bytes().to_vec() })).await {
                 Err(e) if e.is_op(0, ErrorKind::NotFound) => Ok(DeleteResult::default()),
                 r => r.map(|_| DeleteResult::default()).map_err(LayerError::from),
             };
@@ -255,7 +255,7 @@ impl<S: Store> S3Semantics<S> {
             // The current version is asserted unchanged below (its version attribute).
         }
         let name = key.as_bytes().to_vec();
-        let mut txn = Txn::new();
+        let mut txn = txn_of(opts);
         let version = self.push_new_version(&mut txn, &coll, bucket, key).await?;
         let mut marker = PutOptions::default().into_meta(0, String::new(), now_ms());
         marker.delete_marker = true;
@@ -289,7 +289,7 @@ impl<S: Store> S3Semantics<S> {
         check_delete_conditions(&found.meta, opts)?;
         crate::lock::check_removable(&found.meta, opts.bypass_governance, now_ms())?;
         let raw = crate::semantics::read_meta_raw(&snap, &found.info.obj, bucket, key).await?;
-        let mut txn = Txn::new();
+        let mut txn = txn_of(opts);
         let at = txn.push(Op::AssertAttr {
             coll: coll.clone(),
             name: found.name.clone(),
@@ -402,13 +402,9 @@ impl<S: Store> S3Semantics<S> {
         tags: Vec<(String, String)>,
     ) -> LayerResult<()> {
         if tags.len() > MAX_TAGS {
-            return Err(LayerError::InvalidArgument(format!("at most {MAX_TAGS} tags per object")));
+            return Err(LayerError::InvalidTag(format!("at most {MAX_TAGS} tags per object")));
         }
-        for (k, v) in &tags {
-            if k.is_empty() || k.chars().count() > 128 || v.chars().count() > 256 {
-                return Err(LayerError::InvalidArgument("tag keys are 1-128 and values 0-256 characters".into()));
-            }
-        }
+        validate_tags(&tags)?;
         let Stat { snap, coll, name, .. } = self.stat_object(bucket, key, version_id).await?;
         drop(snap);
         let op = if tags.is_empty() {
@@ -422,6 +418,24 @@ impl<S: Store> S3Semantics<S> {
             r => r.map(|_| ()).map_err(LayerError::from),
         }
     }
+}
+
+/// A DELETE's transaction, in the background IO class when the options say so.
+fn txn_of<C, St>(opts: &DeleteOptions) -> Txn<C, St> {
+    if opts.background { Txn::new().with_priority(mosaic_store::Priority::Background) } else { Txn::new() }
+}
+
+/// Tag keys are 1-128 characters, values 0-256, keys unique.
+pub(crate) fn validate_tags(tags: &[(String, String)]) -> LayerResult<()> {
+    for (i, (k, v)) in tags.iter().enumerate() {
+        if k.is_empty() || k.chars().count() > 128 || v.chars().count() > 256 {
+            return Err(LayerError::InvalidTag("tag keys are 1-128 and values 0-256 characters".into()));
+        }
+        if tags[..i].iter().any(|(x, _)| x == k) {
+            return Err(LayerError::InvalidTag(format!("the tag key {k:?} is given twice")));
+        }
+    }
+    Ok(())
 }
 
 /// The conditions of a DELETE on the version it deletes: a delete marker matches only If-Match `*`.

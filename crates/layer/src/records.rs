@@ -97,6 +97,11 @@ pub(crate) struct BucketRecord {
     /// Object lock, once enabled (never disabled again).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) object_lock: Option<crate::lock::LockConfig>,
+    /// Bucket tags, in the order given.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) tags: Vec<(String, String)>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) lifecycle: Option<Vec<crate::lifecycle::LifecycleRule>>,
 }
 
 impl Record for BucketRecord {
@@ -168,6 +173,8 @@ mod tests {
             versioning: Versioning::Enabled,
             owner: Some("k".into()),
             object_lock: Some(crate::lock::LockConfig { enabled: true, default_retention: None }),
+            tags: vec![("k".into(), "v".into())],
+            lifecycle: Some(vec![crate::lifecycle::LifecycleRule { id: "r".into(), ..Default::default() }]),
         };
         assert_eq!(BucketRecord::decode(&b.encode(), " of bucket b").unwrap(), b);
         let p = PartRecord {

@@ -239,6 +239,18 @@ impl<S: Store> ObjectLayer for S3Semantics<S> {
         self.put_bucket_versioning_impl(bucket, versioning).await
     }
 
+    async fn put_bucket_lifecycle(&self, bucket: &str, rules: Option<Vec<LifecycleRule>>) -> LayerResult<()> {
+        self.put_lifecycle_impl(bucket, rules).await
+    }
+
+    async fn lifecycle_pass(&self, now_ms: i64, day_ms: i64) -> LayerResult<LifecycleReport> {
+        S3Semantics::lifecycle_pass(self, now_ms, day_ms).await
+    }
+
+    async fn put_bucket_tags(&self, bucket: &str, tags: Vec<(String, String)>) -> LayerResult<()> {
+        self.put_bucket_tags_impl(bucket, tags).await
+    }
+
     async fn put_object_lock_config(&self, bucket: &str, cfg: LockConfig) -> LayerResult<()> {
         self.put_lock_config_impl(bucket, cfg).await
     }

@@ -32,6 +32,7 @@ pub struct FileConfig {
     pub scrub_interval: Option<String>,
     pub heal_rate: Option<String>,
     pub scan_interval: Option<String>,
+    pub lifecycle_day: Option<String>,
     pub io_engine: Option<String>,
     pub lazy_encode_min_size: Option<String>,
 }
@@ -118,6 +119,10 @@ pub struct ServerArgs {
     /// (e.g. 1h).
     #[arg(long, env = "MOSAIC_SCAN_INTERVAL", value_name = "DURATION")]
     pub scan_interval: Option<String>,
+    /// How long a "day" of lifecycle rules lasts (default 1d); shorter only to test rules in seconds
+    /// (e.g. 2s). Lifecycle passes run four times a day, at least every 100ms and at most every hour.
+    #[arg(long, env = "MOSAIC_LIFECYCLE_DAY", value_name = "DURATION")]
+    pub lifecycle_day: Option<String>,
     /// Appends gather in an object's tail (m + 1 copies) until it holds this much (e.g. 1MiB); then
     /// background lazy sync encodes its whole stripes. 0 encodes each stripe in the append that fills it
     /// (the read-modify-write ablation, for benchmarks).
@@ -171,6 +176,7 @@ pub struct Config {
     pub heal_bytes_per_s: u64,
     /// Time between two background scans of a set's drives.
     pub scan_interval: Duration,
+    pub lifecycle_day: Duration,
     /// Tail bytes before lazy sync encodes an object's whole stripes; 0: on the request path.
     pub lazy_encode_min_bytes: u64,
     pub io_engine: mosaic_engine::IoEngine,
@@ -302,6 +308,12 @@ impl Config {
         if !(MIN_SCRUB_INTERVAL..=MAX_SCRUB_INTERVAL).contains(&scan_interval) {
             return Err(format!("scan_interval: {interval} is not between 1s and 366d"));
         }
+        let day = pick(&args.lifecycle_day, &file.lifecycle_day).unwrap_or("1d".into());
+        let lifecycle_day = humantime::parse_duration(&day)
+            .map_err(|e| format!("lifecycle_day: {day:?} is not a duration such as 1d or 2s: {e}"))?;
+        if !(MIN_SCRUB_INTERVAL..=MAX_SCRUB_INTERVAL).contains(&lifecycle_day) {
+            return Err(format!("lifecycle_day: {day} is not between 1s and 366d"));
+        }
         let domain = pick(&args.domain, &file.domain).filter(|d| !d.is_empty());
         if let Some(d) = &domain {
             mosaic_s3::validate_domain(d).map_err(|e| format!("domain: {e}"))?;
@@ -328,6 +340,7 @@ impl Config {
             scrub_interval,
             heal_bytes_per_s,
             scan_interval,
+            lifecycle_day,
             lazy_encode_min_bytes,
             io_engine,
             simulate_power_loss: args.simulate_power_loss,

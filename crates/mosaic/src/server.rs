@@ -8,7 +8,7 @@ use crate::drives::Drives;
 use mosaic_engine::EngineConfig;
 use mosaic_layer::{ObjectLayer, S3Semantics, SemanticsConfig};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -180,6 +180,7 @@ async fn serve_all(
         prometheus,
         started,
     });
+    tokio::spawn(lifecycle_worker(layer.clone(), cfg.lifecycle_day, stop_rx.clone()));
     let mut admin_stop = stop_rx.clone();
     let admin = tokio::spawn(admin_server::serve(admin_listener, admin_state, async move {
         let _ = admin_stop.wait_for(|s| *s).await;
@@ -219,4 +220,42 @@ async fn signals(
     tokio::select! { _ = int.recv() => {}, _ = term.recv() => {} }
     tracing::warn!("second signal: exiting now");
     std::process::exit(130);
+}
+
+/// Shortest and longest time between lifecycle passes.
+const LIFECYCLE_PASS_MIN: Duration = Duration::from_millis(100);
+const LIFECYCLE_PASS_MAX: Duration = Duration::from_secs(3600);
+
+/// Applies the buckets' lifecycle rules four times a "day" until the server stops. Each pass starts over
+/// from the first bucket and every action is conditional on what the pass read, so a restart resumes
+/// without deleting twice or missing anything.
+async fn lifecycle_worker(layer: Arc<dyn ObjectLayer>, day: Duration, mut stop: watch::Receiver<bool>) {
+    let every = (day / 4).clamp(LIFECYCLE_PASS_MIN, LIFECYCLE_PASS_MAX);
+    let day_ms = day.as_millis().min(i64::MAX as u128) as i64;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0);
+        let pass = layer.lifecycle_pass(now_ms, day_ms).await;
+        metrics::counter!("mosaic_lifecycle_passes_total").increment(1);
+        match pass {
+            Ok(r) => {
+                metrics::counter!("mosaic_lifecycle_expired_total", "what" => "current").increment(r.expired_current);
+                metrics::counter!("mosaic_lifecycle_expired_total", "what" => "noncurrent")
+                    .increment(r.expired_noncurrent);
+                metrics::counter!("mosaic_lifecycle_expired_total", "what" => "delete_marker")
+                    .increment(r.removed_delete_markers);
+                metrics::counter!("mosaic_lifecycle_expired_total", "what" => "upload").increment(r.aborted_uploads);
+                if r.expired_current + r.expired_noncurrent + r.removed_delete_markers + r.aborted_uploads > 0 {
+                    tracing::info!(?r, "lifecycle pass");
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "lifecycle pass failed; the next one tries again"),
+        }
+    }
 }

@@ -141,7 +141,9 @@ fn need(op: &str) -> Need {
         | "GetBucketVersioning"
         | "GetObjectRetention"
         | "GetObjectLegalHold"
-        | "GetObjectLockConfiguration" => Need::Read,
+        | "GetObjectLockConfiguration"
+        | "GetBucketTagging"
+        | "GetBucketLifecycleConfiguration" => Need::Read,
         "PutObject"
         | "DeleteObject"
         | "DeleteObjects"

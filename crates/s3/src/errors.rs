@@ -84,6 +84,7 @@ pub fn to_s3(e: LayerError) -> S3Error {
         L::ObjectLocked(m) => s3_error!(AccessDenied, "{m}"),
         L::InvalidRequest(m) => s3_error!(InvalidRequest, "{m}"),
         L::InvalidBucketState(m) => s3_error!(InvalidBucketState, "{m}"),
+        L::InvalidTag(m) => s3_error!(InvalidTag, "{m}"),
     }
 }
 

@@ -8,6 +8,7 @@ pub mod access;
 mod checksum;
 mod errors;
 mod host;
+mod lifecycle;
 mod lock;
 mod multipart;
 mod server;

@@ -267,6 +267,34 @@ fn version_header(m: &ObjectMeta) -> Option<String> {
     m.version_id.clone()
 }
 
+/// A page of a multipart object's parts for GetObjectAttributes (numbers after `marker`, at most
+/// `max_parts`, 1,000 by default).
+fn object_parts(sizes: &[u64], marker: Option<i32>, max_parts: Option<i32>) -> S3Result<GetObjectAttributesParts> {
+    let marker = marker.unwrap_or(0);
+    let max = max_parts.unwrap_or(1000);
+    if marker < 0 || max < 0 {
+        return Err(s3_error!(InvalidArgument, "part-number-marker and max-parts must not be negative"));
+    }
+    let parts: Vec<ObjectPart> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (i as i32 + 1, *s))
+        .filter(|(n, _)| *n > marker)
+        .take(max.min(1000) as usize)
+        .map(|(n, s)| ObjectPart { part_number: Some(n), size: Some(s as i64), ..Default::default() })
+        .collect();
+    let last = parts.last().and_then(|p| p.part_number).unwrap_or(marker);
+    let truncated = (last as usize) < sizes.len();
+    Ok(GetObjectAttributesParts {
+        is_truncated: Some(truncated),
+        max_parts: Some(max),
+        next_part_number_marker: Some(last),
+        part_number_marker: Some(marker),
+        parts: Some(parts),
+        total_parts_count: Some(sizes.len() as i32),
+    })
+}
+
 fn meta_map(m: &ObjectMeta) -> Option<HashMap<String, String>> {
     if m.user_metadata.is_empty() {
         None
@@ -503,6 +531,7 @@ impl S3 for MosaicS3 {
                 Some(s) if s < 0 => return Err(s3_error!(InvalidArgument, "x-amz-if-match-size must not be negative")),
                 s => s.map(|s| s as u64),
             },
+            background: false,
         };
         let d = self.layer.delete_object_with(&i.bucket, &i.key, &opts).await.map_err(to_s3)?;
         Ok(S3Response::new(DeleteObjectOutput {
@@ -535,6 +564,7 @@ impl S3 for MosaicS3 {
                     }),
                     if_match_last_modified_ms: o.last_modified_time.as_ref().map(|t| unix_s(t) * 1000),
                     if_match_size: o.size.and_then(|s| u64::try_from(s).ok()),
+                    background: false,
                 };
                 let r = layer.delete_object_with(bucket, &o.key, &opts).await;
                 (o, r)
@@ -707,6 +737,110 @@ impl S3 for MosaicS3 {
             common_prefixes: Some(
                 page.common_prefixes.into_iter().map(|p| CommonPrefix { prefix: Some(enc(p)) }).collect(),
             ),
+            ..Default::default()
+        }))
+    }
+
+    async fn put_bucket_lifecycle_configuration(
+        &self,
+        req: S3Request<PutBucketLifecycleConfigurationInput>,
+    ) -> S3Result<S3Response<PutBucketLifecycleConfigurationOutput>> {
+        let i = req.input;
+        let rules = crate::lifecycle::rules_of(&i.lifecycle_configuration)?;
+        self.layer.put_bucket_lifecycle(&i.bucket, Some(rules)).await.map_err(to_s3)?;
+        Ok(S3Response::new(PutBucketLifecycleConfigurationOutput::default()))
+    }
+
+    async fn get_bucket_lifecycle_configuration(
+        &self,
+        req: S3Request<GetBucketLifecycleConfigurationInput>,
+    ) -> S3Result<S3Response<GetBucketLifecycleConfigurationOutput>> {
+        let b = self.layer.bucket_info(&req.input.bucket).await.map_err(to_s3)?;
+        let rules = b
+            .lifecycle
+            .ok_or_else(|| s3_error!(NoSuchLifecycleConfiguration, "The lifecycle configuration does not exist"))?;
+        Ok(S3Response::new(GetBucketLifecycleConfigurationOutput {
+            rules: Some(crate::lifecycle::rules_dto(&rules)),
+            ..Default::default()
+        }))
+    }
+
+    async fn delete_bucket_lifecycle(
+        &self,
+        req: S3Request<DeleteBucketLifecycleInput>,
+    ) -> S3Result<S3Response<DeleteBucketLifecycleOutput>> {
+        self.layer.put_bucket_lifecycle(&req.input.bucket, None).await.map_err(to_s3)?;
+        Ok(S3Response::new(DeleteBucketLifecycleOutput::default()))
+    }
+
+    async fn put_bucket_tagging(
+        &self,
+        req: S3Request<PutBucketTaggingInput>,
+    ) -> S3Result<S3Response<PutBucketTaggingOutput>> {
+        let i = req.input;
+        let mut tags = Vec::with_capacity(i.tagging.tag_set.len());
+        for t in i.tagging.tag_set {
+            let k = t.key.ok_or_else(|| s3_error!(InvalidTag, "a tag needs a key"))?;
+            tags.push((k, t.value.unwrap_or_default()));
+        }
+        self.layer.put_bucket_tags(&i.bucket, tags).await.map_err(to_s3)?;
+        Ok(S3Response::new(PutBucketTaggingOutput::default()))
+    }
+
+    async fn get_bucket_tagging(
+        &self,
+        req: S3Request<GetBucketTaggingInput>,
+    ) -> S3Result<S3Response<GetBucketTaggingOutput>> {
+        let b = self.layer.bucket_info(&req.input.bucket).await.map_err(to_s3)?;
+        if b.tags.is_empty() {
+            return Err(s3_error!(NoSuchTagSet, "The TagSet does not exist"));
+        }
+        let tag_set = b.tags.into_iter().map(|(k, v)| Tag { key: Some(k), value: Some(v) }).collect();
+        Ok(S3Response::new(GetBucketTaggingOutput { tag_set }))
+    }
+
+    async fn delete_bucket_tagging(
+        &self,
+        req: S3Request<DeleteBucketTaggingInput>,
+    ) -> S3Result<S3Response<DeleteBucketTaggingOutput>> {
+        self.layer.put_bucket_tags(&req.input.bucket, Vec::new()).await.map_err(to_s3)?;
+        Ok(S3Response::new(DeleteBucketTaggingOutput::default()))
+    }
+
+    async fn get_object_attributes(
+        &self,
+        req: S3Request<GetObjectAttributesInput>,
+    ) -> S3Result<S3Response<GetObjectAttributesOutput>> {
+        let i = req.input;
+        let wants = |a: &str| i.object_attributes.iter().any(|x| x.as_str() == a);
+        let m = self
+            .layer
+            .head_object(&i.bucket, &i.key, i.version_id.as_deref(), &Precondition::default())
+            .await
+            .map_err(to_s3)?;
+        let c = checksums(&m.checksums, true);
+        let any = [&c.crc32, &c.crc32c, &c.crc64nvme, &c.sha1, &c.sha256].iter().any(|x| x.is_some());
+        let checksum = any.then_some(Checksum {
+            checksum_crc32: c.crc32,
+            checksum_crc32c: c.crc32c,
+            checksum_crc64nvme: c.crc64nvme,
+            checksum_sha1: c.sha1,
+            checksum_sha256: c.sha256,
+            checksum_type: c.kind,
+        });
+        let parts = if m.part_sizes.is_empty() {
+            None
+        } else {
+            Some(object_parts(&m.part_sizes, i.part_number_marker, i.max_parts)?)
+        };
+        Ok(S3Response::new(GetObjectAttributesOutput {
+            e_tag: wants("ETag").then(|| etag_of(&m.etag)),
+            checksum: checksum.filter(|_| wants("Checksum")),
+            object_parts: parts.filter(|_| wants("ObjectParts")),
+            storage_class: wants("StorageClass").then(|| StorageClass::from_static(StorageClass::STANDARD)),
+            object_size: wants("ObjectSize").then_some(m.size_bytes as i64),
+            last_modified: Some(ts(m.last_modified_unix_ms)),
+            version_id: version_header(&m),
             ..Default::default()
         }))
     }

@@ -1,0 +1,156 @@
+//! Lifecycle configurations on the wire, to and from the layer's rules. Transitions to other storage
+//! classes are refused: Mosaic has one storage class.
+
+use mosaic_layer::{LifecycleFilter, LifecycleRule};
+use s3s::dto::{self, Timestamp};
+use s3s::{S3Result, s3_error};
+
+fn unix_ms(t: &Timestamp) -> i64 {
+    (time::OffsetDateTime::from(t.clone()).unix_timestamp_nanos() / 1_000_000) as i64
+}
+
+fn timestamp(ms: i64) -> Timestamp {
+    let t = time::OffsetDateTime::from_unix_timestamp_nanos(ms as i128 * 1_000_000)
+        .unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
+    Timestamp::from(t)
+}
+
+fn days(d: Option<i32>, what: &str) -> S3Result<Option<u32>> {
+    match d {
+        None => Ok(None),
+        Some(d) if d > 0 => Ok(Some(d as u32)),
+        Some(_) => Err(s3_error!(InvalidArgument, "{what} must be a positive number of days")),
+    }
+}
+
+fn size(s: Option<i64>) -> S3Result<Option<u64>> {
+    match s {
+        None => Ok(None),
+        Some(s) if s >= 0 => Ok(Some(s as u64)),
+        Some(_) => Err(s3_error!(InvalidArgument, "object sizes in filters must not be negative")),
+    }
+}
+
+fn tags_of(t: &[dto::Tag]) -> S3Result<Vec<(String, String)>> {
+    t.iter()
+        .map(|t| {
+            let k = t.key.clone().ok_or_else(|| s3_error!(MalformedXML, "a tag needs a Key"))?;
+            Ok((k, t.value.clone().unwrap_or_default()))
+        })
+        .collect()
+}
+
+fn filter_of(r: &dto::LifecycleRule) -> S3Result<LifecycleFilter> {
+    let mut f = LifecycleFilter::default();
+    match &r.filter {
+        None => f.prefix = r.prefix.clone().unwrap_or_default(),
+        Some(x) => {
+            if r.prefix.is_some() {
+                return Err(s3_error!(MalformedXML, "a rule takes Prefix or Filter, not both"));
+            }
+            f.prefix = x.prefix.clone().unwrap_or_default();
+            f.tags = x.tag.as_ref().map(|t| tags_of(std::slice::from_ref(t))).transpose()?.unwrap_or_default();
+            f.size_greater_than = size(x.object_size_greater_than)?;
+            f.size_less_than = size(x.object_size_less_than)?;
+            if let Some(and) = &x.and {
+                if x.prefix.is_some() || x.tag.is_some() {
+                    return Err(s3_error!(MalformedXML, "a Filter takes And or one condition"));
+                }
+                f.prefix = and.prefix.clone().unwrap_or_default();
+                f.tags = tags_of(and.tags.as_deref().unwrap_or_default())?;
+                f.size_greater_than = size(and.object_size_greater_than)?;
+                f.size_less_than = size(and.object_size_less_than)?;
+            }
+        }
+    }
+    Ok(f)
+}
+
+pub fn rules_of(c: &Option<dto::BucketLifecycleConfiguration>) -> S3Result<Vec<LifecycleRule>> {
+    let c = c.as_ref().ok_or_else(|| s3_error!(MalformedXML, "missing LifecycleConfiguration"))?;
+    let mut out = Vec::with_capacity(c.rules.len());
+    for r in &c.rules {
+        let enabled = match r.status.as_str() {
+            "Enabled" => true,
+            "Disabled" => false,
+            other => return Err(s3_error!(MalformedXML, "unknown rule status {other:?}")),
+        };
+        if r.transitions.as_ref().is_some_and(|t| !t.is_empty())
+            || r.noncurrent_version_transitions.as_ref().is_some_and(|t| !t.is_empty())
+        {
+            return Err(s3_error!(InvalidArgument, "transitions need another storage class; Mosaic has one"));
+        }
+        let exp = r.expiration.as_ref();
+        let nc = r.noncurrent_version_expiration.as_ref();
+        out.push(LifecycleRule {
+            id: r.id.clone().unwrap_or_default(),
+            enabled,
+            filter: filter_of(r)?,
+            expiration_days: days(exp.and_then(|e| e.days), "Expiration Days")?,
+            expiration_date_ms: exp.and_then(|e| e.date.as_ref()).map(unix_ms),
+            expired_delete_marker: exp.and_then(|e| e.expired_object_delete_marker).unwrap_or(false),
+            noncurrent_days: days(nc.and_then(|n| n.noncurrent_days), "NoncurrentDays")?,
+            newer_noncurrent_versions: match nc.and_then(|n| n.newer_noncurrent_versions) {
+                None => None,
+                Some(n) if n > 0 => Some(n as u32),
+                Some(_) => return Err(s3_error!(InvalidArgument, "NewerNoncurrentVersions must be positive")),
+            },
+            abort_upload_days: days(
+                r.abort_incomplete_multipart_upload.as_ref().and_then(|a| a.days_after_initiation),
+                "DaysAfterInitiation",
+            )?,
+        });
+    }
+    Ok(out)
+}
+
+pub fn rules_dto(rules: &[LifecycleRule]) -> Vec<dto::LifecycleRule> {
+    rules
+        .iter()
+        .map(|r| {
+            let f = &r.filter;
+            let tag = |(k, v): &(String, String)| dto::Tag { key: Some(k.clone()), value: Some(v.clone()) };
+            let simple = f.tags.len() <= 1 && f.size_greater_than.is_none() && f.size_less_than.is_none();
+            let filter = if simple && f.tags.is_empty() {
+                dto::LifecycleRuleFilter { prefix: Some(f.prefix.clone()), ..Default::default() }
+            } else if simple && f.prefix.is_empty() {
+                dto::LifecycleRuleFilter { tag: f.tags.first().map(tag), ..Default::default() }
+            } else {
+                dto::LifecycleRuleFilter {
+                    and: Some(dto::LifecycleRuleAndOperator {
+                        prefix: Some(f.prefix.clone()),
+                        tags: Some(f.tags.iter().map(tag).collect()),
+                        object_size_greater_than: f.size_greater_than.map(|s| s as i64),
+                        object_size_less_than: f.size_less_than.map(|s| s as i64),
+                    }),
+                    ..Default::default()
+                }
+            };
+            let has_exp = r.expiration_days.is_some() || r.expiration_date_ms.is_some() || r.expired_delete_marker;
+            dto::LifecycleRule {
+                id: Some(r.id.clone()).filter(|i| !i.is_empty()),
+                status: dto::ExpirationStatus::from_static(if r.enabled {
+                    dto::ExpirationStatus::ENABLED
+                } else {
+                    dto::ExpirationStatus::DISABLED
+                }),
+                filter: Some(filter),
+                expiration: has_exp.then(|| dto::LifecycleExpiration {
+                    days: r.expiration_days.map(|d| d as i32),
+                    date: r.expiration_date_ms.map(timestamp),
+                    expired_object_delete_marker: r.expired_delete_marker.then_some(true),
+                }),
+                noncurrent_version_expiration: r.noncurrent_days.map(|d| dto::NoncurrentVersionExpiration {
+                    noncurrent_days: Some(d as i32),
+                    newer_noncurrent_versions: r.newer_noncurrent_versions.map(|n| n as i32),
+                }),
+                abort_incomplete_multipart_upload: r
+                    .abort_upload_days
+                    .map(|d| dto::AbortIncompleteMultipartUpload { days_after_initiation: Some(d as i32) }),
+                noncurrent_version_transitions: None,
+                prefix: None,
+                transitions: None,
+            }
+        })
+        .collect()
+}
