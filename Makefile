@@ -10,7 +10,7 @@ VENV ?= $(shell if [ -w /var/cache ]; then echo /var/cache/mosaic-venv; else ech
 CARGO ?= cargo
 MOSAIC := $(CARGO_TARGET_DIR)/release/mosaic
 
-.PHONY: run test deps build lint unit clients fmt prune
+.PHONY: run test deps build lint unit clients s3tests s3tests-full fmt prune
 
 run: deps build
 	$(MOSAIC) server
@@ -34,12 +34,20 @@ clients: build
 	@scripts/client-deps.sh $(VENV)
 	MOSAIC_BIN=$(MOSAIC) $(VENV)/bin/pytest -q -p no:cacheprovider tests/python
 
+# ceph/s3-tests: the tests in tests/s3-tests/passing.txt must pass (a regression fails `make test`).
+s3tests: build
+	scripts/s3-tests.sh gate
+
+# Every test of test_s3.py (about 12 minutes); `make s3tests-full UPDATE=--update` rewrites the passing list.
+s3tests-full: build
+	scripts/s3-tests.sh full $(UPDATE)
+
 # Superseded test executables (RocksDB linked into each) are removed first, so the target directory
 # outside the clone stays bounded across runs.
 prune:
 	@scripts/prune-target.sh
 
-test: deps prune lint unit clients
+test: deps prune lint unit clients s3tests
 	@echo "make test: all checks passed"
 
 fmt:

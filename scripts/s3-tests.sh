@@ -10,6 +10,13 @@ PINNED=8f0ae7b404a3
 CACHE="${MOSAIC_CACHE:-$(if [ -w /var/cache ]; then echo /var/cache; else echo "$HOME/.cache/mosaic"; fi)}"
 VENV="$CACHE/mosaic-s3tests-venv"
 
+# shellcheck source=apt.sh
+source "$ROOT/scripts/apt.sh"
+need_apt=()
+command -v git >/dev/null 2>&1 || need_apt+=(git)
+python3 -c "import venv, ensurepip" >/dev/null 2>&1 || need_apt+=(python3-venv)
+apt_install "${need_apt[@]}"
+
 suite="${S3TESTS_DIR:-}"
 if [ -z "$suite" ]; then
     for d in "$ROOT/../shared/s3-tests" /work/shared/s3-tests "$CACHE/s3-tests-$PINNED"; do
@@ -25,7 +32,7 @@ if [ -z "$suite" ]; then
 fi
 
 # The suite's own requirements, without tox and gevent (neither is used by test_s3.py).
-want="boto3==1.44.8 botocore==1.44.8 munch isodate requests pytz httplib2 lxml pytest PyYAML python-dateutil"
+want="boto3==1.44.8 botocore==1.44.8 munch==4.0.0 isodate==0.7.2 requests==2.34.2 pytz==2026.6 httplib2==0.32.1 lxml==6.1.3 pytest==9.2.0 PyYAML==6.0.4 python-dateutil==2.9.0.post0"
 if [ ! -x "$VENV/bin/pytest" ] || [ "$(cat "$VENV/.requirements" 2>/dev/null)" != "$want" ]; then
     echo "s3-tests: preparing the Python venv in $VENV"
     python3 -m venv "$VENV"

@@ -79,9 +79,14 @@ fuzz_target!(|data: &[u8]| {
         .collect();
     let order: Vec<CompletePart> =
         parts.iter().rev().map(|p| CompletePart { part_number: p.part_number, etag: String::new() }).collect();
-    let composed = composite_checksum(&parts, &order);
+    let composed = composite_checksum(&parts, &order, false);
     if let Some((name, v)) = composed.first() {
         assert_eq!(name, algo.name());
         assert!(v.ends_with(&format!("-{}", order.len())), "{v}");
+    }
+    // FULL_OBJECT: CRCs combine (never a panic on damaged part values); others stay COMPOSITE.
+    let whole = composite_checksum(&parts, &order, true);
+    if let Some((name, _)) = whole.first() {
+        assert_eq!(name, algo.name());
     }
 });

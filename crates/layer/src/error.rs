@@ -72,6 +72,8 @@ pub enum LayerError {
     InvalidBucketState(String),
     #[error("invalid tag: {0}")]
     InvalidTag(String),
+    #[error("the part number is past the object's last part")]
+    InvalidPartNumber,
 }
 
 pub type LayerResult<T> = Result<T, LayerError>;

@@ -364,6 +364,8 @@ pub trait ObjectLayer: Send + Sync + 'static {
     ) -> LayerResult<ObjectMeta>;
     async fn abort_multipart(&self, bucket: &str, key: &str, upload_id: &str) -> LayerResult<()>;
     async fn list_parts(&self, bucket: &str, key: &str, upload_id: &str) -> LayerResult<Vec<PartInfo>>;
+    /// What CreateMultipartUpload asked for (metadata, checksum algorithm and type, lock, tags).
+    async fn upload_options(&self, bucket: &str, key: &str, upload_id: &str) -> LayerResult<PutOptions>;
     async fn list_uploads(&self, bucket: &str, prefix: &str) -> LayerResult<Vec<UploadInfo>>;
 
     /// Whether every drive is open and writable.

@@ -55,6 +55,13 @@ pub struct ObjectMeta {
     pub retention: Option<crate::lock::Retention>,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub legal_hold: bool,
+    /// How many tags the version has (x-amz-tagging-count), kept with the tags in one transaction.
+    #[serde(default, skip_serializing_if = "is_zero_usize")]
+    pub tag_count: usize,
+}
+
+fn is_zero_usize(n: &usize) -> bool {
+    *n == 0
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -197,6 +204,9 @@ pub struct PutOptions {
     /// Object lock asked for by the write (x-amz-object-lock-*); the bucket's default applies otherwise.
     #[serde(default)]
     pub lock: crate::lock::LockRequest,
+    /// Tags given with the write (x-amz-tagging).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<(String, String)>,
 }
 
 impl PutOptions {
@@ -205,7 +215,10 @@ impl PutOptions {
         if user > MAX_USER_METADATA_BYTES {
             return Err(LayerError::MetadataTooLarge);
         }
-        Ok(())
+        if self.tags.len() > crate::objects::MAX_TAGS {
+            return Err(LayerError::InvalidTag(format!("at most {} tags per object", crate::objects::MAX_TAGS)));
+        }
+        crate::objects::validate_tags(&self.tags)
     }
 
     pub fn into_meta(self, size_bytes: u64, etag: String, now_ms: i64) -> ObjectMeta {
@@ -229,6 +242,7 @@ impl PutOptions {
             delete_marker: false,
             retention: self.lock.retention,
             legal_hold: self.lock.legal_hold,
+            tag_count: self.tags.len(),
         }
     }
 }

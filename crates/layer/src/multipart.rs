@@ -72,6 +72,12 @@ impl<S: Store> S3Semantics<S> {
         check_part_number(part)?;
         self.upload_record(&self.store.snapshot(), bucket, key, upload_id).await?;
         let got = self.get_object(src_bucket, src_key, src_version, range, None, src_pre).await?;
+        // A copy range must lie within the source (a GET range is cut to the object instead).
+        if let Some(RangeRequest::FromTo { last: Some(last), .. }) = range
+            && last >= got.meta.size_bytes
+        {
+            return Err(LayerError::InvalidRange);
+        }
         let len = got.range.map(|r| r.end - r.start).unwrap_or(got.meta.size_bytes);
         if len > MAX_PART_BYTES {
             return Err(LayerError::InvalidArgument("a part is at most 5 GiB".into()));
@@ -172,6 +178,10 @@ impl<S: Store> S3Semantics<S> {
         }
         drop(snap);
         push_meta_ops(&mut txn, &coll, &name, &meta);
+        if !rec.opts.tags.is_empty() {
+            let value = encode_tags(&rec.opts.tags);
+            txn.push(Op::SetAttr { coll: coll.clone(), name: name.clone(), key: ATTR_TAGS.to_vec(), value });
+        }
         for p in stored.keys() {
             txn.push(Op::Remove { coll: self.mpu().await?, name: part_name(bucket, upload_id, *p, key) });
         }
@@ -276,7 +286,7 @@ impl<S: Store> S3Semantics<S> {
         Ok(out)
     }
 
-    async fn upload_record(
+    pub(crate) async fn upload_record(
         &self,
         snap: &S::Snapshot,
         bucket: &str,

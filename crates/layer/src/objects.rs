@@ -81,6 +81,10 @@ impl<S: Store> S3Semantics<S> {
         txn.push(Op::Reset { coll: coll.clone(), name: name.clone() });
         ing.push_ops(&mut txn, &coll, &name, 0);
         push_meta_ops(&mut txn, &coll, &name, &meta);
+        if !opts.tags.is_empty() {
+            let value = encode_tags(&opts.tags);
+            txn.push(Op::SetAttr { coll: coll.clone(), name: name.clone(), key: ATTR_TAGS.to_vec(), value });
+        }
         match self.commit(txn).await {
             Err(e) if version.is_conflict(&e) => Err(LayerError::Conflict),
             Err(e) => Err(conditions.error_of(e)),
@@ -333,8 +337,10 @@ impl<S: Store> S3Semantics<S> {
         drop(snap);
         let same = src_bucket == dst_bucket && src.as_slice() == dst_key.as_bytes();
         if same && new_meta.is_none() {
-            return Err(LayerError::InvalidArgument(
-                "copying an object to itself requires the REPLACE metadata directive".into(),
+            return Err(LayerError::InvalidRequest(
+                "This copy request is illegal because it is trying to copy an object to itself without changing \
+                 the object's metadata; use the REPLACE metadata directive"
+                    .into(),
             ));
         }
         let new_lock = new_meta.as_ref().map(|o| o.lock);
@@ -352,6 +358,8 @@ impl<S: Store> S3Semantics<S> {
         meta.version_id = None;
         meta.version_ns = 0;
         meta.upload_id = None;
+        // A copy does not carry the source's tags (removed below).
+        meta.tag_count = 0;
         // The copy is a new version: the lock it asks for, else the bucket's default, never the source's.
         let asked = new_lock.unwrap_or_default();
         let lock = self.lock_of_new_version(dst_bucket, &asked).await?;
@@ -405,16 +413,25 @@ impl<S: Store> S3Semantics<S> {
             return Err(LayerError::InvalidTag(format!("at most {MAX_TAGS} tags per object")));
         }
         validate_tags(&tags)?;
-        let Stat { snap, coll, name, .. } = self.stat_object(bucket, key, version_id).await?;
+        let _lock = self.key_locks.lock(bucket, key).await;
+        let Stat { snap, coll, name, info, .. } = self.stat_object(bucket, key, version_id).await?;
+        // The tag count lives in the metadata record, changed with the tags in one transaction.
+        let raw = crate::semantics::read_meta_raw(&*snap, &info.obj, bucket, key).await?;
         drop(snap);
-        let op = if tags.is_empty() {
-            Op::RemoveAttr { coll, name, key: ATTR_TAGS.to_vec() }
+        let mut meta = ObjectMeta::decode(&raw)?;
+        meta.tag_count = tags.len();
+        let (c, n) = (|| coll.clone(), || name.clone());
+        let mut txn = Txn::new();
+        let same = txn.push(Op::AssertAttr { coll: c(), name: n(), key: ATTR_META.to_vec(), expected: Some(raw) });
+        txn.push(Op::SetAttr { coll: c(), name: n(), key: ATTR_META.to_vec(), value: meta.encode() });
+        txn.push(if tags.is_empty() {
+            Op::RemoveAttr { coll: c(), name: n(), key: ATTR_TAGS.to_vec() }
         } else {
-            Op::SetAttr { coll, name, key: ATTR_TAGS.to_vec(), value: encode_tags(&tags) }
-        };
-        match self.commit(Txn::new().op(op)).await {
-            // Deleted since it was found.
-            Err(e) if e.is_op(0, ErrorKind::NotFound) => Err(LayerError::NoSuchKey),
+            Op::SetAttr { coll: c(), name: n(), key: ATTR_TAGS.to_vec(), value: encode_tags(&tags) }
+        });
+        match self.commit(txn).await {
+            // Deleted or changed since it was found.
+            Err(e) if e.is_op(same, ErrorKind::AssertionFailed) => Err(LayerError::Conflict),
             r => r.map(|_| ()).map_err(LayerError::from),
         }
     }
@@ -470,15 +487,15 @@ pub(crate) fn resolve_range(
         (Some(r), None) => Ok(Some(r.resolve(meta.size_bytes)?)),
         (None, Some(p)) if meta.part_sizes.is_empty() => {
             if p != 1 {
-                return Err(LayerError::InvalidRange);
+                return Err(LayerError::InvalidPartNumber);
             }
             Ok(None)
         }
         (None, Some(p)) => {
-            let idx = p.checked_sub(1).ok_or(LayerError::InvalidRange)? as usize;
+            let idx = p.checked_sub(1).ok_or(LayerError::InvalidPartNumber)? as usize;
             let sizes = &meta.part_sizes;
             if idx >= sizes.len() {
-                return Err(LayerError::InvalidRange);
+                return Err(LayerError::InvalidPartNumber);
             }
             let start: u64 = sizes[..idx].iter().sum();
             Ok(Some(ByteRange { start, end: start + sizes[idx] }))

@@ -379,6 +379,10 @@ impl<S: Store> ObjectLayer for S3Semantics<S> {
         self.abort_multipart_impl(bucket, key, upload_id).await
     }
 
+    async fn upload_options(&self, bucket: &str, key: &str, upload_id: &str) -> LayerResult<PutOptions> {
+        Ok(self.upload_record(&self.store.snapshot(), bucket, key, upload_id).await?.opts)
+    }
+
     async fn list_parts(&self, bucket: &str, key: &str, upload_id: &str) -> LayerResult<Vec<PartInfo>> {
         self.list_parts_impl(bucket, key, upload_id).await
     }

@@ -151,7 +151,7 @@ async fn ranges_and_part_numbers<L: ObjectLayer>(l: &L) {
     assert_eq!(collect(got.body).await.unwrap(), data);
     assert_eq!(
         l.get_object("bkt", "k", None, None, Some(2), &Precondition::default()).await.err(),
-        Some(LayerError::InvalidRange)
+        Some(LayerError::InvalidPartNumber)
     );
     let both =
         l.get_object("bkt", "k", None, Some(RangeRequest::Suffix { len: 1 }), Some(1), &Precondition::default()).await;
@@ -291,6 +291,10 @@ async fn multipart_assembly<L: ObjectLayer>(l: &L) {
     let p1 =
         l.upload_part_copy("bkt", "copied", &id, 1, "bkt", "big", None, range, &Precondition::default()).await.unwrap();
     let p2 = l.upload_part("bkt", "copied", &id, 2, body(b"tail", 4)).await.unwrap();
+    // A copy range past the source's end is refused (a GET's range would be cut instead).
+    let past = Some(RangeRequest::FromTo { first: 0, last: Some(whole.len() as u64) });
+    let refused = l.upload_part_copy("bkt", "copied", &id, 3, "bkt", "big", None, past, &Precondition::default()).await;
+    assert_eq!(refused.err(), Some(LayerError::InvalidRange));
     let parts = vec![CompletePart { part_number: 1, etag: p1.etag }, CompletePart { part_number: 2, etag: p2.etag }];
     l.complete_multipart("bkt", "copied", &id, parts, &Precondition::default(), Vec::new()).await.unwrap();
     let mut expected = whole[100..100 + (5 << 20)].to_vec();
@@ -407,6 +411,26 @@ async fn tags<L: ObjectLayer>(l: &L) {
     put(l, "bkt", "k", b"y").await;
     assert!(l.get_tags("bkt", "k", None).await.unwrap().is_empty());
     assert_eq!(l.put_tags("bkt", "missing", None, Vec::new()).await, Err(LayerError::NoSuchKey));
+    // Tags given with the write (x-amz-tagging) come with the object; the count follows every change.
+    let with_tags = PutOptions { tags: vec![("a".into(), "1".into()), ("b".into(), "2".into())], ..Default::default() };
+    l.put_object("bkt", "t", body(b"x", 1), with_tags.clone()).await.unwrap();
+    assert_eq!(l.get_tags("bkt", "t", None).await.unwrap(), with_tags.tags);
+    let count = |key: &'static str| async move {
+        l.head_object("bkt", key, None, &Precondition::default()).await.unwrap().tag_count
+    };
+    assert_eq!(count("t").await, 2);
+    l.put_tags("bkt", "t", None, vec![("c".into(), "3".into())]).await.unwrap();
+    assert_eq!(count("t").await, 1);
+    l.copy_object("bkt", "t", None, &Precondition::default(), "bkt", "t2", None).await.unwrap();
+    assert_eq!(count("t2").await, 0);
+    let id = l.create_multipart("bkt", "mt", with_tags.clone()).await.unwrap();
+    let p = l.upload_part("bkt", "mt", &id, 1, body(b"part", 4)).await.unwrap();
+    let done = vec![CompletePart { part_number: 1, etag: p.etag }];
+    l.complete_multipart("bkt", "mt", &id, done, &Precondition::default(), Vec::new()).await.unwrap();
+    assert_eq!(l.get_tags("bkt", "mt", None).await.unwrap(), with_tags.tags);
+    assert_eq!(count("mt").await, 2);
+    let dup = PutOptions { tags: vec![("a".into(), "1".into()), ("a".into(), "2".into())], ..Default::default() };
+    assert!(matches!(l.put_object("bkt", "d", body(b"x", 1), dup).await, Err(LayerError::InvalidTag(_))));
 }
 
 async fn append<L: ObjectLayer>(l: &L) {
@@ -462,7 +486,7 @@ async fn copy<L: ObjectLayer>(l: &L) {
     assert_eq!(get_all(l, "ckt", "dst").await.unwrap(), data);
     assert!(matches!(
         l.copy_object("bkt", "src", None, &Precondition::default(), "bkt", "src", None).await,
-        Err(LayerError::InvalidArgument(_))
+        Err(LayerError::InvalidRequest(_))
     ));
     let self_replace = PutOptions { content_type: Some("new/type".into()), ..Default::default() };
     l.copy_object("bkt", "src", None, &Precondition::default(), "bkt", "src", Some(self_replace)).await.unwrap();

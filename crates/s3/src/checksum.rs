@@ -48,7 +48,18 @@ impl Algo {
         Algo::ALL.into_iter().find(|a| a.name().eq_ignore_ascii_case(s) || a.header().eq_ignore_ascii_case(s))
     }
 
-    fn digest_len(self) -> usize {
+    /// The CRC of a CRC algorithm (those whose checksums of parts combine into the whole's).
+    pub fn crc(self) -> Option<crc_fast::CrcAlgorithm> {
+        use crc_fast::CrcAlgorithm as C;
+        match self {
+            Algo::Crc32 => Some(C::Crc32IsoHdlc),
+            Algo::Crc32c => Some(C::Crc32Iscsi),
+            Algo::Crc64Nvme => Some(C::Crc64Nvme),
+            Algo::Sha1 | Algo::Sha256 => None,
+        }
+    }
+
+    pub fn digest_len(self) -> usize {
         match self {
             Algo::Crc32 | Algo::Crc32c => 4,
             Algo::Crc64Nvme => 8,
@@ -121,12 +132,9 @@ impl Expectations {
         for (a, v) in &self.headers {
             match B64.decode(v) {
                 Ok(raw) if raw.len() == a.digest_len() => {}
+                // S3 answers a value that cannot be the algorithm's digest as one that does not match.
                 _ => {
-                    return Err(LayerError::InvalidArgument(format!(
-                        "{} is not a valid {} value",
-                        a.header(),
-                        a.name()
-                    )));
+                    return Err(LayerError::BadDigest(format!("{} is not a valid {} value", a.header(), a.name())));
                 }
             }
         }

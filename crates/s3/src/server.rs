@@ -130,8 +130,15 @@ async fn handle(
         // s3s answers a streamed XML body past its limit with 500 InternalError (http_body_util's
         // LengthLimitError is not the error type it checks for); refuse it here, before reading it.
         error_response(400, "MaxMessageLengthExceeded", "Your request was too big.")
+    } else if let Some(why) = presign_expiry_out_of_range(&req) {
+        // s3s accepts presigned URLs valid for any time; S3 allows 1 second to 7 days.
+        error_response(400, "AuthorizationQueryParametersError", why)
     } else {
-        match hyper::service::Service::call(&s3, req).await {
+        let req = match with_known_length(req).await {
+            Ok(r) => r,
+            Err(refused) => return Ok(with_request_id(refused, &id).await),
+        };
+        match s3.call(req).await {
             Ok(r) => r,
             Err(e) => {
                 tracing::warn!(request_id = %id, op, error = ?e, "request failed");
@@ -196,6 +203,62 @@ fn xml_body_over_limit(req: &http::Request<hyper::body::Incoming>) -> bool {
         "POST" => has("delete") || has("uploadId"),
         "PUT" => XML_SUBRESOURCES.iter().any(|r| has(r)) || (is_bucket && q.is_empty()),
         _ => false,
+    }
+}
+
+/// Largest body of a PUT sent without Content-Length (Transfer-Encoding: chunked) that is read whole to
+/// learn its length; larger ones are refused (multipart uploads take any size).
+const UNSIZED_BODY_MAX_BYTES: usize = 64 << 20;
+/// Most bytes all such bodies hold at once.
+const UNSIZED_BODIES_BUDGET_BYTES: usize = 256 << 20;
+static UNSIZED_BUDGET: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(UNSIZED_BODIES_BUDGET_BYTES);
+
+/// The request as s3s takes it. A PUT body sent chunked without Content-Length (curl -T -, streaming
+/// uploaders) is read first, within limits, so that s3s, which needs the length, gets it.
+async fn with_known_length(
+    req: http::Request<hyper::body::Incoming>,
+) -> Result<http::Request<s3s::Body>, http::Response<s3s::Body>> {
+    let h = req.headers();
+    let chunked = h.get(http::header::TRANSFER_ENCODING).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"chunked"));
+    let without_length = req.method() == http::Method::PUT
+        && chunked
+        && !h.contains_key(http::header::CONTENT_LENGTH)
+        && !h.contains_key("x-amz-decoded-content-length");
+    if !without_length {
+        return Ok(req.map(s3s::Body::from));
+    }
+    let too_big = || {
+        let m = "A body without Content-Length may be at most 64 MiB; send Content-Length or use a multipart upload";
+        error_response(411, "MissingContentLength", m)
+    };
+    // Holds its share of the budget while it is read and until s3s has it (then the request owns it).
+    let Ok(_held) = UNSIZED_BUDGET.acquire_many(UNSIZED_BODY_MAX_BYTES as u32).await else { return Err(too_big()) };
+    let (mut parts, body) = req.into_parts();
+    let limited = http_body_util::Limited::new(body, UNSIZED_BODY_MAX_BYTES);
+    let bytes = match http_body_util::BodyExt::collect(limited).await {
+        Ok(c) => c.to_bytes(),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => return Err(too_big()),
+        Err(_) => return Err(error_response(400, "IncompleteBody", "The request body ended early")),
+    };
+    parts.headers.remove(http::header::TRANSFER_ENCODING);
+    parts.headers.insert(http::header::CONTENT_LENGTH, http::HeaderValue::from(bytes.len()));
+    debug_assert!(bytes.len() <= UNSIZED_BODY_MAX_BYTES);
+    Ok(http::Request::from_parts(parts, s3s::Body::from(bytes)))
+}
+
+/// Longest validity of a presigned URL (SigV4: 7 days).
+const PRESIGN_EXPIRES_MAX_S: u64 = 604_800;
+
+/// Why a presigned URL's X-Amz-Expires is refused, if it is.
+fn presign_expiry_out_of_range(req: &http::Request<hyper::body::Incoming>) -> Option<&'static str> {
+    let q = req.uri().query()?;
+    let v = q.split('&').find_map(|p| p.strip_prefix("X-Amz-Expires="))?;
+    match v.parse::<u64>() {
+        Ok(s) if (1..=PRESIGN_EXPIRES_MAX_S).contains(&s) => None,
+        Ok(0) | Err(_) => Some("X-Amz-Expires must be a whole number of seconds from 1 to 604800"),
+        Ok(_) => Some(
+            "X-Amz-Expires must be less than a week (in seconds); that is, the given X-Amz-Expires must be less than 604800 seconds",
+        ),
     }
 }
 

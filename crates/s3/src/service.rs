@@ -36,6 +36,37 @@ impl MosaicS3 {
         self.keys.is_root(access_key)
     }
 
+    /// The S3 error of a failed GET or HEAD; a 304 carries the object's ETag and Last-Modified, as S3's does
+    /// (caches revalidate with them).
+    async fn not_modified_with_etag(
+        &self,
+        e: LayerError,
+        bucket: &str,
+        key: &str,
+        version: Option<&str>,
+    ) -> s3s::S3Error {
+        if e != LayerError::NotModified {
+            return to_s3(e);
+        }
+        let mut err = to_s3(e);
+        if let Ok(m) = self.layer.head_object(bucket, key, version, &Precondition::default()).await {
+            let mut h = http::HeaderMap::new();
+            if let Ok(v) = http::HeaderValue::from_str(&format!("\"{}\"", m.etag)) {
+                h.insert(http::header::ETAG, v);
+            }
+            let modified = time::OffsetDateTime::from_unix_timestamp(m.last_modified_unix_ms.div_euclid(1000)).ok();
+            let fmt = time::format_description::well_known::Rfc2822;
+            if let Some(v) = modified
+                .and_then(|t| t.format(&fmt).ok())
+                .and_then(|s| http::HeaderValue::from_str(&s.replace("+0000", "GMT")).ok())
+            {
+                h.insert(http::header::LAST_MODIFIED, v);
+            }
+            err.set_headers(h);
+        }
+        err
+    }
+
     /// Refuses lock requests on a bucket without object lock (as S3: 400 InvalidRequest).
     async fn require_lock(&self, bucket: &str) -> S3Result<()> {
         match self.layer.bucket_info(bucket).await.map_err(to_s3)?.object_lock {
@@ -261,6 +292,23 @@ fn owner() -> Owner {
     Owner { display_name: Some("mosaic".into()), id: Some("mosaic".into()) }
 }
 
+/// The x-amz-tagging header of a write: URL-encoded `key=value` pairs joined by `&`.
+fn tagging_header(h: &Option<String>) -> S3Result<Vec<(String, String)>> {
+    let Some(h) = h.as_deref().filter(|h| !h.is_empty()) else { return Ok(Vec::new()) };
+    let decode = |s: &str| {
+        percent_encoding::percent_decode_str(&s.replace('+', " "))
+            .decode_utf8()
+            .map(|c| c.into_owned())
+            .map_err(|_| s3_error!(InvalidTag, "x-amz-tagging is not URL-encoded UTF-8"))
+    };
+    h.split('&')
+        .map(|pair| {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            Ok((decode(k)?, decode(v)?))
+        })
+        .collect()
+}
+
 /// The x-amz-version-id of a version: its id; none for a null version (as S3 answers writes in
 /// unversioned and suspended buckets).
 fn version_header(m: &ObjectMeta) -> Option<String> {
@@ -384,6 +432,7 @@ impl S3 for MosaicS3 {
             _ => None,
         };
         opts.if_match = input.if_match.as_ref().map(cond_str);
+        opts.tags = tagging_header(&input.tagging)?;
         opts.lock = crate::lock::lock_request(
             &input.object_lock_mode,
             &input.object_lock_retain_until_date,
@@ -423,8 +472,11 @@ impl S3 for MosaicS3 {
         let got = self
             .layer
             .get_object(&i.bucket, &i.key, i.version_id.as_deref(), i.range.as_ref().map(range_of), part, &pre)
-            .await
-            .map_err(to_s3)?;
+            .await;
+        let got = match got {
+            Ok(g) => g,
+            Err(e) => return Err(self.not_modified_with_etag(e, &i.bucket, &i.key, i.version_id.as_deref()).await),
+        };
         let m = got.meta;
         let enabled = i.checksum_mode.as_ref().is_some_and(|c| c.as_str() == "ENABLED");
         // A checksum of the whole object does not describe a range of it.
@@ -457,6 +509,7 @@ impl S3 for MosaicS3 {
             checksum_sha256: c.sha256,
             checksum_type: c.kind,
             version_id: version_header(&m),
+            tag_count: (m.tag_count > 0).then_some(m.tag_count as i32),
             object_lock_mode: lock.mode,
             object_lock_retain_until_date: lock.until,
             object_lock_legal_hold_status: lock.legal_hold,
@@ -468,7 +521,10 @@ impl S3 for MosaicS3 {
     async fn head_object(&self, req: S3Request<HeadObjectInput>) -> S3Result<S3Response<HeadObjectOutput>> {
         let i = req.input;
         let pre = precondition(&i.if_match, &i.if_none_match, &i.if_modified_since, &i.if_unmodified_since);
-        let m = self.layer.head_object(&i.bucket, &i.key, i.version_id.as_deref(), &pre).await.map_err(to_s3)?;
+        let m = match self.layer.head_object(&i.bucket, &i.key, i.version_id.as_deref(), &pre).await {
+            Ok(m) => m,
+            Err(e) => return Err(self.not_modified_with_etag(e, &i.bucket, &i.key, i.version_id.as_deref()).await),
+        };
         let mut len = m.size_bytes;
         let mut content_range = None;
         if let Some(p) = i.part_number {
@@ -478,10 +534,10 @@ impl S3 for MosaicS3 {
             let idx = (p - 1) as usize;
             if m.part_sizes.is_empty() {
                 if p != 1 {
-                    return Err(s3_error!(InvalidRange));
+                    return Err(crate::errors::invalid_part_number());
                 }
             } else {
-                let size = *m.part_sizes.get(idx).ok_or_else(|| s3_error!(InvalidRange))?;
+                let size = *m.part_sizes.get(idx).ok_or_else(crate::errors::invalid_part_number)?;
                 let start: u64 = m.part_sizes[..idx].iter().sum();
                 len = size;
                 content_range = Some(format!("bytes {}-{}/{}", start, start + size - 1, m.size_bytes));
@@ -1075,6 +1131,7 @@ impl S3 for MosaicS3 {
         );
         opts.checksum_algorithm = i.checksum_algorithm.as_ref().map(|a| a.as_str().to_string());
         opts.checksum_type = i.checksum_type.as_ref().map(|t| t.as_str().to_string());
+        opts.tags = tagging_header(&i.tagging)?;
         opts.lock = crate::lock::lock_request(
             &i.object_lock_mode,
             &i.object_lock_retain_until_date,
@@ -1192,8 +1249,15 @@ impl S3 for MosaicS3 {
             ..Default::default()
         };
         // Composite checksum of the parts, when the upload asked for one.
-        let listed = self.layer.list_parts(&i.bucket, &i.key, &i.upload_id).await.map_err(to_s3)?;
-        let extra = crate::multipart::composite_checksum(&listed, &parts);
+        let listed = match self.layer.list_parts(&i.bucket, &i.key, &i.upload_id).await {
+            Ok(l) => l,
+            // Completed already (a retried completion): the layer answers it from the object.
+            Err(LayerError::NoSuchUpload) => Vec::new(),
+            Err(e) => return Err(to_s3(e)),
+        };
+        let asked = self.layer.upload_options(&i.bucket, &i.key, &i.upload_id).await.ok().and_then(|o| o.checksum_type);
+        let full_object = asked.as_deref() == Some("FULL_OBJECT");
+        let extra = crate::multipart::composite_checksum(&listed, &parts, full_object);
         let m =
             self.layer.complete_multipart(&i.bucket, &i.key, &i.upload_id, parts, &pre, extra).await.map_err(to_s3)?;
         let c = checksums(&m.checksums, true);

@@ -136,6 +136,10 @@ async fn conditionals(default_checksums: bool) {
     assert_eq!(status(&e), 412);
     let e = c.get_object().bucket("bkt").key("k").if_none_match(&etag).send().await.unwrap_err();
     assert_eq!(status(&e), 304);
+    // A 304 names what the client has, for its cache.
+    let headers = e.raw_response().expect("a response").headers();
+    assert_eq!(headers.get("etag"), Some(etag.as_str()));
+    assert!(headers.get("last-modified").is_some_and(|v| v.ends_with("GMT")), "{headers:?}");
     let e = c.head_object().bucket("bkt").key("k").if_none_match(&etag).send().await.unwrap_err();
     assert_eq!(status(&e), 304);
     let future = aws_sdk_s3::primitives::DateTime::from_secs(4_000_000_000);
@@ -397,11 +401,18 @@ async fn multipart(default_checksums: bool) {
         .unwrap();
     assert!(r.e_tag().unwrap().ends_with("-3\""), "{:?}", r.e_tag());
     assert_eq!(s.engine.stats().device_bytes_written, before, "completion must clone, not copy");
+    // A retried completion (the SDK's answer lost) is answered again.
+    let all = CompletedMultipartUpload::builder().set_parts(Some(done.clone())).build();
+    let again =
+        c.complete_multipart_upload().bucket("bkt").key("big").upload_id(&id).multipart_upload(all).send().await;
+    assert_eq!(again.unwrap().e_tag(), r.e_tag());
     let whole: Vec<u8> = parts_data.concat();
     assert_eq!(get_bytes(&c, "bkt", "big").await, whole);
     let p2 = c.get_object().bucket("bkt").key("big").part_number(2).send().await.unwrap();
     assert_eq!(p2.parts_count(), Some(3));
     assert_eq!(p2.body.collect().await.unwrap().into_bytes().as_ref(), parts_data[1].as_slice());
+    let e = c.get_object().bucket("bkt").key("big").part_number(4).send().await.unwrap_err();
+    assert_eq!((status(&e), code(&e)), (400, "InvalidPartNumber".to_string()));
     assert!(c.list_multipart_uploads().bucket("bkt").send().await.unwrap().uploads().is_empty());
     // Too-small part, then abort.
     let up = c.create_multipart_upload().bucket("bkt").key("small").send().await.unwrap();
@@ -723,6 +734,28 @@ async fn presigned_urls() {
     let r = http.get(expired.uri()).send().await.unwrap();
     assert_eq!(r.status().as_u16(), 403);
     assert!(r.text().await.unwrap().contains("AccessDenied"));
+    // A body sent chunked without Content-Length (curl -T -): read whole up to 64 MiB, refused past that.
+    let chunked = |total: usize| {
+        let chunks = (0..total.div_ceil(1 << 20)).map(move |i| {
+            let n = (total - i * (1 << 20)).min(1 << 20);
+            Ok::<_, std::io::Error>(bytes::Bytes::from(vec![b'c'; n]))
+        });
+        reqwest::Body::wrap_stream(futures::stream::iter(chunks))
+    };
+    let r = http.put(put.uri()).body(chunked(3 << 20)).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 200, "{}", r.text().await.unwrap());
+    let head = c.head_object().bucket("pre").key("doc.txt").send().await.unwrap();
+    assert_eq!(head.content_length(), Some(3 << 20));
+    let r = http.put(put.uri()).body(chunked((64 << 20) + 1)).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 411);
+    assert!(r.text().await.unwrap().contains("MissingContentLength"));
+    // Valid for more than 7 days, or for none: refused before the signature is looked at.
+    for expires in ["604801", "0", "-7", "x"] {
+        let long = get.uri().replace("X-Amz-Expires=300", &format!("X-Amz-Expires={expires}"));
+        let r = http.get(&long).send().await.unwrap();
+        assert_eq!(r.status().as_u16(), 400, "{expires}");
+        assert!(r.text().await.unwrap().contains("AuthorizationQueryParametersError"));
+    }
     s.stop().await;
 }
 
