@@ -308,6 +308,9 @@ pub struct S3BenchArgs {
     /// Leave the objects in place after the run.
     #[arg(long)]
     keep: bool,
+    /// Turn versioning on in the bucket before the run (every PUT then makes a version).
+    #[arg(long)]
+    versioning: bool,
     /// The server's Prometheus endpoint (Mosaic's admin port, e.g. http://127.0.0.1:9001/metrics): report
     /// each drive's IO over the measured phase (IO count and size, run length, write amplification).
     #[arg(long, value_name = "URL")]
@@ -353,6 +356,7 @@ fn run_s3(a: S3BenchArgs) -> Result<ExitCode, String> {
     o.tenants = a.tenants;
     o.mix = a.mix;
     o.keep = a.keep;
+    o.versioning = a.versioning;
     o.progress = !a.json;
     o.drive_metrics = a.drive_metrics;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;

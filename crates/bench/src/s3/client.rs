@@ -72,6 +72,14 @@ impl BenchClient {
         }
     }
 
+    /// Turns versioning on: every PUT then makes a version.
+    pub async fn enable_versioning(&self, bucket: &str) -> Result<(), OpError> {
+        use aws_sdk_s3::types::{BucketVersioningStatus, VersioningConfiguration};
+        let cfg = VersioningConfiguration::builder().status(BucketVersioningStatus::Enabled).build();
+        let req = self.s3.put_bucket_versioning().bucket(bucket).versioning_configuration(cfg);
+        self.timed(async { req.send().await.map(|_| ()).map_err(classify) }).await
+    }
+
     pub async fn delete_bucket(&self, bucket: &str) -> Result<(), OpError> {
         self.timed(async { self.s3.delete_bucket().bucket(bucket).send().await.map(|_| ()).map_err(classify) }).await
     }
@@ -168,14 +176,22 @@ impl BenchClient {
     pub async fn empty_bucket(&self, bucket: &str) -> Result<u64, OpError> {
         use aws_sdk_s3::types::{Delete, ObjectIdentifier};
         let mut removed = 0;
+        // Every version and delete marker (in an unversioned bucket, each object's null version), so that a
+        // versioned bucket empties too.
         loop {
             let out = self
-                .timed(async { self.s3.list_objects_v2().bucket(bucket).max_keys(1000).send().await.map_err(classify) })
+                .timed(async {
+                    self.s3.list_object_versions().bucket(bucket).max_keys(1000).send().await.map_err(classify)
+                })
                 .await?;
-            let ids: Vec<ObjectIdentifier> = out
-                .contents()
-                .iter()
-                .filter_map(|o| ObjectIdentifier::builder().set_key(o.key().map(str::to_string)).build().ok())
+            let versions = out.versions().iter().map(|v| (v.key(), v.version_id()));
+            let markers = out.delete_markers().iter().map(|m| (m.key(), m.version_id()));
+            let ids: Vec<ObjectIdentifier> = versions
+                .chain(markers)
+                .filter_map(|(k, v)| {
+                    let id = ObjectIdentifier::builder().set_key(k.map(str::to_string));
+                    id.set_version_id(v.map(str::to_string)).build().ok()
+                })
                 .collect();
             if ids.is_empty() {
                 return Ok(removed);

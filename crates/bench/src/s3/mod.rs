@@ -49,6 +49,8 @@ pub struct S3BenchOptions {
     pub mix: Option<Mix>,
     /// Leave the objects in place after the run (they are removed by default).
     pub keep: bool,
+    /// Turn versioning on in the bucket before the run.
+    pub versioning: bool,
     /// Print a live progress line on stderr.
     pub progress: bool,
     /// The server's Prometheus endpoint: its per-drive IO over the measured phase goes into the result.
@@ -79,6 +81,7 @@ impl S3BenchOptions {
             tenants: vec![(S3Workload::CosbenchB, None), (S3Workload::CosbenchD, None)],
             mix: None,
             keep: false,
+            versioning: false,
             progress: false,
             drive_metrics: None,
         }

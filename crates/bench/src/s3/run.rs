@@ -349,6 +349,15 @@ impl Measured {
     }
 }
 
+/// Creates the bucket (with versioning when asked).
+async fn create_bucket(o: &S3BenchOptions, client: &BenchClient, bucket: &str) -> Result<(), String> {
+    client.create_bucket(bucket).await.map_err(|e| format!("creating bucket {bucket}: {}", e.1))?;
+    if o.versioning {
+        client.enable_versioning(bucket).await.map_err(|e| format!("enabling versioning on {bucket}: {}", e.1))?;
+    }
+    Ok(())
+}
+
 /// Empties and removes the bucket unless asked to keep it.
 async fn cleanup(o: &S3BenchOptions, client: &BenchClient, bucket: &str) -> Result<(), String> {
     if o.keep {
@@ -370,7 +379,7 @@ async fn run_mix(
     let sizes = size.unwrap_or(workload.default_size());
     let objects = o.objects.unwrap_or(workload.default_objects());
     let c = o.concurrency;
-    client.create_bucket(bucket).await.map_err(|e| format!("creating bucket {bucket}: {}", e.1))?;
+    create_bucket(o, client, bucket).await?;
     // A --mix override applies to the main workload, not to tenants.
     let mix = if label.is_empty() { o.mix.unwrap_or(workload.mix()) } else { workload.mix() };
     let plans =
@@ -461,7 +470,7 @@ async fn run_priority(o: &S3BenchOptions, client: &BenchClient) -> Result<S3Benc
     let sizes = o.size.unwrap_or(S3Workload::Priority.default_size());
     let objects = o.objects.unwrap_or(S3Workload::Priority.default_objects());
     let c = o.concurrency;
-    client.create_bucket(bucket).await.map_err(|e| format!("creating bucket {bucket}: {}", e.1))?;
+    create_bucket(o, client, bucket).await?;
     client
         .put(bucket, PRIORITY_KEY, PRIORITY_OBJECT_BYTES, o.seed, true)
         .await
@@ -513,7 +522,7 @@ async fn run_list(o: &S3BenchOptions, client: &BenchClient) -> Result<S3BenchRes
     let sizes = o.size.unwrap_or(S3Workload::List.default_size());
     let objects = o.objects.unwrap_or(S3Workload::List.default_objects());
     let c = o.concurrency;
-    client.create_bucket(bucket).await.map_err(|e| format!("creating bucket {bucket}: {}", e.1))?;
+    create_bucket(o, client, bucket).await?;
     let plans: Vec<WorkerPlan> = (0..c)
         .map(|w| {
             WorkerPlan::new(S3Workload::List, o.seed, w as u64, c as u64, objects, sizes).with_prefixes(o.prefixes)
