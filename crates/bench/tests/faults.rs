@@ -20,6 +20,8 @@ enum Fault {
 
 const LIST_EMPTY: &str = "<?xml version=\"1.0\"?><ListBucketResult><Name>b</Name><KeyCount>0</KeyCount>\
 <IsTruncated>false</IsTruncated></ListBucketResult>";
+const VERSIONS_EMPTY: &str = "<?xml version=\"1.0\"?><ListVersionsResult><Name>b</Name>\
+<IsTruncated>false</IsTruncated></ListVersionsResult>";
 const INTERNAL_ERROR: &str =
     "<?xml version=\"1.0\"?><Error><Code>InternalError</Code><Message>injected</Message></Error>";
 
@@ -35,11 +37,14 @@ async fn handle(fault: Fault, req: Request<hyper::body::Incoming>) -> Result<Res
     let path = req.uri().path().trim_start_matches('/');
     let is_object = path.split_once('/').is_some_and(|(_, key)| !key.is_empty());
     let method = req.method().clone();
-    let listing = req.uri().query().unwrap_or("").contains("list-type=2");
+    let query = req.uri().query().unwrap_or("").to_string();
+    let listing = query.contains("list-type=2");
+    let versions = query.split('&').any(|p| p == "versions" || p.starts_with("versions="));
     // Read the whole request body so the client sees its request through.
     let _ = req.into_body().collect().await;
     Ok(match (is_object, fault) {
         (false, _) if method == Method::GET && listing => respond(200, Bytes::from(LIST_EMPTY)),
+        (false, _) if method == Method::GET && versions => respond(200, Bytes::from(VERSIONS_EMPTY)),
         (false, _) if method == Method::DELETE => respond(204, Bytes::new()),
         (false, _) => respond(200, Bytes::new()),
         (true, Fault::Hang) => std::future::pending().await,

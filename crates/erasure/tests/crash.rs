@@ -212,6 +212,35 @@ async fn an_acknowledged_write_survives_a_newer_one_undone_at_open() {
     assert!(undone >= 12, "every round undid its cut-short write at open ({undone})");
 }
 
+/// Arms the crash of one point: how each drive loses power (returned) and when, and whether the process
+/// stops between a commit's drive transactions and its outcome.
+fn arm_crash(l: &Layer, devices: &[mosaic_engine::SimDevice], rng: &mut rand::rngs::StdRng) -> Vec<CrashMode> {
+    let n = devices.len();
+    let modes: Vec<CrashMode> = (0..n)
+        .map(
+            |_| if rng.random_bool(0.5) { CrashMode::DropUnflushed } else { CrashMode::TearOne { seed: rng.random() } },
+        )
+        .collect();
+    if n > 1 && rng.random_bool(0.25) {
+        // Half the drives lose power right after staging their next shard (their commit fails), and the
+        // process stops after that commit: a write on too few drives that only recovery can undo.
+        for d in rand::seq::index::sample(rng, n, n / 2) {
+            devices[d].arm_crash(1, modes[d]);
+        }
+        l.store().arm_crash_after_commits(1);
+    } else {
+        for (d, dev) in devices.iter().enumerate() {
+            if rng.random_bool(0.5) {
+                dev.arm_crash(rng.random_range(0..40), modes[d]);
+            }
+        }
+        if rng.random_bool(0.4) {
+            l.store().arm_crash_after_commits(rng.random_range(1..5));
+        }
+    }
+    modes
+}
+
 async fn crashes(k: usize, m: usize, points: u64) {
     let n = k + m;
     let seed: u64 = std::env::var("MOSAIC_SET_CRASH_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(11);
@@ -223,29 +252,8 @@ async fn crashes(k: usize, m: usize, points: u64) {
     let mut model: BTreeMap<String, Expect> = (0..12).map(|i| (format!("k{i}"), Expect::Is(None))).collect();
     let mut interrupted = 0;
     for point in 0..points {
-        let modes: Vec<CrashMode> = (0..n)
-            .map(|_| {
-                if rng.random_bool(0.5) { CrashMode::DropUnflushed } else { CrashMode::TearOne { seed: rng.random() } }
-            })
-            .collect();
         let l = layer.as_ref().expect("open");
-        if n > 1 && rng.random_bool(0.25) {
-            // Half the drives lose power right after staging their next shard (their commit fails), and the
-            // process stops after that commit: a write on too few drives that only recovery can undo.
-            for d in rand::seq::index::sample(&mut rng, n, n / 2) {
-                devices[d].arm_crash(1, modes[d]);
-            }
-            l.store().arm_crash_after_commits(1);
-        } else {
-            for (d, dev) in devices.iter().enumerate() {
-                if rng.random_bool(0.5) {
-                    dev.arm_crash(rng.random_range(0..40), modes[d]);
-                }
-            }
-            if rng.random_bool(0.4) {
-                l.store().arm_crash_after_commits(rng.random_range(1..5));
-            }
-        }
+        let modes = arm_crash(l, &devices, &mut rng);
         for _ in 0..rng.random_range(1..7) {
             if !apply(l, &mut model, &mut rng).await {
                 interrupted += 1;
@@ -314,27 +322,8 @@ async fn versions_survive_crashes_across_a_4_plus_2_set() {
     let mut model: BTreeMap<String, Versions> = keys.iter().map(|k| (k.clone(), Vec::new())).collect();
     let mut interrupted = 0;
     for point in 0..points {
-        let modes: Vec<CrashMode> = (0..k + m)
-            .map(|_| {
-                if rng.random_bool(0.5) { CrashMode::DropUnflushed } else { CrashMode::TearOne { seed: rng.random() } }
-            })
-            .collect();
         let l = layer.as_ref().expect("open");
-        if rng.random_bool(0.25) {
-            for d in rand::seq::index::sample(&mut rng, k + m, (k + m) / 2) {
-                devices[d].arm_crash(1, modes[d]);
-            }
-            l.store().arm_crash_after_commits(1);
-        } else {
-            for (d, dev) in devices.iter().enumerate() {
-                if rng.random_bool(0.5) {
-                    dev.arm_crash(rng.random_range(0..40), modes[d]);
-                }
-            }
-            if rng.random_bool(0.4) {
-                l.store().arm_crash_after_commits(rng.random_range(1..5));
-            }
-        }
+        let modes = arm_crash(l, &devices, &mut rng);
         let mut pending: (String, Pending) = (String::new(), Pending::None);
         for _ in 0..rng.random_range(1..6) {
             let key = keys[rng.random_range(0..keys.len())].clone();

@@ -373,6 +373,17 @@ mod tests {
         assert_eq!(c.heal_bytes_per_s, 1 << 30);
         assert_eq!(c.lazy_encode_min_bytes, 1 << 20);
         assert_eq!(c.scan_interval, Duration::from_secs(3600));
+        assert_eq!(c.lifecycle_day, Duration::from_secs(86_400));
+    }
+
+    #[test]
+    fn lifecycle_day() {
+        let c = resolve(ServerArgs::default(), "lifecycle_day = \"2s\"").unwrap();
+        assert_eq!(c.lifecycle_day, Duration::from_secs(2));
+        for bad in ["lifecycle_day = \"0s\"", "lifecycle_day = \"400d\"", "lifecycle_day = \"daily\""] {
+            let e = resolve(ServerArgs::default(), bad).unwrap_err();
+            assert!(e.starts_with("lifecycle_day"), "{e}");
+        }
     }
 
     #[test]

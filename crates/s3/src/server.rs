@@ -211,7 +211,8 @@ fn xml_body_over_limit(req: &http::Request<hyper::body::Incoming>) -> bool {
 const UNSIZED_BODY_MAX_BYTES: usize = 64 << 20;
 /// Most bytes all such bodies hold at once.
 const UNSIZED_BODIES_BUDGET_BYTES: usize = 256 << 20;
-static UNSIZED_BUDGET: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(UNSIZED_BODIES_BUDGET_BYTES);
+static UNSIZED_BUDGET: std::sync::LazyLock<Arc<tokio::sync::Semaphore>> =
+    std::sync::LazyLock::new(|| Arc::new(tokio::sync::Semaphore::new(UNSIZED_BODIES_BUDGET_BYTES)));
 
 /// The request as s3s takes it. A PUT body sent chunked without Content-Length (curl -T -, streaming
 /// uploaders) is read first, within limits, so that s3s, which needs the length, gets it.
@@ -231,8 +232,9 @@ async fn with_known_length(
         let m = "A body without Content-Length may be at most 64 MiB; send Content-Length or use a multipart upload";
         error_response(411, "MissingContentLength", m)
     };
-    // Holds its share of the budget while it is read and until s3s has it (then the request owns it).
-    let Ok(_held) = UNSIZED_BUDGET.acquire_many(UNSIZED_BODY_MAX_BYTES as u32).await else { return Err(too_big()) };
+    // Its share of the budget, held as long as the request (and so its body) lives.
+    let budget = UNSIZED_BUDGET.clone().acquire_many_owned(UNSIZED_BODY_MAX_BYTES as u32).await;
+    let Ok(held) = budget else { return Err(too_big()) };
     let (mut parts, body) = req.into_parts();
     let limited = http_body_util::Limited::new(body, UNSIZED_BODY_MAX_BYTES);
     let bytes = match http_body_util::BodyExt::collect(limited).await {
@@ -242,6 +244,7 @@ async fn with_known_length(
     };
     parts.headers.remove(http::header::TRANSFER_ENCODING);
     parts.headers.insert(http::header::CONTENT_LENGTH, http::HeaderValue::from(bytes.len()));
+    parts.extensions.insert(Arc::new(held));
     debug_assert!(bytes.len() <= UNSIZED_BODY_MAX_BYTES);
     Ok(http::Request::from_parts(parts, s3s::Body::from(bytes)))
 }

@@ -67,12 +67,13 @@ impl MosaicS3 {
         err
     }
 
-    /// Refuses lock requests on a bucket without object lock (as S3: 400 InvalidRequest).
-    async fn require_lock(&self, bucket: &str) -> S3Result<()> {
-        match self.layer.bucket_info(bucket).await.map_err(to_s3)?.object_lock {
-            Some(_) => Ok(()),
-            None => Err(s3_error!(InvalidRequest, "Bucket is missing Object Lock Configuration")),
+    /// The metadata (and so the lock) of a version, for GetObjectRetention and GetObjectLegalHold; a bucket
+    /// without object lock answers 400 InvalidRequest, as S3 does.
+    async fn locked_version(&self, bucket: &str, key: &str, version: Option<&str>) -> S3Result<ObjectMeta> {
+        if self.layer.bucket_info(bucket).await.map_err(to_s3)?.object_lock.is_none() {
+            return Err(s3_error!(InvalidRequest, "Bucket is missing Object Lock Configuration"));
         }
+        self.layer.head_object(bucket, key, version, &Precondition::default()).await.map_err(to_s3)
     }
 
     /// Whether a request asked to bypass GOVERNANCE retention and may: the root key and the bucket's owner
@@ -944,9 +945,7 @@ impl S3 for MosaicS3 {
         req: S3Request<GetObjectRetentionInput>,
     ) -> S3Result<S3Response<GetObjectRetentionOutput>> {
         let i = req.input;
-        self.require_lock(&i.bucket).await?;
-        let m = self.layer.head_object(&i.bucket, &i.key, i.version_id.as_deref(), &Precondition::default()).await;
-        let m = m.map_err(to_s3)?;
+        let m = self.locked_version(&i.bucket, &i.key, i.version_id.as_deref()).await?;
         let retention = crate::lock::retention_dto(m.retention).ok_or_else(|| {
             s3_error!(NoSuchObjectLockConfiguration, "The specified object does not have a retention")
         })?;
@@ -971,9 +970,7 @@ impl S3 for MosaicS3 {
         req: S3Request<GetObjectLegalHoldInput>,
     ) -> S3Result<S3Response<GetObjectLegalHoldOutput>> {
         let i = req.input;
-        self.require_lock(&i.bucket).await?;
-        let m = self.layer.head_object(&i.bucket, &i.key, i.version_id.as_deref(), &Precondition::default()).await;
-        let m = m.map_err(to_s3)?;
+        let m = self.locked_version(&i.bucket, &i.key, i.version_id.as_deref()).await?;
         Ok(S3Response::new(GetObjectLegalHoldOutput { legal_hold: Some(crate::lock::legal_hold_dto(m.legal_hold)) }))
     }
 
