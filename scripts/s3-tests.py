@@ -11,6 +11,7 @@ suite's "alt" user is a real second key that owns the buckets it creates.
 """
 
 import argparse
+import hashlib
 import json
 import os
 import signal
@@ -86,6 +87,11 @@ class Server:
         return self.proc.returncode
 
 
+def canonical_id(access_key):
+    """The canonical user id Mosaic gives an access key in ACLs and listings (crates/s3/src/acl.rs)."""
+    return hashlib.sha256(b"mosaic canonical id\0" + access_key.encode()).hexdigest()
+
+
 def write_config(path, server, alt, tenant):
     host, port = server.s3.rsplit(":", 1)
     # The suite reads sections for IAM users Mosaic does not have; their tests fail and are not in the
@@ -103,8 +109,8 @@ ssl_verify = False
 bucket prefix = s3t-{{random}}-
 
 [s3 main]
-display_name = mosaic-main
-user_id = mosaic-main
+display_name = root
+user_id = {canonical_id(MAIN_ACCESS_KEY)}
 email = main@example.com
 api_name = us-east-1
 access_key = {MAIN_ACCESS_KEY}
@@ -112,16 +118,16 @@ secret_key = {MAIN_SECRET_KEY}
 lc_debug_interval = 2
 
 [s3 alt]
-display_name = mosaic-alt
-user_id = mosaic-alt
+display_name = {alt["access_key"]}
+user_id = {canonical_id(alt["access_key"])}
 email = alt@example.com
 access_key = {alt["access_key"]}
 secret_key = {alt["secret_key"]}
 
 [s3 tenant]
 tenant = testx
-display_name = mosaic-tenant
-user_id = mosaic-tenant
+display_name = {tenant["access_key"]}
+user_id = {canonical_id(tenant["access_key"])}
 email = tenant@example.com
 access_key = {tenant["access_key"]}
 secret_key = {tenant["secret_key"]}

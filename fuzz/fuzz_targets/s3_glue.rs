@@ -1,11 +1,14 @@
 //! The request parsing Mosaic owns beside s3s, on arbitrary input: listing continuation tokens, the Host
 //! header of virtual-host requests, the bucket of x-amz-copy-source, Range headers resolved against an
-//! object size, and conditional ETag lists. Never a panic; tokens round-trip; ranges stay inside the object.
+//! object size, conditional ETag lists, bucket policies, x-amz-grant-* headers and CORS origin patterns.
+//! Never a panic; tokens round-trip; ranges stay inside the object.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use mosaic_layer::{ObjectMeta, Precondition, RangeRequest};
-use mosaic_s3::fuzzing::{DomainHost, copy_source_bucket, decode_token, encode_token};
+use mosaic_s3::fuzzing::{
+    DomainHost, Policy, acl_from_headers, copy_source, cors_wildcard_matches, decode_token, encode_token,
+};
 use s3s::host::S3Host;
 
 fuzz_target!(|data: &[u8]| {
@@ -23,8 +26,17 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(host) = DomainHost::new("s3.example.com") {
         let _ = host.parse_host_header(&text);
     }
-    if let Some(bucket) = copy_source_bucket(&text) {
-        assert!(!bucket.is_empty());
+    if let Ok(policy) = Policy::parse(&text, "bkt") {
+        let _ = policy.is_public();
+    }
+    let grants = [(Some(text.as_str()), mosaic_layer::Permission::Read); 1];
+    let no = (None, mosaic_layer::Permission::Write);
+    let _ = acl_from_headers([grants[0], no, no, no, no], &|id| id == "known");
+    if let Some((pattern, origin)) = text.split_once('\n') {
+        let _ = cors_wildcard_matches(pattern, origin);
+    }
+    if let Some((bucket, key, _version)) = copy_source(&text) {
+        assert!(!bucket.is_empty() && !key.is_empty());
     }
 
     if let Ok(range) = s3s::dto::Range::parse(&text) {

@@ -136,3 +136,37 @@ def test_object_lock_refuses_removal(s3):
     assert e.value.response["Error"]["Code"] == "AccessDenied"
     s3.put_object_legal_hold(Bucket=name, Key="k", LegalHold={"Status": "OFF"})
     _nuke_versions(s3, name)
+
+
+def test_public_read_acl_and_cors_for_a_browser(s3, server):
+    name = "py-website"
+    s3.create_bucket(Bucket=name)
+    s3.put_object(Bucket=name, Key="index.html", Body=b"<html/>", ACL="public-read")
+    s3.put_object(Bucket=name, Key="secret", Body=b"no")
+    grants = s3.get_object_acl(Bucket=name, Key="index.html")["Grants"]
+    assert {"Type": "Group", "URI": "http://acs.amazonaws.com/groups/global/AllUsers"} in [g["Grantee"] for g in grants]
+    # Unsigned requests, as a browser sends them: the public object only.
+    assert requests.get(f"{server.endpoint}/{name}/index.html").content == b"<html/>"
+    assert requests.get(f"{server.endpoint}/{name}/secret").status_code == 403
+    s3.put_bucket_cors(Bucket=name, CORSConfiguration={"CORSRules": [
+        {"AllowedOrigins": ["https://app.example.com"], "AllowedMethods": ["GET"], "MaxAgeSeconds": 60}]})
+    ok = requests.options(f"{server.endpoint}/{name}/index.html", headers={
+        "Origin": "https://app.example.com", "Access-Control-Request-Method": "GET"})
+    assert ok.status_code == 200
+    assert ok.headers["Access-Control-Allow-Origin"] == "https://app.example.com"
+    refused = requests.options(f"{server.endpoint}/{name}/index.html", headers={
+        "Origin": "https://other.example.com", "Access-Control-Request-Method": "GET"})
+    assert refused.status_code == 403
+    got = requests.get(f"{server.endpoint}/{name}/index.html", headers={"Origin": "https://app.example.com"})
+    assert got.headers["Access-Control-Allow-Origin"] == "https://app.example.com"
+    s3.put_object_acl(Bucket=name, Key="index.html", ACL="private")
+    assert requests.get(f"{server.endpoint}/{name}/index.html").status_code == 403
+    # HEAD shows the tag count; a missing key's 404 says it is no delete marker.
+    s3.put_object_tagging(Bucket=name, Key="secret", Tagging={"TagSet": [{"Key": "a", "Value": "1"}]})
+    head = s3.head_object(Bucket=name, Key="secret")
+    assert head["ResponseMetadata"]["HTTPHeaders"]["x-amz-tagging-count"] == "1"
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.head_object(Bucket=name, Key="missing")
+    assert e.value.response["ResponseMetadata"]["HTTPHeaders"]["x-amz-delete-marker"] == "false"
+    s3.delete_objects(Bucket=name, Delete={"Objects": [{"Key": "index.html"}, {"Key": "secret"}]})
+    s3.delete_bucket(Bucket=name)

@@ -1,6 +1,8 @@
 //! Buckets: a bucket is a collection of the store plus a record (its creation time) in the layer's system
 //! collection, created and removed in one transaction.
 
+use crate::acl::AclGrant;
+use crate::cors::CorsRule;
 use crate::error::{LayerError, LayerResult};
 use crate::records::*;
 use crate::semantics::S3Semantics;
@@ -9,12 +11,15 @@ use mosaic_store::{ErrorKind, Op, Snapshot, Store, Txn};
 
 /// Most tags of a bucket (S3's limit).
 pub const MAX_BUCKET_TAGS: usize = 50;
+/// Largest bucket policy document (S3's limit).
+pub const MAX_BUCKET_POLICY_BYTES: usize = 20 * 1024;
 /// Most buckets a store lists (S3 allows a million per account).
 pub const MAX_BUCKETS: usize = 1_000_000;
 
 impl<S: Store> S3Semantics<S> {
     pub(crate) async fn create_bucket_impl(&self, bucket: &str, opts: BucketOptions) -> LayerResult<()> {
         validate_bucket_name(bucket)?;
+        crate::acl::validate_acl(opts.acl.as_deref().unwrap_or_default())?;
         let rec = BucketRecord {
             version: RECORD_VERSION,
             created_unix_ms: now_ms(),
@@ -23,6 +28,11 @@ impl<S: Store> S3Semantics<S> {
             object_lock: opts.object_lock.then_some(LockConfig { enabled: true, default_retention: None }),
             tags: Vec::new(),
             lifecycle: None,
+            acl: opts.acl,
+            cors: None,
+            policy: None,
+            public_access_block: None,
+            object_ownership: opts.object_ownership,
         };
         let name = bucket_record_name(bucket);
         let txn = Txn::new()
@@ -72,6 +82,11 @@ impl<S: Store> S3Semantics<S> {
             object_lock: rec.object_lock,
             tags: rec.tags,
             lifecycle: rec.lifecycle,
+            acl: rec.acl,
+            cors: rec.cors,
+            policy: rec.policy,
+            public_access_block: rec.public_access_block,
+            object_ownership: rec.object_ownership,
         })
     }
 
@@ -102,6 +117,42 @@ impl<S: Store> S3Semantics<S> {
         crate::objects::validate_tags(&tags)?;
         self.update_bucket_record(bucket, |rec| {
             rec.tags = tags;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Sets a bucket's policy document (None: removes it).
+    pub(crate) async fn put_bucket_policy_impl(&self, bucket: &str, policy: Option<String>) -> LayerResult<()> {
+        if policy.as_ref().is_some_and(|p| p.len() > MAX_BUCKET_POLICY_BYTES) {
+            return Err(LayerError::InvalidArgument(format!(
+                "a bucket policy has at most {MAX_BUCKET_POLICY_BYTES} bytes"
+            )));
+        }
+        self.update_bucket_record(bucket, |rec| {
+            rec.policy = policy;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Sets a bucket's CORS rules (None: removes them).
+    pub(crate) async fn put_bucket_cors_impl(&self, bucket: &str, rules: Option<Vec<CorsRule>>) -> LayerResult<()> {
+        if let Some(r) = &rules {
+            crate::cors::validate_cors(r)?;
+        }
+        self.update_bucket_record(bucket, |rec| {
+            rec.cors = rules;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Sets a bucket's ACL (None: private).
+    pub(crate) async fn put_bucket_acl_impl(&self, bucket: &str, acl: Option<Vec<AclGrant>>) -> LayerResult<()> {
+        crate::acl::validate_acl(acl.as_deref().unwrap_or_default())?;
+        self.update_bucket_record(bucket, |rec| {
+            rec.acl = acl;
             Ok(())
         })
         .await

@@ -10,7 +10,9 @@
 //! `ingest` (bodies streamed into staged units), `records` (the layer's own records and their names), `upgrade` (names of older builds), `meta` (object
 //! metadata and conditions), `semantics` (the struct and the trait's dispatch).
 
+mod acl;
 mod buckets;
+mod cors;
 mod error;
 mod ingest;
 mod lifecycle;
@@ -27,7 +29,11 @@ pub mod testing;
 mod upgrade;
 mod versions;
 
-pub use buckets::{MAX_BUCKET_TAGS, MAX_BUCKETS};
+pub use acl::{
+    AclGrant, Grantee, MAX_ACL_GRANTS, ObjectAccess, ObjectOwnership, Permission, PublicAccessBlock, validate_acl,
+};
+pub use buckets::{MAX_BUCKET_POLICY_BYTES, MAX_BUCKET_TAGS, MAX_BUCKETS};
+pub use cors::{CORS_METHODS, CorsRule, MAX_CORS_RULES, validate_cors};
 pub use error::{LayerError, LayerResult};
 pub use lifecycle::{LifecycleFilter, LifecycleReport, LifecycleRule, MAX_LIFECYCLE_RULES, validate_lifecycle};
 pub use listing::MAX_LIST_KEYS;
@@ -68,6 +74,15 @@ pub struct BucketInfo {
     pub object_lock: Option<LockConfig>,
     pub tags: Vec<(String, String)>,
     pub lifecycle: Option<Vec<LifecycleRule>>,
+    /// The bucket's ACL; None: private.
+    pub acl: Option<Vec<AclGrant>>,
+    /// The bucket's CORS rules; None: no browser may read across origins.
+    pub cors: Option<Vec<CorsRule>>,
+    /// The bucket's policy document, as it was put (the frontend parses and checks it).
+    pub policy: Option<String>,
+    pub public_access_block: Option<PublicAccessBlock>,
+    /// None: no ownership controls (objects are their writers').
+    pub object_ownership: Option<ObjectOwnership>,
 }
 
 /// How a bucket is made.
@@ -77,6 +92,10 @@ pub struct BucketOptions {
     pub owner: Option<String>,
     /// Object lock enabled from the start (versioning with it).
     pub object_lock: bool,
+    /// The bucket's ACL (x-amz-acl, x-amz-grant-*); None: private.
+    pub acl: Option<Vec<AclGrant>>,
+    /// x-amz-object-ownership.
+    pub object_ownership: Option<ObjectOwnership>,
 }
 
 /// How a DELETE is made: of a version, past GOVERNANCE retention, on conditions.
@@ -264,6 +283,16 @@ pub trait ObjectLayer: Send + Sync + 'static {
     async fn put_bucket_lifecycle(&self, bucket: &str, rules: Option<Vec<LifecycleRule>>) -> LayerResult<()>;
     /// One lifecycle pass over every bucket at `now_ms`, where a day lasts `day_ms`.
     async fn lifecycle_pass(&self, now_ms: i64, day_ms: i64) -> LayerResult<LifecycleReport>;
+    /// Sets a bucket's object ownership controls (None: removes them).
+    async fn put_object_ownership(&self, bucket: &str, ownership: Option<ObjectOwnership>) -> LayerResult<()>;
+    /// Sets a bucket's public access block (None: removes it).
+    async fn put_public_access_block(&self, bucket: &str, block: Option<PublicAccessBlock>) -> LayerResult<()>;
+    /// Sets a bucket's policy document (None: removes it); at most `MAX_BUCKET_POLICY_BYTES`.
+    async fn put_bucket_policy(&self, bucket: &str, policy: Option<String>) -> LayerResult<()>;
+    /// Sets a bucket's CORS rules (None: removes them).
+    async fn put_bucket_cors(&self, bucket: &str, rules: Option<Vec<CorsRule>>) -> LayerResult<()>;
+    /// Sets a bucket's ACL (None: private).
+    async fn put_bucket_acl(&self, bucket: &str, acl: Option<Vec<AclGrant>>) -> LayerResult<()>;
     /// Sets a bucket's tags (empty: removes them).
     async fn put_bucket_tags(&self, bucket: &str, tags: Vec<(String, String)>) -> LayerResult<()>;
     /// Enables object lock (on a versioned bucket) and sets its default retention.
@@ -306,7 +335,8 @@ pub trait ObjectLayer: Send + Sync + 'static {
     /// DELETE with every option: a locked version is refused (GOVERNANCE unless bypassed), a condition that
     /// does not hold fails with PreconditionFailed.
     async fn delete_object_with(&self, bucket: &str, key: &str, opts: &DeleteOptions) -> LayerResult<DeleteResult>;
-    /// Copies without moving data (a clone on the drive). `new_meta` replaces the metadata when given.
+    /// Copies without moving data (a clone on the drive). `new_meta` replaces the metadata when given; the
+    /// copy is the bucket owner's, private.
     #[allow(clippy::too_many_arguments)]
     async fn copy_object(
         &self,
@@ -317,6 +347,23 @@ pub trait ObjectLayer: Send + Sync + 'static {
         dst_bucket: &str,
         dst_key: &str,
         new_meta: Option<PutOptions>,
+    ) -> LayerResult<ObjectMeta> {
+        let access = new_meta.as_ref().map(|m| m.access.clone()).unwrap_or_default();
+        self.copy_object_with(src_bucket, src_key, src_version, src_pre, dst_bucket, dst_key, new_meta, access).await
+    }
+    /// A copy whose owner and ACL are `access` (a copy never takes the source's: S3 gives it the request's),
+    /// whether or not the metadata is replaced.
+    #[allow(clippy::too_many_arguments)]
+    async fn copy_object_with(
+        &self,
+        src_bucket: &str,
+        src_key: &str,
+        src_version: Option<&str>,
+        src_pre: &Precondition,
+        dst_bucket: &str,
+        dst_key: &str,
+        new_meta: Option<PutOptions>,
+        access: ObjectAccess,
     ) -> LayerResult<ObjectMeta>;
     async fn list_objects(&self, bucket: &str, q: &ListQuery) -> LayerResult<ListPage>;
     async fn list_object_versions(&self, bucket: &str, q: &VersionQuery) -> LayerResult<VersionPage>;
@@ -328,6 +375,14 @@ pub trait ObjectLayer: Send + Sync + 'static {
         key: &str,
         version_id: Option<&str>,
         tags: Vec<(String, String)>,
+    ) -> LayerResult<()>;
+    /// Sets a version's ACL (None: private); its owner stays.
+    async fn put_object_acl(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<&str>,
+        acl: Option<Vec<AclGrant>>,
     ) -> LayerResult<()>;
 
     async fn create_multipart(&self, bucket: &str, key: &str, opts: PutOptions) -> LayerResult<String>;

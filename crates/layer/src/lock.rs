@@ -10,9 +10,9 @@
 use crate::error::{LayerError, LayerResult};
 use crate::meta::ObjectMeta;
 use crate::records::*;
-use crate::semantics::{S3Semantics, read_meta_raw};
+use crate::semantics::S3Semantics;
 use crate::*;
-use mosaic_store::{ErrorKind, Op, Store, Txn};
+use mosaic_store::Store;
 use serde::{Deserialize, Serialize};
 
 /// Longest default retention (S3 allows up to 100 years).
@@ -163,26 +163,17 @@ impl<S: Store> S3Semantics<S> {
         if self.bucket_record(bucket).await?.object_lock.is_none() {
             return Err(LayerError::InvalidRequest("Bucket is missing Object Lock Configuration".into()));
         }
-        let _lock = self.key_locks.lock(bucket, key).await;
-        let stat = self.stat_object(bucket, key, version_id).await?;
-        let raw = read_meta_raw(&*stat.snap, &stat.info.obj, bucket, key).await?;
-        let mut meta = ObjectMeta::decode(&raw)?;
-        match change {
-            LockChange::Retention(r) => {
-                check_retention_change(meta.retention, r, bypass_governance, now_ms())?;
-                meta.retention = r;
+        self.change_meta(bucket, key, version_id, |meta| {
+            match change {
+                LockChange::Retention(r) => {
+                    check_retention_change(meta.retention, r, bypass_governance, now_ms())?;
+                    meta.retention = r;
+                }
+                LockChange::LegalHold(on) => meta.legal_hold = on,
             }
-            LockChange::LegalHold(on) => meta.legal_hold = on,
-        }
-        let (coll, name) = (stat.coll, stat.name);
-        drop(stat.snap);
-        let txn = Txn::new()
-            .op(Op::AssertAttr { coll: coll.clone(), name: name.clone(), key: ATTR_META.to_vec(), expected: Some(raw) })
-            .op(Op::SetAttr { coll, name, key: ATTR_META.to_vec(), value: meta.encode() });
-        match self.commit(txn).await {
-            Err(e) if e.is_op(0, ErrorKind::AssertionFailed) => Err(LayerError::Conflict),
-            r => r.map(|_| ()).map_err(LayerError::from),
-        }
+            Ok(())
+        })
+        .await
     }
 }
 

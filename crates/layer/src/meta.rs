@@ -1,6 +1,7 @@
 //! Object metadata as stored with each object (one versioned JSON attribute), the options of a write, and
 //! the evaluation of conditional requests.
 
+use crate::acl::ObjectAccess;
 use crate::error::{LayerError, LayerResult};
 use crate::names::MAX_USER_METADATA_BYTES;
 use serde::{Deserialize, Serialize};
@@ -58,6 +59,9 @@ pub struct ObjectMeta {
     /// How many tags the version has (x-amz-tagging-count), kept with the tags in one transaction.
     #[serde(default, skip_serializing_if = "is_zero_usize")]
     pub tag_count: usize,
+    /// The version's owner (when not the bucket's) and ACL; absent: the bucket owner's, private.
+    #[serde(default, skip_serializing_if = "ObjectAccess::is_default")]
+    pub access: ObjectAccess,
 }
 
 fn is_zero_usize(n: &usize) -> bool {
@@ -207,6 +211,9 @@ pub struct PutOptions {
     /// Tags given with the write (x-amz-tagging).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tags: Vec<(String, String)>,
+    /// The writer (when not the bucket's owner) and the ACL (x-amz-acl, x-amz-grant-*).
+    #[serde(default, skip_serializing_if = "ObjectAccess::is_default")]
+    pub access: ObjectAccess,
 }
 
 impl PutOptions {
@@ -218,7 +225,8 @@ impl PutOptions {
         if self.tags.len() > crate::objects::MAX_TAGS {
             return Err(LayerError::InvalidTag(format!("at most {} tags per object", crate::objects::MAX_TAGS)));
         }
-        crate::objects::validate_tags(&self.tags)
+        crate::objects::validate_tags(&self.tags)?;
+        crate::acl::validate_acl(self.access.acl.as_deref().unwrap_or_default())
     }
 
     pub fn into_meta(self, size_bytes: u64, etag: String, now_ms: i64) -> ObjectMeta {
@@ -243,6 +251,7 @@ impl PutOptions {
             retention: self.lock.retention,
             legal_hold: self.lock.legal_hold,
             tag_count: self.tags.len(),
+            access: self.access,
         }
     }
 }

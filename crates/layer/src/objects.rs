@@ -328,8 +328,10 @@ impl<S: Store> S3Semantics<S> {
         dst_bucket: &str,
         dst_key: &str,
         new_meta: Option<PutOptions>,
+        access: crate::acl::ObjectAccess,
     ) -> LayerResult<ObjectMeta> {
         validate_key(dst_key)?;
+        crate::acl::validate_acl(access.acl.as_deref().unwrap_or_default())?;
         let Stat { snap, coll: src_coll, name: src, meta: src_meta, .. } =
             self.stat_object(src_bucket, src_key, src_version).await?;
         src_pre.check(&src_meta)?;
@@ -360,6 +362,7 @@ impl<S: Store> S3Semantics<S> {
         meta.upload_id = None;
         // A copy does not carry the source's tags (removed below).
         meta.tag_count = 0;
+        meta.access = access;
         // The copy is a new version: the lock it asks for, else the bucket's default, never the source's.
         let asked = new_lock.unwrap_or_default();
         let lock = self.lock_of_new_version(dst_bucket, &asked).await?;
@@ -432,6 +435,50 @@ impl<S: Store> S3Semantics<S> {
         match self.commit(txn).await {
             // Deleted or changed since it was found.
             Err(e) if e.is_op(same, ErrorKind::AssertionFailed) => Err(LayerError::Conflict),
+            r => r.map(|_| ()).map_err(LayerError::from),
+        }
+    }
+}
+
+impl<S: Store> S3Semantics<S> {
+    /// Sets a version's ACL (None: private); the owner stays.
+    pub(crate) async fn put_object_acl_impl(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<&str>,
+        acl: Option<Vec<crate::acl::AclGrant>>,
+    ) -> LayerResult<()> {
+        validate_key(key)?;
+        crate::acl::validate_acl(acl.as_deref().unwrap_or_default())?;
+        self.change_meta(bucket, key, version_id, |meta| {
+            meta.access.acl = acl;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Changes a version's metadata record with `f` under the key's lock, asserting the record unchanged
+    /// since it was read (a concurrent change or delete answers Conflict rather than being overwritten).
+    pub(crate) async fn change_meta(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<&str>,
+        f: impl FnOnce(&mut ObjectMeta) -> LayerResult<()>,
+    ) -> LayerResult<()> {
+        let _lock = self.key_locks.lock(bucket, key).await;
+        let stat = self.stat_object(bucket, key, version_id).await?;
+        let raw = crate::semantics::read_meta_raw(&*stat.snap, &stat.info.obj, bucket, key).await?;
+        let mut meta = ObjectMeta::decode(&raw)?;
+        f(&mut meta)?;
+        let (coll, name) = (stat.coll, stat.name);
+        drop(stat.snap);
+        let txn = Txn::new()
+            .op(Op::AssertAttr { coll: coll.clone(), name: name.clone(), key: ATTR_META.to_vec(), expected: Some(raw) })
+            .op(Op::SetAttr { coll, name, key: ATTR_META.to_vec(), value: meta.encode() });
+        match self.commit(txn).await {
+            Err(e) if e.is_op(0, ErrorKind::AssertionFailed) => Err(LayerError::Conflict),
             r => r.map(|_| ()).map_err(LayerError::from),
         }
     }

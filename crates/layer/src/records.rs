@@ -102,6 +102,17 @@ pub(crate) struct BucketRecord {
     pub(crate) tags: Vec<(String, String)>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) lifecycle: Option<Vec<crate::lifecycle::LifecycleRule>>,
+    /// The bucket's ACL; absent: private (the owner's full control only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) acl: Option<Vec<crate::acl::AclGrant>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) cors: Option<Vec<crate::cors::CorsRule>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) policy: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) public_access_block: Option<crate::acl::PublicAccessBlock>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) object_ownership: Option<crate::acl::ObjectOwnership>,
 }
 
 impl Record for BucketRecord {
@@ -175,6 +186,19 @@ mod tests {
             object_lock: Some(crate::lock::LockConfig { enabled: true, default_retention: None }),
             tags: vec![("k".into(), "v".into())],
             lifecycle: Some(vec![crate::lifecycle::LifecycleRule { id: "r".into(), ..Default::default() }]),
+            acl: Some(vec![crate::acl::AclGrant {
+                grantee: crate::acl::Grantee::AllUsers,
+                permission: crate::acl::Permission::Read,
+            }]),
+            cors: Some(vec![crate::cors::CorsRule {
+                allowed_origins: vec!["*".into()],
+                allowed_methods: vec!["GET".into()],
+                max_age_s: Some(5),
+                ..Default::default()
+            }]),
+            policy: Some("{}".into()),
+            public_access_block: Some(crate::acl::PublicAccessBlock { block_public_acls: true, ..Default::default() }),
+            object_ownership: Some(crate::acl::ObjectOwnership::BucketOwnerPreferred),
         };
         assert_eq!(BucketRecord::decode(&b.encode(), " of bucket b").unwrap(), b);
         let p = PartRecord {

@@ -247,6 +247,34 @@ impl<S: Store> ObjectLayer for S3Semantics<S> {
         S3Semantics::lifecycle_pass(self, now_ms, day_ms).await
     }
 
+    async fn put_object_ownership(&self, bucket: &str, ownership: Option<ObjectOwnership>) -> LayerResult<()> {
+        self.update_bucket_record(bucket, |rec| {
+            rec.object_ownership = ownership;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn put_public_access_block(&self, bucket: &str, block: Option<PublicAccessBlock>) -> LayerResult<()> {
+        self.update_bucket_record(bucket, |rec| {
+            rec.public_access_block = block;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn put_bucket_policy(&self, bucket: &str, policy: Option<String>) -> LayerResult<()> {
+        self.put_bucket_policy_impl(bucket, policy).await
+    }
+
+    async fn put_bucket_cors(&self, bucket: &str, rules: Option<Vec<CorsRule>>) -> LayerResult<()> {
+        self.put_bucket_cors_impl(bucket, rules).await
+    }
+
+    async fn put_bucket_acl(&self, bucket: &str, acl: Option<Vec<AclGrant>>) -> LayerResult<()> {
+        self.put_bucket_acl_impl(bucket, acl).await
+    }
+
     async fn put_bucket_tags(&self, bucket: &str, tags: Vec<(String, String)>) -> LayerResult<()> {
         self.put_bucket_tags_impl(bucket, tags).await
     }
@@ -298,7 +326,7 @@ impl<S: Store> ObjectLayer for S3Semantics<S> {
         self.delete_object_impl(bucket, key, opts).await
     }
 
-    async fn copy_object(
+    async fn copy_object_with(
         &self,
         src_bucket: &str,
         src_key: &str,
@@ -307,8 +335,9 @@ impl<S: Store> ObjectLayer for S3Semantics<S> {
         dst_bucket: &str,
         dst_key: &str,
         new_meta: Option<PutOptions>,
+        access: ObjectAccess,
     ) -> LayerResult<ObjectMeta> {
-        self.copy_object_impl(src_bucket, src_key, src_version, src_pre, dst_bucket, dst_key, new_meta).await
+        self.copy_object_impl(src_bucket, src_key, src_version, src_pre, dst_bucket, dst_key, new_meta, access).await
     }
 
     async fn list_objects(&self, bucket: &str, q: &ListQuery) -> LayerResult<ListPage> {
@@ -331,6 +360,16 @@ impl<S: Store> ObjectLayer for S3Semantics<S> {
         tags: Vec<(String, String)>,
     ) -> LayerResult<()> {
         self.put_tags_impl(bucket, key, version_id, tags).await
+    }
+
+    async fn put_object_acl(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<&str>,
+        acl: Option<Vec<AclGrant>>,
+    ) -> LayerResult<()> {
+        self.put_object_acl_impl(bucket, key, version_id, acl).await
     }
 
     async fn create_multipart(&self, bucket: &str, key: &str, opts: PutOptions) -> LayerResult<String> {

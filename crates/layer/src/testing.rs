@@ -28,6 +28,8 @@ pub async fn run_suite<S: Store>(mut new_store: impl FnMut() -> Arc<S>) {
     case!(multipart_errors);
     case!(listing_with_delimiters_and_markers);
     case!(tags);
+    case!(acls);
+    case!(cors_and_policy);
     case!(append);
     case!(copy);
     case!(keys_and_limits);
@@ -433,6 +435,110 @@ async fn tags<L: ObjectLayer>(l: &L) {
     assert!(matches!(l.put_object("bkt", "d", body(b"x", 1), dup).await, Err(LayerError::InvalidTag(_))));
 }
 
+fn grant(grantee: Grantee, permission: Permission) -> AclGrant {
+    AclGrant { grantee, permission }
+}
+
+async fn acls<L: ObjectLayer>(l: &L) {
+    let public =
+        vec![grant(Grantee::User("me".into()), Permission::FullControl), grant(Grantee::AllUsers, Permission::Read)];
+    let opts = BucketOptions { acl: Some(public.clone()), ..Default::default() };
+    l.create_bucket("bkt", Some(&opts)).await.unwrap();
+    assert_eq!(l.bucket_info("bkt").await.unwrap().acl, Some(public.clone()));
+    l.put_bucket_acl("bkt", None).await.unwrap();
+    assert_eq!(l.bucket_info("bkt").await.unwrap().acl, None);
+    let too_many: Vec<_> =
+        (0..=MAX_ACL_GRANTS).map(|i| grant(Grantee::User(format!("u{i}")), Permission::Read)).collect();
+    assert!(matches!(l.put_bucket_acl("bkt", Some(too_many.clone())).await, Err(LayerError::InvalidArgument(_))));
+    assert_eq!(l.put_bucket_acl("nobkt", None).await, Err(LayerError::NoSuchBucket));
+
+    // An object keeps the owner and ACL it was written with; an ACL change keeps the owner and the data.
+    let theirs = ObjectAccess { owner_id: Some("you".into()), acl: Some(public.clone()) };
+    let with = PutOptions { access: theirs.clone(), ..Default::default() };
+    l.put_object("bkt", "k", body(b"data", 2), with.clone()).await.unwrap();
+    let head = |key: &'static str, v: Option<String>| async move {
+        l.head_object("bkt", key, v.as_deref(), &Precondition::default()).await.unwrap()
+    };
+    assert_eq!(head("k", None).await.access, theirs);
+    let readers = vec![grant(Grantee::AuthenticatedUsers, Permission::Read)];
+    l.put_object_acl("bkt", "k", None, Some(readers.clone())).await.unwrap();
+    let after = head("k", None).await;
+    assert_eq!(after.access, ObjectAccess { owner_id: Some("you".into()), acl: Some(readers.clone()) });
+    assert_eq!(get_all(l, "bkt", "k").await.unwrap(), b"data");
+    assert!(matches!(l.put_object_acl("bkt", "k", None, Some(too_many)).await, Err(LayerError::InvalidArgument(_))));
+    assert_eq!(l.put_object_acl("bkt", "nokey", None, None).await, Err(LayerError::NoSuchKey));
+    // An overwrite takes the new write's access, not the old version's.
+    put(l, "bkt", "k", b"new").await;
+    assert!(head("k", None).await.access.is_default());
+
+    // A copy never takes the source's access: the request's, or the default.
+    l.put_object("bkt", "src", body(b"s", 1), with.clone()).await.unwrap();
+    l.copy_object("bkt", "src", None, &Precondition::default(), "bkt", "c1", None).await.unwrap();
+    assert!(head("c1", None).await.access.is_default());
+    let mine = ObjectAccess { owner_id: None, acl: Some(readers.clone()) };
+    let pre = Precondition::default();
+    l.copy_object_with("bkt", "src", None, &pre, "bkt", "c2", None, mine.clone()).await.unwrap();
+    assert_eq!(head("c2", None).await.access, mine);
+
+    // A multipart upload's access comes with the object it completes.
+    let id = l.create_multipart("bkt", "mp", with.clone()).await.unwrap();
+    let p = l.upload_part("bkt", "mp", &id, 1, body(b"part", 4)).await.unwrap();
+    let done = vec![CompletePart { part_number: 1, etag: p.etag }];
+    l.complete_multipart("bkt", "mp", &id, done, &Precondition::default(), Vec::new()).await.unwrap();
+    assert_eq!(head("mp", None).await.access, theirs);
+
+    // In a versioned bucket an ACL change touches the version named, no other.
+    l.put_bucket_versioning("bkt", Versioning::Enabled).await.unwrap();
+    let v1 = put(l, "bkt", "v", b"1").await.version_id;
+    let v2 = put(l, "bkt", "v", b"2").await.version_id;
+    l.put_object_acl("bkt", "v", v1.as_deref(), Some(public.clone())).await.unwrap();
+    assert_eq!(head("v", v1.clone()).await.access.acl, Some(public));
+    assert_eq!(head("v", v2).await.access.acl, None);
+    assert_eq!(get_version(l, "bkt", "v", v1.as_deref().unwrap()).await.unwrap(), b"1");
+}
+
+async fn cors_and_policy<L: ObjectLayer>(l: &L) {
+    l.create_bucket("bkt", None).await.unwrap();
+    assert_eq!(l.bucket_info("bkt").await.unwrap().cors, None);
+    let rules = vec![CorsRule {
+        id: Some("web".into()),
+        allowed_origins: vec!["https://*.example.com".into()],
+        allowed_methods: vec!["GET".into(), "PUT".into()],
+        allowed_headers: vec!["*".into()],
+        expose_headers: vec!["ETag".into()],
+        max_age_s: Some(600),
+    }];
+    l.put_bucket_cors("bkt", Some(rules.clone())).await.unwrap();
+    assert_eq!(l.bucket_info("bkt").await.unwrap().cors, Some(rules.clone()));
+    let mut bad = rules.clone();
+    bad[0].allowed_methods.push("PATCH".into());
+    assert!(matches!(l.put_bucket_cors("bkt", Some(bad)).await, Err(LayerError::InvalidArgument(_))));
+    assert_eq!(l.bucket_info("bkt").await.unwrap().cors, Some(rules), "a refused change leaves the rules");
+    l.put_bucket_cors("bkt", None).await.unwrap();
+    assert_eq!(l.bucket_info("bkt").await.unwrap().cors, None);
+    // The policy document is kept as put, within its size limit.
+    let doc = format!("{{\"Id\":\"{}\"}}", "x".repeat(MAX_BUCKET_POLICY_BYTES - 9));
+    assert_eq!(doc.len(), MAX_BUCKET_POLICY_BYTES);
+    l.put_bucket_policy("bkt", Some(doc.clone())).await.unwrap();
+    assert_eq!(l.bucket_info("bkt").await.unwrap().policy, Some(doc.clone()));
+    let past = format!("{doc} ");
+    assert!(matches!(l.put_bucket_policy("bkt", Some(past)).await, Err(LayerError::InvalidArgument(_))));
+    l.put_bucket_policy("bkt", None).await.unwrap();
+    assert_eq!(l.bucket_info("bkt").await.unwrap().policy, None);
+    let block = PublicAccessBlock { block_public_acls: true, restrict_public_buckets: true, ..Default::default() };
+    l.put_public_access_block("bkt", Some(block)).await.unwrap();
+    assert_eq!(l.bucket_info("bkt").await.unwrap().public_access_block, Some(block));
+    l.put_public_access_block("bkt", None).await.unwrap();
+    assert_eq!(l.bucket_info("bkt").await.unwrap().public_access_block, None);
+    let enforced = Some(ObjectOwnership::BucketOwnerEnforced);
+    l.put_object_ownership("bkt", enforced).await.unwrap();
+    assert_eq!(l.bucket_info("bkt").await.unwrap().object_ownership, enforced);
+    let opts = BucketOptions { object_ownership: Some(ObjectOwnership::ObjectWriter), ..Default::default() };
+    l.create_bucket("owned", Some(&opts)).await.unwrap();
+    assert_eq!(l.bucket_info("owned").await.unwrap().object_ownership, Some(ObjectOwnership::ObjectWriter));
+    assert_eq!(l.put_bucket_cors("nobkt", None).await, Err(LayerError::NoSuchBucket));
+}
+
 async fn append<L: ObjectLayer>(l: &L) {
     l.create_bucket("bkt", None).await.unwrap();
     let at = |offset: u64| PutOptions { write_offset: Some(offset), ..Default::default() };
@@ -713,7 +819,7 @@ async fn versioning_against_a_model<L: ObjectLayer>(l: &L) {
 }
 
 async fn object_lock<L: ObjectLayer>(l: &L) {
-    let lock_opts = BucketOptions { owner: None, object_lock: true };
+    let lock_opts = BucketOptions { object_lock: true, ..Default::default() };
     l.create_bucket("locked", Some(&lock_opts)).await.unwrap();
     let info = l.bucket_info("locked").await.unwrap();
     assert_eq!(info.versioning, Versioning::Enabled, "object lock comes with versioning");
@@ -904,7 +1010,7 @@ async fn lifecycle<L: ObjectLayer>(l: &L) {
     assert!(l.list_uploads("ver", "").await.unwrap().is_empty());
 
     // A locked version is left alone, pass after pass.
-    let locked = BucketOptions { owner: None, object_lock: true };
+    let locked = BucketOptions { object_lock: true, ..Default::default() };
     l.create_bucket("wormy", Some(&locked)).await.unwrap();
     let hold = PutOptions { lock: LockRequest { retention: None, legal_hold: true }, ..Default::default() };
     l.put_object("wormy", "k", body(b"old", 3), hold).await.unwrap();

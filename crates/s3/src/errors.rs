@@ -10,7 +10,15 @@ pub fn to_s3(e: LayerError) -> S3Error {
         L::BucketExists => s3_error!(BucketAlreadyOwnedByYou),
         L::BucketNotEmpty => s3_error!(BucketNotEmpty),
         L::InvalidBucketName(m) => s3_error!(InvalidBucketName, "{m}"),
-        L::NoSuchKey => s3_error!(NoSuchKey),
+        L::NoSuchKey => {
+            // What the key's 404 is not: a delete marker (RGW says so too; clients checking the header
+            // find it either way).
+            let mut e = s3_error!(NoSuchKey);
+            let mut h = http::HeaderMap::new();
+            h.insert("x-amz-delete-marker", http::HeaderValue::from_static("false"));
+            e.set_headers(h);
+            e
+        }
         L::InvalidKey(m) => s3_error!(InvalidArgument, "{m}"),
         L::KeyTooLong => s3_error!(KeyTooLongError),
         L::MetadataTooLarge => s3_error!(MetadataTooLarge),

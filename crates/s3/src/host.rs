@@ -39,6 +39,15 @@ fn host_only(header: &str) -> String {
     h.to_ascii_lowercase()
 }
 
+impl DomainHost {
+    /// The bucket a Host header names (virtual-host style), if it names one.
+    pub fn bucket_of_host(&self, host: &str) -> Option<String> {
+        let h = host_only(host);
+        let bucket = h.strip_suffix(self.domain.as_str())?.strip_suffix('.')?;
+        (!bucket.is_empty()).then(|| bucket.to_string())
+    }
+}
+
 impl S3Host for DomainHost {
     fn parse_host_header<'a>(&'a self, host: &'a str) -> S3Result<VirtualHost<'a>> {
         let h = host_only(host);
@@ -62,7 +71,10 @@ mod tests {
         assert_eq!(host_only("127.0.0.1:9000"), "127.0.0.1");
         assert_eq!(host_only("[::1]:9000"), "[::1]");
         assert_eq!(host_only("s3.test"), "s3.test");
-        assert!(DomainHost::new("s3.example.com").is_ok());
+        let d = DomainHost::new("s3.example.com").unwrap();
+        assert_eq!(d.bucket_of_host("photos.s3.example.com:9000").as_deref(), Some("photos"));
+        assert_eq!(d.bucket_of_host("s3.example.com"), None);
+        assert_eq!(d.bucket_of_host("127.0.0.1:9000"), None);
         for bad in ["", "bad domain", "a..b", "x_y.com", "s3.test:9000"] {
             assert!(DomainHost::new(bad).is_err(), "{bad}");
         }

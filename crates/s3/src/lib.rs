@@ -5,27 +5,33 @@
 //! It knows nothing of drives, blocks or placement: everything below the ObjectLayer is opaque here.
 
 pub mod access;
+mod acl;
 mod checksum;
+mod cors;
 mod errors;
 mod host;
 mod lifecycle;
 mod lock;
 mod multipart;
+mod policy;
 mod server;
 mod service;
 mod token;
 
 pub use checksum::{Algo, checksum_b64};
 pub use host::validate_domain;
-pub use server::{HttpLimits, build_service, build_service_with_keys, serve};
+pub use server::{HttpLimits, Service, build_service, build_service_with_keys, serve};
 pub use service::MosaicS3;
 
 /// The request parsing glue Mosaic owns (beside s3s), for the fuzz targets in `fuzz/`. Not a stable API.
 #[doc(hidden)]
 pub mod fuzzing {
-    pub use crate::access::copy_source_bucket;
+    pub use crate::access::copy_source;
+    pub use crate::acl::from_headers as acl_from_headers;
     pub use crate::checksum::{Algo, Expectations, checksum_b64, verified_body};
+    pub use crate::cors::wildcard_matches as cors_wildcard_matches;
     pub use crate::host::DomainHost;
     pub use crate::multipart::composite_checksum;
+    pub use crate::policy::Policy;
     pub use crate::token::{decode as decode_token, encode as encode_token};
 }

@@ -35,13 +35,21 @@ impl Default for HttpLimits {
     }
 }
 
+/// What serves S3 requests: s3s over the layer, plus what Mosaic answers before and after s3s (CORS).
+#[derive(Clone)]
+pub struct Service {
+    s3: S3Service,
+    layer: Arc<dyn mosaic_layer::ObjectLayer>,
+    host: Option<Arc<crate::host::DomainHost>>,
+}
+
 /// Builds the s3s service over an ObjectLayer with root credentials only and optional virtual-host domain.
 pub fn build_service(
     layer: Arc<dyn mosaic_layer::ObjectLayer>,
     access_key: &str,
     secret_key: &str,
     domain: Option<&str>,
-) -> Result<S3Service, String> {
+) -> Result<Service, String> {
     let keys = Arc::new(crate::access::KeyRing::new(access_key, secret_key, Default::default()));
     build_service_with_keys(layer, keys, domain)
 }
@@ -51,18 +59,20 @@ pub fn build_service_with_keys(
     layer: Arc<dyn mosaic_layer::ObjectLayer>,
     keys: Arc<crate::access::KeyRing>,
     domain: Option<&str>,
-) -> Result<S3Service, String> {
+) -> Result<Service, String> {
     let mut b = s3s::service::S3ServiceBuilder::new(crate::MosaicS3::new(layer.clone(), keys.clone()));
     b.set_auth(KeyRingAuth(keys.clone()));
-    b.set_access(crate::access::Access { keys, owners: layer });
+    b.set_access(crate::access::Access { keys, facts: layer.clone() });
+    let mut host = None;
     if let Some(d) = domain {
         b.set_host(crate::host::DomainHost::new(d)?);
+        host = Some(Arc::new(crate::host::DomainHost::new(d)?));
     }
     let mut cfg = s3s::config::S3Config::default();
     // Bounds the XML bodies s3s buffers (DeleteObjects, CompleteMultipartUpload, tagging).
     cfg.xml_max_body_size = XML_MAX_BODY_BYTES;
     b.set_config(Arc::new(s3s::config::StaticConfigProvider::new(Arc::new(cfg))));
-    Ok(b.build())
+    Ok(Service { s3: b.build(), layer, host })
 }
 
 /// s3s takes its auth provider by value: this shares the key ring.
@@ -117,7 +127,7 @@ fn op_name(req: &http::Request<hyper::body::Incoming>) -> &'static str {
 }
 
 async fn handle(
-    s3: S3Service,
+    service: Service,
     req: http::Request<hyper::body::Incoming>,
 ) -> Result<http::Response<s3s::Body>, s3s::HttpError> {
     let id = request_id();
@@ -126,7 +136,10 @@ async fn handle(
     let path = req.uri().path().to_string();
     let started = Instant::now();
     let empty_expect_continue = expects_continue_without_body(&req);
-    let mut resp = if xml_body_over_limit(&req) {
+    let cors_asked = cors_request(&service, &req);
+    let mut resp = if method == http::Method::OPTIONS {
+        preflight(&service, &req).await
+    } else if xml_body_over_limit(&req) {
         // s3s answers a streamed XML body past its limit with 500 InternalError (http_body_util's
         // LengthLimitError is not the error type it checks for); refuse it here, before reading it.
         error_response(400, "MaxMessageLengthExceeded", "Your request was too big.")
@@ -138,7 +151,7 @@ async fn handle(
             Ok(r) => r,
             Err(refused) => return Ok(with_request_id(refused, &id).await),
         };
-        match s3.call(req).await {
+        match service.s3.call(req).await {
             Ok(r) => r,
             Err(e) => {
                 tracing::warn!(request_id = %id, op, error = ?e, "request failed");
@@ -146,6 +159,9 @@ async fn handle(
             }
         }
     };
+    if let Some(asked) = cors_asked {
+        add_cors_headers(&service, asked, &mut resp).await;
+    }
     let status = resp.status();
     if let Ok(v) = http::HeaderValue::from_str(&id) {
         resp.headers_mut().insert("x-amz-request-id", v);
@@ -171,6 +187,87 @@ async fn handle(
         tracing::debug!(request_id = %id, op, method = %method, path = %path, status = status.as_u16(), ms = format!("{ms:.2}"), "request");
     }
     Ok(resp)
+}
+
+/// The bucket a request addresses: by virtual host, else the first segment of its path.
+fn bucket_of<B>(service: &Service, req: &http::Request<B>) -> Option<String> {
+    let host = req.headers().get(http::header::HOST).and_then(|h| h.to_str().ok());
+    if let (Some(d), Some(h)) = (&service.host, host)
+        && let Some(b) = d.bucket_of_host(h)
+    {
+        return Some(b);
+    }
+    let first = req.uri().path().trim_start_matches('/').split('/').next()?;
+    (!first.is_empty()).then(|| first.to_string())
+}
+
+/// A request from a browser across origins (it names an Origin): the bucket, the origin and the method
+/// its CORS headers are chosen by.
+struct CorsAsked {
+    bucket: String,
+    origin: String,
+    method: String,
+}
+
+fn cors_request<B>(service: &Service, req: &http::Request<B>) -> Option<CorsAsked> {
+    if req.method() == http::Method::OPTIONS {
+        return None;
+    }
+    let origin = req.headers().get(http::header::ORIGIN)?.to_str().ok()?.to_string();
+    let asked_method = req.headers().get("access-control-request-method").and_then(|v| v.to_str().ok());
+    let method = asked_method.unwrap_or(req.method().as_str()).to_string();
+    Some(CorsAsked { bucket: bucket_of(service, req)?, origin, method })
+}
+
+/// The bucket's CORS rules; Err: the answer to give instead (no such bucket).
+async fn cors_rules(service: &Service, bucket: &str) -> Result<Vec<mosaic_layer::CorsRule>, http::Response<s3s::Body>> {
+    match service.layer.bucket_info(bucket).await {
+        Ok(info) => Ok(info.cors.unwrap_or_default()),
+        Err(mosaic_layer::LayerError::NoSuchBucket) => {
+            Err(error_response(404, "NoSuchBucket", "The specified bucket does not exist"))
+        }
+        Err(e) => {
+            tracing::warn!(bucket, error = %e, "reading CORS rules failed");
+            Err(error_response(503, "ServiceUnavailable", "The bucket's CORS rules could not be read; try again."))
+        }
+    }
+}
+
+/// Adds the Access-Control-* headers of the rule matching a cross-origin request, if one does.
+async fn add_cors_headers(service: &Service, asked: CorsAsked, resp: &mut http::Response<s3s::Body>) {
+    let Ok(rules) = cors_rules(service, &asked.bucket).await else { return };
+    if let Some(rule) = crate::cors::find_rule(&rules, &asked.origin, &asked.method, &[]) {
+        resp.headers_mut().extend(crate::cors::rule_headers(rule, &asked.origin, None));
+    }
+}
+
+/// The answer to a CORS preflight (OPTIONS): 200 with the matching rule's headers, 403 when no rule
+/// matches, 400 without Origin or Access-Control-Request-Method.
+async fn preflight(service: &Service, req: &http::Request<hyper::body::Incoming>) -> http::Response<s3s::Body> {
+    let h = req.headers();
+    let text = |name: &str| h.get(name).and_then(|v| v.to_str().ok());
+    let (Some(origin), Some(method)) = (text("origin"), text("access-control-request-method")) else {
+        let m = "Insufficient information. Origin request header and Access-Control-Request-Method are needed.";
+        return error_response(400, "BadRequest", m);
+    };
+    let Some(bucket) = bucket_of(service, req) else {
+        return error_response(400, "BadRequest", "A CORS preflight names a bucket.");
+    };
+    let Some(asked) = crate::cors::requested_headers(text("access-control-request-headers")) else {
+        return error_response(400, "BadRequest", "Too many headers in Access-Control-Request-Headers.");
+    };
+    let rules = match cors_rules(service, &bucket).await {
+        Ok(r) => r,
+        Err(resp) => return resp,
+    };
+    match crate::cors::find_rule(&rules, origin, method, &asked) {
+        Some(rule) => {
+            let mut resp = http::Response::new(s3s::Body::empty());
+            resp.headers_mut().extend(crate::cors::rule_headers(rule, origin, Some(&asked)));
+            resp
+        }
+        None => error_response(403, "AccessForbidden", "CORSResponse: This CORS request is not allowed."),
+    }
 }
 
 /// Subresources whose PUT carries an XML document (bucket and object configuration).
@@ -307,7 +404,7 @@ async fn with_request_id(resp: http::Response<s3s::Body>, id: &str) -> http::Res
 /// Serves until `shutdown` resolves, then stops accepting and waits up to `drain` for in-flight requests.
 pub async fn serve(
     listener: TcpListener,
-    service: S3Service,
+    service: Service,
     limits: HttpLimits,
     shutdown: impl Future<Output = ()>,
     drain: Duration,
@@ -333,7 +430,10 @@ pub async fn serve(
         // Without TCP_NODELAY small responses wait on Nagle plus the client's delayed ACK (~40 ms).
         let _ = stream.set_nodelay(true);
         let s3 = service.clone();
-        let svc = service_fn(move |req| handle(s3.clone(), req));
+        let svc = service_fn(move |mut req: http::Request<hyper::body::Incoming>| {
+            req.extensions_mut().insert(crate::access::PeerIp(peer.ip()));
+            handle(s3.clone(), req)
+        });
         let conn = hyper::server::conn::http1::Builder::new()
             .timer(TokioTimer::new())
             .header_read_timeout(limits.header_read_timeout)

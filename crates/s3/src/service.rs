@@ -6,6 +6,9 @@ use crate::checksum::{Algo, Expectations, verified_body};
 use crate::errors::to_s3;
 use futures::StreamExt;
 use mosaic_layer::{
+    AclGrant, ObjectAccess, ObjectOwnership as Ownership, Permission as AclPermission, PublicAccessBlock,
+};
+use mosaic_layer::{
     BucketOptions, ByteStream, CompletePart, DeleteOptions, LayerError, ListQuery, LockChange, ObjectLayer, ObjectMeta,
     Precondition, PutOptions, RangeRequest, VersionQuery, Versioning,
 };
@@ -19,6 +22,8 @@ const MAX_DELETE_KEYS: usize = 1000;
 /// Deletes of one DeleteObjects request in flight at once.
 const DELETE_OBJECTS_IN_FLIGHT: usize = 16;
 const MAX_LIST_KEYS: i32 = 1000;
+/// Largest max-buckets of one ListBuckets page (S3's limit).
+const MAX_LIST_BUCKETS: i32 = 10_000;
 
 #[derive(Clone)]
 pub struct MosaicS3 {
@@ -90,6 +95,164 @@ impl MosaicS3 {
         }
         let who = creds.as_ref().map(|c| c.access_key.as_str()).unwrap_or("");
         Ok(self.is_root(who) || info.owner.as_deref() == Some(who))
+    }
+}
+
+/// x-amz-grant-write of an object write (kept in its ACL, as S3 lists it; WRITE means nothing on an object).
+fn grant_write_header(headers: &http::HeaderMap) -> Option<String> {
+    headers.get("x-amz-grant-write").and_then(|v| v.to_str().ok()).map(str::to_string)
+}
+
+/// BlockPublicAcls: a public ACL on the bucket or one of its objects is refused.
+fn refuse_public_acl(info: &mosaic_layer::BucketInfo, acl: Option<&[AclGrant]>) -> S3Result<()> {
+    let blocked = info.public_access_block.is_some_and(|b| b.block_public_acls);
+    if blocked && acl.unwrap_or_default().iter().any(|g| g.is_public()) {
+        return Err(s3_error!(AccessDenied, "the bucket's public access block refuses public ACLs"));
+    }
+    Ok(())
+}
+
+fn ownership_of(o: &ObjectOwnership) -> S3Result<Ownership> {
+    match o.as_str() {
+        ObjectOwnership::BUCKET_OWNER_ENFORCED => Ok(Ownership::BucketOwnerEnforced),
+        ObjectOwnership::BUCKET_OWNER_PREFERRED => Ok(Ownership::BucketOwnerPreferred),
+        ObjectOwnership::OBJECT_WRITER => Ok(Ownership::ObjectWriter),
+        other => Err(s3_error!(InvalidArgument, "unknown object ownership {other}")),
+    }
+}
+
+fn ownership_dto(o: Ownership) -> ObjectOwnership {
+    ObjectOwnership::from_static(match o {
+        Ownership::BucketOwnerEnforced => ObjectOwnership::BUCKET_OWNER_ENFORCED,
+        Ownership::BucketOwnerPreferred => ObjectOwnership::BUCKET_OWNER_PREFERRED,
+        Ownership::ObjectWriter => ObjectOwnership::OBJECT_WRITER,
+    })
+}
+
+/// BucketOwnerEnforced: ACLs are disabled (only bucket-owner-full-control is accepted, as S3 does).
+fn acls_disabled() -> s3s::S3Error {
+    s3_error!(AccessControlListNotSupported, "The bucket does not allow ACLs")
+}
+
+fn public_access_block_dto(b: PublicAccessBlock) -> PublicAccessBlockConfiguration {
+    PublicAccessBlockConfiguration {
+        block_public_acls: Some(b.block_public_acls),
+        block_public_policy: Some(b.block_public_policy),
+        ignore_public_acls: Some(b.ignore_public_acls),
+        restrict_public_buckets: Some(b.restrict_public_buckets),
+    }
+}
+
+/// The x-amz-grant-* headers of a request, by the permission each grants.
+type GrantHeaders<'a> = [(Option<&'a str>, AclPermission); 5];
+
+fn grant_headers<'a>(
+    read: &'a Option<String>,
+    write: &'a Option<String>,
+    read_acp: &'a Option<String>,
+    write_acp: &'a Option<String>,
+    full_control: &'a Option<String>,
+) -> GrantHeaders<'a> {
+    [
+        (read.as_deref(), AclPermission::Read),
+        (write.as_deref(), AclPermission::Write),
+        (read_acp.as_deref(), AclPermission::ReadAcp),
+        (write_acp.as_deref(), AclPermission::WriteAcp),
+        (full_control.as_deref(), AclPermission::FullControl),
+    ]
+}
+
+impl MosaicS3 {
+    /// The Owner element of an owner's canonical id.
+    fn owner_dto(&self, id: &str) -> Owner {
+        Owner { id: Some(id.to_string()), display_name: self.keys.display_name(id) }
+    }
+
+    /// The canonical id of a bucket's owner.
+    async fn bucket_owner_id(&self, bucket: &str) -> S3Result<String> {
+        let info = self.layer.bucket_info(bucket).await.map_err(to_s3)?;
+        Ok(self.keys.owner_id(info.owner.as_deref()))
+    }
+
+    /// The grants a request asks for with x-amz-acl or x-amz-grant-* (not both), as stored (None: private).
+    fn requested_acl(
+        &self,
+        canned: Option<&str>,
+        grants: GrantHeaders<'_>,
+        owner_id: &str,
+        bucket_owner_id: &str,
+    ) -> S3Result<Option<Option<Vec<AclGrant>>>> {
+        let from_headers = crate::acl::from_headers(grants, &|id| self.keys.knows_id(id))?;
+        let grants = match (canned, from_headers) {
+            (Some(_), Some(_)) => {
+                return Err(s3_error!(InvalidRequest, "x-amz-acl and x-amz-grant-* headers cannot be used together"));
+            }
+            (Some(c), None) => crate::acl::canned(c, owner_id, bucket_owner_id)?,
+            (None, Some(g)) => g,
+            (None, None) => return Ok(None),
+        };
+        Ok(Some(crate::acl::stored(grants, owner_id)))
+    }
+
+    /// The owner and ACL of an object a request writes into `bucket`. The root key's writes and the bucket
+    /// owner's are the bucket owner's; another key's are its own; an anonymous writer's are anonymous's.
+    async fn written_access(
+        &self,
+        creds: &Option<s3s::auth::Credentials>,
+        bucket: &str,
+        canned: Option<&str>,
+        grants: GrantHeaders<'_>,
+    ) -> S3Result<ObjectAccess> {
+        let writer = creds.as_ref().map(|c| c.access_key.as_str());
+        let by_root = writer.is_some_and(|k| self.is_root(k));
+        if by_root && canned.is_none() && grants.iter().all(|(h, _)| h.is_none()) {
+            return Ok(ObjectAccess::default());
+        }
+        let info = self.layer.bucket_info(bucket).await.map_err(to_s3)?;
+        let bucket_owner_id = self.keys.owner_id(info.owner.as_deref());
+        let writer_id = match writer {
+            Some(_) if by_root => bucket_owner_id.clone(),
+            Some(k) => crate::acl::canonical_id(k),
+            None => crate::acl::ANONYMOUS_ID.to_string(),
+        };
+        let to_bucket_owner = canned == Some("bucket-owner-full-control");
+        match info.object_ownership {
+            Some(Ownership::BucketOwnerEnforced) => {
+                let headers = grants.iter().any(|(h, _)| h.is_some());
+                if headers || canned.is_some_and(|c| c != "bucket-owner-full-control") {
+                    return Err(acls_disabled());
+                }
+                return Ok(ObjectAccess::default());
+            }
+            Some(Ownership::BucketOwnerPreferred) if to_bucket_owner => return Ok(ObjectAccess::default()),
+            _ => {}
+        }
+        let acl = self.requested_acl(canned, grants, &writer_id, &bucket_owner_id)?.flatten();
+        refuse_public_acl(&info, acl.as_deref())?;
+        Ok(ObjectAccess { owner_id: (writer_id != bucket_owner_id).then_some(writer_id), acl })
+    }
+
+    /// The grants of a PutBucketAcl or PutObjectAcl: a canned ACL, grant headers, or a policy document.
+    fn acl_of_put(
+        &self,
+        canned: Option<&str>,
+        grants: GrantHeaders<'_>,
+        policy: Option<AccessControlPolicy>,
+        owner_id: &str,
+        bucket_owner_id: &str,
+    ) -> S3Result<Option<Vec<AclGrant>>> {
+        let requested = self.requested_acl(canned, grants, owner_id, bucket_owner_id)?;
+        match (requested, policy) {
+            (Some(_), Some(_)) => {
+                Err(s3_error!(UnexpectedContent, "an ACL is given either in headers or in the request body, not both"))
+            }
+            (Some(acl), None) => Ok(acl),
+            (None, Some(p)) => {
+                let g = crate::acl::from_policy(p, owner_id, &|id| self.keys.knows_id(id))?;
+                Ok(crate::acl::stored(g, owner_id))
+            }
+            (None, None) => Err(s3_error!(MissingSecurityHeader, "an ACL needs x-amz-acl, x-amz-grant-* or a body")),
+        }
     }
 }
 
@@ -289,10 +452,6 @@ fn max_keys(m: Option<i32>) -> S3Result<usize> {
     }
 }
 
-fn owner() -> Owner {
-    Owner { display_name: Some("mosaic".into()), id: Some("mosaic".into()) }
-}
-
 /// The x-amz-tagging header of a write: URL-encoded `key=value` pairs joined by `&`.
 fn tagging_header(h: &Option<String>) -> S3Result<Vec<(String, String)>> {
     let Some(h) = h.as_deref().filter(|h| !h.is_empty()) else { return Ok(Vec::new()) };
@@ -366,20 +525,250 @@ impl S3 for MosaicS3 {
             ));
         }
         let owner = req.credentials.as_ref().map(|c| c.access_key.clone()).filter(|k| !self.is_root(k));
-        let opts =
-            BucketOptions { owner: owner.clone(), object_lock: input.object_lock_enabled_for_bucket.unwrap_or(false) };
+        let owner_id = self.keys.owner_id(owner.as_deref());
+        let grants = grant_headers(
+            &input.grant_read,
+            &input.grant_write,
+            &input.grant_read_acp,
+            &input.grant_write_acp,
+            &input.grant_full_control,
+        );
+        let canned = input.acl.as_ref().map(|a| a.as_str());
+        let acl = self.requested_acl(canned, grants, &owner_id, &owner_id)?.flatten();
+        let object_ownership = input.object_ownership.as_ref().map(ownership_of).transpose()?;
+        if object_ownership == Some(Ownership::BucketOwnerEnforced) && acl.is_some() {
+            return Err(s3_error!(InvalidBucketAclWithObjectOwnership, "ACLs are disabled by BucketOwnerEnforced"));
+        }
+        let opts = BucketOptions {
+            owner: owner.clone(),
+            object_lock: input.object_lock_enabled_for_bucket.unwrap_or(false),
+            acl,
+            object_ownership,
+        };
         match self.layer.create_bucket(&input.bucket, Some(&opts)).await {
             Ok(()) => {}
-            // As S3 in us-east-1: creating again a bucket one owns succeeds; another's is taken.
+            // As S3 in us-east-1: creating again a bucket one owns succeeds (with the ACL it has); another's
+            // is taken.
             Err(LayerError::BucketExists) => {
                 let existing = self.layer.bucket_info(&input.bucket).await.map_err(to_s3)?;
-                if existing.owner != owner {
+                if existing.owner != owner || existing.acl != opts.acl {
                     return Err(s3_error!(BucketAlreadyExists));
                 }
             }
             Err(e) => return Err(to_s3(e)),
         }
         Ok(S3Response::new(CreateBucketOutput { location: Some(format!("/{}", input.bucket)) }))
+    }
+
+    async fn put_bucket_policy(
+        &self,
+        req: S3Request<PutBucketPolicyInput>,
+    ) -> S3Result<S3Response<PutBucketPolicyOutput>> {
+        let i = req.input;
+        let policy =
+            crate::policy::Policy::parse(&i.policy, &i.bucket).map_err(|m| s3_error!(MalformedPolicy, "{m}"))?;
+        let info = self.layer.bucket_info(&i.bucket).await.map_err(to_s3)?;
+        if info.public_access_block.is_some_and(|b| b.block_public_policy) && policy.is_public() {
+            return Err(s3_error!(AccessDenied, "the bucket's public access block refuses public policies"));
+        }
+        self.layer.put_bucket_policy(&i.bucket, Some(i.policy)).await.map_err(to_s3)?;
+        Ok(S3Response::new(PutBucketPolicyOutput {}))
+    }
+
+    async fn get_bucket_policy(
+        &self,
+        req: S3Request<GetBucketPolicyInput>,
+    ) -> S3Result<S3Response<GetBucketPolicyOutput>> {
+        let info = self.layer.bucket_info(&req.input.bucket).await.map_err(to_s3)?;
+        let Some(policy) = info.policy else {
+            return Err(s3_error!(NoSuchBucketPolicy, "The bucket policy does not exist"));
+        };
+        Ok(S3Response::new(GetBucketPolicyOutput { policy: Some(policy) }))
+    }
+
+    async fn delete_bucket_policy(
+        &self,
+        req: S3Request<DeleteBucketPolicyInput>,
+    ) -> S3Result<S3Response<DeleteBucketPolicyOutput>> {
+        self.layer.put_bucket_policy(&req.input.bucket, None).await.map_err(to_s3)?;
+        Ok(S3Response::new(DeleteBucketPolicyOutput {}))
+    }
+
+    async fn get_bucket_policy_status(
+        &self,
+        req: S3Request<GetBucketPolicyStatusInput>,
+    ) -> S3Result<S3Response<GetBucketPolicyStatusOutput>> {
+        let bucket = req.input.bucket;
+        let info = self.layer.bucket_info(&bucket).await.map_err(to_s3)?;
+        // Public by its policy or by its ACL (grants to everyone or every signed request).
+        let by_policy = info
+            .policy
+            .as_deref()
+            .is_some_and(|t| crate::policy::Policy::parse(t, &bucket).is_ok_and(|p| p.is_public()));
+        let by_acl = info.acl.as_deref().unwrap_or_default().iter().any(|g| g.is_public());
+        let public = by_policy || by_acl;
+        let status = PolicyStatus { is_public: Some(public) };
+        Ok(S3Response::new(GetBucketPolicyStatusOutput { policy_status: Some(status) }))
+    }
+
+    async fn put_bucket_ownership_controls(
+        &self,
+        req: S3Request<PutBucketOwnershipControlsInput>,
+    ) -> S3Result<S3Response<PutBucketOwnershipControlsOutput>> {
+        let i = req.input;
+        let [rule] = i.ownership_controls.rules.as_slice() else {
+            return Err(s3_error!(MalformedXML, "ownership controls have exactly one rule"));
+        };
+        let ownership = ownership_of(&rule.object_ownership)?;
+        let info = self.layer.bucket_info(&i.bucket).await.map_err(to_s3)?;
+        if ownership == Ownership::BucketOwnerEnforced && info.acl.is_some() {
+            return Err(s3_error!(
+                InvalidBucketAclWithObjectOwnership,
+                "Bucket ACLs other than private are not compatible with BucketOwnerEnforced"
+            ));
+        }
+        self.layer.put_object_ownership(&i.bucket, Some(ownership)).await.map_err(to_s3)?;
+        Ok(S3Response::new(PutBucketOwnershipControlsOutput {}))
+    }
+
+    async fn get_bucket_ownership_controls(
+        &self,
+        req: S3Request<GetBucketOwnershipControlsInput>,
+    ) -> S3Result<S3Response<GetBucketOwnershipControlsOutput>> {
+        let info = self.layer.bucket_info(&req.input.bucket).await.map_err(to_s3)?;
+        let Some(o) = info.object_ownership else {
+            return Err(s3_error!(OwnershipControlsNotFoundError, "The bucket ownership controls were not found"));
+        };
+        let rules = vec![OwnershipControlsRule { object_ownership: ownership_dto(o) }];
+        Ok(S3Response::new(GetBucketOwnershipControlsOutput { ownership_controls: Some(OwnershipControls { rules }) }))
+    }
+
+    async fn delete_bucket_ownership_controls(
+        &self,
+        req: S3Request<DeleteBucketOwnershipControlsInput>,
+    ) -> S3Result<S3Response<DeleteBucketOwnershipControlsOutput>> {
+        self.layer.put_object_ownership(&req.input.bucket, None).await.map_err(to_s3)?;
+        Ok(S3Response::new(DeleteBucketOwnershipControlsOutput {}))
+    }
+
+    async fn put_public_access_block(
+        &self,
+        req: S3Request<PutPublicAccessBlockInput>,
+    ) -> S3Result<S3Response<PutPublicAccessBlockOutput>> {
+        let c = req.input.public_access_block_configuration;
+        let block = PublicAccessBlock {
+            block_public_acls: c.block_public_acls.unwrap_or(false),
+            ignore_public_acls: c.ignore_public_acls.unwrap_or(false),
+            block_public_policy: c.block_public_policy.unwrap_or(false),
+            restrict_public_buckets: c.restrict_public_buckets.unwrap_or(false),
+        };
+        self.layer.put_public_access_block(&req.input.bucket, Some(block)).await.map_err(to_s3)?;
+        Ok(S3Response::new(PutPublicAccessBlockOutput {}))
+    }
+
+    async fn get_public_access_block(
+        &self,
+        req: S3Request<GetPublicAccessBlockInput>,
+    ) -> S3Result<S3Response<GetPublicAccessBlockOutput>> {
+        let info = self.layer.bucket_info(&req.input.bucket).await.map_err(to_s3)?;
+        let Some(block) = info.public_access_block else {
+            let mut e = s3s::S3Error::with_message(
+                s3s::S3ErrorCode::Custom("NoSuchPublicAccessBlockConfiguration".into()),
+                "The public access block configuration was not found",
+            );
+            e.set_status_code(http::StatusCode::NOT_FOUND);
+            return Err(e);
+        };
+        Ok(S3Response::new(GetPublicAccessBlockOutput {
+            public_access_block_configuration: Some(public_access_block_dto(block)),
+        }))
+    }
+
+    async fn delete_public_access_block(
+        &self,
+        req: S3Request<DeletePublicAccessBlockInput>,
+    ) -> S3Result<S3Response<DeletePublicAccessBlockOutput>> {
+        self.layer.put_public_access_block(&req.input.bucket, None).await.map_err(to_s3)?;
+        Ok(S3Response::new(DeletePublicAccessBlockOutput {}))
+    }
+
+    async fn put_bucket_cors(&self, req: S3Request<PutBucketCorsInput>) -> S3Result<S3Response<PutBucketCorsOutput>> {
+        let i = req.input;
+        let rules = crate::cors::from_dto(i.cors_configuration);
+        self.layer.put_bucket_cors(&i.bucket, Some(rules)).await.map_err(to_s3)?;
+        Ok(S3Response::new(PutBucketCorsOutput {}))
+    }
+
+    async fn get_bucket_cors(&self, req: S3Request<GetBucketCorsInput>) -> S3Result<S3Response<GetBucketCorsOutput>> {
+        let info = self.layer.bucket_info(&req.input.bucket).await.map_err(to_s3)?;
+        let Some(rules) = info.cors else {
+            return Err(s3_error!(NoSuchCORSConfiguration, "The CORS configuration does not exist"));
+        };
+        Ok(S3Response::new(GetBucketCorsOutput { cors_rules: Some(crate::cors::to_dto(rules)) }))
+    }
+
+    async fn delete_bucket_cors(
+        &self,
+        req: S3Request<DeleteBucketCorsInput>,
+    ) -> S3Result<S3Response<DeleteBucketCorsOutput>> {
+        self.layer.put_bucket_cors(&req.input.bucket, None).await.map_err(to_s3)?;
+        Ok(S3Response::new(DeleteBucketCorsOutput {}))
+    }
+
+    async fn get_bucket_acl(&self, req: S3Request<GetBucketAclInput>) -> S3Result<S3Response<GetBucketAclOutput>> {
+        let info = self.layer.bucket_info(&req.input.bucket).await.map_err(to_s3)?;
+        let owner_id = self.keys.owner_id(info.owner.as_deref());
+        let grants = info.acl.unwrap_or_else(|| crate::acl::private(&owner_id));
+        let (owner, grants) = crate::acl::to_dto(&grants, &owner_id, &|id| self.keys.display_name(id));
+        Ok(S3Response::new(GetBucketAclOutput { owner: Some(owner), grants: Some(grants) }))
+    }
+
+    async fn put_bucket_acl(&self, req: S3Request<PutBucketAclInput>) -> S3Result<S3Response<PutBucketAclOutput>> {
+        let i = req.input;
+        let owner_id = self.bucket_owner_id(&i.bucket).await?;
+        let grants =
+            grant_headers(&i.grant_read, &i.grant_write, &i.grant_read_acp, &i.grant_write_acp, &i.grant_full_control);
+        let canned = i.acl.as_ref().map(|a| a.as_str());
+        let info = self.layer.bucket_info(&i.bucket).await.map_err(to_s3)?;
+        if info.object_ownership == Some(Ownership::BucketOwnerEnforced) {
+            return Err(acls_disabled());
+        }
+        let acl = self.acl_of_put(canned, grants, i.access_control_policy, &owner_id, &owner_id)?;
+        refuse_public_acl(&info, acl.as_deref())?;
+        self.layer.put_bucket_acl(&i.bucket, acl).await.map_err(to_s3)?;
+        Ok(S3Response::new(PutBucketAclOutput {}))
+    }
+
+    async fn get_object_acl(&self, req: S3Request<GetObjectAclInput>) -> S3Result<S3Response<GetObjectAclOutput>> {
+        let i = req.input;
+        let version = i.version_id.as_deref();
+        let meta = self.layer.head_object(&i.bucket, &i.key, version, &Precondition::default()).await.map_err(to_s3)?;
+        let owner_id = match meta.access.owner_id {
+            Some(id) => id,
+            None => self.bucket_owner_id(&i.bucket).await?,
+        };
+        let grants = meta.access.acl.unwrap_or_else(|| crate::acl::private(&owner_id));
+        let (owner, grants) = crate::acl::to_dto(&grants, &owner_id, &|id| self.keys.display_name(id));
+        Ok(S3Response::new(GetObjectAclOutput { owner: Some(owner), grants: Some(grants), ..Default::default() }))
+    }
+
+    async fn put_object_acl(&self, req: S3Request<PutObjectAclInput>) -> S3Result<S3Response<PutObjectAclOutput>> {
+        let i = req.input;
+        let version = i.version_id.as_deref();
+        let meta = self.layer.head_object(&i.bucket, &i.key, version, &Precondition::default()).await.map_err(to_s3)?;
+        let info = self.layer.bucket_info(&i.bucket).await.map_err(to_s3)?;
+        if info.object_ownership == Some(Ownership::BucketOwnerEnforced) {
+            return Err(acls_disabled());
+        }
+        let bucket_owner_id = self.keys.owner_id(info.owner.as_deref());
+        let owner_id = meta.access.owner_id.unwrap_or_else(|| bucket_owner_id.clone());
+        let grants =
+            grant_headers(&i.grant_read, &i.grant_write, &i.grant_read_acp, &i.grant_write_acp, &i.grant_full_control);
+        let canned = i.acl.as_ref().map(|a| a.as_str());
+        let acl = self.acl_of_put(canned, grants, i.access_control_policy, &owner_id, &bucket_owner_id)?;
+        refuse_public_acl(&info, acl.as_deref())?;
+        self.layer.put_object_acl(&i.bucket, &i.key, version, acl).await.map_err(to_s3)?;
+        Ok(S3Response::new(PutObjectAclOutput { ..Default::default() }))
     }
 
     async fn delete_bucket(&self, req: S3Request<DeleteBucketInput>) -> S3Result<S3Response<DeleteBucketOutput>> {
@@ -397,22 +786,60 @@ impl S3 for MosaicS3 {
         req: S3Request<GetBucketLocationInput>,
     ) -> S3Result<S3Response<GetBucketLocationOutput>> {
         self.layer.bucket_info(&req.input.bucket).await.map_err(to_s3)?;
-        Ok(S3Response::new(GetBucketLocationOutput { location_constraint: None }))
+        // The region by name, as RGW answers (AWS leaves us-east-1 empty; clients read both as us-east-1).
+        let region = BucketLocationConstraint::from_static("us-east-1");
+        Ok(S3Response::new(GetBucketLocationOutput { location_constraint: Some(region) }))
     }
 
     async fn list_buckets(&self, req: S3Request<ListBucketsInput>) -> S3Result<S3Response<ListBucketsOutput>> {
         let buckets = self.layer.list_buckets().await.map_err(to_s3)?;
-        let requester = req.credentials.as_ref().map(|c| c.access_key.clone()).unwrap_or_default();
-        let buckets = buckets
+        // Anonymous requesters own no bucket: they see none.
+        let Some(requester) = req.credentials.as_ref().map(|c| c.access_key.clone()) else {
+            let owner = Owner { id: Some(crate::acl::ANONYMOUS_ID.into()), display_name: None };
+            return Ok(S3Response::new(ListBucketsOutput {
+                buckets: Some(Vec::new()),
+                owner: Some(owner),
+                ..Default::default()
+            }));
+        };
+        let i = &req.input;
+        let max = match i.max_buckets {
+            None => usize::MAX,
+            Some(m) if (1..=MAX_LIST_BUCKETS).contains(&m) => m as usize,
+            Some(_) => return Err(s3_error!(InvalidArgument, "max-buckets is 1 to {MAX_LIST_BUCKETS}")),
+        };
+        let after = match i.continuation_token.as_deref().filter(|t| !t.is_empty()) {
+            Some(t) => crate::token::decode(t)
+                .map_err(|_| s3_error!(InvalidArgument, "The continuation token provided is incorrect"))?,
+            None => String::new(),
+        };
+        let prefix = i.prefix.clone().unwrap_or_default();
+        // list_buckets is in name order.
+        let mut seen: Vec<_> = buckets
             .into_iter()
+            .filter(|b| b.name.as_str() > after.as_str() && b.name.starts_with(&prefix))
             .filter(|b| self.keys.sees_bucket(&requester, &b.name, b.owner.as_deref()))
+            .take(max.saturating_add(1))
+            .collect();
+        let next = (seen.len() > max).then(|| {
+            seen.truncate(max);
+            seen.last().map(|b| crate::token::encode(&b.name)).unwrap_or_default()
+        });
+        let buckets = seen
+            .into_iter()
             .map(|b| Bucket {
                 name: Some(b.name),
                 creation_date: Some(ts(b.created_unix_ms)),
                 bucket_region: Some("us-east-1".into()),
             })
             .collect();
-        Ok(S3Response::new(ListBucketsOutput { buckets: Some(buckets), owner: Some(owner()), ..Default::default() }))
+        let owner = self.owner_dto(&crate::acl::canonical_id(&requester));
+        Ok(S3Response::new(ListBucketsOutput {
+            buckets: Some(buckets),
+            owner: Some(owner),
+            continuation_token: next,
+            prefix: i.prefix.clone(),
+        }))
     }
 
     async fn put_object(&self, req: S3Request<PutObjectInput>) -> S3Result<S3Response<PutObjectOutput>> {
@@ -434,6 +861,16 @@ impl S3 for MosaicS3 {
         };
         opts.if_match = input.if_match.as_ref().map(cond_str);
         opts.tags = tagging_header(&input.tagging)?;
+        let grant_write = grant_write_header(&req.headers);
+        let grants = grant_headers(
+            &input.grant_read,
+            &grant_write,
+            &input.grant_read_acp,
+            &input.grant_write_acp,
+            &input.grant_full_control,
+        );
+        let canned = input.acl.as_ref().map(|a| a.as_str());
+        opts.access = self.written_access(&req.credentials, &input.bucket, canned, grants).await?;
         opts.lock = crate::lock::lock_request(
             &input.object_lock_mode,
             &input.object_lock_retain_until_date,
@@ -547,7 +984,7 @@ impl S3 for MosaicS3 {
         let enabled = i.checksum_mode.as_ref().is_some_and(|c| c.as_str() == "ENABLED");
         let c = checksums(&m.checksums, enabled);
         let lock = crate::lock::headers_of(&m);
-        Ok(S3Response::new(HeadObjectOutput {
+        let out = HeadObjectOutput {
             object_lock_mode: lock.mode,
             object_lock_retain_until_date: lock.until,
             object_lock_legal_hold_status: lock.legal_hold,
@@ -572,7 +1009,13 @@ impl S3 for MosaicS3 {
             checksum_type: c.kind,
             version_id: version_header(&m),
             ..Default::default()
-        }))
+        };
+        let mut resp = S3Response::new(out);
+        // HeadObjectOutput has no field for it; GET's x-amz-tagging-count, on HEAD as S3 sends it.
+        if m.tag_count > 0 {
+            resp.headers.insert("x-amz-tagging-count", http::HeaderValue::from(m.tag_count));
+        }
+        Ok(resp)
     }
 
     async fn delete_object(&self, req: S3Request<DeleteObjectInput>) -> S3Result<S3Response<DeleteObjectOutput>> {
@@ -682,9 +1125,14 @@ impl S3 for MosaicS3 {
                 i.metadata.clone(),
             )
         });
+        let grant_write = grant_write_header(&req.headers);
+        let grants =
+            grant_headers(&i.grant_read, &grant_write, &i.grant_read_acp, &i.grant_write_acp, &i.grant_full_control);
+        let access =
+            self.written_access(&req.credentials, &i.bucket, i.acl.as_ref().map(|a| a.as_str()), grants).await?;
         let m = self
             .layer
-            .copy_object(&src_bucket, &src_key, src_version.as_deref(), &pre, &i.bucket, &i.key, new_meta)
+            .copy_object_with(&src_bucket, &src_key, src_version.as_deref(), &pre, &i.bucket, &i.key, new_meta, access)
             .await
             .map_err(to_s3)?;
         let c = checksums(&m.checksums, true);
@@ -707,6 +1155,7 @@ impl S3 for MosaicS3 {
 
     async fn list_objects(&self, req: S3Request<ListObjectsInput>) -> S3Result<S3Response<ListObjectsOutput>> {
         let i = req.input;
+        let owner = self.owner_dto(&self.bucket_owner_id(&i.bucket).await?);
         let url = i.encoding_type.as_ref().is_some_and(|e| e.as_str() == "url");
         let q = ListQuery {
             prefix: i.prefix.clone().unwrap_or_default(),
@@ -735,7 +1184,7 @@ impl S3 for MosaicS3 {
                         e_tag: Some(etag_of(&o.etag)),
                         last_modified: Some(ts(o.last_modified_unix_ms)),
                         storage_class: Some(ObjectStorageClass::from_static(ObjectStorageClass::STANDARD)),
-                        owner: Some(owner()),
+                        owner: Some(owner.clone()),
                         ..Default::default()
                     })
                     .collect(),
@@ -749,6 +1198,7 @@ impl S3 for MosaicS3 {
 
     async fn list_objects_v2(&self, req: S3Request<ListObjectsV2Input>) -> S3Result<S3Response<ListObjectsV2Output>> {
         let i = req.input;
+        let owner = self.owner_dto(&self.bucket_owner_id(&i.bucket).await?);
         let url = i.encoding_type.as_ref().is_some_and(|e| e.as_str() == "url");
         let start_after = match &i.continuation_token {
             // An empty token is no token (S3 lists from the start and echoes it).
@@ -786,7 +1236,7 @@ impl S3 for MosaicS3 {
                         e_tag: Some(etag_of(&o.etag)),
                         last_modified: Some(ts(o.last_modified_unix_ms)),
                         storage_class: Some(ObjectStorageClass::from_static(ObjectStorageClass::STANDARD)),
-                        owner: fetch_owner.then(owner),
+                        owner: fetch_owner.then(|| owner.clone()),
                         ..Default::default()
                     })
                     .collect(),
@@ -869,7 +1319,8 @@ impl S3 for MosaicS3 {
         req: S3Request<GetObjectAttributesInput>,
     ) -> S3Result<S3Response<GetObjectAttributesOutput>> {
         let i = req.input;
-        let wants = |a: &str| i.object_attributes.iter().any(|x| x.as_str() == a);
+        // One header value may list several attributes ("ETag,ObjectSize", as botocore sends them).
+        let wants = |a: &str| i.object_attributes.iter().flat_map(|x| x.as_str().split(',')).any(|x| x.trim() == a);
         let m = self
             .layer
             .head_object(&i.bucket, &i.key, i.version_id.as_deref(), &Precondition::default())
@@ -1010,6 +1461,7 @@ impl S3 for MosaicS3 {
         req: S3Request<ListObjectVersionsInput>,
     ) -> S3Result<S3Response<ListObjectVersionsOutput>> {
         let i = req.input;
+        let owner = self.owner_dto(&self.bucket_owner_id(&i.bucket).await?);
         let url = i.encoding_type.as_ref().is_some_and(|e| e.as_str() == "url");
         let key_marker = i.key_marker.clone().unwrap_or_default();
         let version_id_marker = i.version_id_marker.clone().filter(|v| !v.is_empty());
@@ -1034,7 +1486,7 @@ impl S3 for MosaicS3 {
                     is_latest: Some(v.is_latest),
                     key: Some(enc(v.key)),
                     last_modified: Some(ts(v.last_modified_unix_ms)),
-                    owner: Some(owner()),
+                    owner: Some(owner.clone()),
                     version_id,
                 });
             } else {
@@ -1043,7 +1495,7 @@ impl S3 for MosaicS3 {
                     is_latest: Some(v.is_latest),
                     key: Some(enc(v.key)),
                     last_modified: Some(ts(v.last_modified_unix_ms)),
-                    owner: Some(owner()),
+                    owner: Some(owner.clone()),
                     size: Some(v.size_bytes as i64),
                     storage_class: Some(ObjectVersionStorageClass::from_static(ObjectVersionStorageClass::STANDARD)),
                     version_id,
@@ -1129,6 +1581,11 @@ impl S3 for MosaicS3 {
         opts.checksum_algorithm = i.checksum_algorithm.as_ref().map(|a| a.as_str().to_string());
         opts.checksum_type = i.checksum_type.as_ref().map(|t| t.as_str().to_string());
         opts.tags = tagging_header(&i.tagging)?;
+        let grant_write = grant_write_header(&req.headers);
+        let grants =
+            grant_headers(&i.grant_read, &grant_write, &i.grant_read_acp, &i.grant_write_acp, &i.grant_full_control);
+        opts.access =
+            self.written_access(&req.credentials, &i.bucket, i.acl.as_ref().map(|a| a.as_str()), grants).await?;
         opts.lock = crate::lock::lock_request(
             &i.object_lock_mode,
             &i.object_lock_retain_until_date,
@@ -1285,6 +1742,12 @@ impl S3 for MosaicS3 {
 
     async fn list_parts(&self, req: S3Request<ListPartsInput>) -> S3Result<S3Response<ListPartsOutput>> {
         let i = req.input;
+        // The upload's owner: its writer, else the bucket's.
+        let upload = self.layer.upload_options(&i.bucket, &i.key, &i.upload_id).await.map_err(to_s3)?;
+        let owner = match upload.access.owner_id {
+            Some(id) => self.owner_dto(&id),
+            None => self.owner_dto(&self.bucket_owner_id(&i.bucket).await?),
+        };
         let parts = self.layer.list_parts(&i.bucket, &i.key, &i.upload_id).await.map_err(to_s3)?;
         let marker = i.part_number_marker.unwrap_or(0).max(0) as u32;
         let max = i.max_parts.unwrap_or(1000).clamp(0, 1000) as usize;
@@ -1300,7 +1763,7 @@ impl S3 for MosaicS3 {
             next_part_number_marker: next,
             max_parts: Some(max as i32),
             is_truncated: Some(truncated),
-            owner: Some(owner()),
+            owner: Some(owner.clone()),
             parts: Some(
                 page.into_iter()
                     .map(|p| {
@@ -1328,6 +1791,7 @@ impl S3 for MosaicS3 {
         req: S3Request<ListMultipartUploadsInput>,
     ) -> S3Result<S3Response<ListMultipartUploadsOutput>> {
         let i = req.input;
+        let owner = self.owner_dto(&self.bucket_owner_id(&i.bucket).await?);
         let prefix = i.prefix.clone().unwrap_or_default();
         let uploads = self.layer.list_uploads(&i.bucket, &prefix).await.map_err(to_s3)?;
         let key_marker = i.key_marker.clone().unwrap_or_default();
@@ -1358,7 +1822,7 @@ impl S3 for MosaicS3 {
                         key: Some(u.key),
                         upload_id: Some(u.upload_id),
                         initiated: Some(ts(u.initiated_unix_ms)),
-                        owner: Some(owner()),
+                        owner: Some(owner.clone()),
                         ..Default::default()
                     })
                     .collect(),

@@ -563,8 +563,13 @@ async fn auth() {
     let unknown = client_with(&s.url(), "NOBODY", SECRET_KEY, true);
     let e = unknown.list_buckets().send().await.unwrap_err();
     assert_eq!(status(&e), 403);
-    // Anonymous requests are refused; every error carries a request id.
+    // Anonymous requests see no bucket and are refused private ones; every error carries a request id.
     let r = reqwest::get(format!("{}/", s.url())).await.unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let text = r.text().await.unwrap();
+    assert!(!text.contains("<Bucket>"), "{text}");
+    s.client(true).create_bucket().bucket("private").send().await.unwrap();
+    let r = reqwest::get(format!("{}/private", s.url())).await.unwrap();
     assert_eq!(r.status().as_u16(), 403);
     assert!(r.headers().get("x-amz-request-id").is_some());
     let text = r.text().await.unwrap();
@@ -830,5 +835,62 @@ async fn drive_full_is_an_s3_error_and_recoverable() {
     }
     c.put_object().bucket("full").key("after").body(ByteStream::from(body(2 << 20, 7))).send().await.unwrap();
     assert!(s.engine.check().unwrap().is_clean());
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bucket_pages_tag_counts_attributes_and_policy_status() {
+    use aws_sdk_s3::types::{BucketCannedAcl, ObjectAttributes, Tag, Tagging};
+    let s = TestServer::start().await;
+    let c = s.client(true);
+    for b in ["pga", "pgb", "pgc", "qga"] {
+        c.create_bucket().bucket(b).send().await.unwrap();
+    }
+    // ListBuckets in pages of two, and by prefix.
+    let first = c.list_buckets().max_buckets(2).send().await.unwrap();
+    let names = |o: &aws_sdk_s3::operation::list_buckets::ListBucketsOutput| {
+        o.buckets().iter().filter_map(|b| b.name().map(str::to_string)).collect::<Vec<_>>()
+    };
+    assert_eq!(names(&first), ["pga", "pgb"]);
+    let token = first.continuation_token().unwrap().to_string();
+    let second = c.list_buckets().max_buckets(2).continuation_token(token).send().await.unwrap();
+    assert_eq!(names(&second), ["pgc", "qga"]);
+    assert_eq!(second.continuation_token(), None);
+    let q = c.list_buckets().prefix("q").send().await.unwrap();
+    assert_eq!(names(&q), ["qga"]);
+    let e = c.list_buckets().max_buckets(0).send().await.unwrap_err();
+    assert_eq!(code(&e), "InvalidArgument");
+    let e = c.list_buckets().continuation_token("not a token").send().await.unwrap_err();
+    assert_eq!(code(&e), "InvalidArgument");
+
+    // The tag count (HEAD's header is checked through boto3, whose responses show raw headers).
+    c.put_object().bucket("pga").key("k").body(ByteStream::from_static(b"abc")).send().await.unwrap();
+    let tags = Tagging::builder()
+        .tag_set(Tag::builder().key("a").value("1").build().unwrap())
+        .tag_set(Tag::builder().key("b").value("2").build().unwrap())
+        .build()
+        .unwrap();
+    c.put_object_tagging().bucket("pga").key("k").tagging(tags).send().await.unwrap();
+    let raw = c.get_object().bucket("pga").key("k").send().await.unwrap();
+    assert_eq!(raw.tag_count(), Some(2));
+    // GetObjectAttributes takes several attributes in one header value, as botocore sends them.
+    let attrs = c
+        .get_object_attributes()
+        .bucket("pga")
+        .key("k")
+        .object_attributes(ObjectAttributes::ObjectSize)
+        .object_attributes(ObjectAttributes::Etag)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(attrs.object_size(), Some(3));
+    assert!(attrs.e_tag().is_some());
+
+    // Policy status: public by ACL without any policy.
+    let st = c.get_bucket_policy_status().bucket("pgb").send().await.unwrap();
+    assert_eq!(st.policy_status().and_then(|p| p.is_public()), Some(false));
+    c.put_bucket_acl().bucket("pgb").acl(BucketCannedAcl::PublicRead).send().await.unwrap();
+    let st = c.get_bucket_policy_status().bucket("pgb").send().await.unwrap();
+    assert_eq!(st.policy_status().and_then(|p| p.is_public()), Some(true));
     s.stop().await;
 }
