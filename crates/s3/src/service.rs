@@ -1198,7 +1198,11 @@ impl S3 for MosaicS3 {
 
     async fn list_objects_v2(&self, req: S3Request<ListObjectsV2Input>) -> S3Result<S3Response<ListObjectsV2Output>> {
         let i = req.input;
-        let owner = self.owner_dto(&self.bucket_owner_id(&i.bucket).await?);
+        // The bucket record is read for the owner only when asked for (ListObjectsV2 omits it by default).
+        let owner = match i.fetch_owner {
+            Some(true) => Some(self.owner_dto(&self.bucket_owner_id(&i.bucket).await?)),
+            _ => None,
+        };
         let url = i.encoding_type.as_ref().is_some_and(|e| e.as_str() == "url");
         let start_after = match &i.continuation_token {
             // An empty token is no token (S3 lists from the start and echoes it).
@@ -1214,7 +1218,6 @@ impl S3 for MosaicS3 {
         };
         let page = self.layer.list_objects(&i.bucket, &q).await.map_err(to_s3)?;
         let enc = |s: String| if url { encode_url(&s) } else { s };
-        let fetch_owner = i.fetch_owner.unwrap_or(false);
         let key_count = (page.objects.len() + page.common_prefixes.len()) as i32;
         Ok(S3Response::new(ListObjectsV2Output {
             name: Some(i.bucket),
@@ -1236,7 +1239,7 @@ impl S3 for MosaicS3 {
                         e_tag: Some(etag_of(&o.etag)),
                         last_modified: Some(ts(o.last_modified_unix_ms)),
                         storage_class: Some(ObjectStorageClass::from_static(ObjectStorageClass::STANDARD)),
-                        owner: fetch_owner.then(|| owner.clone()),
+                        owner: owner.clone(),
                         ..Default::default()
                     })
                     .collect(),
