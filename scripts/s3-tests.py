@@ -26,6 +26,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PASSING = os.path.join(ROOT, "tests", "s3-tests", "passing.txt")
 MAIN_ACCESS_KEY = "S3TESTSMAINKEY000001"
 MAIN_SECRET_KEY = "s3tests-main-secret-0123456789abcdefghij"
+KMS_KEY_IDS = ("testkey-1", "testkey-2")
 # Bounds: one test that hangs must not hang CI (pytest has no per-test timeout of its own here).
 SERVER_START_TIMEOUT_S = 60
 SUITE_TIMEOUT_S = 60 * 60
@@ -43,7 +44,9 @@ class Server:
             env["MOSAIC_LIFECYCLE_DAY"] = f"{lifecycle_day_s}s"
         self.proc = subprocess.Popen(
             [mosaic, "server", "--data", os.path.join(work, "data"), "--s3-address", "127.0.0.1:0",
-             "--admin-address", "127.0.0.1:0", "--log-format", "json", "--drive-size", "4GiB"],
+             "--admin-address", "127.0.0.1:0", "--log-format", "json", "--drive-size", "4GiB",
+             # The suite's SSE-KMS key ids, and SSE-C over the plain HTTP it speaks.
+             "--kms-key", KMS_KEY_IDS[0], "--kms-key", KMS_KEY_IDS[1], "--sse-c-over-http"],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, text=True)
         self.s3 = self.admin = None
         deadline = threading.Timer(SERVER_START_TIMEOUT_S, self.proc.kill)
@@ -116,6 +119,8 @@ api_name = us-east-1
 access_key = {MAIN_ACCESS_KEY}
 secret_key = {MAIN_SECRET_KEY}
 lc_debug_interval = 2
+kms_keyid = {KMS_KEY_IDS[0]}
+kms_keyid2 = {KMS_KEY_IDS[1]}
 
 [s3 alt]
 display_name = {alt["access_key"]}

@@ -1,11 +1,12 @@
-//! The data directory's small files on arbitrary input: the marker, the root credentials and the access-keys
-//! file. Never a panic; whatever parses re-encodes to a file that parses to the same value; a file whose
+//! The data directory's small files on arbitrary input: the marker, the root credentials, the access-keys
+//! file and the SSE master keys. Never a panic; whatever parses re-encodes to a file that parses to the same value; a file whose
 //! checksum line does not match its body is refused.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use mosaic::datadir_format::{
-    encode_credentials, encode_keys, parse_credentials, parse_keys, parse_marker, validate_credentials,
+    encode_credentials, encode_keys, encode_master_keys, parse_credentials, parse_keys, parse_marker,
+    parse_master_keys, validate_credentials,
 };
 
 fuzz_target!(|data: &[u8]| {
@@ -30,5 +31,10 @@ fuzz_target!(|data: &[u8]| {
     }
     if let Ok(keys) = parse_keys(&sealed) {
         assert_eq!(parse_keys(&encode_keys(&keys).expect("encodes")).as_ref(), Ok(&keys));
+    }
+    for text in [&text[..], &sealed[..]] {
+        if let Ok(m) = parse_master_keys(text) {
+            assert_eq!(parse_master_keys(&encode_master_keys(&m)).as_ref(), Ok(&m));
+        }
     }
 });

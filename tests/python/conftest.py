@@ -21,7 +21,9 @@ class Server:
         env["MOSAIC_SECRET_KEY"] = SECRET_KEY
         self.proc = subprocess.Popen(
             [MOSAIC, "server", "--data", data_dir, "--s3-address", "127.0.0.1:0",
-             "--admin-address", "127.0.0.1:0", "--log-format", "json", "--drive-size", "512MiB"],
+             "--admin-address", "127.0.0.1:0", "--log-format", "json", "--drive-size", "512MiB",
+             # SSE-KMS with a local key, and SSE-C over this plain-HTTP test endpoint.
+             "--kms-key", "py-kms-key", "--sse-c-over-http"],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, text=True)
         self.s3 = self.admin = None
         for line in self.proc.stderr:

@@ -170,3 +170,39 @@ def test_public_read_acl_and_cors_for_a_browser(s3, server):
     assert e.value.response["ResponseMetadata"]["HTTPHeaders"]["x-amz-delete-marker"] == "false"
     s3.delete_objects(Bucket=name, Delete={"Objects": [{"Key": "index.html"}, {"Key": "secret"}]})
     s3.delete_bucket(Bucket=name)
+
+
+def test_encryption_at_rest_sse_s3_kms_and_c(s3, bucket):
+    body = os.urandom(200_000)
+    r = s3.put_object(Bucket=bucket, Key="s3", Body=body, ServerSideEncryption="AES256")
+    assert r["ServerSideEncryption"] == "AES256"
+    assert r["ETag"] == '"%s"' % hashlib.md5(body).hexdigest()
+    got = s3.get_object(Bucket=bucket, Key="s3", Range="bytes=65530-70000")
+    assert got["ServerSideEncryption"] == "AES256" and got["Body"].read() == body[65530:70001]
+    s3.put_object(Bucket=bucket, Key="kms", Body=body, ServerSideEncryption="aws:kms", SSEKMSKeyId="py-kms-key")
+    head = s3.head_object(Bucket=bucket, Key="kms")
+    assert (head["ServerSideEncryption"], head["SSEKMSKeyId"], head["ContentLength"]) == ("aws:kms", "py-kms-key", len(body))
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.put_object(Bucket=bucket, Key="x", Body=b"x", ServerSideEncryption="aws:kms", SSEKMSKeyId="no-such-key")
+    assert e.value.response["Error"]["Code"] == "KMS.NotFoundException"
+    # SSE-C: boto3 base64-encodes the key and adds its MD5.
+    key, other = os.urandom(32), os.urandom(32)
+    s3.put_object(Bucket=bucket, Key="c", Body=body, SSECustomerAlgorithm="AES256", SSECustomerKey=key)
+    got = s3.get_object(Bucket=bucket, Key="c", SSECustomerAlgorithm="AES256", SSECustomerKey=key)
+    assert got["Body"].read() == body and got["SSECustomerAlgorithm"] == "AES256"
+    for kwargs in [{}, {"SSECustomerAlgorithm": "AES256", "SSECustomerKey": other}]:
+        with pytest.raises(botocore.exceptions.ClientError) as e:
+            s3.get_object(Bucket=bucket, Key="c", **kwargs)
+        assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+    # A copy from SSE-C to SSE-S3, and the bucket's default encryption.
+    s3.copy_object(Bucket=bucket, Key="c2", CopySource={"Bucket": bucket, "Key": "c"},
+                   CopySourceSSECustomerAlgorithm="AES256", CopySourceSSECustomerKey=key, ServerSideEncryption="AES256")
+    assert s3.get_object(Bucket=bucket, Key="c2")["Body"].read() == body
+    s3.put_bucket_encryption(Bucket=bucket, ServerSideEncryptionConfiguration={"Rules": [
+        {"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}]})
+    assert s3.put_object(Bucket=bucket, Key="d", Body=b"by default")["ServerSideEncryption"] == "AES256"
+    s3.delete_bucket_encryption(Bucket=bucket)
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.get_bucket_encryption(Bucket=bucket)
+    assert e.value.response["Error"]["Code"] == "ServerSideEncryptionConfigurationNotFoundError"
+    s3.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": k} for k in ["s3", "kms", "c", "c2", "d"]]})

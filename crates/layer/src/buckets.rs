@@ -33,6 +33,7 @@ impl<S: Store> S3Semantics<S> {
             policy: None,
             public_access_block: None,
             object_ownership: opts.object_ownership,
+            encryption: None,
         };
         let name = bucket_record_name(bucket);
         let txn = Txn::new()
@@ -72,22 +73,10 @@ impl<S: Store> S3Semantics<S> {
         }
     }
 
+    /// A bucket's record as the trait shows it, from the cache of bucket states (every request of a
+    /// non-root key reads it for its access check).
     pub(crate) async fn bucket_info_impl(&self, bucket: &str) -> LayerResult<BucketInfo> {
-        let rec = self.bucket_record(bucket).await?;
-        Ok(BucketInfo {
-            name: bucket.to_string(),
-            created_unix_ms: rec.created_unix_ms,
-            versioning: rec.versioning,
-            owner: rec.owner,
-            object_lock: rec.object_lock,
-            tags: rec.tags,
-            lifecycle: rec.lifecycle,
-            acl: rec.acl,
-            cors: rec.cors,
-            policy: rec.policy,
-            public_access_block: rec.public_access_block,
-            object_ownership: rec.object_ownership,
-        })
+        Ok((*self.bucket_state(bucket).await?).clone())
     }
 
     /// Enables or suspends versioning. A bucket once versioned cannot become unversioned again.
@@ -217,5 +206,24 @@ impl<S: Store> S3Semantics<S> {
             }
         }
         Ok(out)
+    }
+}
+
+/// The trait's view of a bucket's record.
+pub(crate) fn info_of(bucket: &str, rec: BucketRecord) -> BucketInfo {
+    BucketInfo {
+        name: bucket.to_string(),
+        created_unix_ms: rec.created_unix_ms,
+        versioning: rec.versioning,
+        owner: rec.owner,
+        object_lock: rec.object_lock,
+        tags: rec.tags,
+        lifecycle: rec.lifecycle,
+        acl: rec.acl,
+        cors: rec.cors,
+        policy: rec.policy,
+        public_access_block: rec.public_access_block,
+        object_ownership: rec.object_ownership,
+        encryption: rec.encryption,
     }
 }

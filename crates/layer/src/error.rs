@@ -74,6 +74,8 @@ pub enum LayerError {
     InvalidTag(String),
     #[error("the part number is past the object's last part")]
     InvalidPartNumber,
+    #[error("the KMS key {0} does not exist")]
+    KmsKeyNotFound(String),
 }
 
 pub type LayerResult<T> = Result<T, LayerError>;

@@ -98,14 +98,17 @@ impl<S: Store> S3Semantics<S> {
 
     /// Streams a body into the store, `base_offset` being where it starts in its object; more than
     /// `max_bytes` fails with EntityTooLarge. `key` is the object the body is for (a multipart part's is
-    /// its upload's key): the store places its units by it.
+    /// its upload's key): the store places its units by it. `md5`: whether to hash it (an encrypted
+    /// body's ETag is its plaintext's, hashed before encryption).
     pub(crate) async fn ingest(
         &self,
         body: PutBody,
         base_offset: u64,
         max_bytes: u64,
         key: &str,
+        md5: bool,
     ) -> LayerResult<Ingested<S::Staged>> {
+        let hash = md5;
         let geometry = self.store.geometry();
         let unit = geometry.unit_bytes as usize;
         let chunk_bytes = self.stage_chunk_bytes();
@@ -127,7 +130,9 @@ impl<S: Store> S3Semantics<S> {
             if total > max_bytes {
                 return Err(LayerError::EntityTooLarge);
             }
-            md5.update(&chunk);
+            if hash {
+                md5.update(&chunk);
+            }
             let mut rest: &[u8] = &chunk;
             if fill.is_none() {
                 if !can_stage || total as usize <= inline_max {
@@ -182,15 +187,8 @@ impl<S: Store> S3Semantics<S> {
             }
         }
         debug_assert_eq!(launched_bytes + tail.len() as u64, total, "every byte is staged or in the tail");
-        let md5_raw: [u8; 16] = md5.finalize().into();
-        Ok(Ingested {
-            staged,
-            tail_offset: launched_bytes,
-            tail,
-            size_bytes: total,
-            md5_hex: hex::encode(md5_raw),
-            extra,
-        })
+        let md5_hex = if hash { hex::encode(md5.finalize()) } else { String::new() };
+        Ok(Ingested { staged, tail_offset: launched_bytes, tail, size_bytes: total, md5_hex, extra })
     }
 
     /// Stages the first `len` bytes (whole units) of a buffer in a task.

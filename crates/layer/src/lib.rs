@@ -24,6 +24,7 @@ mod names;
 mod objects;
 mod records;
 mod semantics;
+mod sse;
 #[doc(hidden)]
 pub mod testing;
 mod upgrade;
@@ -43,6 +44,9 @@ pub use multipart::{MAX_PART_BYTES, MAX_PARTS, MIN_PART_BYTES};
 pub use names::{MAX_KEY_BYTES, MAX_USER_METADATA_BYTES, validate_bucket_name, validate_key};
 pub use objects::MAX_TAGS;
 pub use semantics::{DEFAULT_MAX_OBJECT_BYTES, S3Semantics, SemanticsConfig};
+pub use sse::{
+    BucketEncryption, CustomerKey, MAX_KMS_KEY_ID_BYTES, MAX_KMS_KEYS, SseKeys, SseMeta, SseMode, SseRequest,
+};
 pub use versions::MAX_VERSIONS_SCANNED;
 
 use async_trait::async_trait;
@@ -83,6 +87,8 @@ pub struct BucketInfo {
     pub public_access_block: Option<PublicAccessBlock>,
     /// None: no ownership controls (objects are their writers').
     pub object_ownership: Option<ObjectOwnership>,
+    /// Default encryption of writes that ask for none.
+    pub encryption: Option<BucketEncryption>,
 }
 
 /// How a bucket is made.
@@ -200,6 +206,13 @@ pub struct ListQuery {
     pub max_keys: usize,
 }
 
+/// The keys of a copy: the source's SSE-C key, and the encryption the copy (or the part) is written with.
+#[derive(Clone, Debug, Default)]
+pub struct CopyKeys {
+    pub source: Option<CustomerKey>,
+    pub dest: Option<SseRequest>,
+}
+
 /// A byte range resolved against the object size: [start, end).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ByteRange {
@@ -291,6 +304,8 @@ pub trait ObjectLayer: Send + Sync + 'static {
     async fn put_bucket_policy(&self, bucket: &str, policy: Option<String>) -> LayerResult<()>;
     /// Sets a bucket's CORS rules (None: removes them).
     async fn put_bucket_cors(&self, bucket: &str, rules: Option<Vec<CorsRule>>) -> LayerResult<()>;
+    /// Sets a bucket's default encryption (None: removes it).
+    async fn put_bucket_encryption(&self, bucket: &str, encryption: Option<BucketEncryption>) -> LayerResult<()>;
     /// Sets a bucket's ACL (None: private).
     async fn put_bucket_acl(&self, bucket: &str, acl: Option<Vec<AclGrant>>) -> LayerResult<()>;
     /// Sets a bucket's tags (empty: removes them).
@@ -309,7 +324,6 @@ pub trait ObjectLayer: Send + Sync + 'static {
 
     async fn put_object(&self, bucket: &str, key: &str, body: PutBody, opts: PutOptions) -> LayerResult<ObjectMeta>;
     /// The current version, or the version named (`version_id`, "null" for the null version).
-    #[allow(clippy::too_many_arguments)]
     async fn get_object(
         &self,
         bucket: &str,
@@ -318,6 +332,20 @@ pub trait ObjectLayer: Send + Sync + 'static {
         range: Option<RangeRequest>,
         part_number: Option<u32>,
         pre: &Precondition,
+    ) -> LayerResult<GetResult> {
+        self.get_object_sse(bucket, key, version_id, range, part_number, pre, None).await
+    }
+    /// GET with the customer's key of an object stored with SSE-C (required for those, refused for others).
+    #[allow(clippy::too_many_arguments)]
+    async fn get_object_sse(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<&str>,
+        range: Option<RangeRequest>,
+        part_number: Option<u32>,
+        pre: &Precondition,
+        customer: Option<&CustomerKey>,
     ) -> LayerResult<GetResult>;
     async fn head_object(
         &self,
@@ -325,6 +353,21 @@ pub trait ObjectLayer: Send + Sync + 'static {
         key: &str,
         version_id: Option<&str>,
         pre: &Precondition,
+    ) -> LayerResult<ObjectMeta> {
+        self.head_object_sse(bucket, key, version_id, pre, None).await
+    }
+    /// A version's metadata for an access check: no conditions, and no SSE-C key needed (nothing of the
+    /// body is read).
+    async fn object_meta_unchecked(&self, bucket: &str, key: &str, version_id: Option<&str>)
+    -> LayerResult<ObjectMeta>;
+    /// HEAD with the customer's key of an object stored with SSE-C (checked against the object's).
+    async fn head_object_sse(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<&str>,
+        pre: &Precondition,
+        customer: Option<&CustomerKey>,
     ) -> LayerResult<ObjectMeta>;
     /// Without a version id: removes the key, or in a versioned bucket makes a delete marker its current
     /// version; with one, removes that version. Deleting what does not exist succeeds (S3 semantics).
@@ -349,10 +392,13 @@ pub trait ObjectLayer: Send + Sync + 'static {
         new_meta: Option<PutOptions>,
     ) -> LayerResult<ObjectMeta> {
         let access = new_meta.as_ref().map(|m| m.access.clone()).unwrap_or_default();
-        self.copy_object_with(src_bucket, src_key, src_version, src_pre, dst_bucket, dst_key, new_meta, access).await
+        let keys = CopyKeys { source: None, dest: new_meta.as_ref().and_then(|m| m.sse.clone()) };
+        self.copy_object_with(src_bucket, src_key, src_version, src_pre, dst_bucket, dst_key, new_meta, access, keys)
+            .await
     }
     /// A copy whose owner and ACL are `access` (a copy never takes the source's: S3 gives it the request's),
-    /// whether or not the metadata is replaced.
+    /// whether or not the metadata is replaced. `keys`: the source's SSE-C key and the copy's encryption
+    /// (else the destination bucket's default); an encrypted source or copy is read and written again.
     #[allow(clippy::too_many_arguments)]
     async fn copy_object_with(
         &self,
@@ -364,6 +410,7 @@ pub trait ObjectLayer: Send + Sync + 'static {
         dst_key: &str,
         new_meta: Option<PutOptions>,
         access: ObjectAccess,
+        keys: CopyKeys,
     ) -> LayerResult<ObjectMeta>;
     async fn list_objects(&self, bucket: &str, q: &ListQuery) -> LayerResult<ListPage>;
     async fn list_object_versions(&self, bucket: &str, q: &VersionQuery) -> LayerResult<VersionPage>;
@@ -393,6 +440,18 @@ pub trait ObjectLayer: Send + Sync + 'static {
         upload_id: &str,
         part: u32,
         body: PutBody,
+    ) -> LayerResult<PartInfo> {
+        self.upload_part_sse(bucket, key, upload_id, part, body, None).await
+    }
+    /// A part of an upload made with SSE-C carries the upload's customer key.
+    async fn upload_part_sse(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        part: u32,
+        body: PutBody,
+        customer: Option<&CustomerKey>,
     ) -> LayerResult<PartInfo>;
     /// Copies a range of an existing object into a part.
     #[allow(clippy::too_many_arguments)]
@@ -407,6 +466,25 @@ pub trait ObjectLayer: Send + Sync + 'static {
         src_version: Option<&str>,
         range: Option<RangeRequest>,
         src_pre: &Precondition,
+    ) -> LayerResult<PartInfo> {
+        let keys = CopyKeys::default();
+        self.upload_part_copy_sse(bucket, key, upload_id, part, src_bucket, src_key, src_version, range, src_pre, keys)
+            .await
+    }
+    /// UploadPartCopy with the source's SSE-C key and, for an SSE-C upload, the upload's (`keys.dest`).
+    #[allow(clippy::too_many_arguments)]
+    async fn upload_part_copy_sse(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        part: u32,
+        src_bucket: &str,
+        src_key: &str,
+        src_version: Option<&str>,
+        range: Option<RangeRequest>,
+        src_pre: &Precondition,
+        keys: CopyKeys,
     ) -> LayerResult<PartInfo>;
     async fn complete_multipart(
         &self,

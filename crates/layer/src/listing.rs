@@ -148,6 +148,10 @@ impl<S: Store> S3Semantics<S> {
                 (o.etag, o.last_modified_unix_ms) = match meta {
                     Some(raw) => {
                         let f = ListedFields::decode(&raw)?;
+                        if f.sse.is_some() {
+                            // Stored encrypted: the store's size counts the packages' tags.
+                            o.size_bytes = f.size_bytes;
+                        }
                         (f.etag, f.last_modified_unix_ms)
                     }
                     None => (String::new(), (info.mtime_ns / 1_000_000) as i64),

@@ -8,6 +8,9 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 pub const META_VERSION: u8 = 1;
+/// The version of an encrypted object's record: builds that know no encryption refuse it rather than
+/// serve its ciphertext as the object.
+pub const META_VERSION_ENCRYPTED: u8 = 2;
 
 /// User metadata (`x-amz-meta-mosaic-priority`) whose value `high` marks an object high-priority (paper
 /// 003's prioritized objects): its reads and writes run in the drive's foreground-high class and hold
@@ -62,6 +65,9 @@ pub struct ObjectMeta {
     /// The version's owner (when not the bucket's) and ACL; absent: the bucket owner's, private.
     #[serde(default, skip_serializing_if = "ObjectAccess::is_default")]
     pub access: ObjectAccess,
+    /// Encryption at rest: the sealed object key and the streams' salts (record version 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sse: Option<crate::sse::SseMeta>,
 }
 
 fn is_zero_usize(n: &usize) -> bool {
@@ -74,16 +80,24 @@ fn is_zero(n: &u64) -> bool {
 
 impl ObjectMeta {
     pub fn encode(&self) -> Vec<u8> {
-        serde_json::to_vec(self).expect("metadata serializes")
+        let mut m = self.clone();
+        m.version = if m.sse.is_some() { META_VERSION_ENCRYPTED } else { META_VERSION };
+        serde_json::to_vec(&m).expect("metadata serializes")
     }
 
     pub fn decode(raw: &[u8]) -> LayerResult<Self> {
         let m: ObjectMeta =
             serde_json::from_slice(raw).map_err(|e| LayerError::Corrupt(format!("object metadata: {e}")))?;
-        if m.version != META_VERSION {
+        let expected = if m.sse.is_some() { META_VERSION_ENCRYPTED } else { META_VERSION };
+        if m.version != expected {
             return Err(LayerError::Corrupt(format!("object metadata version {}", m.version)));
         }
-        Ok(m)
+        Ok(ObjectMeta { version: META_VERSION, ..m })
+    }
+
+    /// Whether the object's body is stored encrypted (its stored size is then not its size).
+    pub fn is_encrypted(&self) -> bool {
+        self.sse.is_some()
     }
 }
 
@@ -170,13 +184,17 @@ pub(crate) struct ListedFields {
     pub version: u8,
     pub etag: String,
     pub last_modified_unix_ms: i64,
+    pub size_bytes: u64,
+    /// Present for encrypted objects, whose stored size is not their size.
+    #[serde(default)]
+    pub sse: Option<serde::de::IgnoredAny>,
 }
 
 impl ListedFields {
     pub(crate) fn decode(raw: &[u8]) -> LayerResult<Self> {
         let m: ListedFields =
             serde_json::from_slice(raw).map_err(|e| LayerError::Corrupt(format!("object metadata: {e}")))?;
-        if m.version != META_VERSION {
+        if m.version != META_VERSION && m.version != META_VERSION_ENCRYPTED {
             return Err(LayerError::Corrupt(format!("object metadata version {}", m.version)));
         }
         Ok(m)
@@ -214,6 +232,12 @@ pub struct PutOptions {
     /// The writer (when not the bucket's owner) and the ACL (x-amz-acl, x-amz-grant-*).
     #[serde(default, skip_serializing_if = "ObjectAccess::is_default")]
     pub access: ObjectAccess,
+    /// Encryption asked for by the write (never stored: an SSE-C key stays in memory for the request).
+    #[serde(skip)]
+    pub sse: Option<crate::sse::SseRequest>,
+    /// A multipart upload's sealed object key, made at CreateMultipartUpload; set by the layer only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sse_sealed: Option<crate::sse::SseMeta>,
 }
 
 impl PutOptions {
@@ -227,6 +251,20 @@ impl PutOptions {
         }
         crate::objects::validate_tags(&self.tags)?;
         crate::acl::validate_acl(self.access.acl.as_deref().unwrap_or_default())
+    }
+
+    /// What a write of an object like `meta` says (a copy that keeps the source's metadata).
+    pub fn from_meta(meta: &ObjectMeta) -> Self {
+        PutOptions {
+            content_type: meta.content_type.clone(),
+            content_encoding: meta.content_encoding.clone(),
+            content_disposition: meta.content_disposition.clone(),
+            content_language: meta.content_language.clone(),
+            cache_control: meta.cache_control.clone(),
+            expires: meta.expires.clone(),
+            user_metadata: meta.user_metadata.clone(),
+            ..Default::default()
+        }
     }
 
     pub fn into_meta(self, size_bytes: u64, etag: String, now_ms: i64) -> ObjectMeta {
@@ -252,6 +290,7 @@ impl PutOptions {
             legal_hold: self.lock.legal_hold,
             tag_count: self.tags.len(),
             access: self.access,
+            sse: None,
         }
     }
 }

@@ -29,6 +29,10 @@ impl<S: Store> S3Semantics<S> {
         self.bucket_coll(&self.store.snapshot(), bucket).await?;
         // A lock asked for in a bucket without object lock is refused now, not at completion.
         self.lock_of_new_version(bucket, &opts.lock).await?;
+        // The object key is made now; each part is a stream of it (an SSE-C key comes with every part).
+        let mut opts = opts;
+        opts.sse_sealed = self.seal_for_write(bucket, opts.sse.as_ref()).await?.map(|(sse, _)| sse);
+        opts.sse = None;
         let upload_id = hex::encode(rand::random::<[u8; 16]>());
         let rec = UploadRecord { version: RECORD_VERSION, key: key.to_string(), initiated_unix_ms: now_ms(), opts };
         let name = upload_name(bucket, &upload_id, key);
@@ -49,11 +53,34 @@ impl<S: Store> S3Semantics<S> {
         upload_id: &str,
         part: u32,
         body: PutBody,
+        customer: Option<&CustomerKey>,
     ) -> LayerResult<PartInfo> {
         check_part_number(part)?;
-        self.upload_record(&self.store.snapshot(), bucket, key, upload_id).await?;
-        let ing = self.ingest(body, 0, MAX_PART_BYTES, key).await?;
-        self.store_part(bucket, key, upload_id, part, ing).await
+        let rec = self.upload_record(&self.store.snapshot(), bucket, key, upload_id).await?;
+        let object_key = self.part_key(&rec, customer)?;
+        self.ingest_part(bucket, key, upload_id, part, body, object_key).await
+    }
+
+    /// The object key a part of the upload is encrypted with (None: the upload is not encrypted); an
+    /// SSE-C upload needs its customer key with every part.
+    fn part_key(&self, rec: &UploadRecord, customer: Option<&CustomerKey>) -> LayerResult<Option<mosaic_crypt::Key>> {
+        let meta = ObjectMeta { sse: rec.opts.sse_sealed.clone(), ..Default::default() };
+        self.check_read_key(&meta, customer)
+    }
+
+    async fn ingest_part(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        part: u32,
+        body: PutBody,
+        object_key: Option<mosaic_crypt::Key>,
+    ) -> LayerResult<PartInfo> {
+        let salt = object_key.as_ref().map(|_| crate::sse::new_salt());
+        let stream = object_key.as_ref().zip(salt.as_deref());
+        let (ing, plain) = self.ingest_encrypting(body, stream, MAX_PART_BYTES, key).await?;
+        self.store_part(bucket, key, upload_id, part, ing, plain, salt).await
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -63,15 +90,20 @@ impl<S: Store> S3Semantics<S> {
         key: &str,
         upload_id: &str,
         part: u32,
-        src_bucket: &str,
-        src_key: &str,
-        src_version: Option<&str>,
+        source: crate::objects::CopySource<'_>,
         range: Option<RangeRequest>,
-        src_pre: &Precondition,
+        keys: CopyKeys,
     ) -> LayerResult<PartInfo> {
         check_part_number(part)?;
-        self.upload_record(&self.store.snapshot(), bucket, key, upload_id).await?;
-        let got = self.get_object(src_bucket, src_key, src_version, range, None, src_pre).await?;
+        let rec = self.upload_record(&self.store.snapshot(), bucket, key, upload_id).await?;
+        let dest_customer = match &keys.dest {
+            Some(SseRequest::Customer(c)) => Some(c),
+            _ => None,
+        };
+        let object_key = self.part_key(&rec, dest_customer)?;
+        let got = self
+            .get_object_impl(source.bucket, source.key, source.version, range, None, source.pre, keys.source.as_ref())
+            .await?;
         // A copy range must lie within the source (a GET range is cut to the object instead).
         if let Some(RangeRequest::FromTo { last: Some(last), .. }) = range
             && last >= got.meta.size_bytes
@@ -82,8 +114,7 @@ impl<S: Store> S3Semantics<S> {
         if len > MAX_PART_BYTES {
             return Err(LayerError::InvalidArgument("a part is at most 5 GiB".into()));
         }
-        let ing = self.ingest(PutBody { stream: got.body, finish: None }, 0, MAX_PART_BYTES, key).await?;
-        self.store_part(bucket, key, upload_id, part, ing).await
+        self.ingest_part(bucket, key, upload_id, part, PutBody { stream: got.body, finish: None }, object_key).await
     }
 
     pub(crate) async fn complete_multipart_impl(
@@ -128,6 +159,20 @@ impl<S: Store> S3Semantics<S> {
         (meta.retention, meta.legal_hold) = (lock.retention, lock.legal_hold);
         meta.part_sizes = sizes.clone();
         meta.checksums.extend(extra_meta);
+        // An encrypted upload's parts are streams of its object key, stored with their packages' tags.
+        let stored_sizes: Vec<u64> = match &rec.opts.sse_sealed {
+            None => sizes.clone(),
+            Some(sse) => {
+                let salts = parts
+                    .iter()
+                    .map(|p| stored[&p.part_number].sse_salt.clone())
+                    .collect::<Option<Vec<String>>>()
+                    .ok_or_else(|| LayerError::Corrupt(format!("upload {upload_id} has a part without its salt")))?;
+                meta.sse = Some(crate::sse::SseMeta { salts, ..sse.clone() });
+                sizes.iter().map(|s| mosaic_crypt::stored_len(*s)).collect()
+            }
+        };
+        let stored_total: u64 = stored_sizes.iter().sum();
         meta.upload_id = Some(upload_id.to_string());
         let name = key.as_bytes().to_vec();
         let mut txn = Txn::new();
@@ -141,9 +186,9 @@ impl<S: Store> S3Semantics<S> {
         let unit = self.store.geometry().unit_bytes;
         let mut offset = 0u64;
         let mut copied = Vec::new();
-        for (p, size) in parts.iter().zip(&sizes) {
+        for (p, size) in parts.iter().zip(&stored_sizes) {
             let pname = part_name(bucket, upload_id, p.part_number, key);
-            let is_last = offset + size == total;
+            let is_last = offset + size == stored_total;
             if offset.is_multiple_of(unit) && (size.is_multiple_of(unit) || is_last) && *size > 0 {
                 txn.push(Op::CloneRange {
                     src_coll: self.mpu().await?,
@@ -213,7 +258,9 @@ impl<S: Store> S3Semantics<S> {
     ) -> LayerResult<ObjectMeta> {
         let Some(info) = snap.lookup(coll, key.as_bytes()).await? else { return Err(LayerError::NoSuchUpload) };
         let mut meta = read_meta(snap, &info.obj, bucket, key).await?;
-        meta.size_bytes = info.size_bytes;
+        if !meta.is_encrypted() {
+            meta.size_bytes = info.size_bytes;
+        }
         let md5s: Option<Vec<u8>> = parts
             .iter()
             .map(|p| hex::decode(p.etag.trim().trim_matches('"')).ok())
@@ -328,6 +375,7 @@ impl<S: Store> S3Semantics<S> {
         Ok(out)
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn store_part(
         &self,
         bucket: &str,
@@ -335,13 +383,16 @@ impl<S: Store> S3Semantics<S> {
         upload_id: &str,
         part: u32,
         ing: Ingested<S::Staged>,
+        plain: crate::sse::Plaintext,
+        sse_salt: Option<String>,
     ) -> LayerResult<PartInfo> {
         let rec = PartRecord {
             version: RECORD_VERSION,
-            etag: ing.md5_hex.clone(),
-            size_bytes: ing.size_bytes,
+            etag: plain.md5_hex,
+            size_bytes: plain.size_bytes,
             last_modified_unix_ms: now_ms(),
             checksums: ing.extra.clone(),
+            sse_salt,
         };
         let name = part_name(bucket, upload_id, part, key);
         let coll = &self.mpu().await?;

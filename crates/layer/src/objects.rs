@@ -61,16 +61,24 @@ impl<S: Store> S3Semantics<S> {
         opts.validate()?;
         let coll = self.bucket_coll(&self.store.snapshot(), bucket).await?;
         if let Some(offset) = opts.write_offset {
-            if !self.versioning(bucket).await?.is_unversioned() {
+            let state = self.bucket_state(bucket).await?;
+            if !state.versioning.is_unversioned() {
                 return Err(LayerError::InvalidArgument("appends are not supported in versioned buckets".into()));
+            }
+            if opts.sse.is_some() || state.encryption.is_some() {
+                return Err(LayerError::InvalidArgument("appends are not supported with encryption".into()));
             }
             return self.append(coll, bucket, key, body, opts, offset).await;
         }
         // A high-priority object holds background work back from its first byte to its commit.
         let _prioritized = crate::meta::wants_high_priority(&opts.user_metadata).then(|| self.store.hold_priority());
         let lock = self.lock_of_new_version(bucket, &opts.lock).await?;
-        let ing = self.ingest(body, 0, self.cfg.max_object_bytes, key).await?;
-        let mut meta = opts.clone().into_meta(ing.size_bytes, ing.md5_hex.clone(), now_ms());
+        let sealed = self.seal_for_write(bucket, opts.sse.as_ref()).await?;
+        let salt = sealed.as_ref().map(|_| crate::sse::new_salt());
+        let stream = sealed.as_ref().zip(salt.as_deref()).map(|((_, k), s)| (k, s));
+        let (ing, plain) = self.ingest_encrypting(body, stream, self.cfg.max_object_bytes, key).await?;
+        let mut meta = opts.clone().into_meta(plain.size_bytes, plain.md5_hex, now_ms());
+        meta.sse = sealed.map(|(sse, _)| crate::sse::SseMeta { salts: salt.into_iter().collect(), ..sse });
         (meta.retention, meta.legal_hold) = (lock.retention, lock.legal_hold);
         meta.checksums.extend(ing.extra.iter().cloned());
         let name = key.as_bytes().to_vec();
@@ -158,6 +166,9 @@ impl<S: Store> S3Semantics<S> {
         };
         drop(snap);
         let (old_meta, old_size) = match existing {
+            Some((m, _)) if m.is_encrypted() => {
+                return Err(LayerError::InvalidArgument("an encrypted object cannot be appended to".into()));
+            }
             Some((m, size)) => (Some(m), size),
             None if offset == 0 => (None, 0),
             None => return Err(LayerError::NoSuchKey),
@@ -204,6 +215,7 @@ impl<S: Store> S3Semantics<S> {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn get_object_impl(
         &self,
         bucket: &str,
@@ -212,12 +224,26 @@ impl<S: Store> S3Semantics<S> {
         range: Option<RangeRequest>,
         part_number: Option<u32>,
         pre: &Precondition,
+        customer: Option<&crate::sse::CustomerKey>,
     ) -> LayerResult<GetResult> {
         let Stat { snap, info, meta, .. } = self.stat_object(bucket, key, version_id).await?;
         pre.check(&meta)?;
         let range = resolve_range(&meta, range, part_number)?;
+        let object_key = self.check_read_key(&meta, customer)?;
         let (start, end) = range.map(|r| (r.start, r.end)).unwrap_or((0, meta.size_bytes));
-        let mut body = body_stream(snap, info.obj, start, end, read_chunk_bytes(self.store.geometry().unit_bytes));
+        let mut body = match (&meta.sse, object_key) {
+            (Some(sse), Some(k)) => {
+                let stored = crate::sse::stored_size(meta.size_bytes, &meta.part_sizes);
+                if info.size_bytes != stored {
+                    return Err(LayerError::Corrupt(format!(
+                        "{bucket}/{key} holds {} bytes where its encryption needs {stored}",
+                        info.size_bytes
+                    )));
+                }
+                crate::sse::decrypt_range(snap, info.obj, sse, &k, meta.size_bytes, &meta.part_sizes, start, end)?
+            }
+            _ => body_stream(snap, info.obj, start, end, read_chunk_bytes(self.store.geometry().unit_bytes)),
+        };
         // Read the first chunk before answering: a damaged or unreadable object then gets an error status
         // instead of a 200 whose body breaks off (small objects fail wholly up front).
         let body: ByteStream = match body.next().await {
@@ -318,32 +344,33 @@ impl<S: Store> S3Semantics<S> {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn copy_object_impl(
         &self,
-        src_bucket: &str,
-        src_key: &str,
-        src_version: Option<&str>,
-        src_pre: &Precondition,
+        source: CopySource<'_>,
         dst_bucket: &str,
         dst_key: &str,
         new_meta: Option<PutOptions>,
         access: crate::acl::ObjectAccess,
+        keys: CopyKeys,
     ) -> LayerResult<ObjectMeta> {
         validate_key(dst_key)?;
         crate::acl::validate_acl(access.acl.as_deref().unwrap_or_default())?;
         let Stat { snap, coll: src_coll, name: src, meta: src_meta, .. } =
-            self.stat_object(src_bucket, src_key, src_version).await?;
-        src_pre.check(&src_meta)?;
+            self.stat_object(source.bucket, source.key, source.version).await?;
+        source.pre.check(&src_meta)?;
         let dst_coll = self.bucket_coll(&snap, dst_bucket).await?;
         drop(snap);
-        let same = src_bucket == dst_bucket && src.as_slice() == dst_key.as_bytes();
-        if same && new_meta.is_none() {
+        let same = source.bucket == dst_bucket && src.as_slice() == dst_key.as_bytes();
+        if same && new_meta.is_none() && keys.dest.is_none() {
             return Err(LayerError::InvalidRequest(
                 "This copy request is illegal because it is trying to copy an object to itself without changing \
-                 the object's metadata; use the REPLACE metadata directive"
+                 the object's metadata, storage class, website redirect location or encryption attributes"
                     .into(),
             ));
+        }
+        let encrypted_copy = keys.dest.is_some() || self.bucket_state(dst_bucket).await?.encryption.is_some();
+        if src_meta.is_encrypted() || keys.source.is_some() || encrypted_copy {
+            return self.copy_through(source, dst_bucket, dst_key, new_meta, access, keys).await;
         }
         let new_lock = new_meta.as_ref().map(|o| o.lock);
         let mut meta = match new_meta {
@@ -390,6 +417,35 @@ impl<S: Store> S3Semantics<S> {
             Err(e) if version.is_conflict(&e) => Err(LayerError::Conflict),
             r => r.map(|_| meta).map_err(LayerError::from),
         }
+    }
+
+    /// A copy that reads the source and writes it again: the source or the copy is encrypted (a clone
+    /// would carry the source's key). The plaintext's checksums stay the source's.
+    async fn copy_through(
+        &self,
+        source: CopySource<'_>,
+        dst_bucket: &str,
+        dst_key: &str,
+        new_meta: Option<PutOptions>,
+        access: crate::acl::ObjectAccess,
+        keys: CopyKeys,
+    ) -> LayerResult<ObjectMeta> {
+        let got = self
+            .get_object_impl(source.bucket, source.key, source.version, None, None, source.pre, keys.source.as_ref())
+            .await?;
+        let mut opts = match new_meta {
+            Some(o) => o,
+            None => PutOptions::from_meta(&got.meta),
+        };
+        opts.validate()?;
+        opts.access = access;
+        // A copy does not carry the source's tags.
+        opts.tags = Vec::new();
+        opts.sse = keys.dest;
+        opts.sse_sealed = None;
+        let checksums: Vec<(String, String)> = got.meta.checksums.clone().into_iter().collect();
+        let body = PutBody { stream: got.body, finish: Some(Box::new(move || Ok(checksums))) };
+        self.put_object_impl(dst_bucket, dst_key, body, opts).await
     }
 
     pub(crate) async fn get_tags_impl(
@@ -482,6 +538,14 @@ impl<S: Store> S3Semantics<S> {
             r => r.map(|_| ()).map_err(LayerError::from),
         }
     }
+}
+
+/// The source of a copy: the object (a version of it) and the conditions it must meet.
+pub(crate) struct CopySource<'a> {
+    pub(crate) bucket: &'a str,
+    pub(crate) key: &'a str,
+    pub(crate) version: Option<&'a str>,
+    pub(crate) pre: &'a Precondition,
 }
 
 /// A DELETE's transaction, in the background IO class when the options say so.

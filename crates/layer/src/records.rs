@@ -113,6 +113,9 @@ pub(crate) struct BucketRecord {
     pub(crate) public_access_block: Option<crate::acl::PublicAccessBlock>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) object_ownership: Option<crate::acl::ObjectOwnership>,
+    /// Default encryption of writes that ask for none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) encryption: Option<crate::sse::BucketEncryption>,
 }
 
 impl Record for BucketRecord {
@@ -144,6 +147,9 @@ pub(crate) struct PartRecord {
     pub(crate) size_bytes: u64,
     pub(crate) last_modified_unix_ms: i64,
     pub(crate) checksums: Vec<(String, String)>,
+    /// The salt of the part's stream, when its upload is encrypted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) sse_salt: Option<String>,
 }
 
 impl Record for PartRecord {
@@ -199,6 +205,11 @@ mod tests {
             policy: Some("{}".into()),
             public_access_block: Some(crate::acl::PublicAccessBlock { block_public_acls: true, ..Default::default() }),
             object_ownership: Some(crate::acl::ObjectOwnership::BucketOwnerPreferred),
+            encryption: Some(crate::sse::BucketEncryption {
+                mode: crate::sse::SseMode::Kms,
+                kms_key_id: Some("k1".into()),
+                bucket_key_enabled: true,
+            }),
         };
         assert_eq!(BucketRecord::decode(&b.encode(), " of bucket b").unwrap(), b);
         let p = PartRecord {
@@ -207,6 +218,7 @@ mod tests {
             size_bytes: 3,
             last_modified_unix_ms: 4,
             checksums: vec![("CRC32".into(), "x".into())],
+            sse_salt: Some("00".repeat(16)),
         };
         assert_eq!(PartRecord::decode(&p.encode(), "").unwrap(), p);
         let u = UploadRecord {

@@ -19,11 +19,13 @@ pub const DEFAULT_MAX_OBJECT_BYTES: u64 = 5 << 40;
 pub struct SemanticsConfig {
     /// Largest object accepted by PUT, in bytes.
     pub max_object_bytes: u64,
+    /// The keys of SSE-S3 and SSE-KMS; None: those are refused (SSE-C needs no server key).
+    pub sse_keys: Option<Arc<crate::sse::SseKeys>>,
 }
 
 impl Default for SemanticsConfig {
     fn default() -> Self {
-        SemanticsConfig { max_object_bytes: DEFAULT_MAX_OBJECT_BYTES }
+        SemanticsConfig { max_object_bytes: DEFAULT_MAX_OBJECT_BYTES, sse_keys: None }
     }
 }
 
@@ -139,8 +141,11 @@ impl<S: Store> S3Semantics<S> {
         if info.high_priority {
             snap.prioritize();
         }
-        // The store's size is the truth (appends change it).
-        meta.size_bytes = info.size_bytes;
+        // The store's size is the truth (appends change it), except for an encrypted body, whose stored
+        // size counts its packages' tags (and which cannot be appended to).
+        if !meta.is_encrypted() {
+            meta.size_bytes = info.size_bytes;
+        }
         Ok(Stat { snap: Arc::new(snap), coll, name, info, meta })
     }
 }
@@ -271,6 +276,17 @@ impl<S: Store> ObjectLayer for S3Semantics<S> {
         self.put_bucket_cors_impl(bucket, rules).await
     }
 
+    async fn put_bucket_encryption(&self, bucket: &str, encryption: Option<BucketEncryption>) -> LayerResult<()> {
+        if let Some(e) = &encryption {
+            e.validate()?;
+        }
+        self.update_bucket_record(bucket, |rec| {
+            rec.encryption = encryption;
+            Ok(())
+        })
+        .await
+    }
+
     async fn put_bucket_acl(&self, bucket: &str, acl: Option<Vec<AclGrant>>) -> LayerResult<()> {
         self.put_bucket_acl_impl(bucket, acl).await
     }
@@ -298,7 +314,7 @@ impl<S: Store> ObjectLayer for S3Semantics<S> {
         self.put_object_impl(bucket, key, body, opts).await
     }
 
-    async fn get_object(
+    async fn get_object_sse(
         &self,
         bucket: &str,
         key: &str,
@@ -306,19 +322,31 @@ impl<S: Store> ObjectLayer for S3Semantics<S> {
         range: Option<RangeRequest>,
         part_number: Option<u32>,
         pre: &Precondition,
+        customer: Option<&CustomerKey>,
     ) -> LayerResult<GetResult> {
-        self.get_object_impl(bucket, key, version_id, range, part_number, pre).await
+        self.get_object_impl(bucket, key, version_id, range, part_number, pre, customer).await
     }
 
-    async fn head_object(
+    async fn object_meta_unchecked(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<&str>,
+    ) -> LayerResult<ObjectMeta> {
+        Ok(self.stat_object(bucket, key, version_id).await?.meta)
+    }
+
+    async fn head_object_sse(
         &self,
         bucket: &str,
         key: &str,
         version_id: Option<&str>,
         pre: &Precondition,
+        customer: Option<&CustomerKey>,
     ) -> LayerResult<ObjectMeta> {
         let meta = self.stat_object(bucket, key, version_id).await?.meta;
         pre.check(&meta)?;
+        self.check_read_key(&meta, customer)?;
         Ok(meta)
     }
 
@@ -336,8 +364,10 @@ impl<S: Store> ObjectLayer for S3Semantics<S> {
         dst_key: &str,
         new_meta: Option<PutOptions>,
         access: ObjectAccess,
+        keys: CopyKeys,
     ) -> LayerResult<ObjectMeta> {
-        self.copy_object_impl(src_bucket, src_key, src_version, src_pre, dst_bucket, dst_key, new_meta, access).await
+        let src = crate::objects::CopySource { bucket: src_bucket, key: src_key, version: src_version, pre: src_pre };
+        self.copy_object_impl(src, dst_bucket, dst_key, new_meta, access, keys).await
     }
 
     async fn list_objects(&self, bucket: &str, q: &ListQuery) -> LayerResult<ListPage> {
@@ -376,18 +406,19 @@ impl<S: Store> ObjectLayer for S3Semantics<S> {
         self.create_multipart_impl(bucket, key, opts).await
     }
 
-    async fn upload_part(
+    async fn upload_part_sse(
         &self,
         bucket: &str,
         key: &str,
         upload_id: &str,
         part: u32,
         body: PutBody,
+        customer: Option<&CustomerKey>,
     ) -> LayerResult<PartInfo> {
-        self.upload_part_impl(bucket, key, upload_id, part, body).await
+        self.upload_part_impl(bucket, key, upload_id, part, body, customer).await
     }
 
-    async fn upload_part_copy(
+    async fn upload_part_copy_sse(
         &self,
         bucket: &str,
         key: &str,
@@ -398,8 +429,10 @@ impl<S: Store> ObjectLayer for S3Semantics<S> {
         src_version: Option<&str>,
         range: Option<RangeRequest>,
         src_pre: &Precondition,
+        keys: CopyKeys,
     ) -> LayerResult<PartInfo> {
-        self.upload_part_copy_impl(bucket, key, upload_id, part, src_bucket, src_key, src_version, range, src_pre).await
+        let src = crate::objects::CopySource { bucket: src_bucket, key: src_key, version: src_version, pre: src_pre };
+        self.upload_part_copy_impl(bucket, key, upload_id, part, src, range, keys).await
     }
 
     async fn complete_multipart(

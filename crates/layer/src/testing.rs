@@ -37,7 +37,13 @@ pub async fn run_suite<S: Store>(mut new_store: impl FnMut() -> Arc<S>) {
     case!(versioning_against_a_model);
     case!(object_lock);
     case!(lifecycle);
-    let small = open(new_store(), SemanticsConfig { max_object_bytes: 100_000 }).await;
+    let keys = SseKeys::new(mosaic_crypt::MasterKeys::generate().unwrap(), ["k1".to_string()].into()).unwrap();
+    let cfg = SemanticsConfig { sse_keys: Some(Arc::new(keys)), ..Default::default() };
+    let encrypting = open(new_store(), cfg).await;
+    encryption(&encrypting).await;
+    encryption_detects_damage(&encrypting).await;
+    encrypting.shutdown().await.expect("the store closes");
+    let small = open(new_store(), SemanticsConfig { max_object_bytes: 100_000, ..Default::default() }).await;
     object_size_limit(&small).await;
     small.shutdown().await.expect("the store closes");
 }
@@ -477,7 +483,7 @@ async fn acls<L: ObjectLayer>(l: &L) {
     assert!(head("c1", None).await.access.is_default());
     let mine = ObjectAccess { owner_id: None, acl: Some(readers.clone()) };
     let pre = Precondition::default();
-    l.copy_object_with("bkt", "src", None, &pre, "bkt", "c2", None, mine.clone()).await.unwrap();
+    l.copy_object_with("bkt", "src", None, &pre, "bkt", "c2", None, mine.clone(), CopyKeys::default()).await.unwrap();
     assert_eq!(head("c2", None).await.access, mine);
 
     // A multipart upload's access comes with the object it completes.
@@ -1027,4 +1033,149 @@ async fn lifecycle<L: ObjectLayer>(l: &L) {
     assert!(l.put_bucket_lifecycle("plain", Some(vec![none])).await.is_err());
     l.put_bucket_lifecycle("plain", None).await.unwrap();
     assert!(l.bucket_info("plain").await.unwrap().lifecycle.is_none());
+}
+
+/// A customer key (SSE-C) made from a seed.
+pub fn customer_key(seed: u8) -> CustomerKey {
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let key = [seed; 32];
+    let md5 = b64.encode(Md5::digest(key));
+    CustomerKey::from_headers(Some("AES256"), Some(&b64.encode(key)), Some(&md5)).unwrap().unwrap()
+}
+
+fn encrypted(sse: SseRequest) -> PutOptions {
+    PutOptions { sse: Some(sse), ..Default::default() }
+}
+
+async fn get_keyed<L: ObjectLayer>(
+    l: &L,
+    key: &str,
+    range: Option<RangeRequest>,
+    c: Option<&CustomerKey>,
+) -> LayerResult<Vec<u8>> {
+    let got = l.get_object_sse("enc", key, None, range, None, &Precondition::default(), c).await?;
+    collect(got.body).await
+}
+
+/// SSE-S3, SSE-KMS and SSE-C: bodies of every size around the package size read back whole and by any
+/// range; the ETag and sizes are the plaintext's; keys are required, checked, and never interchangeable.
+async fn encryption<L: ObjectLayer>(l: &L) {
+    l.create_bucket("enc", None).await.unwrap();
+    let pkg = mosaic_crypt::PACKAGE_PLAIN_BYTES;
+    let c1 = customer_key(1);
+    let modes = [SseRequest::S3, SseRequest::Kms { key_id: "k1".into() }, SseRequest::Customer(c1.clone())];
+    for (m, mode) in modes.iter().enumerate() {
+        let c = matches!(mode, SseRequest::Customer(_)).then_some(&c1);
+        for len in [0, 1, pkg - 1, pkg, pkg + 1, 3 * pkg + 17] {
+            let data = pattern(len as u64 + m as u64, len);
+            let key = format!("o{m}-{len}");
+            let meta = l.put_object("enc", &key, body(&data, 10_000), encrypted(mode.clone())).await.unwrap();
+            assert_eq!((meta.size_bytes, meta.etag.as_str()), (len as u64, md5_hex(&data).as_str()));
+            assert_eq!(get_keyed(l, &key, None, c).await.unwrap(), data, "{key}");
+            let head = l.head_object_sse("enc", &key, None, &Precondition::default(), c).await.unwrap();
+            assert_eq!(head.size_bytes, len as u64);
+            for (a, b) in [(0, 1), (pkg - 1, pkg + 1), (pkg, 2 * pkg), (5, len), (len.saturating_sub(3), len)] {
+                let b = b.min(len);
+                if a >= b {
+                    continue;
+                }
+                let r = Some(RangeRequest::FromTo { first: a as u64, last: Some(b as u64 - 1) });
+                assert_eq!(get_keyed(l, &key, r, c).await.unwrap(), &data[a..b], "{key} {a}-{b}");
+            }
+        }
+    }
+    let listed = l.list_objects("enc", &ListQuery { max_keys: 1000, ..Default::default() }).await.unwrap();
+    assert!(listed.objects.iter().any(|o| o.key == "o0-65537" && o.size_bytes == 65_537));
+    // SSE-C: the key is required, and only the right one opens the object.
+    let is_request_error = |r: LayerResult<Vec<u8>>| matches!(r, Err(LayerError::InvalidRequest(_)));
+    assert!(is_request_error(get_keyed(l, "o2-1", None, None).await));
+    assert!(is_request_error(get_keyed(l, "o2-1", None, Some(&customer_key(2))).await));
+    let pre = Precondition::default();
+    assert!(matches!(l.head_object("enc", "o2-1", None, &pre).await, Err(LayerError::InvalidRequest(_))));
+    // An SSE-C key for an object stored without one is refused too.
+    put(l, "enc", "plain", b"plain").await;
+    assert!(is_request_error(get_keyed(l, "plain", None, Some(&c1)).await));
+    // Unknown KMS keys are refused.
+    let e = l.put_object("enc", "x", body(b"x", 1), encrypted(SseRequest::Kms { key_id: "nope".into() })).await;
+    assert_eq!(e.err(), Some(LayerError::KmsKeyNotFound("nope".into())));
+    // Copies between modes re-encrypt: SSE-C to SSE-S3, SSE-S3 to SSE-C, and to plain.
+    let src = pattern(9, 3 * pkg + 5);
+    l.put_object("enc", "src", body(&src, 4096), encrypted(SseRequest::Customer(c1.clone()))).await.unwrap();
+    let c2 = customer_key(2);
+    let keys = CopyKeys { source: Some(c1.clone()), dest: Some(SseRequest::S3) };
+    let copied = l.copy_object_with("enc", "src", None, &pre, "enc", "c-s3", None, Default::default(), keys).await;
+    assert_eq!(copied.unwrap().sse.map(|s| s.mode), Some(SseMode::S3));
+    assert_eq!(get_keyed(l, "c-s3", None, None).await.unwrap(), src);
+    let keys = CopyKeys { source: None, dest: Some(SseRequest::Customer(c2.clone())) };
+    l.copy_object_with("enc", "c-s3", None, &pre, "enc", "c-c2", None, Default::default(), keys).await.unwrap();
+    assert_eq!(get_keyed(l, "c-c2", None, Some(&c2)).await.unwrap(), src);
+    let keys = CopyKeys { source: Some(c2.clone()), dest: None };
+    let plain = l.copy_object_with("enc", "c-c2", None, &pre, "enc", "c-plain", None, Default::default(), keys);
+    assert_eq!(plain.await.unwrap().sse, None);
+    assert_eq!(get_all(l, "enc", "c-plain").await.unwrap(), src);
+    let keys = CopyKeys { source: None, dest: None };
+    let no_key = l.copy_object_with("enc", "c-c2", None, &pre, "enc", "c-x", None, Default::default(), keys).await;
+    assert!(matches!(no_key, Err(LayerError::InvalidRequest(_))));
+    encrypted_multipart(l, &c1, &src).await;
+    // A bucket's default encryption applies to writes that ask for none.
+    let default = BucketEncryption { mode: SseMode::Kms, kms_key_id: Some("k1".into()), bucket_key_enabled: false };
+    l.put_bucket_encryption("enc", Some(default.clone())).await.unwrap();
+    assert_eq!(l.bucket_info("enc").await.unwrap().encryption, Some(default));
+    let meta = put(l, "enc", "defaulted", b"by default").await;
+    assert_eq!(meta.sse.map(|s| (s.mode, s.kms_key_id)), Some((SseMode::Kms, Some("k1".into()))));
+    assert_eq!(get_all(l, "enc", "defaulted").await.unwrap(), b"by default");
+    let append = PutOptions { write_offset: Some(0), ..Default::default() };
+    assert!(matches!(l.put_object("enc", "app", body(b"x", 1), append).await, Err(LayerError::InvalidArgument(_))));
+    let bad = BucketEncryption { mode: SseMode::Customer, kms_key_id: None, bucket_key_enabled: false };
+    assert!(matches!(l.put_bucket_encryption("enc", Some(bad)).await, Err(LayerError::InvalidArgument(_))));
+    l.put_bucket_encryption("enc", None).await.unwrap();
+    assert_eq!(put(l, "enc", "plain-again", b"p").await.sse, None);
+}
+
+/// An SSE-C multipart upload: every part needs the upload's key; ranges and part numbers cross parts.
+async fn encrypted_multipart<L: ObjectLayer>(l: &L, c1: &CustomerKey, src: &[u8]) {
+    let pre = Precondition::default();
+    let id = l.create_multipart("enc", "mp", encrypted(SseRequest::Customer(c1.clone()))).await.unwrap();
+    let parts_data = [pattern(21, 5 << 20), pattern(22, (5 << 20) + 3), pattern(23, (5 << 20) + 1000)];
+    let other = customer_key(3);
+    let refused = l.upload_part_sse("enc", "mp", &id, 1, body(&parts_data[0], 1 << 20), Some(&other)).await;
+    assert!(matches!(refused, Err(LayerError::InvalidRequest(_))));
+    let refused = l.upload_part("enc", "mp", &id, 1, body(&parts_data[0], 1 << 20)).await;
+    assert!(matches!(refused, Err(LayerError::InvalidRequest(_))));
+    let mut completes = Vec::new();
+    for (i, d) in parts_data.iter().enumerate() {
+        let p = l.upload_part_sse("enc", "mp", &id, i as u32 + 1, body(d, 1 << 20), Some(c1)).await.unwrap();
+        assert_eq!((p.size_bytes, p.etag.as_str()), (d.len() as u64, md5_hex(d).as_str()));
+        completes.push(CompletePart { part_number: p.part_number, etag: p.etag });
+    }
+    // A part copied from an encrypted source, into the encrypted upload.
+    let keys = CopyKeys { source: Some(c1.clone()), dest: Some(SseRequest::Customer(c1.clone())) };
+    let p4 = l.upload_part_copy_sse("enc", "mp", &id, 4, "enc", "src", None, None, &pre, keys).await.unwrap();
+    completes.push(CompletePart { part_number: 4, etag: p4.etag });
+    let meta = l.complete_multipart("enc", "mp", &id, completes, &pre, Vec::new()).await.unwrap();
+    let whole = [&parts_data.concat()[..], src].concat();
+    assert_eq!(meta.size_bytes, whole.len() as u64);
+    assert_eq!(get_keyed(l, "mp", None, Some(c1)).await.unwrap(), whole);
+    let p = 5u64 << 20;
+    for (a, b) in [(p - 10, p + 10), (0, 2 * p + 4), (2 * p, 2 * p + 1003), (1, whole.len() as u64)] {
+        let r = Some(RangeRequest::FromTo { first: a, last: Some(b - 1) });
+        assert_eq!(get_keyed(l, "mp", r, Some(c1)).await.unwrap(), &whole[a as usize..b as usize], "{a}-{b}");
+    }
+    let got = l.get_object_sse("enc", "mp", None, None, Some(2), &pre, Some(c1)).await.unwrap();
+    assert_eq!(collect(got.body).await.unwrap(), parts_data[1]);
+}
+
+/// A damaged byte of an encrypted body is an error, never other bytes.
+async fn encryption_detects_damage<S: Store>(l: &S3Semantics<S>) {
+    use mosaic_store::{Op, Snapshot, Txn};
+    let data = pattern(77, 200_000);
+    l.put_object("enc", "victim", body(&data, 50_000), encrypted(SseRequest::S3)).await.unwrap();
+    let coll = l.store().snapshot().collection("b/enc").await.unwrap().unwrap();
+    let txn = Txn::new().op(Op::Write { coll, name: b"victim".to_vec(), offset: 70_000, data: vec![0x5a; 1] });
+    l.store().commit(txn).await.unwrap();
+    let first_package = Some(RangeRequest::FromTo { first: 0, last: Some(1000) });
+    assert_eq!(get_keyed(l, "victim", first_package, None).await.unwrap(), &data[..1001], "other packages read");
+    let r = get_keyed(l, "victim", None, None).await;
+    assert!(matches!(r, Err(LayerError::Corrupt(_))), "{r:?}");
 }

@@ -55,12 +55,9 @@ pub(crate) struct BucketCache {
     generation: u64,
 }
 
-/// A bucket's versioning and object lock, as cached for writes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct BucketState {
-    pub(crate) versioning: Versioning,
-    pub(crate) object_lock: Option<crate::LockConfig>,
-}
+/// A bucket's record as cached for requests (versioning, lock and encryption for writes, the rest for
+/// access checks).
+pub(crate) type BucketState = std::sync::Arc<crate::BucketInfo>;
 
 /// A version's identity: when it was made and its id (None: the null version).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -203,16 +200,15 @@ impl<S: Store> S3Semantics<S> {
         let generation = {
             let cache = self.bucket_cache.read();
             if let Some(v) = cache.states.get(bucket) {
-                return Ok(*v);
+                return Ok(v.clone());
             }
             cache.generation
         };
-        let rec = self.bucket_record(bucket).await?;
-        let state = BucketState { versioning: rec.versioning, object_lock: rec.object_lock };
+        let state = BucketState::new(crate::buckets::info_of(bucket, self.bucket_record(bucket).await?));
         let mut cache = self.bucket_cache.write();
         // A record changed since it was read here: the state read may be stale, so it is not kept.
         if cache.generation == generation {
-            cache.states.insert(bucket.to_string(), state);
+            cache.states.insert(bucket.to_string(), state.clone());
         }
         Ok(state)
     }

@@ -311,6 +311,9 @@ pub struct S3BenchArgs {
     /// Turn versioning on in the bucket before the run (every PUT then makes a version).
     #[arg(long)]
     versioning: bool,
+    /// Give the bucket SSE-S3 default encryption before the run (every PUT is encrypted at rest).
+    #[arg(long)]
+    sse_s3: bool,
     /// The server's Prometheus endpoint (Mosaic's admin port, e.g. http://127.0.0.1:9001/metrics): report
     /// each drive's IO over the measured phase (IO count and size, run length, write amplification).
     #[arg(long, value_name = "URL")]
@@ -357,6 +360,7 @@ fn run_s3(a: S3BenchArgs) -> Result<ExitCode, String> {
     o.mix = a.mix;
     o.keep = a.keep;
     o.versioning = a.versioning;
+    o.sse_s3 = a.sse_s3;
     o.progress = !a.json;
     o.drive_metrics = a.drive_metrics;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;

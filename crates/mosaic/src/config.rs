@@ -35,6 +35,9 @@ pub struct FileConfig {
     pub lifecycle_day: Option<String>,
     pub io_engine: Option<String>,
     pub lazy_encode_min_size: Option<String>,
+    pub kms_keys: Option<Vec<String>>,
+    pub sse_master_key: Option<String>,
+    pub sse_c_over_http: Option<bool>,
 }
 
 /// Values given on the command line or in the environment (clap merges the two; flags win).
@@ -136,6 +139,14 @@ pub struct ServerArgs {
     /// io-uring, or pread.
     #[arg(long, env = "MOSAIC_IO_ENGINE", value_name = "ENGINE")]
     pub io_engine: Option<String>,
+    /// An SSE-KMS key id the local key provider serves (repeat for more); its key is derived from the
+    /// master key, so it needs no secret of its own.
+    #[arg(long = "kms-key", env = "MOSAIC_KMS_KEYS", value_delimiter = ',', value_name = "KEY_ID")]
+    pub kms_keys: Vec<String>,
+    /// Accept SSE-C keys over plain HTTP (they are refused there by default: a key sent in the clear is
+    /// no secret). For tests and trusted networks only.
+    #[arg(long, env = "MOSAIC_SSE_C_OVER_HTTP")]
+    pub sse_c_over_http: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -182,6 +193,12 @@ pub struct Config {
     pub io_engine: mosaic_engine::IoEngine,
     pub simulate_power_loss: bool,
     pub fault_injection: bool,
+    /// SSE-KMS key ids served by the local key provider.
+    pub kms_keys: Vec<String>,
+    /// The SSE master key from the config (64 hex digits), for nodes that must share it; None: the key
+    /// file in the data directory (made at first start).
+    pub sse_master_key: Option<[u8; 32]>,
+    pub sse_c_over_http: bool,
 }
 
 pub const DEFAULT_DATA_DIR: &str = "./mosaic-data";
@@ -314,6 +331,28 @@ impl Config {
         if !(MIN_SCRUB_INTERVAL..=MAX_SCRUB_INTERVAL).contains(&lifecycle_day) {
             return Err(format!("lifecycle_day: {day} is not between 1s and 366d"));
         }
+        let mut kms_keys = file.kms_keys.clone().unwrap_or_default();
+        kms_keys.extend(args.kms_keys.iter().cloned());
+        kms_keys.sort();
+        kms_keys.dedup();
+        if kms_keys.len() > mosaic_layer::MAX_KMS_KEYS {
+            return Err(format!("kms_keys: at most {} keys", mosaic_layer::MAX_KMS_KEYS));
+        }
+        let bad_id = |k: &String| {
+            k.is_empty() || k.len() > mosaic_layer::MAX_KMS_KEY_ID_BYTES || k.chars().any(char::is_control)
+        };
+        if let Some(bad) = kms_keys.iter().find(|k| bad_id(k)) {
+            return Err(format!("kms_keys: {bad:?} is not a key id (1 to 256 printable characters)"));
+        }
+        let sse_master_key = match &file.sse_master_key {
+            None => None,
+            Some(h) => Some(
+                hex::decode(h.trim())
+                    .ok()
+                    .and_then(|v| <[u8; 32]>::try_from(v).ok())
+                    .ok_or("sse_master_key: 64 hex digits (256 bits)")?,
+            ),
+        };
         let domain = pick(&args.domain, &file.domain).filter(|d| !d.is_empty());
         if let Some(d) = &domain {
             mosaic_s3::validate_domain(d).map_err(|e| format!("domain: {e}"))?;
@@ -345,6 +384,9 @@ impl Config {
             io_engine,
             simulate_power_loss: args.simulate_power_loss,
             fault_injection: args.fault_injection,
+            kms_keys,
+            sse_master_key,
+            sse_c_over_http: args.sse_c_over_http || file.sse_c_over_http.unwrap_or(false),
         })
     }
 }

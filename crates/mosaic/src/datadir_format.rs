@@ -90,6 +90,34 @@ pub fn validate_credentials(c: &Credentials) -> Result<(), String> {
     Ok(())
 }
 
+const SSE_KEYS_VERSION_LINE: &str = "version=1\n";
+
+/// The SSE master keys file: a version line, one `key=<id>:<64 hex digits>` line per key, a crc32c line.
+pub fn encode_master_keys(keys: &mosaic_crypt::MasterKeys) -> String {
+    let mut body = SSE_KEYS_VERSION_LINE.to_string();
+    for (id, key) in keys.iter() {
+        body.push_str(&format!("key={id}:{}\n", hex::encode(key.as_bytes())));
+    }
+    seal(body)
+}
+
+pub fn parse_master_keys(text: &str) -> Result<mosaic_crypt::MasterKeys, String> {
+    let body = unseal(text)?;
+    let lines = body.strip_prefix(SSE_KEYS_VERSION_LINE).ok_or("unsupported SSE keys file version")?;
+    let mut pairs = Vec::new();
+    for line in lines.lines() {
+        let entry = line.strip_prefix("key=").ok_or_else(|| format!("damaged (line {line:?})"))?;
+        let (id, key) = entry.split_once(':').ok_or("damaged (a key line without its id)")?;
+        let id: u32 = id.parse().map_err(|_| format!("damaged (key id {id:?})"))?;
+        let key: [u8; 32] = hex::decode(key)
+            .ok()
+            .and_then(|k| k.try_into().ok())
+            .ok_or_else(|| format!("damaged (key {id} is not 64 hex digits)"))?;
+        pairs.push((id, mosaic_crypt::Key::from_bytes(key)));
+    }
+    mosaic_crypt::MasterKeys::from_keys(pairs).map_err(|e| format!("damaged ({e})"))
+}
+
 pub fn encode_keys(keys: &KeySet) -> Result<String, String> {
     let json = serde_json::to_string(keys).map_err(|e| e.to_string())?;
     Ok(seal(format!("{KEYS_VERSION_LINE}{json}\n")))

@@ -13,6 +13,7 @@ mod drives;
 mod keys_file;
 mod logging;
 mod server;
+mod sse_keys_file;
 
 /// mimalloc instead of glibc's malloc: the data path allocates and frees megabyte buffers on many threads
 /// (staging, shards, reads), and glibc kept them in per-thread arenas and a grown heap (RSS 1.5 GiB under
@@ -44,6 +45,24 @@ enum Command {
     Admin(AdminArgs),
     /// Measure: the papers' workloads on the engine.
     Bench(bench_cli::BenchArgs),
+    /// Server-side encryption keys kept in a data directory (offline; a server reads them at start).
+    Sse(SseArgs),
+}
+
+#[derive(clap::Args)]
+struct SseArgs {
+    /// Data directory whose keys to change.
+    #[arg(long, default_value = "./mosaic-data", value_name = "DIR", global = true)]
+    data: PathBuf,
+    #[command(subcommand)]
+    command: SseCommand,
+}
+
+#[derive(Subcommand)]
+enum SseCommand {
+    /// Add a new master key: objects written from the next server start on are sealed with it; the older
+    /// keys stay to open the objects they sealed.
+    Rotate,
 }
 
 #[derive(clap::Args)]
@@ -171,6 +190,12 @@ fn main() -> ExitCode {
         Command::Server(args) => run_server(*args),
         Command::Admin(a) => run_admin(a),
         Command::Bench(b) => bench_cli::run(b),
+        Command::Sse(s) => match s.command {
+            SseCommand::Rotate => sse_keys_file::rotate(&s.data).map(|id| {
+                println!("master key {id} seals from the next start");
+                ExitCode::SUCCESS
+            }),
+        },
     };
     match result {
         Ok(code) => code,

@@ -120,7 +120,8 @@ pub fn run(cfg: Config) -> Result<(), String> {
         erasure = %format!("{}+{}", layout.data, layout.parity),
         "drives open"
     );
-    let layer = rt.block_on(semantics_over(&drives))?;
+    let sse_keys = sse_keys(&cfg)?;
+    let layer = rt.block_on(semantics_over(&drives, sse_keys))?;
     let result = rt.block_on(serve_all(cfg.clone(), layer.clone(), drives, creds, prometheus, started));
     let closed = rt.block_on(layer.shutdown());
     drop(rt);
@@ -132,16 +133,24 @@ pub fn run(cfg: Config) -> Result<(), String> {
 
 /// The S3 semantics over the store's sets: one set directly, several as a pool (each object on the set its
 /// key hashes to).
-async fn semantics_over(drives: &Drives) -> Result<Arc<dyn ObjectLayer>, String> {
+async fn semantics_over(drives: &Drives, sse_keys: mosaic_layer::SseKeys) -> Result<Arc<dyn ObjectLayer>, String> {
     let open = |e: mosaic_layer::LayerError| format!("cannot open the store: {e}");
+    let cfg = SemanticsConfig { sse_keys: Some(Arc::new(sse_keys)), ..Default::default() };
     if let [set] = drives.sets.as_slice() {
-        let s = S3Semantics::open(Arc::new(set.clone()), SemanticsConfig::default()).await.map_err(open)?;
+        let s = S3Semantics::open(Arc::new(set.clone()), cfg).await.map_err(open)?;
         return Ok(Arc::new(s));
     }
     let sets = drives.sets.iter().map(|s| Arc::new(s.clone())).collect();
     let pool = mosaic_pool::Pool::new(sets).map_err(|e| format!("cannot pool the sets of drives: {e}"))?;
-    let s = S3Semantics::open(Arc::new(pool), SemanticsConfig::default()).await.map_err(open)?;
+    let s = S3Semantics::open(Arc::new(pool), cfg).await.map_err(open)?;
     Ok(Arc::new(s))
+}
+
+/// The keys of SSE-S3 and SSE-KMS: the master keys (config, else the data directory's) and the KMS key
+/// ids served.
+fn sse_keys(cfg: &Config) -> Result<mosaic_layer::SseKeys, String> {
+    let master = crate::sse_keys_file::load_or_create(&cfg.data_dir, cfg.sse_master_key)?;
+    mosaic_layer::SseKeys::new(master, cfg.kms_keys.iter().cloned().collect()).map_err(|e| format!("kms_keys: {e}"))
 }
 
 async fn serve_all(
@@ -164,7 +173,8 @@ async fn serve_all(
         &creds.secret_key,
         crate::keys_file::load(&cfg.data_dir)?,
     ));
-    let service = mosaic_s3::build_service_with_keys(layer.clone(), keys.clone(), cfg.domain.as_deref())?;
+    let service =
+        mosaic_s3::build_service_with_keys(layer.clone(), keys.clone(), cfg.domain.as_deref(), cfg.sse_c_over_http)?;
     let (stop_tx, stop_rx) = watch::channel(false);
     // Installed before the server says it serves, so that a signal right after that line is handled.
     use tokio::signal::unix::{SignalKind, signal};

@@ -254,8 +254,7 @@ impl AccessFacts for dyn mosaic_layer::ObjectLayer {
     }
 
     async fn object_access(&self, bucket: &str, key: &str, version_id: Option<&str>) -> Option<ObjectAccess> {
-        let pre = mosaic_layer::Precondition::default();
-        self.head_object(bucket, key, version_id, &pre).await.ok().map(|m| m.access)
+        self.object_meta_unchecked(bucket, key, version_id).await.ok().map(|m| m.access)
     }
 
     async fn object_tags(&self, bucket: &str, key: &str, version_id: Option<&str>) -> Vec<(String, String)> {
@@ -494,16 +493,36 @@ impl<O: AccessFacts + ?Sized> Access<O> {
 impl<O: AccessFacts + ?Sized + 'static> S3Access for Access<O> {
     async fn check(&self, cx: &mut S3AccessContext<'_>) -> S3Result<()> {
         let access_key = cx.credentials().map(|c| c.access_key.clone());
-        if access_key.as_deref().is_some_and(|k| self.keys.is_root(k)) {
-            return Ok(());
-        }
-        let context = policy_context(cx);
-        let op = cx.s3_op().name();
+        let policy_op = POLICY_OPS.contains(&cx.s3_op().name());
         let (bucket, key) = match cx.s3_path() {
             S3Path::Root => (None, None),
             S3Path::Bucket { bucket } => (Some(bucket.to_string()), None),
             S3Path::Object { bucket, key } => (Some(bucket.to_string()), Some(key.to_string())),
         };
+        if access_key.as_deref().is_some_and(|k| self.keys.is_root(k)) {
+            // The root key needs no grant, but a bucket policy's explicit Deny holds for it too (as for an
+            // account's root user), except on the policy itself, so that a policy cannot lock it out.
+            let Some(b) = bucket.as_deref().filter(|_| !policy_op) else { return Ok(()) };
+            let Some(text) = self.facts.bucket_facts(b).await.and_then(|f| f.policy) else { return Ok(()) };
+            let context = policy_context(cx);
+            let op = cx.s3_op().name();
+            let version = version_id_of(cx.uri());
+            let asked = Asked {
+                access_key: access_key.as_deref(),
+                op,
+                bucket: Some(b),
+                key: key.as_deref(),
+                version: version.as_deref(),
+                context: &context,
+            };
+            let root_id = access_key.as_deref().map(crate::acl::canonical_id);
+            return match self.policy_decision(&asked, b, &text, root_id.as_deref(), false).await {
+                Decision::Deny => Err(s3_error!(AccessDenied, "Access Denied by the bucket policy")),
+                _ => Ok(()),
+            };
+        }
+        let context = policy_context(cx);
+        let op = cx.s3_op().name();
         let version = version_id_of(cx.uri());
         let asked = Asked {
             access_key: access_key.as_deref(),

@@ -94,6 +94,7 @@ pub fn to_s3(e: LayerError) -> S3Error {
         L::InvalidBucketState(m) => s3_error!(InvalidBucketState, "{m}"),
         L::InvalidTag(m) => s3_error!(InvalidTag, "{m}"),
         L::InvalidPartNumber => invalid_part_number(),
+        L::KmsKeyNotFound(id) => kms_not_found(&id),
     }
 }
 
@@ -107,12 +108,19 @@ pub fn invalid_retention_period() -> S3Error {
     e
 }
 
-/// A partNumber past an object's last part: 400 InvalidPartNumber, as ceph/s3-tests expects (AWS's error
-/// table lists 416 for this code).
+/// A partNumber past an object's last part: 400 InvalidPart, as ceph/s3-tests expects (AWS answers 416
+/// InvalidPartNumber; SDKs treat both as a failed request).
 pub fn invalid_part_number() -> S3Error {
+    let mut e = S3Error::with_message(S3ErrorCode::InvalidPart, "The requested part number is not satisfiable");
+    e.set_status_code(http::StatusCode::BAD_REQUEST);
+    e
+}
+
+/// An SSE-KMS key id the local key provider does not serve: 400 KMS.NotFoundException, as AWS answers.
+pub fn kms_not_found(key_id: &str) -> S3Error {
     let mut e = S3Error::with_message(
-        S3ErrorCode::Custom("InvalidPartNumber".into()),
-        "The requested part number is not satisfiable",
+        S3ErrorCode::Custom("KMS.NotFoundException".into()),
+        format!("Key '{key_id}' does not exist"),
     );
     e.set_status_code(http::StatusCode::BAD_REQUEST);
     e

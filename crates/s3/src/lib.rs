@@ -16,6 +16,7 @@ mod multipart;
 mod policy;
 mod server;
 mod service;
+mod sse;
 mod token;
 
 pub use checksum::{Algo, checksum_b64};

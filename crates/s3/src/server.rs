@@ -19,6 +19,9 @@ use tokio::sync::Semaphore;
 /// Largest XML request body (DeleteObjects of 1,000 keys of 1,024 bytes fits).
 const XML_MAX_BODY_BYTES: usize = 2 << 20;
 
+/// GetObjectAttributes bodies larger than this keep their ETag as s3s writes it (a page of 1,000 parts
+/// with checksums stays below).
+const MAX_ATTRIBUTES_BODY_BYTES: usize = 1 << 20;
 /// Error bodies larger than this are passed through without a RequestId inserted.
 const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
 
@@ -51,16 +54,19 @@ pub fn build_service(
     domain: Option<&str>,
 ) -> Result<Service, String> {
     let keys = Arc::new(crate::access::KeyRing::new(access_key, secret_key, Default::default()));
-    build_service_with_keys(layer, keys, domain)
+    build_service_with_keys(layer, keys, domain, true)
 }
 
 /// Builds the s3s service with the root key and the access keys of `keys` (authentication and access).
+/// `sse_c_over_http`: whether SSE-C keys are accepted over plain HTTP.
 pub fn build_service_with_keys(
     layer: Arc<dyn mosaic_layer::ObjectLayer>,
     keys: Arc<crate::access::KeyRing>,
     domain: Option<&str>,
+    sse_c_over_http: bool,
 ) -> Result<Service, String> {
-    let mut b = s3s::service::S3ServiceBuilder::new(crate::MosaicS3::new(layer.clone(), keys.clone()));
+    let s3 = crate::MosaicS3::new(layer.clone(), keys.clone(), sse_c_over_http);
+    let mut b = s3s::service::S3ServiceBuilder::new(s3);
     b.set_auth(KeyRingAuth(keys.clone()));
     b.set_access(crate::access::Access { keys, facts: layer.clone() });
     let mut host = None;
@@ -137,6 +143,8 @@ async fn handle(
     let started = Instant::now();
     let empty_expect_continue = expects_continue_without_body(&req);
     let cors_asked = cors_request(&service, &req);
+    let attributes_asked = method == http::Method::GET
+        && req.uri().query().unwrap_or("").split('&').any(|p| p == "attributes" || p.starts_with("attributes="));
     let mut resp = if method == http::Method::OPTIONS {
         preflight(&service, &req).await
     } else if xml_body_over_limit(&req) {
@@ -168,6 +176,8 @@ async fn handle(
     }
     if status.as_u16() >= 400 {
         resp = with_request_id(resp, &id).await;
+    } else if attributes_asked {
+        resp = unquoted_etag(resp).await;
     }
     if empty_expect_continue {
         // hyper (rightly) sends no 100 Continue for an empty body; botocore then misreads the next
@@ -380,6 +390,23 @@ fn expects_continue_without_body(req: &http::Request<hyper::body::Incoming>) -> 
 }
 
 /// Inserts <RequestId> into an S3 error body that lacks one (s3s's own errors, such as auth failures).
+/// GetObjectAttributes answers its ETag unquoted (unlike every other ETag of S3); s3s writes its ETag type
+/// quoted, so the quotes come off here. Bodies larger than `MAX_ATTRIBUTES_BODY_BYTES` pass unchanged.
+async fn unquoted_etag(resp: http::Response<s3s::Body>) -> http::Response<s3s::Body> {
+    let (mut parts, body) = resp.into_parts();
+    if body.size_hint().upper().is_none_or(|u| u as usize > MAX_ATTRIBUTES_BODY_BYTES) {
+        return http::Response::from_parts(parts, body);
+    }
+    let Ok(collected) = body.collect().await else {
+        return http::Response::from_parts(parts, s3s::Body::empty());
+    };
+    let text = String::from_utf8_lossy(&collected.to_bytes()).into_owned();
+    let fixed = text.replacen("<ETag>&quot;", "<ETag>", 1).replacen("&quot;</ETag>", "</ETag>", 1);
+    let fixed = fixed.replacen("<ETag>\"", "<ETag>", 1).replacen("\"</ETag>", "</ETag>", 1);
+    parts.headers.insert(http::header::CONTENT_LENGTH, fixed.len().into());
+    http::Response::from_parts(parts, s3s::Body::from(fixed))
+}
+
 async fn with_request_id(resp: http::Response<s3s::Body>, id: &str) -> http::Response<s3s::Body> {
     let (parts, body) = resp.into_parts();
     let small = body.size_hint().upper().is_some_and(|u| u as usize <= MAX_ERROR_BODY_BYTES);

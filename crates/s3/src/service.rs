@@ -4,6 +4,7 @@
 use crate::access::KeyRing;
 use crate::checksum::{Algo, Expectations, verified_body};
 use crate::errors::to_s3;
+use crate::sse::{copy_source_customer_headers, customer_headers};
 use futures::StreamExt;
 use mosaic_layer::{
     AclGrant, ObjectAccess, ObjectOwnership as Ownership, Permission as AclPermission, PublicAccessBlock,
@@ -30,11 +31,24 @@ pub struct MosaicS3 {
     layer: Arc<dyn ObjectLayer>,
     /// Who owns what a request creates, and which buckets a key sees in ListBuckets.
     keys: Arc<KeyRing>,
+    /// SSE-C keys accepted over plain HTTP (else refused: a key sent in the clear is no secret).
+    sse_c_over_http: bool,
 }
 
 impl MosaicS3 {
-    pub fn new(layer: Arc<dyn ObjectLayer>, keys: Arc<KeyRing>) -> Self {
-        MosaicS3 { layer, keys }
+    pub fn new(layer: Arc<dyn ObjectLayer>, keys: Arc<KeyRing>, sse_c_over_http: bool) -> Self {
+        MosaicS3 { layer, keys, sse_c_over_http }
+    }
+
+    /// The SSE-C key of a request's headers, if any.
+    fn customer_key(&self, h: &crate::sse::CustomerHeaders<'_>) -> S3Result<Option<mosaic_layer::CustomerKey>> {
+        crate::sse::customer_key(h, self.sse_c_over_http)
+    }
+
+    /// The encryption headers of a part's answer: its upload's.
+    async fn upload_echo(&self, bucket: &str, key: &str, upload_id: &str) -> S3Result<crate::sse::Echo> {
+        let opts = self.layer.upload_options(bucket, key, upload_id).await.map_err(to_s3)?;
+        Ok(crate::sse::echo(opts.sse_sealed.as_ref()))
     }
 
     fn is_root(&self, access_key: &str) -> bool {
@@ -54,7 +68,7 @@ impl MosaicS3 {
             return to_s3(e);
         }
         let mut err = to_s3(e);
-        if let Ok(m) = self.layer.head_object(bucket, key, version, &Precondition::default()).await {
+        if let Ok(m) = self.layer.object_meta_unchecked(bucket, key, version).await {
             let mut h = http::HeaderMap::new();
             if let Ok(v) = http::HeaderValue::from_str(&format!("\"{}\"", m.etag)) {
                 h.insert(http::header::ETAG, v);
@@ -78,7 +92,7 @@ impl MosaicS3 {
         if self.layer.bucket_info(bucket).await.map_err(to_s3)?.object_lock.is_none() {
             return Err(s3_error!(InvalidRequest, "Bucket is missing Object Lock Configuration"));
         }
-        self.layer.head_object(bucket, key, version, &Precondition::default()).await.map_err(to_s3)
+        self.layer.object_meta_unchecked(bucket, key, version).await.map_err(to_s3)
     }
 
     /// Whether a request asked to bypass GOVERNANCE retention and may: the root key and the bucket's owner
@@ -692,6 +706,42 @@ impl S3 for MosaicS3 {
         Ok(S3Response::new(DeletePublicAccessBlockOutput {}))
     }
 
+    async fn put_bucket_encryption(
+        &self,
+        req: S3Request<PutBucketEncryptionInput>,
+    ) -> S3Result<S3Response<PutBucketEncryptionOutput>> {
+        let i = req.input;
+        let e = crate::sse::bucket_encryption_from_dto(i.server_side_encryption_configuration)?;
+        self.layer.put_bucket_encryption(&i.bucket, Some(e)).await.map_err(to_s3)?;
+        Ok(S3Response::new(PutBucketEncryptionOutput::default()))
+    }
+
+    async fn get_bucket_encryption(
+        &self,
+        req: S3Request<GetBucketEncryptionInput>,
+    ) -> S3Result<S3Response<GetBucketEncryptionOutput>> {
+        let info = self.layer.bucket_info(&req.input.bucket).await.map_err(to_s3)?;
+        let Some(e) = info.encryption else {
+            let mut err = s3_error!(
+                ServerSideEncryptionConfigurationNotFoundError,
+                "The server side encryption configuration was not found"
+            );
+            err.set_status_code(http::StatusCode::NOT_FOUND);
+            return Err(err);
+        };
+        Ok(S3Response::new(GetBucketEncryptionOutput {
+            server_side_encryption_configuration: Some(crate::sse::bucket_encryption_to_dto(&e)),
+        }))
+    }
+
+    async fn delete_bucket_encryption(
+        &self,
+        req: S3Request<DeleteBucketEncryptionInput>,
+    ) -> S3Result<S3Response<DeleteBucketEncryptionOutput>> {
+        self.layer.put_bucket_encryption(&req.input.bucket, None).await.map_err(to_s3)?;
+        Ok(S3Response::new(DeleteBucketEncryptionOutput::default()))
+    }
+
     async fn put_bucket_cors(&self, req: S3Request<PutBucketCorsInput>) -> S3Result<S3Response<PutBucketCorsOutput>> {
         let i = req.input;
         let rules = crate::cors::from_dto(i.cors_configuration);
@@ -742,7 +792,7 @@ impl S3 for MosaicS3 {
     async fn get_object_acl(&self, req: S3Request<GetObjectAclInput>) -> S3Result<S3Response<GetObjectAclOutput>> {
         let i = req.input;
         let version = i.version_id.as_deref();
-        let meta = self.layer.head_object(&i.bucket, &i.key, version, &Precondition::default()).await.map_err(to_s3)?;
+        let meta = self.layer.object_meta_unchecked(&i.bucket, &i.key, version).await.map_err(to_s3)?;
         let owner_id = match meta.access.owner_id {
             Some(id) => id,
             None => self.bucket_owner_id(&i.bucket).await?,
@@ -755,7 +805,7 @@ impl S3 for MosaicS3 {
     async fn put_object_acl(&self, req: S3Request<PutObjectAclInput>) -> S3Result<S3Response<PutObjectAclOutput>> {
         let i = req.input;
         let version = i.version_id.as_deref();
-        let meta = self.layer.head_object(&i.bucket, &i.key, version, &Precondition::default()).await.map_err(to_s3)?;
+        let meta = self.layer.object_meta_unchecked(&i.bucket, &i.key, version).await.map_err(to_s3)?;
         let info = self.layer.bucket_info(&i.bucket).await.map_err(to_s3)?;
         if info.object_ownership == Some(Ownership::BucketOwnerEnforced) {
             return Err(acls_disabled());
@@ -883,10 +933,18 @@ impl S3 for MosaicS3 {
             Some(o) => Some(o as u64),
             None => None,
         };
+        let customer = self.customer_key(&customer_headers!(input))?;
+        opts.sse =
+            crate::sse::write_request(input.server_side_encryption.as_ref(), input.ssekms_key_id.as_deref(), customer)?;
         let body = verified_body(layer_stream(input.body), exp).map_err(to_s3)?;
         let meta = self.layer.put_object(&input.bucket, &input.key, body, opts).await.map_err(to_s3)?;
         let c = checksums(&meta.checksums, true);
+        let e = crate::sse::echo(meta.sse.as_ref());
         Ok(S3Response::new(PutObjectOutput {
+            server_side_encryption: e.sse,
+            ssekms_key_id: e.kms_key_id,
+            sse_customer_algorithm: e.customer_algorithm,
+            sse_customer_key_md5: e.customer_key_md5,
             e_tag: Some(etag_of(&meta.etag)),
             version_id: version_header(&meta),
             checksum_crc32: c.crc32,
@@ -901,15 +959,18 @@ impl S3 for MosaicS3 {
     }
 
     async fn get_object(&self, req: S3Request<GetObjectInput>) -> S3Result<S3Response<GetObjectOutput>> {
+        crate::sse::refuse_on_read(&req.headers)?;
         let i = req.input;
         let pre = precondition(&i.if_match, &i.if_none_match, &i.if_modified_since, &i.if_unmodified_since);
         let part = match i.part_number {
             Some(p) if p < 1 => return Err(s3_error!(InvalidArgument, "partNumber must be at least 1")),
             p => p.map(|p| p as u32),
         };
+        let customer = self.customer_key(&customer_headers!(i))?;
+        let range = i.range.as_ref().map(range_of);
         let got = self
             .layer
-            .get_object(&i.bucket, &i.key, i.version_id.as_deref(), i.range.as_ref().map(range_of), part, &pre)
+            .get_object_sse(&i.bucket, &i.key, i.version_id.as_deref(), range, part, &pre, customer.as_ref())
             .await;
         let got = match got {
             Ok(g) => g,
@@ -925,7 +986,12 @@ impl S3 for MosaicS3 {
         };
         let body = StreamingBlob::wrap(got.body);
         let lock = crate::lock::headers_of(&m);
+        let e = crate::sse::echo(m.sse.as_ref());
         let out = GetObjectOutput {
+            server_side_encryption: e.sse,
+            ssekms_key_id: e.kms_key_id,
+            sse_customer_algorithm: e.customer_algorithm,
+            sse_customer_key_md5: e.customer_key_md5,
             body: Some(body),
             accept_ranges: Some("bytes".into()),
             content_length: Some(len as i64),
@@ -957,9 +1023,12 @@ impl S3 for MosaicS3 {
     }
 
     async fn head_object(&self, req: S3Request<HeadObjectInput>) -> S3Result<S3Response<HeadObjectOutput>> {
+        crate::sse::refuse_on_read(&req.headers)?;
         let i = req.input;
         let pre = precondition(&i.if_match, &i.if_none_match, &i.if_modified_since, &i.if_unmodified_since);
-        let m = match self.layer.head_object(&i.bucket, &i.key, i.version_id.as_deref(), &pre).await {
+        let customer = self.customer_key(&customer_headers!(i))?;
+        let head = self.layer.head_object_sse(&i.bucket, &i.key, i.version_id.as_deref(), &pre, customer.as_ref());
+        let m = match head.await {
             Ok(m) => m,
             Err(e) => return Err(self.not_modified_with_etag(e, &i.bucket, &i.key, i.version_id.as_deref()).await),
         };
@@ -984,7 +1053,12 @@ impl S3 for MosaicS3 {
         let enabled = i.checksum_mode.as_ref().is_some_and(|c| c.as_str() == "ENABLED");
         let c = checksums(&m.checksums, enabled);
         let lock = crate::lock::headers_of(&m);
+        let e = crate::sse::echo(m.sse.as_ref());
         let out = HeadObjectOutput {
+            server_side_encryption: e.sse,
+            ssekms_key_id: e.kms_key_id,
+            sse_customer_algorithm: e.customer_algorithm,
+            sse_customer_key_md5: e.customer_key_md5,
             object_lock_mode: lock.mode,
             object_lock_retain_until_date: lock.until,
             object_lock_legal_hold_status: lock.legal_hold,
@@ -1130,13 +1204,23 @@ impl S3 for MosaicS3 {
             grant_headers(&i.grant_read, &grant_write, &i.grant_read_acp, &i.grant_write_acp, &i.grant_full_control);
         let access =
             self.written_access(&req.credentials, &i.bucket, i.acl.as_ref().map(|a| a.as_str()), grants).await?;
+        let source = self.customer_key(&copy_source_customer_headers!(i))?;
+        let customer = self.customer_key(&customer_headers!(i))?;
+        let dest = crate::sse::write_request(i.server_side_encryption.as_ref(), i.ssekms_key_id.as_deref(), customer)?;
+        let keys = mosaic_layer::CopyKeys { source, dest };
+        let (version, dst) = (src_version.as_deref(), (i.bucket.as_str(), i.key.as_str()));
         let m = self
             .layer
-            .copy_object_with(&src_bucket, &src_key, src_version.as_deref(), &pre, &i.bucket, &i.key, new_meta, access)
+            .copy_object_with(&src_bucket, &src_key, version, &pre, dst.0, dst.1, new_meta, access, keys)
             .await
             .map_err(to_s3)?;
         let c = checksums(&m.checksums, true);
+        let e = crate::sse::echo(m.sse.as_ref());
         Ok(S3Response::new(CopyObjectOutput {
+            server_side_encryption: e.sse,
+            ssekms_key_id: e.kms_key_id,
+            sse_customer_algorithm: e.customer_algorithm,
+            sse_customer_key_md5: e.customer_key_md5,
             copy_object_result: Some(CopyObjectResult {
                 e_tag: Some(etag_of(&m.etag)),
                 last_modified: Some(ts(m.last_modified_unix_ms)),
@@ -1324,9 +1408,10 @@ impl S3 for MosaicS3 {
         let i = req.input;
         // One header value may list several attributes ("ETag,ObjectSize", as botocore sends them).
         let wants = |a: &str| i.object_attributes.iter().flat_map(|x| x.as_str().split(',')).any(|x| x.trim() == a);
+        let customer = self.customer_key(&customer_headers!(i))?;
         let m = self
             .layer
-            .head_object(&i.bucket, &i.key, i.version_id.as_deref(), &Precondition::default())
+            .head_object_sse(&i.bucket, &i.key, i.version_id.as_deref(), &Precondition::default(), customer.as_ref())
             .await
             .map_err(to_s3)?;
         let c = checksums(&m.checksums, true);
@@ -1594,8 +1679,16 @@ impl S3 for MosaicS3 {
             &i.object_lock_retain_until_date,
             &i.object_lock_legal_hold_status,
         )?;
+        let customer = self.customer_key(&customer_headers!(i))?;
+        opts.sse = crate::sse::write_request(i.server_side_encryption.as_ref(), i.ssekms_key_id.as_deref(), customer)?;
         let id = self.layer.create_multipart(&i.bucket, &i.key, opts.clone()).await.map_err(to_s3)?;
+        let sealed = self.layer.upload_options(&i.bucket, &i.key, &id).await.map_err(to_s3)?.sse_sealed;
+        let e = crate::sse::echo(sealed.as_ref());
         Ok(S3Response::new(CreateMultipartUploadOutput {
+            server_side_encryption: e.sse,
+            ssekms_key_id: e.kms_key_id,
+            sse_customer_algorithm: e.customer_algorithm,
+            sse_customer_key_md5: e.customer_key_md5,
             bucket: Some(i.bucket),
             key: Some(i.key),
             upload_id: Some(id),
@@ -1611,11 +1704,21 @@ impl S3 for MosaicS3 {
         if i.part_number < 1 {
             return Err(s3_error!(InvalidArgument, "part numbers are 1 to 10000"));
         }
+        let customer = self.customer_key(&customer_headers!(i))?;
         let body = verified_body(layer_stream(i.body), exp).map_err(to_s3)?;
-        let p =
-            self.layer.upload_part(&i.bucket, &i.key, &i.upload_id, i.part_number as u32, body).await.map_err(to_s3)?;
+        let part = i.part_number as u32;
+        let p = self
+            .layer
+            .upload_part_sse(&i.bucket, &i.key, &i.upload_id, part, body, customer.as_ref())
+            .await
+            .map_err(to_s3)?;
         let c = checksums_of_list(&p.checksums);
+        let e = self.upload_echo(&i.bucket, &i.key, &i.upload_id).await?;
         Ok(S3Response::new(UploadPartOutput {
+            server_side_encryption: e.sse,
+            ssekms_key_id: e.kms_key_id,
+            sse_customer_algorithm: e.customer_algorithm,
+            sse_customer_key_md5: e.customer_key_md5,
             e_tag: Some(etag_of(&p.etag)),
             checksum_crc32: c.crc32,
             checksum_crc32c: c.crc32c,
@@ -1652,9 +1755,11 @@ impl S3 for MosaicS3 {
             &i.copy_source_if_unmodified_since,
         );
         pre.for_copy_source = true;
+        let source = self.customer_key(&copy_source_customer_headers!(i))?;
+        let dest = self.customer_key(&customer_headers!(i))?.map(mosaic_layer::SseRequest::Customer);
         let p = self
             .layer
-            .upload_part_copy(
+            .upload_part_copy_sse(
                 &i.bucket,
                 &i.key,
                 &i.upload_id,
@@ -1664,10 +1769,16 @@ impl S3 for MosaicS3 {
                 src_version.as_deref(),
                 range,
                 &pre,
+                mosaic_layer::CopyKeys { source, dest },
             )
             .await
             .map_err(to_s3)?;
+        let e = self.upload_echo(&i.bucket, &i.key, &i.upload_id).await?;
         Ok(S3Response::new(UploadPartCopyOutput {
+            server_side_encryption: e.sse,
+            ssekms_key_id: e.kms_key_id,
+            sse_customer_algorithm: e.customer_algorithm,
+            sse_customer_key_md5: e.customer_key_md5,
             copy_part_result: Some(CopyPartResult {
                 e_tag: Some(etag_of(&p.etag)),
                 last_modified: Some(ts(p.last_modified_unix_ms)),
@@ -1712,13 +1823,30 @@ impl S3 for MosaicS3 {
             Err(LayerError::NoSuchUpload) => Vec::new(),
             Err(e) => return Err(to_s3(e)),
         };
-        let asked = self.layer.upload_options(&i.bucket, &i.key, &i.upload_id).await.ok().and_then(|o| o.checksum_type);
+        let upload = self.layer.upload_options(&i.bucket, &i.key, &i.upload_id).await.ok();
+        // An SSE-C upload completes with its key, as its parts were uploaded.
+        if let Some(sealed) = upload.as_ref().and_then(|o| o.sse_sealed.as_ref())
+            && sealed.mode == mosaic_layer::SseMode::Customer
+        {
+            let given = self.customer_key(&customer_headers!(i))?;
+            if given.as_ref().map(|c| c.md5_b64()) != sealed.customer_key_md5.as_deref() {
+                return Err(s3_error!(
+                    InvalidRequest,
+                    "The upload was made with a customer-provided key; complete it with the same key"
+                ));
+            }
+        }
+        let asked = upload.and_then(|o| o.checksum_type);
         let full_object = asked.as_deref() == Some("FULL_OBJECT");
         let extra = crate::multipart::composite_checksum(&listed, &parts, full_object);
         let m =
             self.layer.complete_multipart(&i.bucket, &i.key, &i.upload_id, parts, &pre, extra).await.map_err(to_s3)?;
         let c = checksums(&m.checksums, true);
-        Ok(S3Response::new(CompleteMultipartUploadOutput {
+        let e = crate::sse::echo(m.sse.as_ref());
+        let customer_echo = crate::sse::customer_echo_headers(&e);
+        let mut resp = S3Response::new(CompleteMultipartUploadOutput {
+            server_side_encryption: e.sse,
+            ssekms_key_id: e.kms_key_id,
             bucket: Some(i.bucket.clone()),
             key: Some(i.key.clone()),
             e_tag: Some(etag_of(&m.etag)),
@@ -1731,7 +1859,10 @@ impl S3 for MosaicS3 {
             checksum_sha256: c.sha256,
             checksum_type: c.kind,
             ..Default::default()
-        }))
+        });
+        // The response has no fields for SSE-C; its headers, as the other answers about the object carry.
+        resp.headers.extend(customer_echo);
+        Ok(resp)
     }
 
     async fn abort_multipart_upload(

@@ -80,6 +80,22 @@ impl BenchClient {
         self.timed(async { req.send().await.map(|_| ()).map_err(classify) }).await
     }
 
+    /// Gives the bucket SSE-S3 default encryption: every PUT is then encrypted at rest.
+    pub async fn enable_sse_s3(&self, bucket: &str) -> Result<(), OpError> {
+        use aws_sdk_s3::types::{
+            ServerSideEncryption, ServerSideEncryptionByDefault, ServerSideEncryptionConfiguration,
+            ServerSideEncryptionRule,
+        };
+        let by_default = ServerSideEncryptionByDefault::builder().sse_algorithm(ServerSideEncryption::Aes256).build();
+        let rule = ServerSideEncryptionRule::builder()
+            .apply_server_side_encryption_by_default(by_default.map_err(|e| (ErrorClass::Transport, e.to_string()))?)
+            .build();
+        let cfg = ServerSideEncryptionConfiguration::builder().rules(rule).build();
+        let cfg = cfg.map_err(|e| (ErrorClass::Transport, e.to_string()))?;
+        let req = self.s3.put_bucket_encryption().bucket(bucket).server_side_encryption_configuration(cfg);
+        self.timed(async { req.send().await.map(|_| ()).map_err(classify) }).await
+    }
+
     pub async fn delete_bucket(&self, bucket: &str) -> Result<(), OpError> {
         self.timed(async { self.s3.delete_bucket().bucket(bucket).send().await.map(|_| ()).map_err(classify) }).await
     }

@@ -51,6 +51,8 @@ pub struct S3BenchOptions {
     pub keep: bool,
     /// Turn versioning on in the bucket before the run.
     pub versioning: bool,
+    /// Give the bucket SSE-S3 default encryption before the run (every PUT is then encrypted at rest).
+    pub sse_s3: bool,
     /// Print a live progress line on stderr.
     pub progress: bool,
     /// The server's Prometheus endpoint: its per-drive IO over the measured phase goes into the result.
@@ -82,6 +84,7 @@ impl S3BenchOptions {
             mix: None,
             keep: false,
             versioning: false,
+            sse_s3: false,
             progress: false,
             drive_metrics: None,
         }

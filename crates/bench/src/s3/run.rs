@@ -349,11 +349,15 @@ impl Measured {
     }
 }
 
-/// Creates the bucket (with versioning when asked).
+/// Creates the bucket (with versioning and SSE-S3 default encryption when asked).
 async fn create_bucket(o: &S3BenchOptions, client: &BenchClient, bucket: &str) -> Result<(), String> {
     client.create_bucket(bucket).await.map_err(|e| format!("creating bucket {bucket}: {}", e.1))?;
     if o.versioning {
         client.enable_versioning(bucket).await.map_err(|e| format!("enabling versioning on {bucket}: {}", e.1))?;
+    }
+    if o.sse_s3 {
+        let on = client.enable_sse_s3(bucket).await;
+        on.map_err(|e| format!("enabling SSE-S3 default encryption on {bucket}: {}", e.1))?;
     }
     Ok(())
 }

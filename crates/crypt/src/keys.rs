@@ -1,0 +1,208 @@
+//! Keys: 32-byte secrets that zero themselves when dropped, derivation of one key from another by label,
+//! sealing of an object key under a key-encryption key, and the set of master keys.
+
+use crate::{CryptError, CryptResult};
+use ring::aead::{AES_256_GCM, Aad, LessSafeKey, NONCE_LEN, Nonce, UnboundKey};
+use ring::rand::{SecureRandom, SystemRandom};
+use std::collections::BTreeMap;
+
+pub const KEY_BYTES: usize = 32;
+/// Format version of a sealed key (its first byte).
+const SEALED_VERSION: u8 = 1;
+/// A sealed key: version, nonce, the key's ciphertext, tag.
+pub const SEALED_KEY_BYTES: usize = 1 + NONCE_LEN + KEY_BYTES + 16;
+/// Associated data of a sealed key, so that it cannot be taken for anything else sealed with the same key.
+const SEALED_AAD: &[u8] = b"mosaic sealed object key v1";
+/// Most master keys a set holds (each rotation adds one; old ones stay to open older objects).
+pub const MAX_MASTER_KEYS: usize = 1024;
+
+/// A 256-bit secret. Debug never shows it; dropping it overwrites it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Key([u8; KEY_BYTES]);
+
+impl Key {
+    pub fn from_bytes(bytes: [u8; KEY_BYTES]) -> Self {
+        Key(bytes)
+    }
+
+    /// A key from the system's random number generator.
+    pub fn random() -> CryptResult<Self> {
+        let mut k = [0u8; KEY_BYTES];
+        SystemRandom::new().fill(&mut k).map_err(|_| CryptError::Random)?;
+        Ok(Key(k))
+    }
+
+    pub fn as_bytes(&self) -> &[u8; KEY_BYTES] {
+        &self.0
+    }
+
+    /// Another key, HMAC-SHA256 of `label` under this one: independent keys for independent uses.
+    pub fn derive(&self, label: &[u8]) -> Key {
+        let tag = ring::hmac::sign(&ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &self.0), label);
+        let mut k = [0u8; KEY_BYTES];
+        k.copy_from_slice(tag.as_ref());
+        Key(k)
+    }
+
+    pub(crate) fn aead(&self) -> LessSafeKey {
+        LessSafeKey::new(UnboundKey::new(&AES_256_GCM, &self.0).expect("a 32-byte key fits AES-256-GCM"))
+    }
+}
+
+impl Drop for Key {
+    fn drop(&mut self) {
+        // Volatile writes: the compiler may not drop them as dead stores.
+        for b in self.0.iter_mut() {
+            unsafe { std::ptr::write_volatile(b, 0) };
+        }
+    }
+}
+
+impl std::fmt::Debug for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Key(..)")
+    }
+}
+
+/// Seals `object_key` under `kek`: [`SEALED_KEY_BYTES`] bytes with a random nonce.
+pub fn seal_key(kek: &Key, object_key: &Key) -> CryptResult<Vec<u8>> {
+    let mut nonce = [0u8; NONCE_LEN];
+    SystemRandom::new().fill(&mut nonce).map_err(|_| CryptError::Random)?;
+    let mut body = object_key.0.to_vec();
+    let tag = kek
+        .aead()
+        .seal_in_place_separate_tag(Nonce::assume_unique_for_key(nonce), Aad::from(SEALED_AAD), &mut body)
+        .map_err(|_| CryptError::Malformed("sealing failed".into()))?;
+    let mut out = Vec::with_capacity(SEALED_KEY_BYTES);
+    out.push(SEALED_VERSION);
+    out.extend_from_slice(&nonce);
+    out.extend_from_slice(&body);
+    out.extend_from_slice(tag.as_ref());
+    debug_assert_eq!(out.len(), SEALED_KEY_BYTES);
+    Ok(out)
+}
+
+/// Opens a key sealed by [`seal_key`]; a wrong `kek` or a damaged seal is `Authentication`.
+pub fn open_key(kek: &Key, sealed: &[u8]) -> CryptResult<Key> {
+    let (&version, rest) = sealed.split_first().ok_or_else(|| CryptError::Malformed("empty sealed key".into()))?;
+    if version != SEALED_VERSION {
+        return Err(CryptError::UnknownVersion(version));
+    }
+    if sealed.len() != SEALED_KEY_BYTES {
+        return Err(CryptError::Malformed(format!("a sealed key of {} bytes", sealed.len())));
+    }
+    let (nonce, body) = rest.split_at(NONCE_LEN);
+    let nonce: [u8; NONCE_LEN] = nonce.try_into().expect("split at the nonce length");
+    let mut body = body.to_vec();
+    let plain = kek
+        .aead()
+        .open_in_place(Nonce::assume_unique_for_key(nonce), Aad::from(SEALED_AAD), &mut body)
+        .map_err(|_| CryptError::Authentication)?;
+    let key: [u8; KEY_BYTES] = (&*plain).try_into().map_err(|_| CryptError::Malformed("key length".into()))?;
+    body.iter_mut().for_each(|b| *b = 0);
+    Ok(Key(key))
+}
+
+/// The master keys by id: the newest seals new objects; the older ones stay to open what they sealed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MasterKeys {
+    keys: BTreeMap<u32, Key>,
+}
+
+impl MasterKeys {
+    /// One fresh random key, id 1.
+    pub fn generate() -> CryptResult<Self> {
+        let mut keys = BTreeMap::new();
+        keys.insert(1, Key::random()?);
+        Ok(MasterKeys { keys })
+    }
+
+    /// From (id, key) pairs; ids are unique and at least one key is given.
+    pub fn from_keys(pairs: impl IntoIterator<Item = (u32, Key)>) -> CryptResult<Self> {
+        let mut keys = BTreeMap::new();
+        for (id, key) in pairs {
+            if keys.insert(id, key).is_some() {
+                return Err(CryptError::Malformed(format!("master key id {id} given twice")));
+            }
+        }
+        if keys.is_empty() || keys.len() > MAX_MASTER_KEYS {
+            return Err(CryptError::Malformed(format!("1 to {MAX_MASTER_KEYS} master keys, not {}", keys.len())));
+        }
+        Ok(MasterKeys { keys })
+    }
+
+    /// Adds a new random key, which seals from now on; returns its id.
+    pub fn rotate(&mut self) -> CryptResult<u32> {
+        if self.keys.len() >= MAX_MASTER_KEYS {
+            return Err(CryptError::Malformed(format!("at most {MAX_MASTER_KEYS} master keys")));
+        }
+        let id = self.keys.keys().next_back().map_or(1, |n| n + 1);
+        self.keys.insert(id, Key::random()?);
+        Ok(id)
+    }
+
+    /// The key that seals new objects.
+    pub fn current(&self) -> (u32, &Key) {
+        let (id, key) = self.keys.iter().next_back().expect("a master key set is never empty");
+        (*id, key)
+    }
+
+    pub fn get(&self, id: u32) -> Option<&Key> {
+        self.keys.get(&id)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (u32, &Key)> {
+        self.keys.iter().map(|(id, k)| (*id, k))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sealed_key_opens_with_its_kek_only() {
+        let (kek, other, obj) = (Key::random().unwrap(), Key::random().unwrap(), Key::random().unwrap());
+        let sealed = seal_key(&kek, &obj).unwrap();
+        assert_eq!(sealed.len(), SEALED_KEY_BYTES);
+        assert_eq!(open_key(&kek, &sealed).unwrap(), obj);
+        assert_eq!(open_key(&other, &sealed), Err(CryptError::Authentication));
+        for i in 1..sealed.len() {
+            let mut bad = sealed.clone();
+            bad[i] ^= 1;
+            assert_eq!(open_key(&kek, &bad), Err(CryptError::Authentication), "byte {i}");
+        }
+        let mut v2 = sealed.clone();
+        v2[0] = 2;
+        assert_eq!(open_key(&kek, &v2), Err(CryptError::UnknownVersion(2)));
+        assert!(matches!(open_key(&kek, &sealed[..20]), Err(CryptError::Malformed(_))));
+        assert!(matches!(open_key(&kek, &[]), Err(CryptError::Malformed(_))));
+        // Two seals of one key differ (fresh nonces).
+        assert_ne!(seal_key(&kek, &obj).unwrap(), sealed);
+    }
+
+    #[test]
+    fn derivation_separates_labels() {
+        let k = Key::from_bytes([7; 32]);
+        assert_eq!(k.derive(b"a"), k.derive(b"a"));
+        assert_ne!(k.derive(b"a"), k.derive(b"b"));
+        assert_ne!(k.derive(b"a"), k);
+        assert_eq!(format!("{k:?}"), "Key(..)");
+    }
+
+    #[test]
+    fn rotation_keeps_old_keys_and_seals_with_the_newest() {
+        let mut m = MasterKeys::generate().unwrap();
+        assert_eq!(m.current().0, 1);
+        let first = m.current().1.clone();
+        assert_eq!(m.rotate().unwrap(), 2);
+        assert_eq!(m.current().0, 2);
+        assert_eq!(m.get(1), Some(&first));
+        assert!(MasterKeys::from_keys([]).is_err());
+        assert!(MasterKeys::from_keys([(1, first.clone()), (1, first.clone())]).is_err());
+        let many = MasterKeys::from_keys((0..MAX_MASTER_KEYS as u32).map(|i| (i, first.clone()))).unwrap();
+        let mut full = many.clone();
+        assert!(full.rotate().is_err(), "the limit holds");
+        assert!(MasterKeys::from_keys((0..=MAX_MASTER_KEYS as u32).map(|i| (i, first.clone()))).is_err());
+    }
+}
