@@ -22,6 +22,16 @@ async fn the_semantics_suite_holds_on_one_drive() {
     run_suite(|| drive(&mut dirs)).await;
 }
 
+/// A byte of an encrypted body damaged on the drive: reads of its package fail, the others still read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_encrypted_body_is_an_error_never_other_bytes() {
+    let mut dirs = Vec::new();
+    let cfg = SemanticsConfig { sse_keys: Some(mosaic_layer::testing::test_sse_keys()), ..Default::default() };
+    let layer = S3Semantics::open(drive(&mut dirs), cfg).await.unwrap();
+    mosaic_layer::testing::encryption_detects_damage(&layer).await;
+    layer.shutdown().await.unwrap();
+}
+
 async fn bucket_coll(store: &DriveStore, bucket: &str) -> u32 {
     store.snapshot().collection(&format!("b/{bucket}")).await.unwrap().unwrap()
 }
