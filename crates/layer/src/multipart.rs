@@ -64,8 +64,7 @@ impl<S: Store> S3Semantics<S> {
     /// The object key a part of the upload is encrypted with (None: the upload is not encrypted); an
     /// SSE-C upload needs its customer key with every part.
     fn part_key(&self, rec: &UploadRecord, customer: Option<&CustomerKey>) -> LayerResult<Option<mosaic_crypt::Key>> {
-        let meta = ObjectMeta { sse: rec.opts.sse_sealed.clone(), ..Default::default() };
-        self.check_read_key(&meta, customer)
+        self.check_read_key(rec.opts.sse_sealed.as_ref(), customer)
     }
 
     async fn ingest_part(

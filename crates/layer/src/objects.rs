@@ -229,7 +229,7 @@ impl<S: Store> S3Semantics<S> {
         let Stat { snap, info, meta, .. } = self.stat_object(bucket, key, version_id).await?;
         pre.check(&meta)?;
         let range = resolve_range(&meta, range, part_number)?;
-        let object_key = self.check_read_key(&meta, customer)?;
+        let object_key = self.check_read_key(meta.sse.as_ref(), customer)?;
         let (start, end) = range.map(|r| (r.start, r.end)).unwrap_or((0, meta.size_bytes));
         let mut body = match (&meta.sse, object_key) {
             (Some(sse), Some(k)) => {

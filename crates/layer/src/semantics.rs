@@ -346,7 +346,7 @@ impl<S: Store> ObjectLayer for S3Semantics<S> {
     ) -> LayerResult<ObjectMeta> {
         let meta = self.stat_object(bucket, key, version_id).await?.meta;
         pre.check(&meta)?;
-        self.check_read_key(&meta, customer)?;
+        self.check_read_key(meta.sse.as_ref(), customer)?;
         Ok(meta)
     }
 

@@ -580,14 +580,14 @@ impl<S: mosaic_store::Store> S3Semantics<S> {
         req.map(|r| seal_new(self.cfg.sse_keys.as_deref(), &r)).transpose()
     }
 
-    /// The key a read of `meta` needs, opened (None for an object stored unencrypted); an SSE-C key given
-    /// for an object without one is refused, as S3 does.
+    /// The object key that `sse` (an object's or an upload's) seals, opened (None: stored unencrypted);
+    /// an SSE-C key given for an object without one is refused, as S3 does.
     pub(crate) fn check_read_key(
         &self,
-        meta: &crate::ObjectMeta,
+        sse: Option<&SseMeta>,
         customer: Option<&CustomerKey>,
     ) -> LayerResult<Option<Key>> {
-        match &meta.sse {
+        match sse {
             None if customer.is_some() => {
                 Err(key_mismatch("The encryption parameters are not applicable to this object"))
             }
