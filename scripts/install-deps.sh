@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what building and testing Mosaic needs, only when it is missing: a C/C++ toolchain and
-# libclang (for RocksDB's bindings) from apt, and the Rust toolchain's rustfmt and clippy.
+# libclang (for RocksDB's bindings) and openssl (test certificates) from apt, and the Rust toolchain's rustfmt and clippy.
 set -euo pipefail
 # shellcheck source=apt.sh
 source "$(dirname "$0")/apt.sh"
@@ -10,6 +10,8 @@ dpkg -s libclang-dev >/dev/null 2>&1 || need_apt+=(libclang-dev)
 command -v clang >/dev/null 2>&1 || need_apt+=(clang)
 command -v g++ >/dev/null 2>&1 || need_apt+=(g++)
 command -v make >/dev/null 2>&1 || need_apt+=(make)
+# The HTTPS tests make their certificates with it (scripts/test-cert.sh).
+command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
 
 apt_install "${need_apt[@]}"
 

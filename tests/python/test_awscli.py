@@ -1,16 +1,10 @@
 """The aws cli (cp, sync, ls, rm, multipart thresholds, presign) against a real server."""
 
 import os
-import subprocess
 
 import requests
 
-
-def aws(env, endpoint, *args, check=True):
-    r = subprocess.run(["aws", "--endpoint-url", endpoint, *args], env=env, capture_output=True, text=True)
-    if check and r.returncode != 0:
-        raise AssertionError(f"aws {' '.join(args)} failed: {r.stderr}")
-    return r
+from conftest import aws
 
 
 def test_cp_sync_ls_rm(server, aws_env, tmp_path):

@@ -12,13 +12,25 @@ pub struct Client {
 }
 
 impl Client {
-    pub fn new(address: &str, creds: Credentials) -> Result<Self, String> {
-        let base = if address.starts_with("http://") { address.to_string() } else { format!("http://{address}") };
-        let http = reqwest::blocking::Client::builder()
+    /// `address`: HOST:PORT (plain HTTP, or HTTPS when `ca_cert` is given) or a URL with its scheme.
+    /// `ca_cert`: a PEM file of the certificates (a CA or the server's own) that HTTPS trusts.
+    pub fn new(address: &str, creds: Credentials, ca_cert: Option<&Path>) -> Result<Self, String> {
+        let base = if address.starts_with("http://") || address.starts_with("https://") {
+            address.to_string()
+        } else if ca_cert.is_some() {
+            format!("https://{address}")
+        } else {
+            format!("http://{address}")
+        };
+        let mut http = reqwest::blocking::Client::builder()
             .timeout(Duration::from_secs(3600))
-            .connect_timeout(Duration::from_secs(5))
-            .build()
-            .map_err(|e| e.to_string())?;
+            .connect_timeout(Duration::from_secs(5));
+        if let Some(path) = ca_cert {
+            for cert in trusted_certificates(path)? {
+                http = http.add_root_certificate(cert);
+            }
+        }
+        let http = http.build().map_err(|e| e.to_string())?;
         Ok(Client { base: base.trim_end_matches('/').to_string(), creds, http })
     }
 
@@ -47,6 +59,23 @@ impl Client {
         }
         Ok(body)
     }
+}
+
+/// Largest CA file read.
+const MAX_CA_FILE_BYTES: u64 = 1 << 20;
+
+fn trusted_certificates(path: &Path) -> Result<Vec<reqwest::Certificate>, String> {
+    let size = std::fs::metadata(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?.len();
+    if size > MAX_CA_FILE_BYTES {
+        return Err(format!("{}: larger than {MAX_CA_FILE_BYTES} bytes", path.display()));
+    }
+    let pem = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let certs = reqwest::Certificate::from_pem_bundle(&pem)
+        .map_err(|e| format!("{}: not PEM certificates ({e})", path.display()))?;
+    if certs.is_empty() {
+        return Err(format!("{}: no CERTIFICATE in PEM", path.display()));
+    }
+    Ok(certs)
 }
 
 /// Credentials for the admin client: the environment, else the data directory's credentials file.

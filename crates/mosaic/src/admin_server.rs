@@ -431,9 +431,11 @@ fn replace_request(path: &str) -> Result<(usize, usize, std::path::PathBuf), Str
     Ok((set, slot, std::path::PathBuf::from(p)))
 }
 
+/// Serves the admin API until `shutdown` resolves; with `tls`, over HTTPS only.
 pub async fn serve(
     listener: TcpListener,
     state: Arc<AdminState>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> std::io::Result<()> {
     tokio::pin!(shutdown);
@@ -444,14 +446,14 @@ pub async fn serve(
             _ = &mut shutdown => break,
         };
         let _ = stream.set_nodelay(true);
-        let st = state.clone();
-        let conn = hyper::server::conn::http1::Builder::new()
-            .timer(TokioTimer::new())
-            .header_read_timeout(Duration::from_secs(10))
-            .serve_connection(TokioIo::new(stream), service_fn(move |req| route(st.clone(), req)));
-        let conn = graceful.watch(conn);
+        let (st, tls, watcher) = (state.clone(), tls.clone(), graceful.watcher());
         tokio::spawn(async move {
-            let _ = conn.await;
+            let Some(tls) = tls else {
+                return serve_connection(stream, st, watcher).await;
+            };
+            if let Ok(Ok(stream)) = tokio::time::timeout(HEADER_READ_TIMEOUT, tls.accept(stream)).await {
+                serve_connection(stream, st, watcher).await;
+            }
         });
     }
     tokio::select! {
@@ -459,4 +461,18 @@ pub async fn serve(
         _ = tokio::time::sleep(Duration::from_secs(5)) => {}
     }
     Ok(())
+}
+
+/// How long a client has for its TLS handshake, and then for each request's headers.
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+async fn serve_connection<I>(io: I, state: Arc<AdminState>, watcher: hyper_util::server::graceful::Watcher)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .serve_connection(TokioIo::new(io), service_fn(move |req| route(state.clone(), req)));
+    let _ = watcher.watch(conn).await;
 }

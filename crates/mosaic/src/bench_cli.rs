@@ -318,6 +318,9 @@ pub struct S3BenchArgs {
     /// each drive's IO over the measured phase (IO count and size, run length, write amplification).
     #[arg(long, value_name = "URL")]
     drive_metrics: Option<String>,
+    /// Trust this PEM certificate (a CA's or the server's own) for an https:// endpoint.
+    #[arg(long, value_name = "FILE")]
+    ca_cert: Option<PathBuf>,
     /// Print one JSON object instead of the table.
     #[arg(long)]
     json: bool,
@@ -363,6 +366,7 @@ fn run_s3(a: S3BenchArgs) -> Result<ExitCode, String> {
     o.sse_s3 = a.sse_s3;
     o.progress = !a.json;
     o.drive_metrics = a.drive_metrics;
+    o.ca_cert = a.ca_cert;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
     let r = rt.block_on(mosaic_bench::s3::run_s3_bench(&o))?;
     if let Some(dir) = &a.out {

@@ -38,6 +38,8 @@ pub struct FileConfig {
     pub kms_keys: Option<Vec<String>>,
     pub sse_master_key: Option<String>,
     pub sse_c_over_http: Option<bool>,
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
 }
 
 /// Values given on the command line or in the environment (clap merges the two; flags win).
@@ -147,6 +149,13 @@ pub struct ServerArgs {
     /// no secret). For tests and trusted networks only.
     #[arg(long, env = "MOSAIC_SSE_C_OVER_HTTP")]
     pub sse_c_over_http: bool,
+    /// Serve HTTPS on the S3 and admin ports with this certificate chain (PEM, leaf first); needs
+    /// --tls-key. Reloaded with the key on SIGHUP.
+    #[arg(long, env = "MOSAIC_TLS_CERT", value_name = "FILE")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM: PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, env = "MOSAIC_TLS_KEY", value_name = "FILE")]
+    pub tls_key: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -199,6 +208,15 @@ pub struct Config {
     /// file in the data directory (made at first start).
     pub sse_master_key: Option<[u8; 32]>,
     pub sse_c_over_http: bool,
+    /// HTTPS on both ports; None: plain HTTP.
+    pub tls: Option<TlsFiles>,
+}
+
+/// The certificate chain and private key files of HTTPS.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
 }
 
 pub const DEFAULT_DATA_DIR: &str = "./mosaic-data";
@@ -231,6 +249,18 @@ fn addr(name: &str, v: &str) -> Result<SocketAddr, String> {
 
 fn size(name: &str, v: &str) -> Result<u64, String> {
     parse_size(v).map_err(|e| format!("{name}: {e}"))
+}
+
+/// Both files or neither: a certificate without its key (or the reverse) is a mistake, not plain HTTP.
+fn tls_files(args: &ServerArgs, file: &FileConfig) -> Result<Option<TlsFiles>, String> {
+    let cert = args.tls_cert.clone().or_else(|| file.tls_cert.clone());
+    let key = args.tls_key.clone().or_else(|| file.tls_key.clone());
+    match (cert, key) {
+        (Some(cert), Some(key)) => Ok(Some(TlsFiles { cert, key })),
+        (None, None) => Ok(None),
+        (Some(_), None) => Err("tls_cert is set but tls_key is not: HTTPS needs both".into()),
+        (None, Some(_)) => Err("tls_key is set but tls_cert is not: HTTPS needs both".into()),
+    }
 }
 
 impl Config {
@@ -387,6 +417,7 @@ impl Config {
             kms_keys,
             sse_master_key,
             sse_c_over_http: args.sse_c_over_http || file.sse_c_over_http.unwrap_or(false),
+            tls: tls_files(args, file)?,
         })
     }
 }
@@ -416,6 +447,19 @@ mod tests {
         assert_eq!(c.lazy_encode_min_bytes, 1 << 20);
         assert_eq!(c.scan_interval, Duration::from_secs(3600));
         assert_eq!(c.lifecycle_day, Duration::from_secs(86_400));
+        assert_eq!(c.tls, None);
+    }
+
+    #[test]
+    fn tls_takes_both_files_flags_over_the_file() {
+        let file = "tls_cert = \"/etc/c.pem\"\ntls_key = \"/etc/k.pem\"";
+        let c = resolve(ServerArgs::default(), file).unwrap();
+        assert_eq!(c.tls, Some(TlsFiles { cert: "/etc/c.pem".into(), key: "/etc/k.pem".into() }));
+        let args = ServerArgs { tls_cert: Some("/new/c.pem".into()), ..Default::default() };
+        let c = resolve(args, file).unwrap();
+        assert_eq!(c.tls.unwrap().cert, PathBuf::from("/new/c.pem"));
+        let half = ServerArgs { tls_key: Some("/k.pem".into()), ..Default::default() };
+        assert!(resolve(half, "").unwrap_err().contains("tls_cert"));
     }
 
     #[test]
@@ -560,6 +604,8 @@ mod tests {
             "data_dir = 5",
             "domain = 7",
             "domain = \"not a domain\"",
+            "tls_cert = \"/c.pem\"",
+            "tls_key = \"/k.pem\"",
         ];
         for b in bad {
             assert!(resolve(ServerArgs::default(), b).is_err(), "accepted: {b}");

@@ -70,6 +70,9 @@ struct AdminArgs {
     /// Admin address of the server.
     #[arg(long, env = "MOSAIC_ADMIN", default_value = "127.0.0.1:9001", value_name = "HOST:PORT", global = true)]
     admin: String,
+    /// Trust this PEM certificate (a CA's or the server's own) and talk HTTPS to the admin port.
+    #[arg(long, env = "MOSAIC_CA_CERT", value_name = "FILE", global = true)]
+    ca_cert: Option<PathBuf>,
     /// Data directory to read the root credentials from when MOSAIC_ACCESS_KEY/MOSAIC_SECRET_KEY are unset.
     #[arg(long, default_value = "./mosaic-data", value_name = "DIR", global = true)]
     data: PathBuf,
@@ -218,7 +221,7 @@ fn run_server(args: config::ServerArgs) -> Result<ExitCode, String> {
 
 fn run_admin(a: AdminArgs) -> Result<ExitCode, String> {
     let creds = admin_client::credentials(&a.data)?;
-    let client = admin_client::Client::new(&a.admin, creds)?;
+    let client = admin_client::Client::new(&a.admin, creds, a.ca_cert.as_deref())?;
     let (method, path) = match &a.command {
         AdminCommand::Info => ("GET", "/admin/v1/info".to_string()),
         AdminCommand::Check => ("POST", "/admin/v1/check".to_string()),

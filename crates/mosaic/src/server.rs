@@ -181,6 +181,13 @@ async fn serve_all(
     let handlers = signal(SignalKind::interrupt()).and_then(|i| Ok((i, signal(SignalKind::terminate())?)));
     let (int, term) = handlers.map_err(|e| format!("cannot install signal handlers: {e}"))?;
     tokio::spawn(signals(int, term, stop_tx));
+    let certificates = match &cfg.tls {
+        Some(files) => Some(mosaic_s3::tls::Certificates::load(&files.cert, &files.key)?),
+        None => None,
+    };
+    let tls = certificates.as_ref().map(|c| c.acceptor()).transpose()?;
+    let hangup = signal(SignalKind::hangup()).map_err(|e| format!("cannot install signal handlers: {e}"))?;
+    tokio::spawn(reload_on_hangup(hangup, certificates));
     let admin_state = Arc::new(AdminState {
         layer: layer.clone(),
         drives,
@@ -192,12 +199,13 @@ async fn serve_all(
     });
     tokio::spawn(lifecycle_worker(layer.clone(), cfg.lifecycle_day, stop_rx.clone()));
     let mut admin_stop = stop_rx.clone();
-    let admin = tokio::spawn(admin_server::serve(admin_listener, admin_state, async move {
+    let admin = tokio::spawn(admin_server::serve(admin_listener, admin_state, tls.clone(), async move {
         let _ = admin_stop.wait_for(|s| *s).await;
     }));
     tracing::info!(
         s3 = %s3_bound,
         admin = %admin_bound,
+        tls = tls.is_some(),
         ms = started.elapsed().as_millis() as u64,
         "mosaic is serving"
     );
@@ -207,6 +215,7 @@ async fn serve_all(
         s3_listener,
         service,
         limits,
+        tls,
         async move {
             let _ = s3_stop.wait_for(|s| *s).await;
         },
@@ -216,6 +225,25 @@ async fn serve_all(
     .map_err(|e| e.to_string())?;
     let _ = admin.await;
     Ok(())
+}
+
+/// SIGHUP: read the TLS certificate and key again; new connections get the new one, open connections keep
+/// theirs. A bad pair is logged and the old one kept. Without TLS there is nothing to reload (and SIGHUP
+/// does not stop the server).
+async fn reload_on_hangup(
+    mut hangup: tokio::signal::unix::Signal,
+    certificates: Option<Arc<mosaic_s3::tls::Certificates>>,
+) {
+    while hangup.recv().await.is_some() {
+        let Some(c) = &certificates else {
+            tracing::info!("SIGHUP: no TLS certificate to reload");
+            continue;
+        };
+        match c.reload() {
+            Ok(()) => tracing::info!("SIGHUP: TLS certificate reloaded"),
+            Err(e) => tracing::warn!(error = %e, "SIGHUP: TLS certificate not reloaded; serving the previous one"),
+        }
+    }
 }
 
 /// First SIGINT/SIGTERM: graceful stop. Second: exit at once.

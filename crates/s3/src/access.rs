@@ -266,6 +266,10 @@ impl AccessFacts for dyn mosaic_layer::ObjectLayer {
 #[derive(Clone, Copy, Debug)]
 pub struct PeerIp(pub std::net::IpAddr);
 
+/// Marks a request that came over TLS (for aws:SecureTransport and SSE-C).
+#[derive(Clone, Copy, Debug)]
+pub struct SecureTransport;
+
 /// One request as the access check sees it.
 struct Asked<'a> {
     access_key: Option<&'a str>,
@@ -313,7 +317,8 @@ fn policy_context(cx: &mut S3AccessContext<'_>) -> HashMap<String, Vec<String>> 
         add("aws:currenttime".into(), t);
     }
     add("aws:epochtime".into(), now.unix_timestamp().to_string());
-    add("aws:securetransport".into(), "false".into());
+    let secure = cx.extensions_mut().get::<SecureTransport>().is_some();
+    add("aws:securetransport".into(), secure.to_string());
     c
 }
 

@@ -17,6 +17,7 @@ mod policy;
 mod server;
 mod service;
 mod sse;
+pub mod tls;
 mod token;
 
 pub use checksum::{Algo, checksum_b64};

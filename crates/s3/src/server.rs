@@ -16,6 +16,8 @@ use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
+pub use crate::access::SecureTransport;
+
 /// Largest XML request body (DeleteObjects of 1,000 keys of 1,024 bytes fits).
 const XML_MAX_BODY_BYTES: usize = 2 << 20;
 
@@ -429,10 +431,12 @@ async fn with_request_id(resp: http::Response<s3s::Body>, id: &str) -> http::Res
 }
 
 /// Serves until `shutdown` resolves, then stops accepting and waits up to `drain` for in-flight requests.
+/// With `tls`, every connection is HTTPS (the handshake is bounded by the header read timeout).
 pub async fn serve(
     listener: TcpListener,
     service: Service,
     limits: HttpLimits,
+    tls: Option<tokio_rustls::TlsAcceptor>,
     shutdown: impl Future<Output = ()>,
     drain: Duration,
 ) -> std::io::Result<()> {
@@ -456,23 +460,20 @@ pub async fn serve(
         };
         // Without TCP_NODELAY small responses wait on Nagle plus the client's delayed ACK (~40 ms).
         let _ = stream.set_nodelay(true);
-        let s3 = service.clone();
-        let svc = service_fn(move |mut req: http::Request<hyper::body::Incoming>| {
-            req.extensions_mut().insert(crate::access::PeerIp(peer.ip()));
-            handle(s3.clone(), req)
-        });
-        let conn = hyper::server::conn::http1::Builder::new()
-            .timer(TokioTimer::new())
-            .header_read_timeout(limits.header_read_timeout)
-            .max_headers(limits.max_headers)
-            // A client that shuts down its write side after sending a request (nc, some scripts) still
-            // gets its answer; the header timeout still bounds connections that never finish a request.
-            .half_close(true)
-            .serve_connection(TokioIo::new(stream), svc);
-        let conn = graceful.watch(conn);
+        let watcher = graceful.watcher();
+        let (service, limits, tls) = (service.clone(), limits.clone(), tls.clone());
         tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(%peer, error = %e, "connection ended with an error");
+            let Some(tls) = tls else {
+                serve_connection(stream, peer, None, service, &limits, watcher).await;
+                drop(permit);
+                return;
+            };
+            match tokio::time::timeout(limits.header_read_timeout, tls.accept(stream)).await {
+                Ok(Ok(stream)) => {
+                    serve_connection(stream, peer, Some(SecureTransport), service, &limits, watcher).await
+                }
+                Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
+                Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
             }
             drop(permit);
         });
@@ -483,4 +484,34 @@ pub async fn serve(
         _ = tokio::time::sleep(drain) => tracing::warn!("in-flight requests did not finish within the drain timeout"),
     }
     Ok(())
+}
+
+async fn serve_connection<I>(
+    io: I,
+    peer: SocketAddr,
+    secure: Option<SecureTransport>,
+    service: Service,
+    limits: &HttpLimits,
+    watcher: hyper_util::server::graceful::Watcher,
+) where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let svc = service_fn(move |mut req: http::Request<hyper::body::Incoming>| {
+        req.extensions_mut().insert(crate::access::PeerIp(peer.ip()));
+        if let Some(s) = secure {
+            req.extensions_mut().insert(s);
+        }
+        handle(service.clone(), req)
+    });
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        .max_headers(limits.max_headers)
+        // A client that shuts down its write side after sending a request (nc, some scripts) still
+        // gets its answer; the header timeout still bounds connections that never finish a request.
+        .half_close(true)
+        .serve_connection(TokioIo::new(io), svc);
+    if let Err(e) = watcher.watch(conn).await {
+        tracing::debug!(%peer, error = %e, "connection ended with an error");
+    }
 }

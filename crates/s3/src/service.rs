@@ -41,8 +41,14 @@ impl MosaicS3 {
     }
 
     /// The SSE-C key of a request's headers, if any.
-    fn customer_key(&self, h: &crate::sse::CustomerHeaders<'_>) -> S3Result<Option<mosaic_layer::CustomerKey>> {
-        crate::sse::customer_key(h, self.sse_c_over_http)
+    /// An SSE-C key of a request: accepted over TLS, and over plain HTTP only when configured so.
+    fn customer_key(
+        &self,
+        extensions: &http::Extensions,
+        h: &crate::sse::CustomerHeaders<'_>,
+    ) -> S3Result<Option<mosaic_layer::CustomerKey>> {
+        let secure = extensions.get::<crate::access::SecureTransport>().is_some();
+        crate::sse::customer_key(h, secure || self.sse_c_over_http)
     }
 
     /// The encryption headers of a part's answer: its upload's.
@@ -933,7 +939,7 @@ impl S3 for MosaicS3 {
             Some(o) => Some(o as u64),
             None => None,
         };
-        let customer = self.customer_key(&customer_headers!(input))?;
+        let customer = self.customer_key(&req.extensions, &customer_headers!(input))?;
         opts.sse =
             crate::sse::write_request(input.server_side_encryption.as_ref(), input.ssekms_key_id.as_deref(), customer)?;
         let body = verified_body(layer_stream(input.body), exp).map_err(to_s3)?;
@@ -966,7 +972,7 @@ impl S3 for MosaicS3 {
             Some(p) if p < 1 => return Err(s3_error!(InvalidArgument, "partNumber must be at least 1")),
             p => p.map(|p| p as u32),
         };
-        let customer = self.customer_key(&customer_headers!(i))?;
+        let customer = self.customer_key(&req.extensions, &customer_headers!(i))?;
         let range = i.range.as_ref().map(range_of);
         let got = self
             .layer
@@ -1026,7 +1032,7 @@ impl S3 for MosaicS3 {
         crate::sse::refuse_on_read(&req.headers)?;
         let i = req.input;
         let pre = precondition(&i.if_match, &i.if_none_match, &i.if_modified_since, &i.if_unmodified_since);
-        let customer = self.customer_key(&customer_headers!(i))?;
+        let customer = self.customer_key(&req.extensions, &customer_headers!(i))?;
         let head = self.layer.head_object_sse(&i.bucket, &i.key, i.version_id.as_deref(), &pre, customer.as_ref());
         let m = match head.await {
             Ok(m) => m,
@@ -1204,8 +1210,8 @@ impl S3 for MosaicS3 {
             grant_headers(&i.grant_read, &grant_write, &i.grant_read_acp, &i.grant_write_acp, &i.grant_full_control);
         let access =
             self.written_access(&req.credentials, &i.bucket, i.acl.as_ref().map(|a| a.as_str()), grants).await?;
-        let source = self.customer_key(&copy_source_customer_headers!(i))?;
-        let customer = self.customer_key(&customer_headers!(i))?;
+        let source = self.customer_key(&req.extensions, &copy_source_customer_headers!(i))?;
+        let customer = self.customer_key(&req.extensions, &customer_headers!(i))?;
         let dest = crate::sse::write_request(i.server_side_encryption.as_ref(), i.ssekms_key_id.as_deref(), customer)?;
         let keys = mosaic_layer::CopyKeys { source, dest };
         let (version, dst) = (src_version.as_deref(), (i.bucket.as_str(), i.key.as_str()));
@@ -1408,7 +1414,7 @@ impl S3 for MosaicS3 {
         let i = req.input;
         // One header value may list several attributes ("ETag,ObjectSize", as botocore sends them).
         let wants = |a: &str| i.object_attributes.iter().flat_map(|x| x.as_str().split(',')).any(|x| x.trim() == a);
-        let customer = self.customer_key(&customer_headers!(i))?;
+        let customer = self.customer_key(&req.extensions, &customer_headers!(i))?;
         let m = self
             .layer
             .head_object_sse(&i.bucket, &i.key, i.version_id.as_deref(), &Precondition::default(), customer.as_ref())
@@ -1679,7 +1685,7 @@ impl S3 for MosaicS3 {
             &i.object_lock_retain_until_date,
             &i.object_lock_legal_hold_status,
         )?;
-        let customer = self.customer_key(&customer_headers!(i))?;
+        let customer = self.customer_key(&req.extensions, &customer_headers!(i))?;
         opts.sse = crate::sse::write_request(i.server_side_encryption.as_ref(), i.ssekms_key_id.as_deref(), customer)?;
         let id = self.layer.create_multipart(&i.bucket, &i.key, opts.clone()).await.map_err(to_s3)?;
         let sealed = self.layer.upload_options(&i.bucket, &i.key, &id).await.map_err(to_s3)?.sse_sealed;
@@ -1704,7 +1710,7 @@ impl S3 for MosaicS3 {
         if i.part_number < 1 {
             return Err(s3_error!(InvalidArgument, "part numbers are 1 to 10000"));
         }
-        let customer = self.customer_key(&customer_headers!(i))?;
+        let customer = self.customer_key(&req.extensions, &customer_headers!(i))?;
         let body = verified_body(layer_stream(i.body), exp).map_err(to_s3)?;
         let part = i.part_number as u32;
         let p = self
@@ -1755,8 +1761,8 @@ impl S3 for MosaicS3 {
             &i.copy_source_if_unmodified_since,
         );
         pre.for_copy_source = true;
-        let source = self.customer_key(&copy_source_customer_headers!(i))?;
-        let dest = self.customer_key(&customer_headers!(i))?.map(mosaic_layer::SseRequest::Customer);
+        let source = self.customer_key(&req.extensions, &copy_source_customer_headers!(i))?;
+        let dest = self.customer_key(&req.extensions, &customer_headers!(i))?.map(mosaic_layer::SseRequest::Customer);
         let p = self
             .layer
             .upload_part_copy_sse(
@@ -1828,7 +1834,7 @@ impl S3 for MosaicS3 {
         if let Some(sealed) = upload.as_ref().and_then(|o| o.sse_sealed.as_ref())
             && sealed.mode == mosaic_layer::SseMode::Customer
         {
-            let given = self.customer_key(&customer_headers!(i))?;
+            let given = self.customer_key(&req.extensions, &customer_headers!(i))?;
             if given.as_ref().map(|c| c.md5_b64()) != sealed.customer_key_md5.as_deref() {
                 return Err(s3_error!(
                     InvalidRequest,

@@ -30,16 +30,28 @@ pub struct BenchClient {
 /// plain user metadata.
 pub const PRIORITY_META_KEY: &str = "mosaic-priority";
 
+/// The SDK's own HTTPS client (rustls), trusting only the given PEM certificates.
+fn https_client(pem: Vec<u8>) -> Result<aws_smithy_runtime_api::client::http::SharedHttpClient, String> {
+    use aws_smithy_http_client::tls::{self, TlsContext, TrustStore};
+    let trust = TrustStore::empty().with_native_roots(false).with_pem_certificate(pem);
+    let context = TlsContext::builder().with_trust_store(trust).build().map_err(|e| format!("TLS: {e}"))?;
+    Ok(aws_smithy_http_client::Builder::new()
+        .tls_provider(tls::Provider::Rustls(tls::rustls_provider::CryptoMode::AwsLc))
+        .tls_context(context)
+        .build_https())
+}
+
 impl BenchClient {
     pub fn new(
         endpoint: &str,
         access_key: &str,
         secret_key: &str,
         region: &str,
+        ca_pem: Option<Vec<u8>>,
         pool: Pool,
         timeout: Duration,
-    ) -> Self {
-        let conf = aws_sdk_s3::Config::builder()
+    ) -> Result<Self, String> {
+        let mut conf = aws_sdk_s3::Config::builder()
             .behavior_version(BehaviorVersion::latest())
             .region(Region::new(region.to_string()))
             .endpoint_url(endpoint)
@@ -48,9 +60,11 @@ impl BenchClient {
             // Same work for every store: no SDK checksums beyond what S3 requires, no retries.
             .request_checksum_calculation(RequestChecksumCalculation::WhenRequired)
             .response_checksum_validation(ResponseChecksumValidation::WhenRequired)
-            .retry_config(RetryConfig::disabled())
-            .build();
-        BenchClient { s3: aws_sdk_s3::Client::from_conf(conf), pool, timeout }
+            .retry_config(RetryConfig::disabled());
+        if let Some(pem) = ca_pem {
+            conf = conf.http_client(https_client(pem)?);
+        }
+        Ok(BenchClient { s3: aws_sdk_s3::Client::from_conf(conf.build()), pool, timeout })
     }
 
     pub fn pool(&self) -> &Pool {

@@ -57,6 +57,9 @@ pub struct S3BenchOptions {
     pub progress: bool,
     /// The server's Prometheus endpoint: its per-drive IO over the measured phase goes into the result.
     pub drive_metrics: Option<String>,
+    /// PEM certificates that HTTPS endpoints are trusted by (a CA's or the server's own); None: the
+    /// system's roots.
+    pub ca_cert: Option<std::path::PathBuf>,
 }
 
 impl S3BenchOptions {
@@ -87,6 +90,7 @@ impl S3BenchOptions {
             sse_s3: false,
             progress: false,
             drive_metrics: None,
+            ca_cert: None,
         }
     }
 }

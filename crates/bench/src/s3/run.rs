@@ -24,7 +24,12 @@ const LIST_PAGE_KEYS: i32 = 1000;
 
 pub async fn run_s3_bench(o: &S3BenchOptions) -> Result<S3BenchResult, String> {
     validate(o)?;
-    let client = BenchClient::new(&o.endpoint, &o.access_key, &o.secret_key, &o.region, Pool::new(o.seed), o.timeout);
+    let ca_pem = match &o.ca_cert {
+        Some(path) => Some(std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?),
+        None => None,
+    };
+    let client =
+        BenchClient::new(&o.endpoint, &o.access_key, &o.secret_key, &o.region, ca_pem, Pool::new(o.seed), o.timeout)?;
     match o.workload {
         S3Workload::Tenants => run_tenants(o, &client).await,
         S3Workload::List => run_list(o, &client).await,

@@ -30,6 +30,8 @@ pub struct Server {
     pub s3: String,
     pub admin: String,
     pub stdout: std::sync::mpsc::Receiver<String>,
+    /// The server's log lines after "mosaic is serving" (JSON).
+    pub log: std::sync::mpsc::Receiver<String>,
 }
 
 /// A test that fails still ends its server (a child process outlives its handle otherwise, holding its
@@ -77,7 +79,7 @@ pub fn start_with_env(data: &Path, env: &[(&str, &str)]) -> Server {
     let stderr = child.stderr.take().unwrap();
     let mut lines = BufReader::new(stderr).lines();
     let mut seen = Vec::new();
-    let (s3, admin) = loop {
+    let serving: serde_json::Value = loop {
         let Some(Ok(line)) = lines.next() else { panic!("server exited before serving:\n{}", seen.join("\n")) };
         seen.push(line.clone());
         let v: serde_json::Value = match serde_json::from_str(&line) {
@@ -85,12 +87,31 @@ pub fn start_with_env(data: &Path, env: &[(&str, &str)]) -> Server {
             Err(_) => continue,
         };
         if v["message"] == "mosaic is serving" {
-            break (v["s3"].as_str().unwrap().to_string(), v["admin"].as_str().unwrap().to_string());
+            break v;
         }
     };
+    let s3 = serving["s3"].as_str().unwrap().to_string();
+    let admin = serving["admin"].as_str().unwrap().to_string();
     // Keep draining stderr so the server never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
-    Server { child, s3, admin, stdout: rx }
+    let (log_tx, log) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            let _ = log_tx.send(line);
+        }
+    });
+    Server { child, s3, admin, stdout: rx, log }
+}
+
+/// Reads the server's log until a line with this message, and returns that line.
+pub fn logged(s: &Server, message: &str) -> serde_json::Value {
+    loop {
+        let line = s.log.recv().expect("the server's log ended before the line was logged");
+        if let Ok(v) = serde_json::from_str::<serde_json::Value>(&line)
+            && v["message"] == message
+        {
+            return v;
+        }
+    }
 }
 
 /// Reads printed lines until one starts with `label` and returns the rest of it.

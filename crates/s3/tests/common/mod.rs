@@ -46,7 +46,7 @@ impl TestServer {
             let stop = async move {
                 let _ = rx.await;
             };
-            mosaic_s3::serve(listener, service, Default::default(), stop, std::time::Duration::from_secs(5))
+            mosaic_s3::serve(listener, service, Default::default(), None, stop, std::time::Duration::from_secs(5))
                 .await
                 .unwrap();
         });

@@ -1,0 +1,210 @@
+//! HTTPS end to end against a real `mosaic server` with a certificate made in the test
+//! (scripts/test-cert.sh): S3 through aws-sdk-s3 and the admin CLI over TLS, SSE-C accepted over TLS
+//! without being allowed over HTTP, aws:SecureTransport true in policies, plain HTTP refused on the TLS
+//! port; SIGHUP serves a renewed certificate to new connections while open ones keep going, and a broken
+//! renewal keeps the previous certificate.
+
+mod support;
+
+use aws_sdk_s3::primitives::ByteStream;
+use base64::Engine;
+use md5::{Digest, Md5};
+use std::path::{Path, PathBuf};
+use support::{logged, run, start_with_root, stop};
+
+const ROOT_AK: &str = "rootkey";
+const ROOT_SK: &str = "rootsecret-0123456789";
+
+/// Makes (once per directory) a test CA and a server certificate NAME.pem/NAME.key signed by it.
+fn make_cert(dir: &Path, name: &str) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/test-cert.sh");
+    let out = std::process::Command::new(script).arg(dir).arg(name).output().expect("running test-cert.sh");
+    assert!(out.status.success(), "test-cert.sh failed: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// Replaces a file in one step (a reader sees the old or the new, never half of one).
+fn replace(path: &Path, from: &Path) {
+    let tmp = path.with_extension("tmp");
+    std::fs::copy(from, &tmp).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+fn pem_der(path: &Path) -> Vec<u8> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let b64: String = text.lines().filter(|l| !l.starts_with("-----")).collect();
+    base64::engine::general_purpose::STANDARD.decode(b64).unwrap()
+}
+
+fn sdk_client(endpoint: &str, ca: &Path) -> aws_sdk_s3::Client {
+    use aws_smithy_http_client::tls::{self, TlsContext, TrustStore};
+    let trust = TrustStore::empty().with_native_roots(false).with_pem_certificate(std::fs::read(ca).unwrap());
+    let http = aws_smithy_http_client::Builder::new()
+        .tls_provider(tls::Provider::Rustls(tls::rustls_provider::CryptoMode::AwsLc))
+        .tls_context(TlsContext::builder().with_trust_store(trust).build().unwrap())
+        .build_https();
+    let creds = aws_sdk_s3::config::Credentials::new(ROOT_AK, ROOT_SK, None, None, "test");
+    let conf = aws_sdk_s3::Config::builder()
+        .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
+        .region(aws_sdk_s3::config::Region::new("us-east-1"))
+        .endpoint_url(format!("https://{endpoint}"))
+        .credentials_provider(creds)
+        .force_path_style(true)
+        .retry_config(aws_sdk_s3::config::retry::RetryConfig::disabled())
+        .http_client(http)
+        .build();
+    aws_sdk_s3::Client::from_conf(conf)
+}
+
+/// A client trusting only the test CA, reporting the certificate each response came over.
+fn https(ca: &Path) -> reqwest::blocking::Client {
+    let ca = reqwest::Certificate::from_pem(&std::fs::read(ca).unwrap()).unwrap();
+    reqwest::blocking::Client::builder()
+        .tls_built_in_root_certs(false)
+        .add_root_certificate(ca)
+        .tls_info(true)
+        .build()
+        .unwrap()
+}
+
+/// The leaf certificate (DER) a response came over.
+fn served_cert(client: &reqwest::blocking::Client, url: &str) -> Vec<u8> {
+    let resp = client.get(url).send().unwrap();
+    let info = resp.extensions().get::<reqwest::tls::TlsInfo>().expect("a TLS response");
+    info.peer_certificate().expect("the server's certificate").to_vec()
+}
+
+struct Tls {
+    _dir: tempfile::TempDir,
+    certs: PathBuf,
+    cert: PathBuf,
+    key: PathBuf,
+    ca: PathBuf,
+}
+
+fn tls_files() -> Tls {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = dir.path().join("certs");
+    make_cert(&certs, "first");
+    make_cert(&certs, "second");
+    let (cert, key) = (dir.path().join("tls.pem"), dir.path().join("tls.key"));
+    replace(&cert, &certs.join("first.pem"));
+    replace(&key, &certs.join("first.key"));
+    Tls { ca: certs.join("ca.pem"), certs, cert, key, _dir: dir }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s3_admin_sse_c_and_policies_over_https() {
+    let t = tls_files();
+    let data = tempfile::tempdir().unwrap();
+    let env = [("MOSAIC_TLS_CERT", t.cert.to_str().unwrap()), ("MOSAIC_TLS_KEY", t.key.to_str().unwrap())];
+    let s = start_with_root(data.path(), ROOT_AK, ROOT_SK, &env);
+    let c = sdk_client(&s.s3, &t.ca);
+    c.create_bucket().bucket("sec").send().await.unwrap();
+    let body: Vec<u8> = (0..(1u32 << 20)).map(|i| (i % 251) as u8).collect();
+    c.put_object().bucket("sec").key("big").body(ByteStream::from(body.clone())).send().await.unwrap();
+    let got = c.get_object().bucket("sec").key("big").send().await.unwrap();
+    assert_eq!(got.body.collect().await.unwrap().to_vec(), body);
+
+    // SSE-C is accepted over TLS although the server does not allow it over plain HTTP.
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let (key, md5) = (b64.encode([7u8; 32]), b64.encode(Md5::digest([7u8; 32])));
+    c.put_object()
+        .bucket("sec")
+        .key("customer")
+        .body(ByteStream::from_static(b"customer secret"))
+        .sse_customer_algorithm("AES256")
+        .sse_customer_key(&key)
+        .sse_customer_key_md5(&md5)
+        .send()
+        .await
+        .unwrap();
+    let got = c
+        .get_object()
+        .bucket("sec")
+        .key("customer")
+        .sse_customer_algorithm("AES256")
+        .sse_customer_key(&key)
+        .sse_customer_key_md5(&md5)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(&got.body.collect().await.unwrap().to_vec()[..], b"customer secret");
+
+    // aws:SecureTransport is true over TLS: a policy granting anonymous reads only then lets one through.
+    let policy = r#"{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":"*",
+        "Action":"s3:GetObject","Resource":"arn:aws:s3:::sec/big",
+        "Condition":{"Bool":{"aws:SecureTransport":"true"}}}]}"#;
+    c.put_bucket_policy().bucket("sec").policy(policy).send().await.unwrap();
+    let url = format!("https://{}/sec/big", s.s3);
+    let anonymous = tokio::task::spawn_blocking({
+        let (ca, url) = (t.ca.clone(), url.clone());
+        move || https(&ca).get(&url).send().map(|r| (r.status().as_u16(), r.bytes().unwrap().len()))
+    });
+    assert_eq!(anonymous.await.unwrap().unwrap(), (200, body.len()));
+
+    // Plain HTTP on the TLS port gets no S3 answer.
+    let plain = tokio::task::spawn_blocking({
+        let url = format!("http://{}/sec/big", s.s3);
+        move || reqwest::blocking::get(url).map(|r| r.status().as_u16())
+    });
+    assert!(!matches!(plain.await.unwrap(), Ok(200)), "plain HTTP was served on the TLS port");
+
+    // The admin CLI over HTTPS, trusting the test CA.
+    let out = support::mosaic()
+        .env("MOSAIC_ACCESS_KEY", ROOT_AK)
+        .env("MOSAIC_SECRET_KEY", ROOT_SK)
+        .args(["admin", "--json", "--admin", &s.admin, "--ca-cert", t.ca.to_str().unwrap(), "info"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "admin over HTTPS: {}", String::from_utf8_lossy(&out.stderr));
+    let out = support::admin(&s, ROOT_AK, ROOT_SK, &["info"]);
+    assert!(!out.status.success(), "the admin port answered plain HTTP");
+    assert_eq!(stop(s).0, 0);
+}
+
+#[test]
+fn sighup_serves_a_renewed_certificate_to_new_connections_only() {
+    let t = tls_files();
+    let data = tempfile::tempdir().unwrap();
+    let env = [("MOSAIC_TLS_CERT", t.cert.to_str().unwrap()), ("MOSAIC_TLS_KEY", t.key.to_str().unwrap())];
+    let s = start_with_root(data.path(), ROOT_AK, ROOT_SK, &env);
+    let url = format!("https://{}/", s.s3);
+    let (first, second) = (pem_der(&t.certs.join("first.pem")), pem_der(&t.certs.join("second.pem")));
+    let open = https(&t.ca);
+    assert_eq!(served_cert(&open, &url), first);
+
+    replace(&t.cert, &t.certs.join("second.pem"));
+    replace(&t.key, &t.certs.join("second.key"));
+    // SAFETY: plain kill(2) on our child.
+    unsafe { libc::kill(s.child.id() as i32, libc::SIGHUP) };
+    logged(&s, "SIGHUP: TLS certificate reloaded");
+    assert_eq!(served_cert(&https(&t.ca), &url), second, "a new connection gets the renewed certificate");
+    assert_eq!(served_cert(&open, &url), first, "the open connection was kept");
+
+    // A key that does not fit: the server keeps serving the renewed pair.
+    replace(&t.key, &t.certs.join("first.key"));
+    unsafe { libc::kill(s.child.id() as i32, libc::SIGHUP) };
+    let warned = logged(&s, "SIGHUP: TLS certificate not reloaded; serving the previous one");
+    assert!(warned["error"].as_str().unwrap().contains("does not fit"), "{warned}");
+    assert_eq!(served_cert(&https(&t.ca), &url), second);
+    assert_eq!(stop(s).0, 0);
+}
+
+#[test]
+fn bad_tls_settings_are_refused_at_start() {
+    let t = tls_files();
+    let data = tempfile::tempdir().unwrap();
+    let d = data.path().to_str().unwrap();
+    let base = ["server", "--data", d, "--s3-address", "127.0.0.1:0", "--admin-address", "127.0.0.1:0"];
+    let cert = t.cert.to_str().unwrap();
+    let (code, _, err) = run(&[&base[..], &["--tls-cert", cert]].concat());
+    assert_ne!(code, 0);
+    assert!(err.contains("tls_key"), "{err}");
+    let wrong_key = t.certs.join("second.key");
+    let (code, _, err) = run(&[&base[..], &["--tls-cert", cert, "--tls-key", wrong_key.to_str().unwrap()]].concat());
+    assert_ne!(code, 0);
+    assert!(err.contains("does not fit"), "{err}");
+    let (code, _, err) = run(&[&base[..], &["--tls-cert", cert, "--tls-key", "/nonexistent/key.pem"]].concat());
+    assert_ne!(code, 0);
+    assert!(err.contains("cannot read /nonexistent/key.pem"), "{err}");
+}
