@@ -1,6 +1,8 @@
 """boto3 with its defaults (flexible checksums on, aws-chunked uploads) against a real server."""
 
+import base64
 import hashlib
+import json
 import os
 
 import botocore
@@ -206,3 +208,63 @@ def test_encryption_at_rest_sse_s3_kms_and_c(s3, bucket):
         s3.get_bucket_encryption(Bucket=bucket)
     assert e.value.response["Error"]["Code"] == "ServerSideEncryptionConfigurationNotFoundError"
     s3.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": k} for k in ["s3", "kms", "c", "c2", "d"]]})
+
+
+def test_browser_post_uploads(s3, bucket, server):
+    """POST uploads with boto3's presigned POST (SigV4): conditions on key, size and content type, the
+    success status and redirect, and the refusals: tampered or expired policy, too large, anonymous."""
+    conditions = [["starts-with", "$key", "uploads/"], ["content-length-range", 1, 1000],
+                  ["starts-with", "$Content-Type", "text/"]]
+    post = s3.generate_presigned_post(bucket, "uploads/${filename}", Fields={"Content-Type": "text/plain"},
+                                      Conditions=conditions, ExpiresIn=600)
+    fields = dict(post["fields"], key="uploads/a.txt")
+    r = requests.post(post["url"], data=fields, files={"file": ("a.txt", b"hello post")})
+    assert r.status_code == 204, r.text
+    assert s3.get_object(Bucket=bucket, Key="uploads/a.txt")["Body"].read() == b"hello post"
+
+    status_post = s3.generate_presigned_post(bucket, "uploads/b.txt", Fields={"success_action_status": "201"},
+                                             Conditions=[{"success_action_status": "201"}], ExpiresIn=600)
+    r = requests.post(status_post["url"], data=status_post["fields"], files={"file": ("b.txt", b"created")})
+    assert r.status_code == 201 and "<Key>uploads/b.txt</Key>" in r.text, r.text
+
+    redirect = "https://app.example.com/done"
+    redirect_post = s3.generate_presigned_post(bucket, "uploads/c.txt", Fields={"success_action_redirect": redirect},
+                                               Conditions=[{"success_action_redirect": redirect}], ExpiresIn=600)
+    r = requests.post(redirect_post["url"], data=redirect_post["fields"], files={"file": ("c.txt", b"moved")},
+                      allow_redirects=False)
+    assert r.status_code == 303, r.text
+    etag = s3.head_object(Bucket=bucket, Key="uploads/c.txt")["ETag"].strip('"')
+    assert r.headers["Location"] == f"{redirect}?bucket={bucket}&key=uploads%2Fc.txt&etag=%22{etag}%22"
+
+    # Another condition in the signed policy: the signature no longer matches it.
+    forged = base64.b64encode(base64.b64decode(fields["policy"]).replace(b"1000", b"9999")).decode()
+    tampered = dict(fields, policy=forged)
+    r = requests.post(post["url"], data=tampered, files={"file": ("a.txt", b"evil")})
+    assert r.status_code in (400, 403), r.text
+    expired = s3.generate_presigned_post(bucket, "uploads/late.txt", ExpiresIn=-60)
+    r = requests.post(expired["url"], data=expired["fields"], files={"file": ("late.txt", b"late")})
+    assert r.status_code == 403 and "expired" in r.text, r.text
+    r = requests.post(post["url"], data=fields, files={"file": ("a.txt", b"x" * 1001)})
+    assert r.status_code == 400 and "EntityTooLarge" in r.text, r.text
+    r = requests.post(post["url"], data={"key": "uploads/anon.txt"}, files={"file": ("anon.txt", b"anon")})
+    assert r.status_code == 403 and "AccessDenied" in r.text, r.text
+    for k in ("uploads/a.txt", "uploads/b.txt", "uploads/c.txt"):
+        s3.delete_object(Bucket=bucket, Key=k)
+
+
+def test_bucket_policy_deny_beats_allow(s3, bucket, server):
+    """An anonymous reader is refused without a policy, let in by an Allow, and kept out of a prefix by a
+    Deny that beats the Allow (the root key too)."""
+    s3.put_object(Bucket=bucket, Key="public/a", Body=b"a")
+    s3.put_object(Bucket=bucket, Key="private/b", Body=b"b")
+    assert requests.get(f"{server.endpoint}/{bucket}/public/a").status_code == 403
+    policy = {"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Principal": "*", "Action": "s3:GetObject", "Resource": f"arn:aws:s3:::{bucket}/*"},
+        {"Effect": "Deny", "Principal": "*", "Action": "s3:GetObject", "Resource": f"arn:aws:s3:::{bucket}/private/*"}]}
+    s3.put_bucket_policy(Bucket=bucket, Policy=json.dumps(policy))
+    assert requests.get(f"{server.endpoint}/{bucket}/public/a").content == b"a"
+    assert requests.get(f"{server.endpoint}/{bucket}/private/b").status_code == 403
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.get_object(Bucket=bucket, Key="private/b")
+    assert e.value.response["Error"]["Code"] == "AccessDenied"
+    s3.delete_bucket_policy(Bucket=bucket)

@@ -2,8 +2,8 @@
 //! sealing of an object key under a key-encryption key, and the set of master keys.
 
 use crate::{CryptError, CryptResult};
-use ring::aead::{AES_256_GCM, Aad, LessSafeKey, NONCE_LEN, Nonce, UnboundKey};
-use ring::rand::{SecureRandom, SystemRandom};
+use aws_lc_rs::aead::{AES_256_GCM, Aad, LessSafeKey, NONCE_LEN, Nonce, UnboundKey};
+use aws_lc_rs::rand::{SecureRandom, SystemRandom};
 use std::collections::BTreeMap;
 
 pub const KEY_BYTES: usize = 32;
@@ -38,7 +38,7 @@ impl Key {
 
     /// Another key, HMAC-SHA256 of `label` under this one: independent keys for independent uses.
     pub fn derive(&self, label: &[u8]) -> Key {
-        let tag = ring::hmac::sign(&ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &self.0), label);
+        let tag = aws_lc_rs::hmac::sign(&aws_lc_rs::hmac::Key::new(aws_lc_rs::hmac::HMAC_SHA256, &self.0), label);
         let mut k = [0u8; KEY_BYTES];
         k.copy_from_slice(tag.as_ref());
         Key(k)

@@ -3,7 +3,7 @@
 
 use crate::keys::Key;
 use crate::{CryptError, CryptResult};
-use ring::aead::{Aad, LessSafeKey, NONCE_LEN, Nonce, Tag};
+use aws_lc_rs::aead::{Aad, LessSafeKey, NONCE_LEN, Nonce, Tag};
 
 pub const PACKAGE_PLAIN_BYTES: usize = 64 << 10;
 pub const TAG_BYTES: usize = 16;
@@ -100,11 +100,8 @@ impl StreamKey {
     /// first (returned) bytes of `package`. A package of the wrong size for its place is malformed.
     pub fn open_package(&self, seq: u64, stream_packages: u64, package: &mut [u8]) -> CryptResult<usize> {
         let n = package.len();
+        check_package_len(seq, stream_packages, n)?;
         let last = seq + 1 == stream_packages;
-        let fits = if last { (TAG_BYTES..=PACKAGE_STORED_BYTES).contains(&n) } else { n == PACKAGE_STORED_BYTES };
-        if seq >= stream_packages || !fits {
-            return Err(CryptError::Malformed(format!("package {seq} of {stream_packages} has {n} bytes")));
-        }
         let plain = self
             .aead
             .open_in_place(nonce(seq, last), Aad::from(PACKAGE_AAD), package)
@@ -113,6 +110,36 @@ impl StreamKey {
         debug_assert_eq!(plain + TAG_BYTES, n);
         Ok(plain)
     }
+
+    /// Decrypts stored package `seq` of a stream of `stream_packages` from `stored` (left as it is) into
+    /// `plain`, which is exactly as long as the package's plaintext: for stored bytes that are shared, so
+    /// that they need not be copied first. On an error `plain` holds no plaintext to use.
+    pub fn open_package_into(
+        &self,
+        seq: u64,
+        stream_packages: u64,
+        stored: &[u8],
+        plain: &mut [u8],
+    ) -> CryptResult<()> {
+        let n = stored.len();
+        check_package_len(seq, stream_packages, n)?;
+        assert_eq!(plain.len() + TAG_BYTES, n, "the plaintext buffer fits the package");
+        let last = seq + 1 == stream_packages;
+        let (ciphertext, tag) = stored.split_at(n - TAG_BYTES);
+        self.aead
+            .open_separate_gather(nonce(seq, last), Aad::from(PACKAGE_AAD), ciphertext, tag, plain)
+            .map_err(|_| CryptError::Authentication)
+    }
+}
+
+/// A package's stored size must fit its place: full inside the stream, a tag up to full as its last.
+fn check_package_len(seq: u64, stream_packages: u64, n: usize) -> CryptResult<()> {
+    let last = seq + 1 == stream_packages;
+    let fits = if last { (TAG_BYTES..=PACKAGE_STORED_BYTES).contains(&n) } else { n == PACKAGE_STORED_BYTES };
+    if seq >= stream_packages || !fits {
+        return Err(CryptError::Malformed(format!("package {seq} of {stream_packages} has {n} bytes")));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -169,6 +196,28 @@ mod tests {
         // Shorter than a tag, or more packages than the stream has.
         assert!(matches!(k.open_packages(0, n, &mut [0u8; 5]), Err(CryptError::Malformed(_))));
         assert!(matches!(k.open_packages(5, 3, &mut sealed.clone()), Err(CryptError::Malformed(_))));
+    }
+
+    #[test]
+    fn opening_into_another_buffer_matches_opening_in_place() {
+        let k = key();
+        let plain: Vec<u8> = (0..PACKAGE_PLAIN_BYTES + 1000).map(|i| (i * 13) as u8).collect();
+        let sealed = seal_all(&k, &plain);
+        let (first, second) = sealed.split_at(PACKAGE_STORED_BYTES);
+        let mut out = vec![0u8; PACKAGE_PLAIN_BYTES];
+        k.open_package_into(0, 2, first, &mut out).unwrap();
+        assert_eq!(out, plain[..PACKAGE_PLAIN_BYTES]);
+        let mut out = vec![0u8; 1000];
+        k.open_package_into(1, 2, second, &mut out).unwrap();
+        assert_eq!(out, plain[PACKAGE_PLAIN_BYTES..]);
+        let mut bad = second.to_vec();
+        bad[7] ^= 1;
+        assert_eq!(k.open_package_into(1, 2, &bad, &mut out), Err(CryptError::Authentication));
+        assert_eq!(
+            k.open_package_into(0, 2, second, &mut out),
+            Err(CryptError::Malformed("package 0 of 2 has 1016 bytes".into()))
+        );
+        assert_eq!(k.open_package_into(0, 1, second, &mut out), Err(CryptError::Authentication), "not flagged last");
     }
 
     #[test]

@@ -179,6 +179,7 @@ fn need(op: &str) -> Need {
         | "GetObjectAcl"
         | "GetBucketAcl" => Need::Read,
         "PutObject"
+        | "PostObject"
         | "DeleteObject"
         | "DeleteObjects"
         | "CopyObject"
@@ -283,24 +284,24 @@ struct Asked<'a> {
 
 /// The condition keys of a request: its x-amz-* headers as s3:x-amz-*, the listing parameters, tags asked
 /// for, the client's address, the time, and whether the transport is secure.
-fn policy_context(cx: &mut S3AccessContext<'_>) -> HashMap<String, Vec<String>> {
+fn policy_context(r: &RequestParts<'_>) -> HashMap<String, Vec<String>> {
     let mut c: HashMap<String, Vec<String>> = HashMap::new();
     let mut add = |k: String, v: String| c.entry(k).or_default().push(v);
-    for (name, value) in cx.headers() {
+    for (name, value) in r.headers {
         if name.as_str().starts_with("x-amz-")
             && let Ok(v) = value.to_str()
         {
             add(format!("s3:{}", name.as_str()), v.to_string());
         }
     }
-    for kv in cx.uri().query().unwrap_or("").split('&') {
+    for kv in r.uri.query().unwrap_or("").split('&') {
         let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
         if matches!(k, "prefix" | "delimiter" | "max-keys" | "versionId") {
             let v = urlencoding_decode(&v.replace('+', " ")).unwrap_or_default();
             add(format!("s3:{}", k.to_ascii_lowercase()), v);
         }
     }
-    if let Some(t) = cx.headers().get("x-amz-tagging").and_then(|v| v.to_str().ok()) {
+    if let Some(t) = r.headers.get("x-amz-tagging").and_then(|v| v.to_str().ok()) {
         for pair in t.split('&').filter(|p| !p.is_empty()) {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
             let k = urlencoding_decode(&k.replace('+', " ")).unwrap_or_default();
@@ -309,7 +310,7 @@ fn policy_context(cx: &mut S3AccessContext<'_>) -> HashMap<String, Vec<String>> 
             add(format!("s3:requestobjecttag/{}", k.to_ascii_lowercase()), v);
         }
     }
-    if let Some(PeerIp(ip)) = cx.extensions_mut().get::<PeerIp>().copied() {
+    if let Some(PeerIp(ip)) = r.peer {
         add("aws:sourceip".into(), ip.to_string());
     }
     let now = time::OffsetDateTime::now_utc();
@@ -317,8 +318,7 @@ fn policy_context(cx: &mut S3AccessContext<'_>) -> HashMap<String, Vec<String>> 
         add("aws:currenttime".into(), t);
     }
     add("aws:epochtime".into(), now.unix_timestamp().to_string());
-    let secure = cx.extensions_mut().get::<SecureTransport>().is_some();
-    add("aws:securetransport".into(), secure.to_string());
+    add("aws:securetransport".into(), r.secure.to_string());
     c
 }
 
@@ -338,6 +338,7 @@ fn acl_need(op: &str) -> AclNeed {
             AclNeed::Bucket(Read)
         }
         "PutObject"
+        | "PostObject"
         | "DeleteObject"
         | "DeleteObjects"
         | "CopyObject"
@@ -497,51 +498,79 @@ impl<O: AccessFacts + ?Sized> Access<O> {
 #[async_trait::async_trait]
 impl<O: AccessFacts + ?Sized + 'static> S3Access for Access<O> {
     async fn check(&self, cx: &mut S3AccessContext<'_>) -> S3Result<()> {
-        let access_key = cx.credentials().map(|c| c.access_key.clone());
-        let policy_op = POLICY_OPS.contains(&cx.s3_op().name());
+        let peer = cx.extensions_mut().get::<PeerIp>().copied();
+        let secure = cx.extensions_mut().get::<SecureTransport>().is_some();
+        let op = cx.s3_op().name();
+        // A POST upload names its key in the form, which s3s reads after this check: it is checked with
+        // its key in `post_object` below.
+        if op == "PostObject" {
+            return Ok(());
+        }
         let (bucket, key) = match cx.s3_path() {
             S3Path::Root => (None, None),
             S3Path::Bucket { bucket } => (Some(bucket.to_string()), None),
             S3Path::Object { bucket, key } => (Some(bucket.to_string()), Some(key.to_string())),
         };
-        if access_key.as_deref().is_some_and(|k| self.keys.is_root(k)) {
+        let parts = RequestParts { headers: cx.headers(), uri: cx.uri(), peer, secure };
+        let access_key = cx.credentials().map(|c| c.access_key.clone());
+        self.decide(access_key.as_deref(), op, bucket.as_deref(), key.as_deref(), &parts).await
+    }
+
+    async fn post_object(&self, req: &mut s3s::S3Request<s3s::dto::PostObjectInput>) -> S3Result<()> {
+        let parts = RequestParts {
+            headers: &req.headers,
+            uri: &req.uri,
+            peer: req.extensions.get::<PeerIp>().copied(),
+            secure: req.extensions.get::<SecureTransport>().is_some(),
+        };
+        let access_key = req.credentials.as_ref().map(|c| c.access_key.clone());
+        let (bucket, key) = (req.input.bucket.clone(), req.input.key.clone());
+        self.decide(access_key.as_deref(), "PostObject", Some(&bucket), Some(&key), &parts).await
+    }
+}
+
+/// What an access decision reads of a request beside its operation, bucket and key.
+struct RequestParts<'a> {
+    headers: &'a http::HeaderMap,
+    uri: &'a http::Uri,
+    peer: Option<PeerIp>,
+    /// Whether it came over TLS.
+    secure: bool,
+}
+
+impl<O: AccessFacts + ?Sized + 'static> Access<O> {
+    /// Whether `access_key` (None: anonymous) may do `op` on the bucket and key.
+    async fn decide(
+        &self,
+        access_key: Option<&str>,
+        op: &str,
+        bucket: Option<&str>,
+        key: Option<&str>,
+        parts: &RequestParts<'_>,
+    ) -> S3Result<()> {
+        let policy_op = POLICY_OPS.contains(&op);
+        if access_key.is_some_and(|k| self.keys.is_root(k)) {
             // The root key needs no grant, but a bucket policy's explicit Deny holds for it too (as for an
             // account's root user), except on the policy itself, so that a policy cannot lock it out.
-            let Some(b) = bucket.as_deref().filter(|_| !policy_op) else { return Ok(()) };
+            let Some(b) = bucket.filter(|_| !policy_op) else { return Ok(()) };
             let Some(text) = self.facts.bucket_facts(b).await.and_then(|f| f.policy) else { return Ok(()) };
-            let context = policy_context(cx);
-            let op = cx.s3_op().name();
-            let version = version_id_of(cx.uri());
-            let asked = Asked {
-                access_key: access_key.as_deref(),
-                op,
-                bucket: Some(b),
-                key: key.as_deref(),
-                version: version.as_deref(),
-                context: &context,
-            };
-            let root_id = access_key.as_deref().map(crate::acl::canonical_id);
+            let context = policy_context(parts);
+            let version = version_id_of(parts.uri);
+            let asked = Asked { access_key, op, bucket: Some(b), key, version: version.as_deref(), context: &context };
+            let root_id = access_key.map(crate::acl::canonical_id);
             return match self.policy_decision(&asked, b, &text, root_id.as_deref(), false).await {
                 Decision::Deny => Err(s3_error!(AccessDenied, "Access Denied by the bucket policy")),
                 _ => Ok(()),
             };
         }
-        let context = policy_context(cx);
-        let op = cx.s3_op().name();
-        let version = version_id_of(cx.uri());
-        let asked = Asked {
-            access_key: access_key.as_deref(),
-            op,
-            bucket: bucket.as_deref(),
-            key: key.as_deref(),
-            version: version.as_deref(),
-            context: &context,
-        };
+        let context = policy_context(parts);
+        let version = version_id_of(parts.uri);
+        let asked = Asked { access_key, op, bucket, key, version: version.as_deref(), context: &context };
         if !self.allows(&asked).await {
             return Err(s3_error!(AccessDenied, "Access Denied"));
         }
         if matches!(op, "CopyObject" | "UploadPartCopy") {
-            let header = cx.headers().get("x-amz-copy-source").and_then(|v| v.to_str().ok()).unwrap_or("");
+            let header = parts.headers.get("x-amz-copy-source").and_then(|v| v.to_str().ok()).unwrap_or("");
             let readable = match copy_source(header) {
                 Some((b, k, v)) => {
                     let source =

@@ -14,6 +14,7 @@ mod lifecycle;
 mod lock;
 mod multipart;
 mod policy;
+mod post;
 mod server;
 mod service;
 mod sse;

@@ -472,9 +472,12 @@ pub fn action_of(op: &str, has_version: bool) -> String {
         "DeleteObjectTagging" if has_version => "DeleteObjectVersionTagging",
         "DeleteObject" if has_version => "DeleteObjectVersion",
         "DeleteObjects" => "DeleteObject",
-        "CopyObject" | "CreateMultipartUpload" | "UploadPart" | "UploadPartCopy" | "CompleteMultipartUpload" => {
-            "PutObject"
-        }
+        "CopyObject"
+        | "PostObject"
+        | "CreateMultipartUpload"
+        | "UploadPart"
+        | "UploadPartCopy"
+        | "CompleteMultipartUpload" => "PutObject",
         "ListObjects" | "ListObjectsV2" | "HeadBucket" => "ListBucket",
         "ListObjectVersions" => "ListBucketVersions",
         "ListMultipartUploads" => "ListBucketMultipartUploads",

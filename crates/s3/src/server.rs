@@ -145,6 +145,7 @@ async fn handle(
     let started = Instant::now();
     let empty_expect_continue = expects_continue_without_body(&req);
     let cors_asked = cors_request(&service, &req);
+    let post_upload = crate::post::is_post_upload(&req);
     let attributes_asked = method == http::Method::GET
         && req.uri().query().unwrap_or("").split('&').any(|p| p == "attributes" || p.starts_with("attributes="));
     let mut resp = if method == http::Method::OPTIONS {
@@ -169,6 +170,9 @@ async fn handle(
             }
         }
     };
+    if post_upload {
+        resp = crate::post::corrected(resp);
+    }
     if let Some(asked) = cors_asked {
         add_cors_headers(&service, asked, &mut resp).await;
     }
@@ -391,7 +395,6 @@ fn expects_continue_without_body(req: &http::Request<hyper::body::Incoming>) -> 
     expect && h.get(http::header::CONTENT_LENGTH).is_some_and(|v| v.as_bytes() == b"0")
 }
 
-/// Inserts <RequestId> into an S3 error body that lacks one (s3s's own errors, such as auth failures).
 /// GetObjectAttributes answers its ETag unquoted (unlike every other ETag of S3); s3s writes its ETag type
 /// quoted, so the quotes come off here. Bodies larger than `MAX_ATTRIBUTES_BODY_BYTES` pass unchanged.
 async fn unquoted_etag(resp: http::Response<s3s::Body>) -> http::Response<s3s::Body> {
@@ -409,6 +412,7 @@ async fn unquoted_etag(resp: http::Response<s3s::Body>) -> http::Response<s3s::B
     http::Response::from_parts(parts, s3s::Body::from(fixed))
 }
 
+/// Inserts <RequestId> into an S3 error body that lacks one (s3s's own errors, such as auth failures).
 async fn with_request_id(resp: http::Response<s3s::Body>, id: &str) -> http::Response<s3s::Body> {
     let (parts, body) = resp.into_parts();
     let small = body.size_hint().upper().is_some_and(|u| u as usize <= MAX_ERROR_BODY_BYTES);

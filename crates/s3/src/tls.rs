@@ -1,6 +1,6 @@
 //! HTTPS: the server's certificate chain and private key from PEM files, reloadable while serving (on
 //! SIGHUP), so that a renewed certificate takes effect for new connections without dropping open ones.
-//! TLS is rustls with ring as the crypto provider (hardware AES-GCM), TLS 1.2 and 1.3, HTTP/1.1 by ALPN.
+//! TLS is rustls with AWS-LC as the crypto provider (hardware AES-GCM), TLS 1.2 and 1.3, HTTP/1.1 by ALPN.
 
 use parking_lot::RwLock;
 use rustls::ServerConfig;
@@ -32,7 +32,7 @@ pub struct Certificates {
 impl Certificates {
     /// Reads the chain (PEM, leaf first) and its private key (PEM: PKCS#8, PKCS#1 or SEC1).
     pub fn load(cert_path: &Path, key_path: &Path) -> Result<Arc<Self>, String> {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
         let current = load_certified_key(&provider, cert_path, key_path)?;
         Ok(Arc::new(Certificates {
             cert_path: cert_path.to_path_buf(),
