@@ -26,6 +26,10 @@ pub const MAX_PASS_ENTRIES_PER_BUCKET: usize = 10_000_000;
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
 pub struct LifecycleFilter {
     pub prefix: String,
+    /// The prefix was given as the rule's own Prefix (S3's older form, outside a Filter), and is answered
+    /// so. Absent in records written before it existed (read as false).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub prefix_outside_filter: bool,
     pub tags: Vec<(String, String)>,
     pub size_greater_than: Option<u64>,
     pub size_less_than: Option<u64>,

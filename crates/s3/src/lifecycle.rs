@@ -43,7 +43,10 @@ fn tags_of(t: &[dto::Tag]) -> S3Result<Vec<(String, String)>> {
 fn filter_of(r: &dto::LifecycleRule) -> S3Result<LifecycleFilter> {
     let mut f = LifecycleFilter::default();
     match &r.filter {
-        None => f.prefix = r.prefix.clone().unwrap_or_default(),
+        None => {
+            f.prefix = r.prefix.clone().unwrap_or_default();
+            f.prefix_outside_filter = r.prefix.is_some();
+        }
         Some(x) => {
             if r.prefix.is_some() {
                 return Err(s3_error!(MalformedXML, "a rule takes Prefix or Filter, not both"));
@@ -66,10 +69,18 @@ fn filter_of(r: &dto::LifecycleRule) -> S3Result<LifecycleFilter> {
     Ok(f)
 }
 
+/// S3 names a rule given without an ID: unique within the configuration (its position) and across puts.
+fn generated_id(index: usize) -> String {
+    use sha2::Digest;
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    let digest = sha2::Sha256::digest(format!("{now}/{index}").as_bytes());
+    format!("{}-{index}", hex::encode(&digest[..8]))
+}
+
 pub fn rules_of(c: &Option<dto::BucketLifecycleConfiguration>) -> S3Result<Vec<LifecycleRule>> {
     let c = c.as_ref().ok_or_else(|| s3_error!(MalformedXML, "missing LifecycleConfiguration"))?;
     let mut out = Vec::with_capacity(c.rules.len());
-    for r in &c.rules {
+    for (index, r) in c.rules.iter().enumerate() {
         let enabled = match r.status.as_str() {
             "Enabled" => true,
             "Disabled" => false,
@@ -83,7 +94,7 @@ pub fn rules_of(c: &Option<dto::BucketLifecycleConfiguration>) -> S3Result<Vec<L
         let exp = r.expiration.as_ref();
         let nc = r.noncurrent_version_expiration.as_ref();
         out.push(LifecycleRule {
-            id: r.id.clone().unwrap_or_default(),
+            id: r.id.clone().filter(|i| !i.is_empty()).unwrap_or_else(|| generated_id(index)),
             enabled,
             filter: filter_of(r)?,
             expiration_days: days(exp.and_then(|e| e.days), "Expiration Days")?,
@@ -111,6 +122,7 @@ pub fn rules_dto(rules: &[LifecycleRule]) -> Vec<dto::LifecycleRule> {
             let f = &r.filter;
             let tag = |(k, v): &(String, String)| dto::Tag { key: Some(k.clone()), value: Some(v.clone()) };
             let simple = f.tags.len() <= 1 && f.size_greater_than.is_none() && f.size_less_than.is_none();
+            let legacy = f.prefix_outside_filter && f.tags.is_empty() && simple;
             let filter = if simple && f.tags.is_empty() {
                 dto::LifecycleRuleFilter { prefix: Some(f.prefix.clone()), ..Default::default() }
             } else if simple && f.prefix.is_empty() {
@@ -134,7 +146,7 @@ pub fn rules_dto(rules: &[LifecycleRule]) -> Vec<dto::LifecycleRule> {
                 } else {
                     dto::ExpirationStatus::DISABLED
                 }),
-                filter: Some(filter),
+                filter: (!legacy).then_some(filter),
                 expiration: has_exp.then(|| dto::LifecycleExpiration {
                     days: r.expiration_days.map(|d| d as i32),
                     date: r.expiration_date_ms.map(timestamp),
@@ -148,9 +160,48 @@ pub fn rules_dto(rules: &[LifecycleRule]) -> Vec<dto::LifecycleRule> {
                     .abort_upload_days
                     .map(|d| dto::AbortIncompleteMultipartUpload { days_after_initiation: Some(d as i32) }),
                 noncurrent_version_transitions: None,
-                prefix: None,
+                prefix: legacy.then(|| f.prefix.clone()),
                 transitions: None,
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(rules: Vec<dto::LifecycleRule>) -> Option<dto::BucketLifecycleConfiguration> {
+        Some(dto::BucketLifecycleConfiguration { rules })
+    }
+
+    fn rule(id: Option<&str>, prefix: Option<&str>, filter: Option<dto::LifecycleRuleFilter>) -> dto::LifecycleRule {
+        dto::LifecycleRule {
+            id: id.map(str::to_string),
+            status: dto::ExpirationStatus::from_static(dto::ExpirationStatus::ENABLED),
+            prefix: prefix.map(str::to_string),
+            filter,
+            expiration: Some(dto::LifecycleExpiration { days: Some(31), ..Default::default() }),
+            abort_incomplete_multipart_upload: None,
+            noncurrent_version_expiration: None,
+            noncurrent_version_transitions: None,
+            transitions: None,
+        }
+    }
+
+    #[test]
+    fn a_rule_comes_back_in_the_form_it_was_given_and_with_an_id() {
+        let filter = dto::LifecycleRuleFilter { prefix: Some("b/".into()), ..Default::default() };
+        let given = config(vec![rule(None, Some("a/"), None), rule(Some("two"), None, Some(filter))]);
+        let rules = rules_of(&given).unwrap();
+        let back = rules_dto(&rules);
+        assert_eq!(back[0].prefix.as_deref(), Some("a/"));
+        assert!(back[0].filter.is_none());
+        assert!(back[0].id.as_deref().is_some_and(|i| !i.is_empty()), "a generated id");
+        assert_eq!(back[1].prefix, None);
+        assert_eq!(back[1].filter.as_ref().and_then(|f| f.prefix.as_deref()), Some("b/"));
+        assert_eq!(back[1].id.as_deref(), Some("two"));
+        let again = rules_of(&given).unwrap();
+        assert_eq!(again[0].filter, rules[0].filter);
+    }
 }

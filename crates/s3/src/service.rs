@@ -364,6 +364,17 @@ fn expectations<T>(
     })
 }
 
+/// The Content-Encoding an object keeps: as given, without aws-chunked (a transfer detail, not the
+/// object's encoding); None when nothing else is left.
+fn stored_content_encoding(given: &str) -> Option<String> {
+    if !given.split(',').any(|p| p.trim().eq_ignore_ascii_case("aws-chunked")) {
+        return Some(given.to_string()).filter(|e| !e.trim().is_empty());
+    }
+    let kept: Vec<&str> =
+        given.split(',').map(str::trim).filter(|p| !p.is_empty() && !p.eq_ignore_ascii_case("aws-chunked")).collect();
+    (!kept.is_empty()).then(|| kept.join(", "))
+}
+
 /// The body expectations of an upload-shaped input (PutObject, UploadPart: same fields, different types).
 macro_rules! body_expectations {
     ($req:expr) => {
@@ -394,10 +405,7 @@ fn put_options(
 ) -> PutOptions {
     PutOptions {
         content_type,
-        // aws-chunked is a transfer detail, not the object's encoding.
-        content_encoding: content_encoding
-            .map(|e| e.split(',').map(str::trim).filter(|p| *p != "aws-chunked").collect::<Vec<_>>().join(","))
-            .filter(|e| !e.is_empty()),
+        content_encoding: content_encoding.as_deref().and_then(stored_content_encoding),
         content_disposition,
         content_language,
         cache_control,
@@ -1975,4 +1983,21 @@ impl S3 for MosaicS3 {
 /// A listing's delimiter: an empty one is no delimiter (S3 neither groups by it nor echoes it).
 fn delimiter_of(d: &Option<String>) -> Option<String> {
     d.clone().filter(|d| !d.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::stored_content_encoding as enc;
+
+    #[test]
+    fn aws_chunked_is_no_content_encoding() {
+        assert_eq!(enc("gzip").as_deref(), Some("gzip"));
+        assert_eq!(enc("deflate, gzip").as_deref(), Some("deflate, gzip"));
+        assert_eq!(enc("deflate,gzip").as_deref(), Some("deflate,gzip"));
+        assert_eq!(enc("gzip, aws-chunked").as_deref(), Some("gzip"));
+        assert_eq!(enc("aws-chunked,deflate,gzip").as_deref(), Some("deflate, gzip"));
+        assert_eq!(enc("aws-chunked"), None);
+        assert_eq!(enc("aws-chunked, AWS-CHUNKED"), None);
+        assert_eq!(enc(""), None);
+    }
 }
