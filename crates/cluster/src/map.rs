@@ -1,0 +1,398 @@
+//! The cluster map: nodes, their drives, and the erasure set of every placement group, versioned by an
+//! epoch that every accepted change raises. The map changes only by `ClusterMap::apply`, which is
+//! deterministic (Raft applies the same changes in the same order on every manager, and every one of them
+//! arrives at the same map) and refuses a change that is not valid, leaving the map as it was.
+//!
+//! A group whose set changes keeps the set it had (`from`) until the rebalancer reports it moved
+//! (`Change::MoveDone`): readers consult both until then.
+
+use crate::placement::{Candidate, DriveId, FailureDomain, NodeId, PlacementError, assign_positions, place_all};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Most nodes a cluster has.
+pub const MAX_NODES: usize = 1024;
+/// Most drives a node has.
+pub const MAX_DRIVES_PER_NODE: usize = 64;
+/// Most drives in one erasure set.
+pub const MAX_SET_DRIVES: usize = 16;
+/// Most placement groups (fixed when the cluster is made).
+pub const MAX_PG_COUNT: u32 = 1 << 20;
+/// Most changes in one batch.
+pub const MAX_BATCH: usize = 4096;
+/// Longest address, zone or drive name.
+pub const MAX_NAME_BYTES: usize = 256;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NodeState {
+    /// Answers; holds and receives shards.
+    Up,
+    /// Stopped answering: keeps its shards in the map (reads and writes go on with k of n; heal catches it
+    /// up when it returns).
+    Down,
+    /// Everything is being moved off it; it receives nothing new.
+    Draining,
+    /// Declared gone for good: its shards are rebuilt on the others.
+    Dead,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DriveState {
+    Active,
+    /// Failed for good; its shards are rebuilt elsewhere.
+    Failed,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeEntry {
+    /// Where other nodes reach it (the cluster port).
+    pub address: String,
+    /// Where clients reach its S3 service.
+    pub s3_address: String,
+    pub zone: String,
+    pub state: NodeState,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DriveEntry {
+    pub node: NodeId,
+    /// The drive's name on its node (unique there).
+    pub name: String,
+    /// Relative capacity (for example GiB); a share of groups in proportion.
+    pub weight: u32,
+    pub state: DriveState,
+}
+
+/// One placement group's erasure set: drive of shard `i` at `set[i]`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgEntry {
+    pub set: Vec<DriveId>,
+    /// The set whose data is whole while a move is under way.
+    pub from: Option<Vec<DriveId>>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterMap {
+    pub cluster_id: String,
+    pub epoch: u64,
+    pub data_shards: u8,
+    pub parity_shards: u8,
+    pub pg_count: u32,
+    pub failure_domain: FailureDomain,
+    pub nodes: BTreeMap<NodeId, NodeEntry>,
+    pub drives: BTreeMap<DriveId, DriveEntry>,
+    pub next_drive_id: DriveId,
+    /// Empty until the cluster has enough failure domains for one set, then `pg_count` entries.
+    pub pgs: Vec<PgEntry>,
+}
+
+/// A change to the map, as proposed through Raft.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Change {
+    Bootstrap {
+        cluster_id: String,
+        data_shards: u8,
+        parity_shards: u8,
+        pg_count: u32,
+        failure_domain: FailureDomain,
+    },
+    AddNode {
+        node: NodeId,
+        address: String,
+        s3_address: String,
+        zone: String,
+    },
+    AddDrive {
+        node: NodeId,
+        name: String,
+        weight: u32,
+    },
+    SetDriveWeight {
+        drive: DriveId,
+        weight: u32,
+    },
+    SetDriveState {
+        drive: DriveId,
+        state: DriveState,
+    },
+    SetNodeState {
+        node: NodeId,
+        state: NodeState,
+    },
+    /// Refused unless the node is drained (no group names its drives) or `dead`.
+    RemoveNode {
+        node: NodeId,
+        dead: bool,
+    },
+    /// The rebalancer moved group `pg`'s data onto `set`.
+    MoveDone {
+        pg: u32,
+        set: Vec<DriveId>,
+    },
+    /// Several changes as one (one epoch, one placement), such as a node with its drives.
+    Batch(Vec<Change>),
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum MapError {
+    #[error("the cluster is already bootstrapped")]
+    AlreadyBootstrapped,
+    #[error("the cluster is not bootstrapped")]
+    NotBootstrapped,
+    #[error("{0}")]
+    Invalid(String),
+    #[error("no node {0}")]
+    NoNode(NodeId),
+    #[error("no drive {0}")]
+    NoDrive(DriveId),
+    #[error("node {0} still holds shards of {1} placement groups: drain it first (or remove it as dead)")]
+    NotDrained(NodeId, usize),
+    #[error("group {pg} is not moving to that set (its set changed since): the move is stale")]
+    StaleMove { pg: u32 },
+    #[error(transparent)]
+    Placement(#[from] PlacementError),
+}
+
+fn check_name(what: &str, name: &str) -> Result<(), MapError> {
+    if name.is_empty() || name.len() > MAX_NAME_BYTES || name.chars().any(|c| c.is_control()) {
+        return Err(MapError::Invalid(format!("{what} must be 1 to {MAX_NAME_BYTES} printable bytes")));
+    }
+    Ok(())
+}
+
+impl ClusterMap {
+    /// The map before bootstrap: epoch 0, nothing in it.
+    pub fn empty() -> Self {
+        ClusterMap {
+            cluster_id: String::new(),
+            epoch: 0,
+            data_shards: 0,
+            parity_shards: 0,
+            pg_count: 0,
+            failure_domain: FailureDomain::Node,
+            nodes: BTreeMap::new(),
+            drives: BTreeMap::new(),
+            next_drive_id: 0,
+            pgs: Vec::new(),
+        }
+    }
+
+    pub fn set_width(&self) -> usize {
+        self.data_shards as usize + self.parity_shards as usize
+    }
+
+    pub fn is_bootstrapped(&self) -> bool {
+        self.epoch > 0
+    }
+
+    /// Applies `change`: on success the epoch is one higher and the returned value is the new epoch (or
+    /// the id of an added drive); on error the map is unchanged.
+    pub fn apply(&mut self, change: &Change) -> Result<u64, MapError> {
+        let mut next = self.clone();
+        let result = match change {
+            Change::Batch(changes) => {
+                if changes.len() > MAX_BATCH {
+                    return Err(MapError::Invalid(format!("a batch has at most {MAX_BATCH} changes")));
+                }
+                for c in changes {
+                    if matches!(c, Change::Batch(_)) {
+                        return Err(MapError::Invalid("a batch inside a batch".into()));
+                    }
+                    next.apply_one(c)?;
+                }
+                self.epoch + 1
+            }
+            c => next.apply_one(c)?,
+        };
+        if !matches!(change, Change::MoveDone { .. } | Change::Bootstrap { .. }) {
+            next.place()?;
+        }
+        next.epoch += 1;
+        next.check_invariants();
+        *self = next;
+        Ok(result)
+    }
+
+    fn apply_one(&mut self, change: &Change) -> Result<u64, MapError> {
+        if !self.is_bootstrapped() && !matches!(change, Change::Bootstrap { .. }) {
+            return Err(MapError::NotBootstrapped);
+        }
+        match change {
+            Change::Batch(_) => Err(MapError::Invalid("a batch inside a batch".into())),
+            Change::Bootstrap { cluster_id, data_shards, parity_shards, pg_count, failure_domain } => {
+                if self.is_bootstrapped() {
+                    return Err(MapError::AlreadyBootstrapped);
+                }
+                check_name("a cluster id", cluster_id)?;
+                let width = *data_shards as usize + *parity_shards as usize;
+                if *data_shards == 0 || width > MAX_SET_DRIVES {
+                    return Err(MapError::Invalid(format!(
+                        "a set needs 1 or more data shards and at most {MAX_SET_DRIVES} drives"
+                    )));
+                }
+                if *pg_count == 0 || *pg_count > MAX_PG_COUNT {
+                    return Err(MapError::Invalid(format!("placement groups must be 1 to {MAX_PG_COUNT}")));
+                }
+                self.cluster_id = cluster_id.clone();
+                self.data_shards = *data_shards;
+                self.parity_shards = *parity_shards;
+                self.pg_count = *pg_count;
+                self.failure_domain = *failure_domain;
+                Ok(self.epoch + 1)
+            }
+            Change::AddNode { node, address, s3_address, zone } => {
+                if self.nodes.contains_key(node) {
+                    return Err(MapError::Invalid(format!("node {node} is already in the cluster")));
+                }
+                if self.nodes.len() >= MAX_NODES {
+                    return Err(MapError::Invalid(format!("a cluster has at most {MAX_NODES} nodes")));
+                }
+                check_name("a node address", address)?;
+                check_name("an S3 address", s3_address)?;
+                check_name("a zone", zone)?;
+                let entry = NodeEntry {
+                    address: address.clone(),
+                    s3_address: s3_address.clone(),
+                    zone: zone.clone(),
+                    state: NodeState::Up,
+                };
+                self.nodes.insert(*node, entry);
+                Ok(self.epoch + 1)
+            }
+            Change::AddDrive { node, name, weight } => {
+                self.nodes.get(node).ok_or(MapError::NoNode(*node))?;
+                check_name("a drive name", name)?;
+                let on_node = self.drives.values().filter(|d| d.node == *node);
+                if on_node.clone().any(|d| &d.name == name) {
+                    return Err(MapError::Invalid(format!("node {node} already has a drive {name}")));
+                }
+                if on_node.count() >= MAX_DRIVES_PER_NODE {
+                    return Err(MapError::Invalid(format!("a node has at most {MAX_DRIVES_PER_NODE} drives")));
+                }
+                if *weight == 0 {
+                    return Err(MapError::Invalid("a drive's weight must be positive".into()));
+                }
+                let id = self.next_drive_id;
+                self.next_drive_id = id.checked_add(1).ok_or(MapError::Invalid("drive ids ran out".into()))?;
+                let entry = DriveEntry { node: *node, name: name.clone(), weight: *weight, state: DriveState::Active };
+                self.drives.insert(id, entry);
+                Ok(id as u64)
+            }
+            Change::SetDriveWeight { drive, weight } => {
+                if *weight == 0 {
+                    return Err(MapError::Invalid("a drive's weight must be positive".into()));
+                }
+                self.drives.get_mut(drive).ok_or(MapError::NoDrive(*drive))?.weight = *weight;
+                Ok(self.epoch + 1)
+            }
+            Change::SetDriveState { drive, state } => {
+                self.drives.get_mut(drive).ok_or(MapError::NoDrive(*drive))?.state = *state;
+                Ok(self.epoch + 1)
+            }
+            Change::SetNodeState { node, state } => {
+                self.nodes.get_mut(node).ok_or(MapError::NoNode(*node))?.state = *state;
+                Ok(self.epoch + 1)
+            }
+            Change::RemoveNode { node, dead } => {
+                self.nodes.get(node).ok_or(MapError::NoNode(*node))?;
+                if !*dead {
+                    let holding = self.groups_on_node(*node);
+                    if holding > 0 {
+                        return Err(MapError::NotDrained(*node, holding));
+                    }
+                }
+                // A dead node's groups keep their old set as `from` (read with its shards as erasures) until
+                // the rebalancer has rebuilt them on their new set.
+                for d in self.drives_of(*node) {
+                    self.drives.remove(&d);
+                }
+                self.nodes.remove(node);
+                Ok(self.epoch + 1)
+            }
+            Change::MoveDone { pg, set } => {
+                let entry = self.pgs.get_mut(*pg as usize).ok_or(MapError::Invalid(format!("no group {pg}")))?;
+                // Done only if the set moved to is still the group's set: a later change restarts the move.
+                if entry.from.is_none() || &entry.set != set {
+                    return Err(MapError::StaleMove { pg: *pg });
+                }
+                entry.from = None;
+                Ok(self.epoch + 1)
+            }
+        }
+    }
+
+    /// The drives of `node`.
+    pub fn drives_of(&self, node: NodeId) -> Vec<DriveId> {
+        self.drives.iter().filter(|(_, d)| d.node == node).map(|(id, _)| *id).collect()
+    }
+
+    /// How many groups name one of `node`'s drives in their set or in the set they move from.
+    pub fn groups_on_node(&self, node: NodeId) -> usize {
+        let drives = self.drives_of(node);
+        self.pgs.iter().filter(|pg| pg.set.iter().chain(pg.from.iter().flatten()).any(|d| drives.contains(d))).count()
+    }
+
+    /// Nodes and drives that may hold shards: active drives of nodes up or down (a node that is down keeps
+    /// its groups: heal, not placement, handles a short absence).
+    fn candidates(&self) -> Vec<Candidate<'_>> {
+        self.nodes
+            .iter()
+            .filter(|(_, n)| matches!(n.state, NodeState::Up | NodeState::Down))
+            .map(|(id, n)| Candidate {
+                node: *id,
+                zone: &n.zone,
+                drives: self
+                    .drives
+                    .iter()
+                    .filter(|(_, d)| d.node == *id && d.state == DriveState::Active)
+                    .map(|(did, d)| (*did, d.weight))
+                    .collect(),
+            })
+            .collect()
+    }
+
+    /// Recomputes every group's set. Before the first full set exists it is not an error to lack domains.
+    fn place(&mut self) -> Result<(), MapError> {
+        let width = self.set_width();
+        let candidates = self.candidates();
+        let sets = match place_all(self.pg_count, width, &candidates, self.failure_domain) {
+            Ok(sets) => sets,
+            Err(e) if self.pgs.is_empty() => {
+                tracing::debug!(error = %e, "not placing groups yet");
+                return Ok(());
+            }
+            Err(e) => return Err(e.into()),
+        };
+        drop(candidates);
+        if self.pgs.is_empty() {
+            self.pgs = sets.into_iter().map(|set| PgEntry { set, from: None }).collect();
+            return Ok(());
+        }
+        let drives = &self.drives;
+        let node_of = |d: DriveId| drives.get(&d).map(|e| e.node);
+        for (entry, chosen) in self.pgs.iter_mut().zip(sets) {
+            let set = assign_positions(&entry.set, &chosen, node_of);
+            if set == entry.set {
+                continue;
+            }
+            // Moving back to where the data is whole ends the move; otherwise the oldest whole set stays.
+            let from = entry.from.take().unwrap_or_else(|| entry.set.clone());
+            entry.from = if from == set { None } else { Some(from) };
+            entry.set = set;
+        }
+        Ok(())
+    }
+
+    /// Invariants every applied map holds; a map that breaks one would misplace data.
+    fn check_invariants(&self) {
+        assert!(self.pgs.is_empty() || self.pgs.len() == self.pg_count as usize);
+        for pg in &self.pgs {
+            assert_eq!(pg.set.len(), self.set_width());
+            assert!(pg.from.as_ref().is_none_or(|f| f.len() == self.set_width()));
+        }
+        debug_assert!(self.drives.values().all(|d| self.nodes.contains_key(&d.node)));
+        debug_assert!(self.pgs.iter().all(|pg| pg.set.iter().all(|d| self.drives.contains_key(d))));
+    }
+}

@@ -1,0 +1,348 @@
+//! One node of the cluster: its Raft (manager or learner), its copy of the map, and the calls other nodes
+//! make to it. Managers (1, 3 or 5 of them: an odd number, so a majority survives as many failures as an
+//! even one would) vote and hold the log; other nodes follow as learners. Every node applies the same log,
+//! so every node holds the map, and a change proposed anywhere is forwarded to the leader.
+
+use crate::map::{Change, ClusterMap};
+use crate::raft::network::{Network, PATH_APPEND, PATH_SNAPSHOT, PATH_VOTE};
+use crate::raft::{self, NodeId, Raft, RaftSettings};
+use crate::rpc::{self, Answer, Handler, RpcClient, Secret};
+use bytes::Bytes;
+use hyper::StatusCode;
+use openraft::error::{ClientWriteError, RaftError};
+use openraft::{BasicNode, ChangeMembers, ServerState};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{oneshot, watch};
+
+pub const PATH_PROPOSE: &str = "/cluster/propose";
+pub const PATH_JOIN: &str = "/cluster/join";
+pub const PATH_STATUS: &str = "/cluster/status";
+/// Most managers (Raft voters).
+pub const MAX_MANAGERS: usize = 5;
+/// Tries a forwarded change or join makes while the leader changes.
+const MAX_FORWARDS: usize = 8;
+/// How long a proposal waits for a leader (an election on a loaded machine takes a few seconds).
+const LEADER_WAIT: Duration = Duration::from_secs(15);
+const CALL_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long a stopping node waits for Raft's tasks to let go of its store.
+const STORE_CLOSE_WAIT: Duration = Duration::from_secs(10);
+
+#[derive(Clone, Debug)]
+pub struct NodeConfig {
+    pub id: NodeId,
+    /// Where the Raft store lives.
+    pub dir: PathBuf,
+    /// Where other nodes reach this one.
+    pub address: String,
+    pub secret: Secret,
+    pub raft: RaftSettings,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// The change is not valid for the map (the map is unchanged).
+    #[error("refused: {0}")]
+    Refused(String),
+    /// No leader could be found or reached in time: the change may or may not have been made.
+    #[error("no leader: {0}")]
+    NoLeader(String),
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// A node's view of the cluster, for `admin cluster status`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Status {
+    pub id: NodeId,
+    pub role: String,
+    pub leader: Option<NodeId>,
+    pub term: u64,
+    pub managers: BTreeSet<NodeId>,
+    pub learners: BTreeSet<NodeId>,
+    pub last_applied_index: Option<u64>,
+    pub epoch: u64,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct JoinRequest {
+    id: NodeId,
+    address: String,
+}
+
+pub struct ClusterNode {
+    id: NodeId,
+    address: String,
+    raft: Raft,
+    client: RpcClient,
+    map: watch::Receiver<Arc<ClusterMap>>,
+    /// Fires when the Raft store has been closed after `shutdown`.
+    closed: parking_lot::Mutex<Option<oneshot::Receiver<()>>>,
+}
+
+impl ClusterNode {
+    /// Opens the node's Raft store (made when missing) and starts its Raft. A node that was in a cluster
+    /// rejoins it from what it stored; a new one waits to be initialized or joined.
+    pub async fn start(config: NodeConfig) -> Result<Arc<Self>, String> {
+        std::fs::create_dir_all(&config.dir).map_err(|e| format!("{}: {e}", config.dir.display()))?;
+        let (db, closed) = raft::store::open(&config.dir)?;
+        let (published, map) = watch::channel(Arc::new(ClusterMap::empty()));
+        let state_machine = raft::store::StateMachine::open(db.clone(), published)?;
+        let log = raft::store::LogStore::new(db);
+        let client = RpcClient::new(config.secret.clone())?;
+        let network = Network { client: client.clone() };
+        let raft = Raft::new(config.id, Arc::new(raft::config(config.raft)?), network, log, state_machine)
+            .await
+            .map_err(|e| format!("starting Raft: {e}"))?;
+        let closed = parking_lot::Mutex::new(Some(closed));
+        Ok(Arc::new(ClusterNode { id: config.id, address: config.address, raft, client, map, closed }))
+    }
+
+    pub fn id(&self) -> NodeId {
+        self.id
+    }
+
+    /// The map as this node last applied it.
+    pub fn map(&self) -> Arc<ClusterMap> {
+        self.map.borrow().clone()
+    }
+
+    /// Follows the map as this node applies changes.
+    pub fn watch_map(&self) -> watch::Receiver<Arc<ClusterMap>> {
+        self.map.clone()
+    }
+
+    /// Waits until this node has applied the map of `epoch` or a later one.
+    pub async fn wait_for_epoch(&self, epoch: u64, timeout: Duration) -> Result<Arc<ClusterMap>, ClusterError> {
+        let mut map = self.map.clone();
+        let waited = tokio::time::timeout(timeout, map.wait_for(|m| m.epoch >= epoch)).await;
+        match waited {
+            Ok(Ok(m)) => Ok(m.clone()),
+            Ok(Err(_)) => Err(ClusterError::Failed("the node stopped".into())),
+            Err(_) => Err(ClusterError::NoLeader(format!("epoch {epoch} not reached in {timeout:?}"))),
+        }
+    }
+
+    /// Makes this node the first manager of a new cluster. Refused on a node that is already in one.
+    pub async fn initialize(&self) -> Result<(), ClusterError> {
+        let members = BTreeMap::from([(self.id, BasicNode { addr: self.address.clone() })]);
+        self.raft.initialize(members).await.map_err(|e| ClusterError::Refused(e.to_string()))?;
+        self.wait_for_leader().await?;
+        Ok(())
+    }
+
+    /// Joins the cluster that the node at `peer` is in: the leader adds this node as a learner (it
+    /// receives the log) and makes it a manager while there are fewer than three (then five).
+    pub async fn join(&self, peer: &str) -> Result<(), ClusterError> {
+        let request = JoinRequest { id: self.id, address: self.address.clone() };
+        let answer: Result<(), String> = self
+            .client
+            .call(peer, PATH_JOIN, &request, CALL_TIMEOUT)
+            .await
+            .map_err(|e| ClusterError::NoLeader(e.to_string()))?;
+        answer.map_err(ClusterError::Refused)
+    }
+
+    /// Proposes `change` through Raft (forwarded to the leader when this node is not it) and waits until
+    /// it is committed and applied: the new epoch (or an added drive's id), or the map's refusal.
+    pub async fn propose(&self, change: Change) -> Result<u64, ClusterError> {
+        let change = &change;
+        self.through_leader(PATH_PROPOSE, change, |node| async move {
+            node.raft.client_write(change.clone()).await.map(|r| r.data.result)
+        })
+        .await?
+        .map_err(ClusterError::Refused)
+    }
+
+    /// Runs `write` on this node if it leads, or calls `path` with `request` on the leader; while the
+    /// leader changes (it stopped, an election runs) it waits for the next one, up to `LEADER_WAIT`.
+    async fn through_leader<'a, Q, A, F, Fut>(&'a self, path: &str, request: &Q, write: F) -> Result<A, ClusterError>
+    where
+        Q: Serialize,
+        A: serde::de::DeserializeOwned,
+        F: Fn(&'a Self) -> Fut,
+        Fut: Future<Output = Result<A, RaftError<NodeId, ClientWriteError<NodeId, BasicNode>>>>,
+    {
+        let deadline = tokio::time::Instant::now() + LEADER_WAIT;
+        let mut last_error = String::new();
+        for _ in 0..MAX_FORWARDS {
+            let error = match write(self).await {
+                Ok(answer) => return Ok(answer),
+                Err(e) => e,
+            };
+            let Some(forward) = error.forward_to_leader() else {
+                return Err(ClusterError::Failed(error.to_string()));
+            };
+            // The leader as the refusal names it, else as this node last heard (a learner's refusal may name
+            // none); its address as the refusal gives it, else as the membership does.
+            let metrics = self.raft.metrics().borrow().clone();
+            let leader = forward.leader_id.or(metrics.current_leader).filter(|id| *id != self.id);
+            let address = forward.leader_node.as_ref().map(|n| n.addr.clone()).or_else(|| {
+                leader.and_then(|id| metrics.membership_config.membership().get_node(&id).map(|n| n.addr.clone()))
+            });
+            match (leader, address) {
+                (Some(id), Some(addr)) => match self.client.call(&addr, path, request, CALL_TIMEOUT).await {
+                    Ok(answer) => return Ok(answer),
+                    Err(e) => {
+                        // That leader is gone or no longer leads: wait for another one.
+                        tracing::debug!(error = %e, leader = id, "forwarding to the leader");
+                        last_error = e.to_string();
+                        self.wait_for_leader_other_than(Some(id), deadline).await?;
+                    }
+                },
+                _ => {
+                    // No leader known, or not its address yet: wait until this node hears of one.
+                    last_error = error.to_string();
+                    self.wait_for_leader_other_than(None, deadline).await?;
+                }
+            }
+        }
+        Err(ClusterError::NoLeader(format!("no leader took the call after {MAX_FORWARDS} tries: {last_error}")))
+    }
+
+    /// Waits until this node knows a leader other than `not` (any leader when `not` is None): itself, or
+    /// one whose address its membership holds.
+    async fn wait_for_leader_other_than(
+        &self,
+        not: Option<NodeId>,
+        deadline: tokio::time::Instant,
+    ) -> Result<NodeId, ClusterError> {
+        let timeout = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let metrics = self
+            .raft
+            .wait(Some(timeout))
+            .metrics(
+                |m| {
+                    m.current_leader.is_some_and(|leader| {
+                        Some(leader) != not
+                            && (leader == self.id || m.membership_config.membership().get_node(&leader).is_some())
+                    })
+                },
+                "a new leader",
+            )
+            .await
+            .map_err(|e| ClusterError::NoLeader(e.to_string()))?;
+        Ok(metrics.current_leader.expect("waited for a leader"))
+    }
+
+    async fn wait_for_leader(&self) -> Result<NodeId, ClusterError> {
+        let metrics = self
+            .raft
+            .wait(Some(LEADER_WAIT))
+            .metrics(|m| m.current_leader.is_some(), "a leader")
+            .await
+            .map_err(|e| ClusterError::NoLeader(e.to_string()))?;
+        Ok(metrics.current_leader.expect("waited for a leader"))
+    }
+
+    pub fn status(&self) -> Status {
+        let m = self.raft.metrics().borrow().clone();
+        let membership = m.membership_config.membership();
+        let role = match m.state {
+            ServerState::Leader => "leader",
+            ServerState::Follower => "manager",
+            ServerState::Candidate => "candidate",
+            ServerState::Learner => "learner",
+            ServerState::Shutdown => "stopped",
+        };
+        Status {
+            id: self.id,
+            role: role.into(),
+            leader: m.current_leader,
+            term: m.current_term,
+            managers: membership.voter_ids().collect(),
+            learners: membership.learner_ids().collect(),
+            last_applied_index: m.last_applied.map(|l| l.index),
+            epoch: self.map().epoch,
+        }
+    }
+
+    /// Asks the node at `addr` for its status.
+    pub async fn status_of(&self, addr: &str) -> Result<Status, ClusterError> {
+        self.client.call(addr, PATH_STATUS, &(), CALL_TIMEOUT).await.map_err(|e| ClusterError::Failed(e.to_string()))
+    }
+
+    /// Stops Raft and waits (a bounded time) until its store is closed; the store stays for the next start.
+    pub async fn shutdown(&self) {
+        if let Err(e) = self.raft.shutdown().await {
+            tracing::warn!(error = %e, "stopping Raft");
+        }
+        let closed = self.closed.lock().take();
+        if let Some(closed) = closed
+            && tokio::time::timeout(STORE_CLOSE_WAIT, closed).await.is_err()
+        {
+            tracing::warn!("the cluster store was not closed within {STORE_CLOSE_WAIT:?} of stopping Raft");
+        }
+    }
+
+    /// Adds a joining node as a learner (on the leader, forwarded there when this node is not it), then
+    /// makes learners managers while there are fewer than the target.
+    async fn admit(&self, request: JoinRequest) -> Result<(), ClusterError> {
+        let request = &request;
+        let answer: Result<(), String> = self
+            .through_leader(PATH_JOIN, request, |node| async move {
+                let node_info = BasicNode { addr: request.address.clone() };
+                node.raft.add_learner(request.id, node_info, true).await.map(|_| Ok(()))
+            })
+            .await?;
+        answer.map_err(ClusterError::Refused)?;
+        // Added here, on the leader: promotion follows on the same node (a forwarded join promoted there).
+        if self.raft.metrics().borrow().current_leader == Some(self.id) {
+            self.promote_managers().await?;
+        }
+        Ok(())
+    }
+
+    /// Makes learners managers until there are 1, 3 or 5 managers (the largest odd number the nodes allow).
+    async fn promote_managers(&self) -> Result<(), ClusterError> {
+        let m = self.raft.metrics().borrow().clone();
+        let membership = m.membership_config.membership();
+        let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
+        let learners: Vec<NodeId> = membership.learner_ids().collect();
+        let all = voters.len() + learners.len();
+        let target = [5, 3, 1].into_iter().find(|&t| t <= all.min(MAX_MANAGERS)).unwrap_or(1);
+        if voters.len() >= target {
+            return Ok(());
+        }
+        let added: BTreeSet<NodeId> = learners.into_iter().take(target - voters.len()).collect();
+        self.raft
+            .change_membership(ChangeMembers::AddVoterIds(added), true)
+            .await
+            .map_err(|e| ClusterError::Failed(e.to_string()))?;
+        Ok(())
+    }
+
+    async fn route(self: Arc<Self>, path: String, body: Bytes) -> Answer {
+        match path.as_str() {
+            PATH_APPEND => rpc::answer(&self.raft.append_entries(rpc::parse(&body)?).await),
+            PATH_VOTE => rpc::answer(&self.raft.vote(rpc::parse(&body)?).await),
+            PATH_SNAPSHOT => rpc::answer(&self.raft.install_snapshot(rpc::parse(&body)?).await),
+            PATH_PROPOSE => {
+                let change: Change = rpc::parse(&body)?;
+                match self.raft.client_write(change).await {
+                    Ok(response) => rpc::answer(&response.data.result),
+                    // Not the leader (any more): the caller looks for it again.
+                    Err(e) => Err((StatusCode::SERVICE_UNAVAILABLE, e.to_string())),
+                }
+            }
+            PATH_JOIN => {
+                let request: JoinRequest = rpc::parse(&body)?;
+                let result = self.admit(request).await.map_err(|e| e.to_string());
+                rpc::answer(&result)
+            }
+            PATH_STATUS => rpc::answer(&self.status()),
+            _ => Err((StatusCode::NOT_FOUND, format!("no cluster call {path}"))),
+        }
+    }
+}
+
+impl Handler for ClusterNode {
+    fn handle(self: Arc<Self>, path: String, body: Bytes) -> Pin<Box<dyn Future<Output = Answer> + Send>> {
+        Box::pin(self.route(path, body))
+    }
+}

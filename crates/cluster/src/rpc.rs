@@ -1,0 +1,255 @@
+//! Calls between nodes: HTTP/1.1 POSTs whose bodies are frames (`frame::Kind::Rpc`), each authenticated
+//! by an HMAC-SHA256 of the cluster secret over a timestamp, the path and the body, accepted within five
+//! minutes. A node without the secret can neither send nor forge a call; a call altered on the way fails
+//! its HMAC.
+
+use crate::frame::{self, Kind};
+use bytes::Bytes;
+use hmac::{KeyInit, Mac};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::service::service_fn;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use sha2::Sha256;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+
+pub const AUTH_HEADER: &str = "x-mosaic-cluster-auth";
+/// Largest call or answer (a 1 MiB snapshot chunk is about 4 MiB as JSON).
+pub const MAX_RPC_BYTES: usize = 16 << 20;
+const MAX_SKEW_SECS: u64 = 300;
+/// Most connections a node serves at once; more wait in the listen queue.
+const MAX_CONNECTIONS: usize = 512;
+const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The cluster secret: 32 random bytes, written as 64 hex digits.
+#[derive(Clone)]
+pub struct Secret([u8; 32]);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(..)")
+    }
+}
+
+impl Secret {
+    pub fn generate() -> Self {
+        Secret(rand::random())
+    }
+
+    pub fn parse(hex_digits: &str) -> Result<Self, String> {
+        let raw = hex::decode(hex_digits.trim()).map_err(|_| "a cluster secret is 64 hex digits".to_string())?;
+        let bytes: [u8; 32] = raw.try_into().map_err(|_| "a cluster secret is 64 hex digits".to_string())?;
+        Ok(Secret(bytes))
+    }
+
+    pub fn to_hex(&self) -> String {
+        hex::encode(self.0)
+    }
+
+    fn mac(&self, unix_s: u64, path: &str, body: &[u8]) -> hmac::Hmac<Sha256> {
+        let mut mac = hmac::Hmac::<Sha256>::new_from_slice(&self.0).expect("any key length");
+        mac.update(&unix_s.to_be_bytes());
+        mac.update(path.as_bytes());
+        mac.update(&[0]);
+        mac.update(body);
+        mac
+    }
+
+    /// The value of `AUTH_HEADER` for a call to `path` with `body` at `unix_s`.
+    pub fn sign(&self, unix_s: u64, path: &str, body: &[u8]) -> String {
+        format!("{unix_s}:{}", hex::encode(self.mac(unix_s, path, body).finalize().into_bytes()))
+    }
+
+    /// Checks `header` for a call to `path` with `body`, received at `now_s`.
+    pub fn verify(&self, header: Option<&str>, now_s: u64, path: &str, body: &[u8]) -> Result<(), &'static str> {
+        let header = header.ok_or("no cluster authentication")?;
+        let (time, mac) = header.split_once(':').ok_or("malformed cluster authentication")?;
+        let unix_s: u64 = time.parse().map_err(|_| "malformed cluster authentication")?;
+        if unix_s.abs_diff(now_s) > MAX_SKEW_SECS {
+            return Err("cluster call too far from this node's time");
+        }
+        let raw = hex::decode(mac).map_err(|_| "malformed cluster authentication")?;
+        self.mac(unix_s, path, body).verify_slice(&raw).map_err(|_| "cluster authentication fails (wrong secret?)")
+    }
+}
+
+pub fn now_s() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RpcError {
+    /// The node could not be reached or did not answer in time: it may be down.
+    #[error("node {addr} unreachable: {reason}")]
+    Unreachable { addr: String, reason: String },
+    /// The node answered with a refusal.
+    #[error("node {addr} refused {path}: {status} {message}")]
+    Refused { addr: String, path: String, status: u16, message: String },
+    #[error("bad answer from {addr}: {reason}")]
+    BadAnswer { addr: String, reason: String },
+}
+
+/// Sends calls to other nodes. Cheap to clone.
+#[derive(Clone)]
+pub struct RpcClient {
+    http: reqwest::Client,
+    secret: Secret,
+}
+
+impl RpcClient {
+    pub fn new(secret: Secret) -> Result<Self, String> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(2))
+            .pool_max_idle_per_host(8)
+            .tcp_nodelay(true)
+            .build()
+            .map_err(|e| format!("cluster RPC client: {e}"))?;
+        Ok(RpcClient { http, secret })
+    }
+
+    /// Calls `path` on the node at `addr` with `request`, waiting at most `timeout`.
+    pub async fn call<Q: Serialize, A: DeserializeOwned>(
+        &self,
+        addr: &str,
+        path: &str,
+        request: &Q,
+        timeout: Duration,
+    ) -> Result<A, RpcError> {
+        let unreachable = |reason: String| RpcError::Unreachable { addr: addr.to_string(), reason };
+        let body = frame::encode(Kind::Rpc, request).map_err(|e| unreachable(e.to_string()))?;
+        let auth = self.secret.sign(now_s(), path, &body);
+        let response = self
+            .http
+            .post(format!("http://{addr}{path}"))
+            .header(AUTH_HEADER, auth)
+            .body(body)
+            .timeout(timeout)
+            .send()
+            .await
+            .map_err(|e| unreachable(e.to_string()))?;
+        let status = response.status();
+        if response.content_length().is_some_and(|n| n > MAX_RPC_BYTES as u64) {
+            return Err(RpcError::BadAnswer { addr: addr.into(), reason: "an answer over the size limit".into() });
+        }
+        let raw = response.bytes().await.map_err(|e| unreachable(e.to_string()))?;
+        if !status.is_success() {
+            let message = String::from_utf8_lossy(&raw[..raw.len().min(512)]).into_owned();
+            return Err(RpcError::Refused { addr: addr.into(), path: path.into(), status: status.as_u16(), message });
+        }
+        frame::decode(Kind::Rpc, &raw).map_err(|e| RpcError::BadAnswer { addr: addr.into(), reason: e.to_string() })
+    }
+}
+
+/// What a node does with an authenticated call: the answer's frame, or a status and a message.
+pub type Answer = Result<Vec<u8>, (StatusCode, String)>;
+
+pub trait Handler: Send + Sync + 'static {
+    fn handle(self: Arc<Self>, path: String, body: Bytes) -> Pin<Box<dyn Future<Output = Answer> + Send>>;
+}
+
+/// Parses a call's body.
+pub fn parse<Q: DeserializeOwned>(body: &[u8]) -> Result<Q, (StatusCode, String)> {
+    frame::decode(Kind::Rpc, body).map_err(|e| (StatusCode::BAD_REQUEST, e.to_string()))
+}
+
+/// An answer's frame.
+pub fn answer<A: Serialize>(value: &A) -> Answer {
+    frame::encode(Kind::Rpc, value).map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
+}
+
+/// Serves calls on `listener` until `stop` resolves; then open connections are closed too (a node that
+/// stops serving must not go on answering on connections kept alive).
+pub async fn serve(listener: TcpListener, secret: Secret, handler: Arc<dyn Handler>, stop: impl Future<Output = ()>) {
+    let permits = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let mut connections = tokio::task::JoinSet::new();
+    let mut stop = std::pin::pin!(stop);
+    loop {
+        // Reap finished connections so the set stays as large as the open ones.
+        while connections.try_join_next().is_some() {}
+        let (stream, _) = tokio::select! {
+            _ = &mut stop => {
+                connections.abort_all();
+                return;
+            }
+            accepted = listener.accept() => match accepted {
+                Ok(x) => x,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cluster RPC accept");
+                    continue;
+                }
+            },
+        };
+        let Ok(permit) = permits.clone().acquire_owned().await else { return };
+        let _ = stream.set_nodelay(true);
+        let (secret, handler) = (secret.clone(), handler.clone());
+        connections.spawn(async move {
+            let service = service_fn(move |req| serve_call(req, secret.clone(), handler.clone()));
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT)
+                .serve_connection(TokioIo::new(stream), service);
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "cluster RPC connection");
+            }
+            drop(permit);
+        });
+    }
+}
+
+async fn serve_call(
+    req: Request<hyper::body::Incoming>,
+    secret: Secret,
+    handler: Arc<dyn Handler>,
+) -> Result<Response<Full<Bytes>>, std::convert::Infallible> {
+    let reply = |status: StatusCode, body: Vec<u8>| {
+        let mut r = Response::new(Full::new(Bytes::from(body)));
+        *r.status_mut() = status;
+        Ok(r)
+    };
+    if req.method() != hyper::Method::POST {
+        return reply(StatusCode::METHOD_NOT_ALLOWED, b"cluster calls are POSTs".to_vec());
+    }
+    let path = req.uri().path().to_string();
+    let auth = req.headers().get(AUTH_HEADER).and_then(|v| v.to_str().ok()).map(str::to_string);
+    let body = match Limited::new(req.into_body(), MAX_RPC_BYTES).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) => return reply(StatusCode::PAYLOAD_TOO_LARGE, format!("cluster call body: {e}").into_bytes()),
+    };
+    if let Err(why) = secret.verify(auth.as_deref(), now_s(), &path, &body) {
+        return reply(StatusCode::UNAUTHORIZED, why.as_bytes().to_vec());
+    }
+    match handler.handle(path, body).await {
+        Ok(frame) => reply(StatusCode::OK, frame),
+        Err((status, message)) => reply(status, message.into_bytes()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn calls_are_signed_and_checked() {
+        let secret = Secret::generate();
+        let now = now_s();
+        let header = secret.sign(now, "/raft/vote", b"body");
+        assert_eq!(secret.verify(Some(&header), now, "/raft/vote", b"body"), Ok(()));
+        assert!(secret.verify(Some(&header), now, "/raft/vote", b"bodx").is_err());
+        assert!(secret.verify(Some(&header), now, "/raft/append", b"body").is_err());
+        assert!(secret.verify(Some(&header), now + 301, "/raft/vote", b"body").is_err());
+        assert!(Secret::generate().verify(Some(&header), now, "/raft/vote", b"body").is_err());
+        assert!(secret.verify(None, now, "/raft/vote", b"body").is_err());
+        assert!(secret.verify(Some("x"), now, "/raft/vote", b"body").is_err());
+        assert!(secret.verify(Some("1:zz"), now, "/raft/vote", b"body").is_err());
+        let again = Secret::parse(&secret.to_hex()).unwrap();
+        assert_eq!(again.sign(now, "/p", b""), secret.sign(now, "/p", b""));
+        assert!(Secret::parse("abc").is_err());
+        assert!(Secret::parse(&"0".repeat(66)).is_err());
+    }
+}

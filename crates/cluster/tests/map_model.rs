@@ -1,0 +1,219 @@
+//! The cluster map under random changes, checked against what a map must be after any history: sets of
+//! distinct nodes on active drives of live nodes, a group's old set kept exactly while it moves, nothing
+//! moved that did not have to, refused changes leaving the map as it was, the same history giving the same
+//! map, and the map surviving its on-disk frame.
+
+use mosaic_cluster::frame::{self, Kind};
+use mosaic_cluster::{Change, ClusterMap, DriveState, FailureDomain, MapError, NodeState};
+use proptest::prelude::*;
+use std::collections::BTreeSet;
+
+const PG_COUNT: u32 = 64;
+
+#[derive(Clone, Debug)]
+enum Op {
+    AddNode { drives: u8, weight: u32 },
+    AddDrive { node: u8, weight: u32 },
+    Weight { drive: u8, weight: u32 },
+    FailDrive { drive: u8 },
+    NodeState { node: u8, state: u8 },
+    Remove { node: u8, dead: bool },
+    MoveDone { pg: u32 },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        3 => (1u8..4, 1u32..300).prop_map(|(drives, weight)| Op::AddNode { drives, weight }),
+        1 => (any::<u8>(), 1u32..300).prop_map(|(node, weight)| Op::AddDrive { node, weight }),
+        1 => (any::<u8>(), 0u32..300).prop_map(|(drive, weight)| Op::Weight { drive, weight }),
+        1 => any::<u8>().prop_map(|drive| Op::FailDrive { drive }),
+        1 => (any::<u8>(), 0u8..4).prop_map(|(node, state)| Op::NodeState { node, state }),
+        1 => (any::<u8>(), any::<bool>()).prop_map(|(node, dead)| Op::Remove { node, dead }),
+        2 => (0..PG_COUNT).prop_map(|pg| Op::MoveDone { pg }),
+    ]
+}
+
+fn pick<T: Copy>(items: &[T], i: u8) -> Option<T> {
+    (!items.is_empty()).then(|| items[i as usize % items.len()])
+}
+
+/// The change an op stands for in `map` (ops name nodes and drives by position, so that most are valid).
+fn change_of(map: &ClusterMap, next_node: &mut u64, op: &Op) -> Option<Change> {
+    let nodes: Vec<u64> = map.nodes.keys().copied().collect();
+    let drives: Vec<u32> = map.drives.keys().copied().collect();
+    Some(match op {
+        Op::AddNode { drives, weight } => {
+            let node = *next_node;
+            *next_node += 1;
+            let mut v = vec![Change::AddNode {
+                node,
+                address: format!("127.0.0.1:{}", 9100 + node),
+                s3_address: format!("127.0.0.1:{}", 9000 + node),
+                zone: format!("z{}", node % 3),
+            }];
+            v.extend((0..*drives).map(|d| Change::AddDrive { node, name: format!("d{d}"), weight: *weight }));
+            Change::Batch(v)
+        }
+        Op::AddDrive { node, weight } => {
+            let node = pick(&nodes, *node)?;
+            Change::AddDrive { node, name: format!("x{}", map.next_drive_id), weight: *weight }
+        }
+        Op::Weight { drive, weight } => Change::SetDriveWeight { drive: pick(&drives, *drive)?, weight: *weight },
+        Op::FailDrive { drive } => Change::SetDriveState { drive: pick(&drives, *drive)?, state: DriveState::Failed },
+        Op::NodeState { node, state } => {
+            let state = [NodeState::Up, NodeState::Down, NodeState::Draining, NodeState::Up][*state as usize];
+            Change::SetNodeState { node: pick(&nodes, *node)?, state }
+        }
+        Op::Remove { node, dead } => Change::RemoveNode { node: pick(&nodes, *node)?, dead: *dead },
+        Op::MoveDone { pg } => Change::MoveDone { pg: *pg, set: map.pgs.get(*pg as usize)?.set.clone() },
+    })
+}
+
+fn check(before: &ClusterMap, after: &ClusterMap, change: &Change) {
+    let width = after.set_width();
+    if after.pgs.is_empty() {
+        return;
+    }
+    assert_eq!(after.pgs.len(), PG_COUNT as usize);
+    for (i, pg) in after.pgs.iter().enumerate() {
+        assert_eq!(pg.set.len(), width);
+        let nodes: BTreeSet<u64> = pg.set.iter().map(|d| after.drives[d].node).collect();
+        assert_eq!(nodes.len(), width, "group {i} has two shards on one node: {:?}", pg.set);
+        for d in &pg.set {
+            let drive = &after.drives[d];
+            assert_eq!(drive.state, DriveState::Active);
+            assert!(matches!(after.nodes[&drive.node].state, NodeState::Up | NodeState::Down));
+        }
+        let old = before.pgs.get(i);
+        match (&pg.from, old) {
+            // A group that starts moving remembers exactly the set its data is on.
+            (Some(from), Some(old)) if old.from.is_none() => assert_eq!(from, &old.set),
+            // A group that was moving still reads from the oldest whole set (unless the move finished).
+            (Some(from), Some(old)) => assert_eq!(Some(from), old.from.as_ref()),
+            (None, Some(old)) if old.set != pg.set => {
+                // Not moving although its set changed: only when it moved back to where its data is whole.
+                assert_eq!(old.from.as_ref(), Some(&pg.set));
+            }
+            _ => {}
+        }
+        if let (Some(old), Change::MoveDone { .. }) = (old, change) {
+            assert_eq!(old.set, pg.set, "a finished move changes no set");
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+    #[test]
+    fn any_history_keeps_the_map_sound(ops in proptest::collection::vec(op(), 1..40), zones in any::<bool>()) {
+        let domain = if zones { FailureDomain::Zone } else { FailureDomain::Node };
+        let bootstrap = Change::Bootstrap {
+            cluster_id: "model".into(), data_shards: 2, parity_shards: 1, pg_count: PG_COUNT, failure_domain: domain,
+        };
+        let mut map = ClusterMap::empty();
+        prop_assert_eq!(map.apply(&Change::AddNode {
+            node: 0, address: "a".into(), s3_address: "b".into(), zone: "z".into()
+        }), Err(MapError::NotBootstrapped));
+        map.apply(&bootstrap).unwrap();
+        prop_assert_eq!(map.apply(&bootstrap), Err(MapError::AlreadyBootstrapped));
+        let mut replica = map.clone();
+        let mut next_node = 0;
+        for op in &ops {
+            let Some(change) = change_of(&map, &mut next_node, op) else { continue };
+            let before = map.clone();
+            let epoch = map.epoch;
+            let result = map.apply(&change);
+            // The same change on a replica with the same history gives the same outcome and the same map.
+            prop_assert_eq!(&replica.apply(&change), &result);
+            prop_assert_eq!(&replica, &map);
+            match result {
+                Ok(_) => {
+                    prop_assert_eq!(map.epoch, epoch + 1);
+                    check(&before, &map, &change);
+                }
+                Err(e) => {
+                    prop_assert_eq!(&map, &before, "refused ({}) but changed", e);
+                    if let (Change::RemoveNode { dead: false, .. }, MapError::NotDrained(..)) = (&change, &e) {
+                        prop_assert!(!map.pgs.is_empty());
+                    }
+                }
+            }
+        }
+        let raw = frame::encode(Kind::Map, &map).unwrap();
+        let back: ClusterMap = frame::decode(Kind::Map, &raw).unwrap();
+        prop_assert_eq!(back, map);
+    }
+}
+
+fn finish_moves(map: &mut ClusterMap) {
+    for pg in 0..PG_COUNT {
+        if map.pgs[pg as usize].from.is_some() {
+            let set = map.pgs[pg as usize].set.clone();
+            map.apply(&Change::MoveDone { pg, set }).unwrap();
+        }
+    }
+    assert!(map.pgs.iter().all(|pg| pg.from.is_none()));
+}
+
+#[test]
+fn a_node_is_removed_only_when_drained_or_dead() {
+    let mut map = ClusterMap::empty();
+    map.apply(&Change::Bootstrap {
+        cluster_id: "c".into(),
+        data_shards: 2,
+        parity_shards: 1,
+        pg_count: PG_COUNT,
+        failure_domain: FailureDomain::Node,
+    })
+    .unwrap();
+    for node in 0..4u64 {
+        map.apply(&Change::Batch(vec![
+            Change::AddNode {
+                node,
+                address: format!("127.0.0.1:{}", 9100 + node),
+                s3_address: format!("127.0.0.1:{}", 9000 + node),
+                zone: "z".into(),
+            },
+            Change::AddDrive { node, name: "d0".into(), weight: 100 },
+        ]))
+        .unwrap();
+    }
+    // Node 3 joined after the first set was placed: its groups move there; finish those moves.
+    finish_moves(&mut map);
+    assert!(map.groups_on_node(3) > 0);
+    assert!(matches!(map.apply(&Change::RemoveNode { node: 3, dead: false }), Err(MapError::NotDrained(3, _))));
+    // Draining moves every group off it; the move is done group by group; then it may go.
+    map.apply(&Change::SetNodeState { node: 3, state: NodeState::Draining }).unwrap();
+    let moving: Vec<u32> = (0..PG_COUNT).filter(|&pg| map.pgs[pg as usize].from.is_some()).collect();
+    assert!(!moving.is_empty());
+    assert!(matches!(map.apply(&Change::RemoveNode { node: 3, dead: false }), Err(MapError::NotDrained(3, _))));
+    for pg in moving {
+        let set = map.pgs[pg as usize].set.clone();
+        assert_eq!(map.apply(&Change::MoveDone { pg, set: vec![99, 98, 97] }), Err(MapError::StaleMove { pg }));
+        map.apply(&Change::MoveDone { pg, set }).unwrap();
+    }
+    map.apply(&Change::RemoveNode { node: 3, dead: false }).unwrap();
+    // Too few nodes left for a 3-wide set: draining another is refused, nothing changes.
+    let before = map.clone();
+    assert!(matches!(
+        map.apply(&Change::SetNodeState { node: 0, state: NodeState::Draining }),
+        Err(MapError::Placement(_))
+    ));
+    assert_eq!(map, before);
+    // A dead node goes at once; its groups keep their old set to rebuild from.
+    map.apply(&Change::Batch(vec![
+        Change::AddNode {
+            node: 7,
+            address: "127.0.0.1:9107".into(),
+            s3_address: "127.0.0.1:9007".into(),
+            zone: "z".into(),
+        },
+        Change::AddDrive { node: 7, name: "d0".into(), weight: 100 },
+    ]))
+    .unwrap();
+    let held = map.groups_on_node(0);
+    map.apply(&Change::RemoveNode { node: 0, dead: true }).unwrap();
+    assert!(!map.nodes.contains_key(&0));
+    assert!(map.pgs.iter().filter(|pg| pg.from.is_some()).count() >= held.min(1));
+}
