@@ -20,8 +20,9 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 
 pub const AUTH_HEADER: &str = "x-mosaic-cluster-auth";
-/// Largest call or answer (a 1 MiB snapshot chunk is about 4 MiB as JSON).
-pub const MAX_RPC_BYTES: usize = 16 << 20;
+/// Largest call or answer: a drive command carries up to 64 MiB of data (a staged shard of 8 MiB, an
+/// inline write up to the set's operation limit).
+pub const MAX_RPC_BYTES: usize = 72 << 20;
 const MAX_SKEW_SECS: u64 = 300;
 /// Most connections a node serves at once; more wait in the listen queue.
 const MAX_CONNECTIONS: usize = 512;
@@ -113,7 +114,7 @@ impl RpcClient {
         Ok(RpcClient { http, secret })
     }
 
-    /// Calls `path` on the node at `addr` with `request`, waiting at most `timeout`.
+    /// Calls `path` on the node at `addr` with `request` (JSON), waiting at most `timeout`.
     pub async fn call<Q: Serialize, A: DeserializeOwned>(
         &self,
         addr: &str,
@@ -121,8 +122,15 @@ impl RpcClient {
         request: &Q,
         timeout: Duration,
     ) -> Result<A, RpcError> {
+        let body = frame::encode(Kind::Rpc, request)
+            .map_err(|e| RpcError::BadAnswer { addr: addr.into(), reason: format!("the call does not encode: {e}") })?;
+        let raw = self.call_raw(addr, path, body, timeout).await?;
+        frame::decode(Kind::Rpc, &raw).map_err(|e| RpcError::BadAnswer { addr: addr.into(), reason: e.to_string() })
+    }
+
+    /// Calls `path` on the node at `addr` with a framed `body`; the answer's frame, unchecked.
+    pub async fn call_raw(&self, addr: &str, path: &str, body: Vec<u8>, timeout: Duration) -> Result<Bytes, RpcError> {
         let unreachable = |reason: String| RpcError::Unreachable { addr: addr.to_string(), reason };
-        let body = frame::encode(Kind::Rpc, request).map_err(|e| unreachable(e.to_string()))?;
         let auth = self.secret.sign(now_s(), path, &body);
         let response = self
             .http
@@ -142,7 +150,10 @@ impl RpcClient {
             let message = String::from_utf8_lossy(&raw[..raw.len().min(512)]).into_owned();
             return Err(RpcError::Refused { addr: addr.into(), path: path.into(), status: status.as_u16(), message });
         }
-        frame::decode(Kind::Rpc, &raw).map_err(|e| RpcError::BadAnswer { addr: addr.into(), reason: e.to_string() })
+        if raw.len() > MAX_RPC_BYTES {
+            return Err(RpcError::BadAnswer { addr: addr.into(), reason: "an answer over the size limit".into() });
+        }
+        Ok(raw)
     }
 }
 
@@ -151,6 +162,38 @@ pub type Answer = Result<Vec<u8>, (StatusCode, String)>;
 
 pub trait Handler: Send + Sync + 'static {
     fn handle(self: Arc<Self>, path: String, body: Bytes) -> Pin<Box<dyn Future<Output = Answer> + Send>>;
+}
+
+/// Hands each call to the handler of the longest path prefix that matches it.
+pub struct Router {
+    routes: Vec<(&'static str, Arc<dyn Handler>)>,
+}
+
+impl Router {
+    pub fn new() -> Self {
+        Router { routes: Vec::new() }
+    }
+
+    pub fn route(mut self, prefix: &'static str, handler: Arc<dyn Handler>) -> Self {
+        self.routes.push((prefix, handler));
+        self.routes.sort_by_key(|(p, _)| std::cmp::Reverse(p.len()));
+        self
+    }
+}
+
+impl Default for Router {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Handler for Router {
+    fn handle(self: Arc<Self>, path: String, body: Bytes) -> Pin<Box<dyn Future<Output = Answer> + Send>> {
+        match self.routes.iter().find(|(prefix, _)| path.starts_with(prefix)) {
+            Some((_, handler)) => handler.clone().handle(path, body),
+            None => Box::pin(async move { Err((StatusCode::NOT_FOUND, format!("no cluster call {path}"))) }),
+        }
+    }
 }
 
 /// Parses a call's body.

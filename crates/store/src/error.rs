@@ -4,6 +4,7 @@
 
 /// What went wrong, as a caller can act on it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum ErrorKind {
     /// The object an operation names does not exist.
     NotFound,
@@ -33,6 +34,7 @@ pub enum ErrorKind {
 /// A store error: its kind, the index of the failed operation in its transaction (when one failed), and a
 /// message for people.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct StoreError {
     pub kind: ErrorKind,
     pub op_index: Option<usize>,

@@ -61,6 +61,7 @@ pub fn with_locator(name: &[u8], locator: &[u8]) -> Vec<u8> {
 
 /// The units a store works in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Geometry {
     /// Staged data, `WriteStaged` offsets and `CloneRange` offsets are multiples of this.
     pub unit_bytes: u64,
@@ -73,6 +74,7 @@ pub struct Geometry {
 /// An object as a lookup finds it. `O` is the store's handle to it, valid within the snapshot that
 /// returned it.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct ObjectInfo<O> {
     pub obj: O,
     pub size_bytes: u64,
@@ -82,6 +84,7 @@ pub struct ObjectInfo<O> {
 
 /// One entry of a collection's name index.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct NameEntry<O> {
     pub name: Vec<u8>,
     pub obj: O,

@@ -4,6 +4,7 @@
 /// Scheduling class of a transaction (paper 003's QoS): higher classes are committed first, and background
 /// work takes a bounded share.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum Priority {
     Background,
     Foreground,
@@ -11,6 +12,7 @@ pub enum Priority {
 }
 
 #[derive(Debug)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum Op<C, S> {
     /// Creates a collection; fails with `CollectionExists` if the name is taken.
     CreateCollection {
@@ -128,6 +130,49 @@ pub enum Op<C, S> {
 }
 
 impl<C, S> Op<C, S> {
+    /// The same operation with its collections and staged units translated (as a store that forwards
+    /// operations to another store names them there); the first translation that fails is the error.
+    pub fn try_map<C2, S2, E>(
+        self,
+        mut coll: impl FnMut(C) -> Result<C2, E>,
+        staged: impl FnOnce(S) -> Result<S2, E>,
+    ) -> Result<Op<C2, S2>, E> {
+        Ok(match self {
+            Op::CreateCollection { name } => Op::CreateCollection { name },
+            Op::RemoveCollection { name } => Op::RemoveCollection { name },
+            Op::Create { coll: c, name } => Op::Create { coll: coll(c)?, name },
+            Op::Reset { coll: c, name } => Op::Reset { coll: coll(c)?, name },
+            Op::Write { coll: c, name, offset, data } => Op::Write { coll: coll(c)?, name, offset, data },
+            Op::WriteStaged { coll: c, name, offset, staged: st } => {
+                Op::WriteStaged { coll: coll(c)?, name, offset, staged: staged(st)? }
+            }
+            Op::Append { coll: c, name, data, expected_offset } => {
+                Op::Append { coll: coll(c)?, name, data, expected_offset }
+            }
+            Op::Remove { coll: c, name } => Op::Remove { coll: coll(c)?, name },
+            Op::Rename { coll: c, from, to_coll, to } => {
+                Op::Rename { coll: coll(c)?, from, to_coll: coll(to_coll)?, to }
+            }
+            Op::Truncate { coll: c, name, size_bytes } => Op::Truncate { coll: coll(c)?, name, size_bytes },
+            Op::Clone { coll: c, from, to_coll, to } => Op::Clone { coll: coll(c)?, from, to_coll: coll(to_coll)?, to },
+            Op::CloneRange { src_coll, src, src_offset, len, dst_coll, dst, dst_offset } => Op::CloneRange {
+                src_coll: coll(src_coll)?,
+                src,
+                src_offset,
+                len,
+                dst_coll: coll(dst_coll)?,
+                dst,
+                dst_offset,
+            },
+            Op::SetAttr { coll: c, name, key, value } => Op::SetAttr { coll: coll(c)?, name, key, value },
+            Op::RemoveAttr { coll: c, name, key } => Op::RemoveAttr { coll: coll(c)?, name, key },
+            Op::SetNameTag { coll: c, name, tag } => Op::SetNameTag { coll: coll(c)?, name, tag },
+            Op::SetPriority { coll: c, name, high } => Op::SetPriority { coll: coll(c)?, name, high },
+            Op::AssertAttr { coll: c, name, key, expected } => Op::AssertAttr { coll: coll(c)?, name, key, expected },
+            Op::AssertExists { coll: c, name } => Op::AssertExists { coll: coll(c)?, name },
+        })
+    }
+
     /// The operation's name, for errors and logs.
     pub fn kind_name(&self) -> &'static str {
         match self {
@@ -155,6 +200,7 @@ impl<C, S> Op<C, S> {
 
 /// Operations applied atomically: all of them or none.
 #[derive(Debug)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Txn<C, S> {
     pub ops: Vec<Op<C, S>>,
     /// None: foreground, or foreground-high when the transaction marks an object high-priority.
@@ -191,6 +237,7 @@ impl<C, S> Txn<C, S> {
 
 /// What a committed transaction reports back.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Outcome {
     /// Sizes of the objects after each `Append`, in op order.
     pub append_sizes: Vec<u64>,

@@ -1,0 +1,349 @@
+//! A drive on another node as a store: every store method is one request to the node's drive server.
+//! A snapshot is opened on the server by its first read (no call of its own) and released in passing
+//! by a later request; staged units are consumed by the commit that names them, or released in passing
+//! when dropped unused.
+
+use crate::wire::{self, Answer, Command, Reply, Request, SnapshotId, StagedId};
+use async_trait::async_trait;
+use bytes::Bytes;
+use mosaic_cluster::frame::{self, Kind};
+use mosaic_cluster::rpc::{RpcClient, RpcError};
+use mosaic_store::{
+    AlignedBuf, ErrorKind, Geometry, NameEntry, ObjectInfo, Outcome, PriorityHold, Snapshot, Store, StoreError,
+    StoreResult, Txn,
+};
+use parking_lot::Mutex;
+use serde_bytes::ByteBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+/// How long one drive command may take before the drive counts as not answering.
+const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+/// Releases queued before they are sent on their own rather than waiting for the next request.
+const MAX_QUEUED_RELEASES: usize = 256;
+
+/// Ids the client let go of, sent with its next request.
+#[derive(Default)]
+struct Releases {
+    snapshots: Vec<SnapshotId>,
+    staged: Vec<StagedId>,
+}
+
+struct Remote {
+    client: RpcClient,
+    addr: String,
+    drive: String,
+    releases: Mutex<Releases>,
+    ready: AtomicBool,
+}
+
+impl Remote {
+    fn unavailable(&self, e: impl std::fmt::Display) -> StoreError {
+        StoreError::unavailable(format!("drive {} on {}: {e}", self.drive, self.addr))
+    }
+
+    async fn send(&self, command: Command) -> StoreResult<(Option<SnapshotId>, Answer)> {
+        let (release_snapshots, release_staged) = {
+            let mut r = self.releases.lock();
+            (std::mem::take(&mut r.snapshots), std::mem::take(&mut r.staged))
+        };
+        let request = Request { drive: self.drive.clone(), release_snapshots, release_staged, command };
+        let body = frame::encode_binary(Kind::Drive, &request).map_err(|e| self.unavailable(e))?;
+        let raw = match self.client.call_raw(&self.addr, wire::PATH, body, CALL_TIMEOUT).await {
+            Ok(raw) => raw,
+            Err(e) => {
+                if matches!(e, RpcError::Unreachable { .. }) {
+                    self.ready.store(false, Ordering::Relaxed);
+                }
+                // What was to be released is released by the server's idle limit instead.
+                return Err(self.unavailable(e));
+            }
+        };
+        self.ready.store(true, Ordering::Relaxed);
+        let reply: Reply = frame::decode_binary(Kind::Drive, &raw).map_err(|e| self.unavailable(e))?;
+        Ok((reply.opened, reply.answer?))
+    }
+
+    /// Queues releases; past the limit they go at once, in a request of their own.
+    fn release(self: &Arc<Self>, snapshot: Option<SnapshotId>, staged: Option<StagedId>) {
+        let flush = {
+            let mut r = self.releases.lock();
+            r.snapshots.extend(snapshot);
+            r.staged.extend(staged);
+            r.snapshots.len() + r.staged.len() >= MAX_QUEUED_RELEASES
+        };
+        if flush && let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let remote = self.clone();
+            runtime.spawn(async move {
+                if let Err(e) = remote.send(Command::Release).await {
+                    tracing::debug!(error = %e, "releasing on a remote drive");
+                }
+            });
+        }
+    }
+}
+
+fn unexpected(answer: &Answer) -> StoreError {
+    StoreError::internal(format!("a drive answered {answer:?} to another command"))
+}
+
+/// A drive on another node. Cheap to clone.
+#[derive(Clone)]
+pub struct RemoteStore {
+    remote: Arc<Remote>,
+    geometry: Geometry,
+}
+
+impl RemoteStore {
+    /// Connects to drive `drive` served at `addr`: asks for its geometry (the drive must answer).
+    pub async fn connect(client: RpcClient, addr: &str, drive: &str) -> StoreResult<Self> {
+        let remote = Arc::new(Remote {
+            client,
+            addr: addr.to_string(),
+            drive: drive.to_string(),
+            releases: Mutex::new(Releases::default()),
+            ready: AtomicBool::new(false),
+        });
+        let (_, answer) = remote.send(Command::Hello).await?;
+        let Answer::Hello { geometry, ready } = answer else { return Err(unexpected(&answer)) };
+        remote.ready.store(ready, Ordering::Relaxed);
+        Ok(RemoteStore { remote, geometry })
+    }
+}
+
+/// Staged units held on the remote drive.
+pub struct RemoteStaged {
+    remote: Arc<Remote>,
+    id: Option<StagedId>,
+    len_bytes: u64,
+}
+
+impl RemoteStaged {
+    pub fn len_bytes(&self) -> u64 {
+        self.len_bytes
+    }
+}
+
+impl Drop for RemoteStaged {
+    fn drop(&mut self) {
+        if let Some(id) = self.id.take() {
+            self.remote.release(None, Some(id));
+        }
+    }
+}
+
+#[async_trait]
+impl Store for RemoteStore {
+    type Coll = wire::Coll;
+    type Obj = wire::Obj;
+    type Staged = RemoteStaged;
+    type Snapshot = RemoteSnapshot;
+
+    fn geometry(&self) -> Geometry {
+        self.geometry
+    }
+
+    fn snapshot(&self) -> RemoteSnapshot {
+        RemoteSnapshot { remote: self.remote.clone(), id: tokio::sync::OnceCell::new() }
+    }
+
+    async fn stage(&self, buf: AlignedBuf, len_bytes: usize, hint: &[u8]) -> StoreResult<(RemoteStaged, AlignedBuf)> {
+        if len_bytes == 0 || len_bytes > buf.len() {
+            return Err(StoreError::new(ErrorKind::InvalidArgument, "staged bytes must lie in the buffer"));
+        }
+        let command = Command::Stage { hint: ByteBuf::from(hint), data: ByteBuf::from(&buf.as_slice()[..len_bytes]) };
+        let (_, answer) = self.remote.send(command).await?;
+        let Answer::Staged { id, len_bytes: got } = answer else { return Err(unexpected(&answer)) };
+        let staged = RemoteStaged { remote: self.remote.clone(), id: Some(id), len_bytes: got };
+        if got != len_bytes as u64 {
+            return Err(StoreError::internal(format!("a drive staged {got} bytes of {len_bytes}")));
+        }
+        Ok((staged, buf))
+    }
+
+    async fn commit(&self, txn: Txn<wire::Coll, RemoteStaged>) -> StoreResult<Outcome> {
+        let mut ops = Vec::with_capacity(txn.ops.len());
+        for (i, op) in txn.ops.into_iter().enumerate() {
+            ops.push(op.try_map(Ok, |mut staged: RemoteStaged| {
+                // Handed to the transaction: the server consumes the units, nothing to release.
+                staged.id.take().ok_or_else(|| StoreError::internal("staged units used twice").in_op(i))
+            })?);
+        }
+        let (_, answer) = self.remote.send(Command::Commit { txn: Txn { ops, priority: txn.priority } }).await?;
+        let Answer::Committed(outcome) = answer else { return Err(unexpected(&answer)) };
+        Ok(outcome)
+    }
+
+    fn hold_priority(&self) -> PriorityHold {
+        // Held on the caller's side only: background work on the remote node does not yet see it.
+        Box::new(())
+    }
+
+    fn is_ready(&self) -> bool {
+        self.remote.ready.load(Ordering::Relaxed)
+    }
+
+    async fn close(&self) -> StoreResult<()> {
+        // The drive belongs to its node; closing here only sends what is queued for release.
+        self.remote.send(Command::Release).await.map(|_| ())
+    }
+}
+
+/// A snapshot of a remote drive, opened on the server by its first read.
+pub struct RemoteSnapshot {
+    remote: Arc<Remote>,
+    id: tokio::sync::OnceCell<SnapshotId>,
+}
+
+impl Drop for RemoteSnapshot {
+    fn drop(&mut self) {
+        if let Some(id) = self.id.get() {
+            self.remote.release(Some(*id), None);
+        }
+    }
+}
+
+impl RemoteSnapshot {
+    /// Sends a read: the first one opens the snapshot (its answer is kept), later ones name it.
+    async fn ask(&self, command: impl Fn(Option<SnapshotId>) -> Command) -> StoreResult<Answer> {
+        let mut first = None;
+        let id = self
+            .id
+            .get_or_try_init(|| async {
+                let (opened, answer) = self.remote.send(command(None)).await?;
+                let id = opened.ok_or_else(|| StoreError::internal("a drive opened no snapshot for a read"))?;
+                first = Some(answer);
+                Ok::<_, StoreError>(id)
+            })
+            .await?;
+        if let Some(answer) = first {
+            return Ok(answer);
+        }
+        let (opened, answer) = self.remote.send(command(Some(*id))).await?;
+        debug_assert!(opened.is_none(), "a read on an open snapshot opens none");
+        Ok(answer)
+    }
+}
+
+fn bytes(b: ByteBuf) -> Vec<u8> {
+    b.into_vec()
+}
+
+#[async_trait]
+impl Snapshot for RemoteSnapshot {
+    type Coll = wire::Coll;
+    type Obj = wire::Obj;
+
+    async fn collection(&self, name: &str) -> StoreResult<Option<wire::Coll>> {
+        match self.ask(|snapshot| Command::Collection { snapshot, name: name.to_string() }).await? {
+            Answer::Collection(c) => Ok(c),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    async fn collections(&self, prefix: &str, limit: usize) -> StoreResult<Vec<(String, wire::Coll)>> {
+        let limit = limit as u64;
+        match self.ask(|snapshot| Command::Collections { snapshot, prefix: prefix.to_string(), limit }).await? {
+            Answer::Collections(c) => Ok(c),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    async fn lookup(&self, coll: &wire::Coll, name: &[u8]) -> StoreResult<Option<ObjectInfo<wire::Obj>>> {
+        let coll = *coll;
+        match self.ask(|snapshot| Command::Lookup { snapshot, coll, name: ByteBuf::from(name) }).await? {
+            Answer::Lookup(info) => Ok(info),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    async fn attr(&self, obj: &wire::Obj, key: &[u8]) -> StoreResult<Option<Vec<u8>>> {
+        let obj = *obj;
+        match self.ask(|snapshot| Command::Attr { snapshot, obj, key: ByteBuf::from(key) }).await? {
+            Answer::Attr(value) => Ok(value.map(bytes)),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    async fn attrs(&self, obj: &wire::Obj, start_after: &[u8], limit: usize) -> StoreResult<Vec<(Vec<u8>, Vec<u8>)>> {
+        let (obj, limit) = (*obj, limit as u64);
+        let command = |snapshot| Command::Attrs { snapshot, obj, start_after: ByteBuf::from(start_after), limit };
+        match self.ask(command).await? {
+            Answer::Attrs(attrs) => Ok(attrs.into_iter().map(|(k, v)| (bytes(k), bytes(v))).collect()),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    async fn list_entries(
+        &self,
+        coll: &wire::Coll,
+        prefix: &[u8],
+        from: &[u8],
+        limit: usize,
+    ) -> StoreResult<Vec<NameEntry<wire::Obj>>> {
+        let (coll, limit) = (*coll, limit as u64);
+        let command = |snapshot| Command::ListEntries {
+            snapshot,
+            coll,
+            prefix: ByteBuf::from(prefix),
+            from: ByteBuf::from(from),
+            limit,
+        };
+        match self.ask(command).await? {
+            Answer::Entries(entries) => Ok(entries),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    async fn stat_many(
+        &self,
+        objs: &[wire::Obj],
+        attr_key: &[u8],
+    ) -> StoreResult<Vec<(ObjectInfo<wire::Obj>, Option<Vec<u8>>)>> {
+        let mut out = Vec::with_capacity(objs.len());
+        for chunk in objs.chunks(crate::server::MAX_LIST_ENTRIES as usize) {
+            let command =
+                |snapshot| Command::StatMany { snapshot, objs: chunk.to_vec(), attr_key: ByteBuf::from(attr_key) };
+            match self.ask(command).await? {
+                Answer::Stats(stats) => out.extend(stats.into_iter().map(|(i, a)| (i, a.map(bytes)))),
+                other => return Err(unexpected(&other)),
+            }
+        }
+        Ok(out)
+    }
+
+    async fn read(&self, obj: &wire::Obj, offset: u64, len: u64) -> StoreResult<Bytes> {
+        let obj = *obj;
+        let mut out: Vec<u8> = Vec::new();
+        // Longer ranges come in pieces; a piece shorter than asked is the end of the object.
+        while (out.len() as u64) < len {
+            let at = offset + out.len() as u64;
+            let want = (len - out.len() as u64).min(crate::server::MAX_READ_BYTES);
+            let piece = match self.ask(|snapshot| Command::Read { snapshot, obj, offset: at, len: want }).await? {
+                Answer::Data(data) => data.into_vec(),
+                other => return Err(unexpected(&other)),
+            };
+            let short = (piece.len() as u64) < want;
+            if out.is_empty() && (short || want == len) {
+                return Ok(Bytes::from(piece));
+            }
+            out.extend_from_slice(&piece);
+            if short {
+                break;
+            }
+        }
+        Ok(Bytes::from(out))
+    }
+
+    fn prioritize(&self) {
+        // Sent on its own (the caller does not wait); a snapshot not opened yet has nothing to mark.
+        let remote = self.remote.clone();
+        let id = self.id.get().copied();
+        if let (Some(id), Ok(runtime)) = (id, tokio::runtime::Handle::try_current()) {
+            runtime.spawn(async move {
+                let _ = remote.send(Command::Prioritize { snapshot: Some(id) }).await;
+            });
+        }
+    }
+}

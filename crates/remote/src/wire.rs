@@ -1,0 +1,87 @@
+//! The object-drive protocol's messages: a request names a drive and carries one command (paper 003's
+//! commands: snapshot reads, staging, transactions), plus the snapshots and staged units the client let
+//! go of since its last request (released in passing, not by calls of their own). Bodies are bincode in
+//! a `Kind::Drive` frame (versioned, checksummed).
+
+use mosaic_store::{Geometry, NameEntry, ObjectInfo, Outcome, StoreError, Txn};
+use serde::{Deserialize, Serialize};
+use serde_bytes::ByteBuf;
+
+/// The path drive requests are posted to.
+pub const PATH: &str = "/drive/call";
+
+/// A server-side snapshot, named by the server.
+pub type SnapshotId = u64;
+/// Units staged on the server and not yet committed, named by the server.
+pub type StagedId = u64;
+/// A collection as the drive names it.
+pub type Coll = u32;
+/// An object as the drive names it within a snapshot.
+pub type Obj = u64;
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Request {
+    pub drive: String,
+    pub release_snapshots: Vec<SnapshotId>,
+    pub release_staged: Vec<StagedId>,
+    pub command: Command,
+}
+
+/// A read within a snapshot: `None` opens a new one on the server (its id comes back with the answer).
+#[derive(Debug, Serialize, Deserialize)]
+pub enum Command {
+    Hello,
+    Collection { snapshot: Option<SnapshotId>, name: String },
+    Collections { snapshot: Option<SnapshotId>, prefix: String, limit: u64 },
+    Lookup { snapshot: Option<SnapshotId>, coll: Coll, name: ByteBuf },
+    Attr { snapshot: Option<SnapshotId>, obj: Obj, key: ByteBuf },
+    Attrs { snapshot: Option<SnapshotId>, obj: Obj, start_after: ByteBuf, limit: u64 },
+    ListEntries { snapshot: Option<SnapshotId>, coll: Coll, prefix: ByteBuf, from: ByteBuf, limit: u64 },
+    StatMany { snapshot: Option<SnapshotId>, objs: Vec<Obj>, attr_key: ByteBuf },
+    Read { snapshot: Option<SnapshotId>, obj: Obj, offset: u64, len: u64 },
+    Prioritize { snapshot: Option<SnapshotId> },
+    Stage { hint: ByteBuf, data: ByteBuf },
+    Commit { txn: Txn<Coll, StagedId> },
+    Release,
+}
+
+impl Command {
+    /// The snapshot a read names (`Some(None)`: a read that opens one), or None for other commands.
+    pub fn snapshot(&self) -> Option<Option<SnapshotId>> {
+        match self {
+            Command::Collection { snapshot, .. }
+            | Command::Collections { snapshot, .. }
+            | Command::Lookup { snapshot, .. }
+            | Command::Attr { snapshot, .. }
+            | Command::Attrs { snapshot, .. }
+            | Command::ListEntries { snapshot, .. }
+            | Command::StatMany { snapshot, .. }
+            | Command::Read { snapshot, .. }
+            | Command::Prioritize { snapshot } => Some(*snapshot),
+            Command::Hello | Command::Stage { .. } | Command::Commit { .. } | Command::Release => None,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub enum Answer {
+    Hello { geometry: Geometry, ready: bool },
+    Collection(Option<Coll>),
+    Collections(Vec<(String, Coll)>),
+    Lookup(Option<ObjectInfo<Obj>>),
+    Attr(Option<ByteBuf>),
+    Attrs(Vec<(ByteBuf, ByteBuf)>),
+    Entries(Vec<NameEntry<Obj>>),
+    Stats(Vec<(ObjectInfo<Obj>, Option<ByteBuf>)>),
+    Data(ByteBuf),
+    Staged { id: StagedId, len_bytes: u64 },
+    Committed(Outcome),
+    Done,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Reply {
+    /// The snapshot a read opened.
+    pub opened: Option<SnapshotId>,
+    pub answer: Result<Answer, StoreError>,
+}

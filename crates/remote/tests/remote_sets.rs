@@ -1,0 +1,170 @@
+//! Erasure sets whose drives are on other nodes (each node a drive server on loopback, reached through the
+//! object-drive protocol): the semantics suite holds exactly as on local drives; a node that goes away is
+//! a missing drive (reads and writes go on with k of n), not a hang or a crash; a client without the
+//! cluster secret is refused; snapshots and staged units are not left behind on the servers.
+
+use futures::StreamExt;
+use mosaic_cluster::rpc::{self, RpcClient, Secret};
+use mosaic_drive::DriveStore;
+use mosaic_engine::{Engine, EngineConfig, SimDevice};
+use mosaic_erasure::{ErasureSet, SetConfig, SetGeometry};
+use mosaic_layer::testing::{body, pattern, run_suite};
+use mosaic_layer::{LayerError, ObjectLayer, Precondition, PutOptions, S3Semantics, SemanticsConfig};
+use mosaic_remote::{DriveServer, RemoteStore};
+use mosaic_store::{ErrorKind, Op, Snapshot, Store, Txn};
+use std::collections::HashMap;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+
+const DRIVE_BYTES: u64 = 128 << 20;
+
+/// One node serving one simulated drive.
+struct Node {
+    address: String,
+    server: Arc<DriveServer<DriveStore>>,
+    stop: Option<oneshot::Sender<()>>,
+    _dir: tempfile::TempDir,
+}
+
+impl Node {
+    async fn start(secret: &Secret) -> Node {
+        let dir = tempfile::tempdir().unwrap();
+        let config =
+            EngineConfig { kv_write_buffer_bytes: 4 << 20, kv_block_cache_bytes: 8 << 20, ..Default::default() };
+        let engine = Engine::format(dir.path(), Arc::new(SimDevice::new(DRIVE_BYTES)), config).unwrap();
+        let server = DriveServer::new(HashMap::from([("d0".to_string(), Arc::new(DriveStore::new(engine)))]));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        let (stop, stopped) = oneshot::channel::<()>();
+        tokio::spawn(rpc::serve(listener, secret.clone(), server.clone(), async {
+            let _ = stopped.await;
+        }));
+        Node { address, server, stop: Some(stop), _dir: dir }
+    }
+
+    fn stop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+fn set_config(k: usize, m: usize) -> SetConfig {
+    SetConfig {
+        geometry: SetGeometry::new(k, m).unwrap(),
+        inline_max_bytes: 16 * 1024,
+        max_op_data_bytes: 64 << 20,
+        heal_in_background: false,
+        heal_bytes_per_s: 0,
+        scan_interval: None,
+        lazy_encode_min_bytes: mosaic_erasure::LAZY_ENCODE_MIN_BYTES,
+    }
+}
+
+/// A k+m set over k+m nodes, with the nodes.
+async fn remote_set(k: usize, m: usize, secret: &Secret) -> (ErasureSet<RemoteStore>, Vec<Node>) {
+    let mut nodes = Vec::new();
+    let mut members = Vec::new();
+    let client = RpcClient::new(secret.clone()).unwrap();
+    for _ in 0..k + m {
+        let node = Node::start(secret).await;
+        members.push(Some(Arc::new(RemoteStore::connect(client.clone(), &node.address, "d0").await.unwrap())));
+        nodes.push(node);
+    }
+    (ErasureSet::open(set_config(k, m), members).await.unwrap(), nodes)
+}
+
+async fn suite(k: usize, m: usize) {
+    let secret = Secret::generate();
+    let rt = tokio::runtime::Handle::current();
+    let mut all_nodes = Vec::new();
+    run_suite(|| {
+        let (set, nodes) = tokio::task::block_in_place(|| rt.block_on(remote_set(k, m, &secret)));
+        all_nodes.push(nodes);
+        Arc::new(set)
+    })
+    .await;
+    for mut node in all_nodes.into_iter().flatten() {
+        node.stop();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_semantics_suite_holds_on_remote_drives_as_a_1_plus_0_set() {
+    suite(1, 0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_semantics_suite_holds_on_a_2_plus_1_set_over_three_nodes() {
+    suite(2, 1).await;
+}
+
+async fn get_all<L: ObjectLayer>(l: &L, key: &str) -> Result<Vec<u8>, LayerError> {
+    let mut got = l.get_object("bkt", key, None, None, None, &Precondition::default()).await?;
+    let mut out = Vec::new();
+    while let Some(chunk) = got.body.next().await {
+        out.extend_from_slice(&chunk?);
+    }
+    Ok(out)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_node_that_goes_away_is_a_missing_drive() {
+    let secret = Secret::generate();
+    let (set, mut nodes) = remote_set(2, 1, &secret).await;
+    let layer = S3Semantics::open(Arc::new(set), SemanticsConfig::default()).await.unwrap();
+    layer.create_bucket("bkt", None).await.unwrap();
+    let data = pattern(1, 300_000);
+    layer.put_object("bkt", "before", body(&data, 65_536), PutOptions::default()).await.unwrap();
+
+    // One of three nodes stops: reads and writes go on with two (k = 2).
+    nodes[2].stop();
+    assert_eq!(get_all(&layer, "before").await.unwrap(), data);
+    layer.put_object("bkt", "after", body(&data, 65_536), PutOptions::default()).await.unwrap();
+    assert_eq!(get_all(&layer, "after").await.unwrap(), data);
+
+    // A second one stops: past m, a clear unavailable error, no hang and no wrong bytes.
+    nodes[1].stop();
+    let e = get_all(&layer, "before").await.expect_err("two of three drives gone");
+    assert!(matches!(e, LayerError::Unavailable(_)), "{e:?}");
+    let e = layer.put_object("bkt", "refused", body(&data, 65_536), PutOptions::default()).await.err();
+    assert!(matches!(e, Some(LayerError::Unavailable(_))), "{e:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_without_the_secret_is_refused_and_nothing_is_left_behind() {
+    let secret = Secret::generate();
+    let node = Node::start(&secret).await;
+    let stranger = RpcClient::new(Secret::generate()).unwrap();
+    let e = RemoteStore::connect(stranger, &node.address, "d0").await.err().expect("refused");
+    assert_eq!(e.kind, ErrorKind::Unavailable);
+    assert!(e.message.contains("401"), "{e}");
+    let client = RpcClient::new(secret.clone()).unwrap();
+    let e = RemoteStore::connect(client.clone(), &node.address, "nope").await.err().expect("no such drive");
+    assert!(e.message.contains("no drive nope"), "{e}");
+
+    // Reads open snapshots and staging holds units; dropping them releases both with later requests.
+    let drive = RemoteStore::connect(client, &node.address, "d0").await.unwrap();
+    drive.commit(Txn::new().op(Op::CreateCollection { name: "c".into() })).await.unwrap();
+    for _ in 0..10 {
+        let snapshot = drive.snapshot();
+        assert!(snapshot.collection("c").await.unwrap().is_some());
+        let unit = drive.geometry().unit_bytes as usize;
+        let (staged, _) = drive.stage(mosaic_store::AlignedBuf::zeroed(unit), unit, b"o").await.unwrap();
+        drop(staged);
+    }
+    assert!(node.server.held().0 >= 1);
+    drive.close().await.unwrap();
+    assert_eq!(node.server.held(), (0, 0), "every snapshot and staged unit was released");
+
+    // A transaction naming staged units the server does not hold fails cleanly, naming the operation.
+    let coll = drive.snapshot().collection("c").await.unwrap().unwrap();
+    let unit = drive.geometry().unit_bytes as usize;
+    let (staged, _) = drive.stage(mosaic_store::AlignedBuf::zeroed(unit), unit, b"o").await.unwrap();
+    drive.commit(Txn::new().op(Op::WriteStaged { coll, name: b"o".to_vec(), offset: 0, staged })).await.unwrap();
+    let snapshot = drive.snapshot();
+    let info = snapshot.lookup(&coll, b"o").await.unwrap().unwrap();
+    assert_eq!(info.size_bytes, unit as u64);
+    assert_eq!(snapshot.read(&info.obj, 0, 1 << 30).await.unwrap().len(), unit);
+}
