@@ -58,6 +58,20 @@ pub struct SetConfig {
     /// tail, its whole stripes are encoded in the background. 0 encodes them on the request path instead,
     /// in the append that fills a stripe (the read-modify-write ablation, for benchmarks).
     pub lazy_encode_min_bytes: u64,
+    /// Which writes the drives' undo logs hold that open settles (recovery).
+    pub settle_at_open: Settle,
+}
+
+/// Which undecided writes a set settles at open. Exactly one set instance over a group of drives may
+/// settle: a single node's set settles all (nothing else writes to its drives); in a cluster, where every
+/// node writes to every group, only the group's owner settles, and only writes older than a grace period
+/// (a younger one may still be in flight on another node: undoing it under its writer could leave an
+/// acknowledged write below its quorum); the other nodes settle none.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Settle {
+    All,
+    OlderThan(std::time::Duration),
+    Never,
 }
 
 /// Tail bytes an object gathers before lazy sync encodes its whole stripes, by default: large enough that
@@ -290,7 +304,9 @@ impl<S: Store> ErasureSet<S> {
             encode_wake: tokio::sync::Notify::new(),
         };
         let set = ErasureSet { inner: Arc::new(inner) };
-        undo::recover(&set.inner).await?;
+        if set.inner.cfg.settle_at_open != Settle::Never {
+            undo::recover(&set.inner).await?;
+        }
         tokio::spawn(cleaner(Arc::downgrade(&set.inner)));
         if set.inner.cfg.heal_in_background {
             tokio::spawn(healer(Arc::downgrade(&set.inner)));

@@ -348,14 +348,31 @@ pub(crate) async fn clean_some<S: Store>(set: &SetInner<S>) -> usize {
     };
     let work = batches.into_iter().enumerate().filter(|(_, b)| !b.is_empty()).map(|(d, batch)| async move {
         let (Some(store), Some(coll)) = (set.member(d), set.undo_coll(d)) else { return };
-        let ops = batch.into_iter().map(|name| Op::Remove { coll: coll.clone(), name }).collect();
+        let ops = batch.into_iter().flat_map(|name| removal(set, &coll, name)).collect();
+        let result = store.commit(Txn { ops, priority: Some(mosaic_store::Priority::Background) }).await;
         // A drive that fails here keeps its entries: recovery removes them at the next open.
-        if let Err(e) = store.commit(Txn { ops, priority: Some(mosaic_store::Priority::Background) }).await {
+        if let Err(e) = result {
             tracing::debug!(drive = d, error = %e, "undo-log cleanup failed");
         }
     });
     futures::future::join_all(work).await;
     set.cleanup.lock().iter().map(Vec::len).sum()
+}
+
+/// The operations that remove a settled write's entry `name` from a drive's undo log. A set that does not
+/// settle at open shares its drives with one that does (a cluster's group owner), which may have removed
+/// the entry already: there the removal holds whether or not the entry is still there (a reset makes it
+/// exist first), so that it cannot fail the transaction it rides in.
+pub(crate) fn removal<S: Store>(set: &SetInner<S>, coll: &S::Coll, name: Vec<u8>) -> Vec<Op<S::Coll, S::Staged>> {
+    if set.cfg.settle_at_open == crate::Settle::All {
+        vec![Op::Remove { coll: coll.clone(), name }]
+    } else {
+        vec![Op::Reset { coll: coll.clone(), name: name.clone() }, Op::Remove { coll: coll.clone(), name }]
+    }
+}
+
+fn now_ns() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
 }
 
 /// Removes every queued entry (at close).
@@ -415,9 +432,19 @@ async fn drive_entries<S: Store>(set: &SetInner<S>, d: usize) -> StoreResult<Vec
 pub(crate) async fn recover<S: Store>(set: &Arc<SetInner<S>>) -> StoreResult<()> {
     // write id -> drive -> entries
     let mut writes: BTreeMap<[u8; 16], BTreeMap<usize, DriveEntries>> = BTreeMap::new();
+    // Writes that began after this are left alone (they may be in flight elsewhere); ids start with the
+    // time they began, in nanoseconds.
+    let newest_ns = match set.cfg.settle_at_open {
+        crate::Settle::All => u64::MAX,
+        crate::Settle::OlderThan(grace) => now_ns().saturating_sub(grace.as_nanos() as u64),
+        crate::Settle::Never => return Ok(()),
+    };
     for d in 0..set.drives() {
         for (obj, entry) in drive_entries(set, d).await? {
             let id: [u8; 16] = obj.get(..16).and_then(|p| p.try_into().ok()).unwrap_or_default();
+            if u64::from_be_bytes(id[..8].try_into().expect("8 bytes")) > newest_ns {
+                continue;
+            }
             writes.entry(id).or_default().entry(d).or_default().push((obj, entry));
         }
     }

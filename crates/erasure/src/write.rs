@@ -1107,7 +1107,7 @@ async fn apply<S: Store>(
         // Undo entries of earlier, settled writes leave with this one (no transaction of their own).
         let cleanup = crate::undo::take_for_write(set, d);
         if let Some((coll, names)) = &cleanup {
-            t.ops.extend(names.iter().map(|n| Op::Remove { coll: coll.clone(), name: n.clone() }));
+            t.ops.extend(names.iter().flat_map(|n| crate::undo::removal(set, coll, n.clone())));
         }
         let r = store.commit(t).await.map(|_| false);
         if let (Err(_), Some((_, names))) = (&r, cleanup) {

@@ -111,6 +111,8 @@ pub fn run(cfg: Config) -> Result<(), String> {
         heal_bytes_per_s: cfg.heal_bytes_per_s,
         scan_interval: Some(cfg.scan_interval),
         lazy_encode_min_bytes: cfg.lazy_encode_min_bytes,
+        // This node owns its sets: it settles what a crash left in their undo logs.
+        settle_at_open: mosaic_erasure::Settle::All,
     };
     let layout = opened.layout.clone();
     let drives = Arc::new(rt.block_on(Drives::open(opened, set_cfg, drive_cfg, &cfg.data_dir))?);

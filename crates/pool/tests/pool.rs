@@ -37,6 +37,7 @@ async fn set_of(k: usize, m: usize, dirs: &mut Vec<tempfile::TempDir>) -> Arc<Er
         heal_bytes_per_s: 0,
         scan_interval: None,
         lazy_encode_min_bytes: mosaic_erasure::LAZY_ENCODE_MIN_BYTES,
+        settle_at_open: mosaic_erasure::Settle::All,
     };
     let members = (0..k + m).map(|_| Some(drive(dirs))).collect();
     Arc::new(ErasureSet::open(cfg, members).await.expect("a set"))

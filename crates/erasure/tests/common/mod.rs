@@ -31,6 +31,7 @@ pub fn set_config(k: usize, m: usize) -> SetConfig {
         heal_bytes_per_s: 0,
         scan_interval: None,
         lazy_encode_min_bytes: mosaic_erasure::LAZY_ENCODE_MIN_BYTES,
+        settle_at_open: mosaic_erasure::Settle::All,
     }
 }
 

@@ -1,0 +1,108 @@
+//! The store of a cluster (issue 16): every placement group of the cluster map is an erasure set over the
+//! drives the map gives it, each drive this node's own or another node's (reached by the object-drive
+//! protocol), and the groups together are one pool: an object lives in the group its locator hashes to
+//! (`mosaic_cluster::pg_of`, the pool's own placement hash), so any node composes the same store from the
+//! same map and serves every object.
+//!
+//! - `node_drive`: a drive as this node reaches it, local or remote.
+//! - `pg_drive`: one group's view of a shared drive (its own collections).
+
+pub mod node_drive;
+pub mod pg_drive;
+
+pub use node_drive::{NodeDrive, NodeSnapshot, NodeStaged};
+pub use pg_drive::PgDrive;
+
+use mosaic_cluster::rpc::RpcClient;
+use mosaic_cluster::{ClusterMap, DriveId, NodeId};
+use mosaic_drive::DriveStore;
+use mosaic_erasure::{ErasureSet, SetConfig, SetGeometry, Settle};
+use mosaic_pool::Pool;
+use mosaic_remote::RemoteStore;
+use mosaic_store::{ErrorKind, StoreError, StoreResult};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// How old an undecided write must be before a group's owner settles it at open: younger ones may still
+/// be in flight on another node (clocks of the nodes are assumed within this of each other).
+pub const SETTLE_GRACE: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// The groups' sets as one store.
+pub type ClusterStore = Pool<ErasureSet<PgDrive<NodeDrive>>>;
+
+/// What the sets of a cluster are made with, beyond the map's geometry.
+#[derive(Clone, Debug)]
+pub struct ClusterStoreConfig {
+    /// The set settings; the geometry is replaced by the map's.
+    pub set: SetConfig,
+}
+
+/// Composes the cluster's store as node `me` sees it: `local` are its own drives by id; the others are
+/// reached with `client`. A drive that does not answer is a missing member of its sets (reads and writes
+/// go on with k of n).
+pub async fn build(
+    map: &ClusterMap,
+    me: NodeId,
+    local: &HashMap<DriveId, DriveStore>,
+    client: &RpcClient,
+    cfg: &ClusterStoreConfig,
+) -> StoreResult<ClusterStore> {
+    if map.pgs.is_empty() {
+        return Err(StoreError::unavailable(format!(
+            "the cluster has no placement yet: a {}+{} set needs {} nodes with drives",
+            map.data_shards,
+            map.parity_shards,
+            map.set_width()
+        )));
+    }
+    let geometry = SetGeometry::new(map.data_shards as usize, map.parity_shards as usize)
+        .map_err(|e| StoreError::new(ErrorKind::InvalidArgument, e.to_string()))?;
+    let set_cfg = SetConfig { geometry, ..cfg.set.clone() };
+    let drives = connect_drives(map, me, local, client).await;
+    let mut sets = Vec::with_capacity(map.pgs.len());
+    for (pg, entry) in map.pgs.iter().enumerate() {
+        // While a group moves, its data is whole on the set it moves from: serve that one.
+        let set = entry.from.as_ref().unwrap_or(&entry.set);
+        let members =
+            set.iter().map(|d| drives.get(d).map(|drive| Arc::new(PgDrive::new(drive.clone(), pg as u32)))).collect();
+        // Every node writes to every group; only the group's owner settles undo logs at open (writes old
+        // enough not to be in flight elsewhere) and heals.
+        let owner = owner_of(map, set) == Some(me);
+        let cfg = SetConfig {
+            settle_at_open: if owner { Settle::OlderThan(SETTLE_GRACE) } else { Settle::Never },
+            heal_in_background: owner && set_cfg.heal_in_background,
+            scan_interval: set_cfg.scan_interval.filter(|_| owner),
+            ..set_cfg.clone()
+        };
+        sets.push(Arc::new(ErasureSet::open(cfg, members).await?));
+    }
+    Pool::new(sets)
+}
+
+/// The node that owns a group's set: the node of its first drive.
+pub fn owner_of(map: &ClusterMap, set: &[DriveId]) -> Option<NodeId> {
+    set.first().and_then(|d| map.drives.get(d)).map(|d| d.node)
+}
+
+/// Every drive of the map this node can reach, by id.
+async fn connect_drives(
+    map: &ClusterMap,
+    me: NodeId,
+    local: &HashMap<DriveId, DriveStore>,
+    client: &RpcClient,
+) -> HashMap<DriveId, Arc<NodeDrive>> {
+    let connects = map.drives.iter().map(|(id, drive)| async move {
+        if drive.node == me {
+            return local.get(id).map(|d| (*id, Arc::new(NodeDrive::Local(d.clone()))));
+        }
+        let node = map.nodes.get(&drive.node)?;
+        match RemoteStore::connect(client.clone(), &node.address, &drive.name).await {
+            Ok(remote) => Some((*id, Arc::new(NodeDrive::Remote(remote)))),
+            Err(e) => {
+                tracing::warn!(drive = id, node = drive.node, error = %e, "a drive of the cluster does not answer");
+                None
+            }
+        }
+    });
+    futures::future::join_all(connects).await.into_iter().flatten().collect()
+}

@@ -1,0 +1,213 @@
+//! The store of a three-node cluster (in one process: each node a drive server with two simulated drives on
+//! loopback, placement groups as 2+1 sets on three distinct nodes): the semantics suite holds as on one
+//! drive; what one node writes, every other node reads and lists; objects live in the group the map's hash
+//! names.
+
+use futures::StreamExt;
+use mosaic_cluster::rpc::{self, RpcClient, Secret};
+use mosaic_cluster::{Change, ClusterMap, DriveId, FailureDomain, NodeId, pg_of};
+use mosaic_cluster_store::{ClusterStore, ClusterStoreConfig, build};
+use mosaic_drive::DriveStore;
+use mosaic_engine::{Engine, EngineConfig, SimDevice};
+use mosaic_erasure::{SetConfig, SetGeometry};
+use mosaic_layer::testing::{body, pattern, run_suite};
+use mosaic_layer::{LayerError, ListQuery, ObjectLayer, Precondition, PutOptions, S3Semantics, SemanticsConfig};
+use mosaic_remote::DriveServer;
+use std::collections::HashMap;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+
+const NODES: u64 = 3;
+const DRIVES_PER_NODE: usize = 2;
+const DRIVE_BYTES: u64 = 128 << 20;
+const PG_COUNT: u32 = 8;
+
+struct Cluster {
+    map: ClusterMap,
+    /// Per node: its drives by id.
+    local: Vec<HashMap<DriveId, DriveStore>>,
+    client: RpcClient,
+    stops: Vec<oneshot::Sender<()>>,
+    _dirs: Vec<tempfile::TempDir>,
+}
+
+impl Cluster {
+    async fn start() -> Cluster {
+        let secret = Secret::generate();
+        let mut map = ClusterMap::empty();
+        map.apply(&Change::Bootstrap {
+            cluster_id: "test".into(),
+            data_shards: 2,
+            parity_shards: 1,
+            pg_count: PG_COUNT,
+            failure_domain: FailureDomain::Node,
+        })
+        .unwrap();
+        let (mut local, mut stops, mut dirs) = (Vec::new(), Vec::new(), Vec::new());
+        for node in 0..NODES {
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let address = listener.local_addr().unwrap().to_string();
+            let mut changes = vec![Change::AddNode {
+                node,
+                address: address.clone(),
+                s3_address: "127.0.0.1:1".into(),
+                zone: "z".into(),
+            }];
+            let mut served = HashMap::new();
+            let mut drives = HashMap::new();
+            for d in 0..DRIVES_PER_NODE {
+                let dir = tempfile::tempdir().unwrap();
+                let config = EngineConfig {
+                    kv_write_buffer_bytes: 4 << 20,
+                    kv_block_cache_bytes: 8 << 20,
+                    ..Default::default()
+                };
+                let engine = Engine::format(dir.path(), Arc::new(SimDevice::new(DRIVE_BYTES)), config).unwrap();
+                let drive = DriveStore::new(engine);
+                let name = format!("d{d}");
+                served.insert(name.clone(), Arc::new(drive.clone()));
+                // Ids come in the order drives are added: node by node, drive by drive.
+                drives.insert((node as usize * DRIVES_PER_NODE + d) as DriveId, drive);
+                changes.push(Change::AddDrive { node, name, weight: 100 });
+                dirs.push(dir);
+            }
+            map.apply(&Change::Batch(changes)).unwrap();
+            let (stop, stopped) = oneshot::channel::<()>();
+            tokio::spawn(rpc::serve(listener, secret.clone(), DriveServer::new(served), async {
+                let _ = stopped.await;
+            }));
+            local.push(drives);
+            stops.push(stop);
+        }
+        for (node, drives) in local.iter().enumerate() {
+            for id in drives.keys() {
+                assert_eq!(map.drives[id].node, node as NodeId);
+            }
+        }
+        assert_eq!(map.pgs.len(), PG_COUNT as usize);
+        Cluster { map, local, client: RpcClient::new(secret).unwrap(), stops, _dirs: dirs }
+    }
+
+    /// The cluster's store as node `me` composes it.
+    async fn store(&self, me: NodeId) -> ClusterStore {
+        let set = SetConfig {
+            geometry: SetGeometry::new(1, 0).unwrap(),
+            inline_max_bytes: 16 * 1024,
+            max_op_data_bytes: 64 << 20,
+            heal_in_background: false,
+            heal_bytes_per_s: 0,
+            scan_interval: None,
+            lazy_encode_min_bytes: mosaic_erasure::LAZY_ENCODE_MIN_BYTES,
+            settle_at_open: mosaic_erasure::Settle::All,
+        };
+        build(&self.map, me, &self.local[me as usize], &self.client, &ClusterStoreConfig { set }).await.unwrap()
+    }
+
+    fn stop(self) {
+        for stop in self.stops {
+            let _ = stop.send(());
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_semantics_suite_holds_on_a_three_node_cluster() {
+    let rt = tokio::runtime::Handle::current();
+    let mut clusters = Vec::new();
+    run_suite(|| {
+        let cluster = tokio::task::block_in_place(|| rt.block_on(Cluster::start()));
+        let store = tokio::task::block_in_place(|| rt.block_on(cluster.store(0)));
+        clusters.push(cluster);
+        Arc::new(store)
+    })
+    .await;
+    for c in clusters {
+        c.stop();
+    }
+}
+
+async fn get_all<L: ObjectLayer>(l: &L, key: &str) -> Vec<u8> {
+    let mut got = l.get_object("bkt", key, None, None, None, &Precondition::default()).await.unwrap();
+    let mut out = Vec::new();
+    while let Some(chunk) = got.body.next().await {
+        out.extend_from_slice(&chunk.unwrap());
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_node_reads_and_lists_what_one_node_wrote() {
+    let cluster = Cluster::start().await;
+    let mut layers = Vec::new();
+    for me in 0..NODES {
+        let store = Arc::new(cluster.store(me).await);
+        layers.push(S3Semantics::open(store, SemanticsConfig::default()).await.unwrap());
+    }
+    layers[0].create_bucket("bkt", None).await.unwrap();
+    let mut keys = Vec::new();
+    for i in 0..40u64 {
+        let key = format!("k{i:03}");
+        let len = [0usize, 100, 20_000, 300_000][i as usize % 4];
+        let writer = &layers[i as usize % NODES as usize];
+        writer.put_object("bkt", &key, body(&pattern(i, len), 65_536), PutOptions::default()).await.unwrap();
+        keys.push((key, pattern(i, len)));
+    }
+    for layer in &layers {
+        for (key, data) in &keys {
+            assert_eq!(&get_all(layer, key).await, data, "{key}");
+        }
+        let listed = layer.list_objects("bkt", &ListQuery { max_keys: 1000, ..Default::default() }).await.unwrap();
+        let names: Vec<&str> = listed.objects.iter().map(|o| o.key.as_str()).collect();
+        let want: Vec<&str> = keys.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(names, want);
+    }
+    // An overwrite on one node is what every node reads next (no stale read), a delete on another is gone
+    // everywhere.
+    let (key, _) = &keys[5];
+    layers[2].put_object("bkt", key, body(&pattern(99, 50_000), 65_536), PutOptions::default()).await.unwrap();
+    for layer in &layers {
+        assert_eq!(get_all(layer, key).await, pattern(99, 50_000));
+    }
+    layers[1].delete_object("bkt", key, None).await.unwrap();
+    for layer in &layers {
+        let e = layer.get_object("bkt", key, None, None, None, &Precondition::default()).await.err();
+        assert_eq!(e, Some(LayerError::NoSuchKey));
+    }
+
+    // Two nodes write one key at once: each write succeeds or is refused as a conflict, and afterwards
+    // every node reads the same whole object, one of the two.
+    for round in 0..10u64 {
+        let key = format!("race{round}");
+        let (a, b) = (pattern(1000 + round, 30_000), pattern(2000 + round, 40_000));
+        let (ra, rb) = tokio::join!(
+            layers[0].put_object("bkt", &key, body(&a, 65_536), PutOptions::default()),
+            layers[1].put_object("bkt", &key, body(&b, 65_536), PutOptions::default()),
+        );
+        for r in [&ra, &rb] {
+            assert!(r.is_ok() || matches!(r, Err(LayerError::Conflict)), "{r:?}");
+        }
+        assert!(ra.is_ok() || rb.is_ok(), "one of two racing writes lands");
+        let seen = get_all(&layers[2], &key).await;
+        assert!(seen == a || seen == b, "round {round}: a torn object of {} bytes", seen.len());
+        for layer in &layers {
+            assert_eq!(get_all(layer, &key).await, seen);
+        }
+    }
+    cluster.stop();
+}
+
+/// The pool places an object on the member its locator hashes to, and the map calls that member the
+/// object's placement group: the two hashes are one, or a cluster would look for objects in the wrong group.
+#[test]
+fn the_pool_places_objects_in_the_maps_group() {
+    for i in 0..10_000u32 {
+        let locator = format!("bucket-{}\0key/{i}", i % 7);
+        for count in [1u32, 8, 64, 256] {
+            assert_eq!(
+                mosaic_pool::member_of(locator.as_bytes(), count as usize) as u32,
+                pg_of(locator.as_bytes(), count)
+            );
+        }
+    }
+}
