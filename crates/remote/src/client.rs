@@ -318,7 +318,7 @@ impl Snapshot for RemoteSnapshot {
         let mut out: Vec<u8> = Vec::new();
         // Longer ranges come in pieces; a piece shorter than asked is the end of the object.
         while (out.len() as u64) < len {
-            let at = offset + out.len() as u64;
+            let at = offset.saturating_add(out.len() as u64);
             let want = (len - out.len() as u64).min(crate::server::MAX_READ_BYTES);
             let piece = match self.ask(|snapshot| Command::Read { snapshot, obj, offset: at, len: want }).await? {
                 Answer::Data(data) => data.into_vec(),

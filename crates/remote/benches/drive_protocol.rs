@@ -1,0 +1,105 @@
+//! What the object-drive protocol costs: the same S3 operations on a 1+0 set whose drive is this process's
+//! own and on one whose drive is reached through the protocol on loopback (one drive server). The drive
+//! is a simulated device in memory, so the difference is the protocol (encoding, HTTP, copies), not the
+//! disk. Run: `cargo bench -p mosaic-remote --bench drive_protocol`.
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use futures::StreamExt;
+use mosaic_cluster::rpc::{self, RpcClient, Secret};
+use mosaic_drive::DriveStore;
+use mosaic_engine::{Engine, EngineConfig, SimDevice};
+use mosaic_erasure::{ErasureSet, SetConfig, SetGeometry, Settle};
+use mosaic_layer::testing::{body, pattern};
+use mosaic_layer::{ObjectLayer, Precondition, PutOptions, S3Semantics, SemanticsConfig};
+use mosaic_remote::{DriveServer, RemoteStore};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+
+const DRIVE_BYTES: u64 = 1 << 30;
+const SIZES: [usize; 2] = [4 << 10, 1 << 20];
+
+fn set_config() -> SetConfig {
+    SetConfig {
+        geometry: SetGeometry::new(1, 0).expect("1+0"),
+        inline_max_bytes: 16 * 1024,
+        max_op_data_bytes: 64 << 20,
+        heal_in_background: false,
+        heal_bytes_per_s: 0,
+        scan_interval: None,
+        lazy_encode_min_bytes: mosaic_erasure::LAZY_ENCODE_MIN_BYTES,
+        settle_at_open: Settle::All,
+    }
+}
+
+fn drive(dir: &tempfile::TempDir) -> DriveStore {
+    let config = EngineConfig { kv_write_buffer_bytes: 16 << 20, kv_block_cache_bytes: 64 << 20, ..Default::default() };
+    DriveStore::new(Engine::format(dir.path(), Arc::new(SimDevice::new(DRIVE_BYTES)), config).expect("a drive"))
+}
+
+async fn local_layer(dir: &tempfile::TempDir) -> Arc<dyn ObjectLayer> {
+    let set = ErasureSet::open(set_config(), vec![Some(Arc::new(drive(dir)))]).await.expect("a set");
+    Arc::new(S3Semantics::open(Arc::new(set), SemanticsConfig::default()).await.expect("a layer"))
+}
+
+async fn remote_layer(dir: &tempfile::TempDir) -> Arc<dyn ObjectLayer> {
+    let secret = Secret::generate();
+    let server = DriveServer::new(HashMap::from([("d0".to_string(), Arc::new(drive(dir)))]));
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("a port");
+    let address = listener.local_addr().expect("an address").to_string();
+    tokio::spawn(rpc::serve(listener, secret.clone(), server, std::future::pending()));
+    let client = RpcClient::new(secret).expect("a client");
+    let remote = RemoteStore::connect(client, &address, "d0").await.expect("the drive answers");
+    let set = ErasureSet::open(set_config(), vec![Some(Arc::new(remote))]).await.expect("a set");
+    Arc::new(S3Semantics::open(Arc::new(set), SemanticsConfig::default()).await.expect("a layer"))
+}
+
+async fn get(layer: &dyn ObjectLayer, key: &str) -> usize {
+    let mut got = layer.get_object("bench", key, None, None, None, &Precondition::default()).await.expect("get");
+    let mut n = 0;
+    while let Some(chunk) = got.body.next().await {
+        n += chunk.expect("a chunk").len();
+    }
+    n
+}
+
+fn protocol(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("a runtime");
+    let (local_dir, remote_dir) = (tempfile::tempdir().expect("a dir"), tempfile::tempdir().expect("a dir"));
+    let layers = rt.block_on(async {
+        let layers = [("local", local_layer(&local_dir).await), ("remote", remote_layer(&remote_dir).await)];
+        for (_, layer) in &layers {
+            layer.create_bucket("bench", None).await.expect("a bucket");
+            for size in SIZES {
+                let key = format!("o{size}");
+                layer
+                    .put_object("bench", &key, body(&pattern(1, size), 1 << 20), PutOptions::default())
+                    .await
+                    .expect("put");
+            }
+        }
+        layers
+    });
+    let mut group = c.benchmark_group("drive_protocol");
+    group.sample_size(30).measurement_time(Duration::from_secs(4)).warm_up_time(Duration::from_secs(1));
+    for size in SIZES {
+        group.throughput(Throughput::Bytes(size as u64));
+        let data = pattern(2, size);
+        let key = format!("o{size}");
+        for (name, layer) in &layers {
+            group.bench_with_input(BenchmarkId::new(format!("get/{name}"), size), &size, |b, _| {
+                b.to_async(&rt).iter(|| async { assert_eq!(get(&**layer, &key).await, size) })
+            });
+            group.bench_with_input(BenchmarkId::new(format!("put/{name}"), size), &size, |b, _| {
+                b.to_async(&rt).iter(|| async {
+                    layer.put_object("bench", &key, body(&data, 1 << 20), PutOptions::default()).await.expect("put")
+                })
+            });
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, protocol);
+criterion_main!(benches);
