@@ -14,6 +14,7 @@ use mosaic_store::{
 };
 use parking_lot::Mutex;
 use serde_bytes::ByteBuf;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -145,7 +146,7 @@ impl Store for RemoteStore {
     }
 
     fn snapshot(&self) -> RemoteSnapshot {
-        RemoteSnapshot { remote: self.remote.clone(), id: tokio::sync::OnceCell::new() }
+        RemoteSnapshot { remote: self.remote.clone(), id: tokio::sync::OnceCell::new(), prefetched: Mutex::default() }
     }
 
     async fn stage(&self, buf: AlignedBuf, len_bytes: usize, hint: &[u8]) -> StoreResult<(RemoteStaged, AlignedBuf)> {
@@ -194,6 +195,16 @@ impl Store for RemoteStore {
 pub struct RemoteSnapshot {
     remote: Arc<Remote>,
     id: tokio::sync::OnceCell<SnapshotId>,
+    /// What lookups brought along, by object: served here, as the snapshot is one view (bounded).
+    prefetched: Mutex<HashMap<wire::Obj, Prefetched>>,
+}
+
+/// Objects whose prefetched attributes and bytes a snapshot keeps.
+const MAX_PREFETCHED: usize = 64;
+
+struct Prefetched {
+    attrs: Option<Vec<(Vec<u8>, Vec<u8>)>>,
+    data: Option<Bytes>,
 }
 
 impl Drop for RemoteSnapshot {
@@ -252,13 +263,27 @@ impl Snapshot for RemoteSnapshot {
 
     async fn lookup(&self, coll: &wire::Coll, name: &[u8]) -> StoreResult<Option<ObjectInfo<wire::Obj>>> {
         let coll = *coll;
-        match self.ask(|snapshot| Command::Lookup { snapshot, coll, name: ByteBuf::from(name) }).await? {
-            Answer::Lookup(info) => Ok(info),
-            other => Err(unexpected(&other)),
+        let found = match self.ask(|snapshot| Command::Lookup { snapshot, coll, name: ByteBuf::from(name) }).await? {
+            Answer::Lookup(found) => found,
+            other => return Err(unexpected(&other)),
+        };
+        let Some(found) = found else { return Ok(None) };
+        if found.data.as_ref().is_some_and(|d| d.len() as u64 != found.info.size_bytes) {
+            return Err(StoreError::corrupt("a drive sent an object whose length is not its size"));
         }
+        let mut prefetched = self.prefetched.lock();
+        if prefetched.len() < MAX_PREFETCHED {
+            let attrs = found.attrs.map(|a| a.into_iter().map(|(k, v)| (bytes(k), bytes(v))).collect());
+            let data = found.data.map(|d| Bytes::from(d.into_vec()));
+            prefetched.insert(found.info.obj, Prefetched { attrs, data });
+        }
+        Ok(Some(found.info))
     }
 
     async fn attr(&self, obj: &wire::Obj, key: &[u8]) -> StoreResult<Option<Vec<u8>>> {
+        if let Some(Prefetched { attrs: Some(attrs), .. }) = self.prefetched.lock().get(obj) {
+            return Ok(attrs.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone()));
+        }
         let obj = *obj;
         match self.ask(|snapshot| Command::Attr { snapshot, obj, key: ByteBuf::from(key) }).await? {
             Answer::Attr(value) => Ok(value.map(bytes)),
@@ -267,6 +292,10 @@ impl Snapshot for RemoteSnapshot {
     }
 
     async fn attrs(&self, obj: &wire::Obj, start_after: &[u8], limit: usize) -> StoreResult<Vec<(Vec<u8>, Vec<u8>)>> {
+        if let Some(Prefetched { attrs: Some(attrs), .. }) = self.prefetched.lock().get(obj) {
+            // Attributes come in key order, as the drive lists them.
+            return Ok(attrs.iter().filter(|(k, _)| k.as_slice() > start_after).take(limit).cloned().collect());
+        }
         let (obj, limit) = (*obj, limit as u64);
         let command = |snapshot| Command::Attrs { snapshot, obj, start_after: ByteBuf::from(start_after), limit };
         match self.ask(command).await? {
@@ -314,6 +343,11 @@ impl Snapshot for RemoteSnapshot {
     }
 
     async fn read(&self, obj: &wire::Obj, offset: u64, len: u64) -> StoreResult<Bytes> {
+        if let Some(Prefetched { data: Some(data), .. }) = self.prefetched.lock().get(obj) {
+            let start = offset.min(data.len() as u64) as usize;
+            let end = offset.saturating_add(len).min(data.len() as u64) as usize;
+            return Ok(data.slice(start..end));
+        }
         let obj = *obj;
         let mut out: Vec<u8> = Vec::new();
         // Longer ranges come in pieces; a piece shorter than asked is the end of the object.

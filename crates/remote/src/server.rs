@@ -15,6 +15,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// Most snapshots open at once on one server.
@@ -41,6 +42,8 @@ struct Sessions<S: Store> {
 pub struct DriveServer<S: Store<Coll = wire::Coll, Obj = wire::Obj>> {
     drives: HashMap<String, Arc<S>>,
     sessions: Mutex<Sessions<S>>,
+    /// Requests served (for metrics and tests).
+    requests: AtomicU64,
 }
 
 fn limit(what: &str, max: usize) -> StoreError {
@@ -50,7 +53,12 @@ fn limit(what: &str, max: usize) -> StoreError {
 impl<S: Store<Coll = wire::Coll, Obj = wire::Obj>> DriveServer<S> {
     pub fn new(drives: HashMap<String, Arc<S>>) -> Arc<Self> {
         let sessions = Sessions { next_id: 1, snapshots: HashMap::new(), staged: HashMap::new() };
-        Arc::new(DriveServer { drives, sessions: Mutex::new(sessions) })
+        Arc::new(DriveServer { drives, sessions: Mutex::new(sessions), requests: AtomicU64::new(0) })
+    }
+
+    /// Requests served so far.
+    pub fn requests(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
     }
 
     /// Snapshots and staged units held for clients (for metrics and tests).
@@ -124,6 +132,7 @@ impl<S: Store<Coll = wire::Coll, Obj = wire::Obj>> DriveServer<S> {
     }
 
     async fn run(&self, request: Request) -> Reply {
+        self.requests.fetch_add(1, Ordering::Relaxed);
         self.release(&request.release_snapshots, &request.release_staged);
         let Some(drive) = self.drives.get(&request.drive).cloned() else {
             let e = StoreError::unavailable(format!("no drive {} on this node", request.drive));
@@ -171,6 +180,30 @@ impl<S: Store<Coll = wire::Coll, Obj = wire::Obj>> DriveServer<S> {
     }
 }
 
+/// Most attributes sent with a lookup, and most bytes of them.
+pub const PREFETCH_ATTRS: usize = 64;
+pub const PREFETCH_ATTR_BYTES: usize = 64 << 10;
+/// Objects up to this size are sent whole with their lookup.
+pub const PREFETCH_DATA_BYTES: u64 = 64 << 10;
+
+/// A found object with its attributes and, when small, its bytes (what a read asks next).
+async fn prefetch<Sn: Snapshot<Coll = wire::Coll, Obj = wire::Obj>>(
+    snapshot: &Sn,
+    info: mosaic_store::ObjectInfo<wire::Obj>,
+) -> StoreResult<wire::Found> {
+    let attrs = snapshot.attrs(&info.obj, b"", PREFETCH_ATTRS + 1).await?;
+    let attr_bytes: usize = attrs.iter().map(|(k, v)| k.len() + v.len()).sum();
+    let attrs = (attrs.len() <= PREFETCH_ATTRS && attr_bytes <= PREFETCH_ATTR_BYTES)
+        .then(|| attrs.into_iter().map(|(k, v)| (ByteBuf::from(k), ByteBuf::from(v))).collect());
+    let data = if info.size_bytes <= PREFETCH_DATA_BYTES {
+        let data = snapshot.read(&info.obj, 0, info.size_bytes).await?;
+        Some(ByteBuf::from(Vec::from(data)))
+    } else {
+        None
+    };
+    Ok(wire::Found { info, attrs, data })
+}
+
 /// A read command on a snapshot.
 async fn read<Sn: Snapshot<Coll = wire::Coll, Obj = wire::Obj>>(
     snapshot: &Sn,
@@ -182,7 +215,10 @@ async fn read<Sn: Snapshot<Coll = wire::Coll, Obj = wire::Obj>>(
         Command::Collections { prefix, limit, .. } => {
             Answer::Collections(snapshot.collections(&prefix, bounded(limit)).await?)
         }
-        Command::Lookup { coll, name, .. } => Answer::Lookup(snapshot.lookup(&coll, &name).await?),
+        Command::Lookup { coll, name, .. } => match snapshot.lookup(&coll, &name).await? {
+            Some(info) => Answer::Lookup(Some(prefetch(snapshot, info).await?)),
+            None => Answer::Lookup(None),
+        },
         Command::Attr { obj, key, .. } => Answer::Attr(snapshot.attr(&obj, &key).await?.map(ByteBuf::from)),
         Command::Attrs { obj, start_after, limit, .. } => {
             let attrs = snapshot.attrs(&obj, &start_after, bounded(limit)).await?;

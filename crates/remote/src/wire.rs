@@ -68,7 +68,7 @@ pub enum Answer {
     Hello { geometry: Geometry, ready: bool },
     Collection(Option<Coll>),
     Collections(Vec<(String, Coll)>),
-    Lookup(Option<ObjectInfo<Obj>>),
+    Lookup(Option<Found>),
     Attr(Option<ByteBuf>),
     Attrs(Vec<(ByteBuf, ByteBuf)>),
     Entries(Vec<NameEntry<Obj>>),
@@ -77,6 +77,17 @@ pub enum Answer {
     Staged { id: StagedId, len_bytes: u64 },
     Committed(Outcome),
     Done,
+}
+
+/// An object a lookup found, with what a read of it asks next when that is small: all its attributes,
+/// and its bytes when it is small (one request instead of one per store call).
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Found {
+    pub info: ObjectInfo<Obj>,
+    /// Every attribute, when they fit the prefetch limit; None when they do not.
+    pub attrs: Option<Vec<(ByteBuf, ByteBuf)>>,
+    /// The whole object, when it fits the prefetch limit.
+    pub data: Option<ByteBuf>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]

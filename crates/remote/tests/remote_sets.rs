@@ -133,6 +133,28 @@ async fn a_node_that_goes_away_is_a_missing_drive() {
     assert!(matches!(e, Some(LayerError::Unavailable(_))), "{e:?}");
 }
 
+/// A small GET asks each drive twice, the bucket's record and the object, each once: a lookup brings the
+/// attributes and the bytes along.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_small_get_is_one_request_per_drive() {
+    let secret = Secret::generate();
+    let (set, nodes) = remote_set(1, 0, &secret).await;
+    let layer = S3Semantics::open(Arc::new(set), SemanticsConfig::default()).await.unwrap();
+    layer.create_bucket("bkt", None).await.unwrap();
+    for (key, len) in [("small", 4096usize), ("inline", 100), ("large", 300_000)] {
+        let data = pattern(len as u64, len);
+        layer.put_object("bkt", key, body(&data, 65_536), PutOptions::default()).await.unwrap();
+        let before = nodes[0].server.requests();
+        assert_eq!(get_all(&layer, key).await.unwrap(), data);
+        let asked = nodes[0].server.requests() - before;
+        if len <= 64 << 10 {
+            assert_eq!(asked, 2, "{key}: a GET of {len} bytes took {asked} requests");
+        } else {
+            assert!(asked >= 3, "{key}: larger objects are read after their lookup ({asked})");
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_without_the_secret_is_refused_and_nothing_is_left_behind() {
     let secret = Secret::generate();
