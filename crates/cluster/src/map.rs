@@ -190,6 +190,11 @@ impl ClusterMap {
     /// Applies `change`: on success the epoch is one higher and the returned value is the new epoch (or
     /// the id of an added drive); on error the map is unchanged.
     pub fn apply(&mut self, change: &Change) -> Result<u64, MapError> {
+        if let Change::MoveDone { pg, set } = change {
+            // The rebalancer reports one per group: checked first, then changed in place (a copy of a map of
+            // 2^20 groups per report would cost more than the move).
+            return self.finish_move(*pg, set);
+        }
         let mut next = self.clone();
         let result = match change {
             Change::Batch(changes) => {
@@ -311,16 +316,24 @@ impl ClusterMap {
                 self.nodes.remove(node);
                 Ok(self.epoch + 1)
             }
-            Change::MoveDone { pg, set } => {
-                let entry = self.pgs.get_mut(*pg as usize).ok_or(MapError::Invalid(format!("no group {pg}")))?;
-                // Done only if the set moved to is still the group's set: a later change restarts the move.
-                if entry.from.is_none() || &entry.set != set {
-                    return Err(MapError::StaleMove { pg: *pg });
-                }
-                entry.from = None;
-                Ok(self.epoch + 1)
-            }
+            Change::MoveDone { .. } => Err(MapError::Invalid("a finished move is reported on its own".into())),
         }
+    }
+
+    /// A group's move onto `set` is done: it reads from `set` alone from now on.
+    fn finish_move(&mut self, pg: u32, set: &[DriveId]) -> Result<u64, MapError> {
+        if !self.is_bootstrapped() {
+            return Err(MapError::NotBootstrapped);
+        }
+        let entry = self.pgs.get_mut(pg as usize).ok_or(MapError::Invalid(format!("no group {pg}")))?;
+        // Done only if the set moved to is still the group's set: a later change restarts the move.
+        if entry.from.is_none() || entry.set != set {
+            return Err(MapError::StaleMove { pg });
+        }
+        entry.from = None;
+        self.epoch += 1;
+        debug_assert!(self.pgs[pg as usize].from.is_none());
+        Ok(self.epoch)
     }
 
     /// The drives of `node`.

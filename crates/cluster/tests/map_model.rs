@@ -190,6 +190,9 @@ fn a_node_is_removed_only_when_drained_or_dead() {
     assert!(matches!(map.apply(&Change::RemoveNode { node: 3, dead: false }), Err(MapError::NotDrained(3, _))));
     for pg in moving {
         let set = map.pgs[pg as usize].set.clone();
+        // A finished move is reported on its own, never inside a batch.
+        let batched = Change::Batch(vec![Change::MoveDone { pg, set: set.clone() }]);
+        assert!(matches!(map.apply(&batched), Err(MapError::Invalid(_))));
         assert_eq!(map.apply(&Change::MoveDone { pg, set: vec![99, 98, 97] }), Err(MapError::StaleMove { pg }));
         map.apply(&Change::MoveDone { pg, set }).unwrap();
     }
