@@ -91,16 +91,8 @@ impl Cluster {
 
     /// The cluster's store as node `me` composes it.
     async fn store(&self, me: NodeId) -> ClusterStore {
-        let set = SetConfig {
-            geometry: SetGeometry::new(1, 0).unwrap(),
-            inline_max_bytes: 16 * 1024,
-            max_op_data_bytes: 64 << 20,
-            heal_in_background: false,
-            heal_bytes_per_s: 0,
-            scan_interval: None,
-            lazy_encode_min_bytes: mosaic_erasure::LAZY_ENCODE_MIN_BYTES,
-            settle_at_open: mosaic_erasure::Settle::All,
-        };
+        // The geometry is the map's; the rest are the defaults.
+        let set = SetConfig::new(SetGeometry::new(1, 0).unwrap());
         build(&self.map, me, &self.local[me as usize], &self.client, &ClusterStoreConfig { set }).await.unwrap()
     }
 

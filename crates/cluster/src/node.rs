@@ -132,7 +132,7 @@ impl ClusterNode {
     pub async fn initialize(&self) -> Result<(), ClusterError> {
         let members = BTreeMap::from([(self.id, BasicNode { addr: self.address.clone() })]);
         self.raft.initialize(members).await.map_err(|e| ClusterError::Refused(e.to_string()))?;
-        self.wait_for_leader().await?;
+        self.wait_for_leader_other_than(None, tokio::time::Instant::now() + LEADER_WAIT).await?;
         Ok(())
     }
 
@@ -225,16 +225,6 @@ impl ClusterNode {
                 },
                 "a new leader",
             )
-            .await
-            .map_err(|e| ClusterError::NoLeader(e.to_string()))?;
-        Ok(metrics.current_leader.expect("waited for a leader"))
-    }
-
-    async fn wait_for_leader(&self) -> Result<NodeId, ClusterError> {
-        let metrics = self
-            .raft
-            .wait(Some(LEADER_WAIT))
-            .metrics(|m| m.current_leader.is_some(), "a leader")
             .await
             .map_err(|e| ClusterError::NoLeader(e.to_string()))?;
         Ok(metrics.current_leader.expect("waited for a leader"))

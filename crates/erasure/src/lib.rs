@@ -62,6 +62,24 @@ pub struct SetConfig {
     pub settle_at_open: Settle,
 }
 
+impl SetConfig {
+    /// A set of `geometry` with the settings tests, benchmarks and tools start from: objects up to 16 KiB
+    /// inline, 64 MiB per operation, no background heal or scans, lazy sync at its default, every
+    /// undecided write settled at open.
+    pub fn new(geometry: SetGeometry) -> Self {
+        SetConfig {
+            geometry,
+            inline_max_bytes: 16 * 1024,
+            max_op_data_bytes: 64 << 20,
+            heal_in_background: false,
+            heal_bytes_per_s: 0,
+            scan_interval: None,
+            lazy_encode_min_bytes: LAZY_ENCODE_MIN_BYTES,
+            settle_at_open: Settle::All,
+        }
+    }
+}
+
 /// Which undecided writes a set settles at open. Exactly one set instance over a group of drives may
 /// settle: a single node's set settles all (nothing else writes to its drives); in a cluster, where every
 /// node writes to every group, only the group's owner settles, and only writes older than a grace period

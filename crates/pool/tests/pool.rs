@@ -29,16 +29,7 @@ fn drives_pool(n: usize, dirs: &mut Vec<tempfile::TempDir>) -> Arc<Pool<DriveSto
 }
 
 async fn set_of(k: usize, m: usize, dirs: &mut Vec<tempfile::TempDir>) -> Arc<ErasureSet<DriveStore>> {
-    let cfg = SetConfig {
-        geometry: SetGeometry::new(k, m).unwrap(),
-        inline_max_bytes: 16 * 1024,
-        max_op_data_bytes: 64 << 20,
-        heal_in_background: false,
-        heal_bytes_per_s: 0,
-        scan_interval: None,
-        lazy_encode_min_bytes: mosaic_erasure::LAZY_ENCODE_MIN_BYTES,
-        settle_at_open: mosaic_erasure::Settle::All,
-    };
+    let cfg = SetConfig::new(SetGeometry::new(k, m).unwrap());
     let members = (0..k + m).map(|_| Some(drive(dirs))).collect();
     Arc::new(ErasureSet::open(cfg, members).await.expect("a set"))
 }

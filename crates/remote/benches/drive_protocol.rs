@@ -8,7 +8,7 @@ use futures::StreamExt;
 use mosaic_cluster::rpc::{self, RpcClient, Secret};
 use mosaic_drive::DriveStore;
 use mosaic_engine::{Engine, EngineConfig, SimDevice};
-use mosaic_erasure::{ErasureSet, SetConfig, SetGeometry, Settle};
+use mosaic_erasure::{ErasureSet, SetConfig, SetGeometry};
 use mosaic_layer::testing::{body, pattern};
 use mosaic_layer::{ObjectLayer, Precondition, PutOptions, S3Semantics, SemanticsConfig};
 use mosaic_remote::{DriveServer, RemoteStore};
@@ -21,16 +21,7 @@ const DRIVE_BYTES: u64 = 1 << 30;
 const SIZES: [usize; 2] = [4 << 10, 1 << 20];
 
 fn set_config() -> SetConfig {
-    SetConfig {
-        geometry: SetGeometry::new(1, 0).expect("1+0"),
-        inline_max_bytes: 16 * 1024,
-        max_op_data_bytes: 64 << 20,
-        heal_in_background: false,
-        heal_bytes_per_s: 0,
-        scan_interval: None,
-        lazy_encode_min_bytes: mosaic_erasure::LAZY_ENCODE_MIN_BYTES,
-        settle_at_open: Settle::All,
-    }
+    SetConfig::new(SetGeometry::new(1, 0).expect("1+0"))
 }
 
 fn drive(dir: &tempfile::TempDir) -> DriveStore {

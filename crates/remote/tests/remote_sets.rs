@@ -51,16 +51,7 @@ impl Node {
 }
 
 fn set_config(k: usize, m: usize) -> SetConfig {
-    SetConfig {
-        geometry: SetGeometry::new(k, m).unwrap(),
-        inline_max_bytes: 16 * 1024,
-        max_op_data_bytes: 64 << 20,
-        heal_in_background: false,
-        heal_bytes_per_s: 0,
-        scan_interval: None,
-        lazy_encode_min_bytes: mosaic_erasure::LAZY_ENCODE_MIN_BYTES,
-        settle_at_open: mosaic_erasure::Settle::All,
-    }
+    SetConfig::new(SetGeometry::new(k, m).unwrap())
 }
 
 /// A k+m set over k+m nodes, with the nodes.
