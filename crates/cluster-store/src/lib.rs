@@ -37,16 +37,23 @@ pub struct ClusterStoreConfig {
     pub set: SetConfig,
 }
 
+/// A store as composed, and the drives that did not answer then (missing members of their sets until the
+/// store is composed again).
+pub struct Composed {
+    pub store: ClusterStore,
+    pub unreachable: Vec<DriveId>,
+}
+
 /// Composes the cluster's store as node `me` sees it: `local` are its own drives by id; the others are
 /// reached with `client`. A drive that does not answer is a missing member of its sets (reads and writes
-/// go on with k of n).
+/// go on with k of n); one that stops answering later fails the calls made to it until it answers again.
 pub async fn build(
     map: &ClusterMap,
     me: NodeId,
     local: &HashMap<DriveId, DriveStore>,
     client: &RpcClient,
     cfg: &ClusterStoreConfig,
-) -> StoreResult<ClusterStore> {
+) -> StoreResult<Composed> {
     if map.pgs.is_empty() {
         return Err(StoreError::unavailable(format!(
             "the cluster has no placement yet: a {}+{} set needs {} nodes with drives",
@@ -59,6 +66,7 @@ pub async fn build(
         .map_err(|e| StoreError::new(ErrorKind::InvalidArgument, e.to_string()))?;
     let set_cfg = SetConfig { geometry, ..cfg.set.clone() };
     let drives = connect_drives(map, me, local, client).await;
+    let unreachable = map.drives.keys().filter(|id| !drives.contains_key(id)).copied().collect();
     let mut sets = Vec::with_capacity(map.pgs.len());
     for (pg, entry) in map.pgs.iter().enumerate() {
         // While a group moves, its data is whole on the set it moves from: serve that one.
@@ -76,7 +84,7 @@ pub async fn build(
         };
         sets.push(Arc::new(ErasureSet::open(cfg, members).await?));
     }
-    Pool::new(sets)
+    Ok(Composed { store: Pool::new(sets)?, unreachable })
 }
 
 /// The node that owns a group's set: the node of its first drive.

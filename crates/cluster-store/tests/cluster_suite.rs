@@ -93,7 +93,7 @@ impl Cluster {
     async fn store(&self, me: NodeId) -> ClusterStore {
         // The geometry is the map's; the rest are the defaults.
         let set = SetConfig::new(SetGeometry::new(1, 0).unwrap());
-        build(&self.map, me, &self.local[me as usize], &self.client, &ClusterStoreConfig { set }).await.unwrap()
+        build(&self.map, me, &self.local[me as usize], &self.client, &ClusterStoreConfig { set }).await.unwrap().store
     }
 
     fn stop(self) {

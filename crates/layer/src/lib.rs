@@ -25,6 +25,7 @@ mod objects;
 mod records;
 mod semantics;
 mod sse;
+mod switch;
 #[doc(hidden)]
 pub mod testing;
 mod upgrade;
@@ -47,6 +48,7 @@ pub use semantics::{DEFAULT_MAX_OBJECT_BYTES, S3Semantics, SemanticsConfig};
 pub use sse::{
     BucketEncryption, CustomerKey, MAX_KMS_KEY_ID_BYTES, MAX_KMS_KEYS, SseKeys, SseMeta, SseMode, SseRequest,
 };
+pub use switch::Switch;
 pub use versions::MAX_VERSIONS_SCANNED;
 
 use async_trait::async_trait;

@@ -21,11 +21,16 @@ pub struct SemanticsConfig {
     pub max_object_bytes: u64,
     /// The keys of SSE-S3 and SSE-KMS; None: those are refused (SSE-C needs no server key).
     pub sse_keys: Option<Arc<crate::sse::SseKeys>>,
+    /// How long a bucket's record (versioning, lock, encryption, policy, ACL) read for requests is trusted
+    /// before it is read again. None: until this layer changes it, which holds only when this layer is the
+    /// bucket's one writer (one node). A cluster's nodes each cache records another node may change, so
+    /// they bound the staleness (S3 itself documents bucket settings as eventually consistent).
+    pub bucket_state_ttl: Option<std::time::Duration>,
 }
 
 impl Default for SemanticsConfig {
     fn default() -> Self {
-        SemanticsConfig { max_object_bytes: DEFAULT_MAX_OBJECT_BYTES, sse_keys: None }
+        SemanticsConfig { max_object_bytes: DEFAULT_MAX_OBJECT_BYTES, sse_keys: None, bucket_state_ttl: None }
     }
 }
 

@@ -51,7 +51,8 @@ impl KeyLocks {
 /// Buckets' states, and a generation counting the changes of any bucket's record.
 #[derive(Default)]
 pub(crate) struct BucketCache {
-    states: std::collections::HashMap<String, BucketState>,
+    /// Each bucket's state and when it was read.
+    states: std::collections::HashMap<String, (BucketState, std::time::Instant)>,
     generation: u64,
 }
 
@@ -199,16 +200,19 @@ impl<S: Store> S3Semantics<S> {
     pub(crate) async fn bucket_state(&self, bucket: &str) -> LayerResult<BucketState> {
         let generation = {
             let cache = self.bucket_cache.read();
-            if let Some(v) = cache.states.get(bucket) {
+            if let Some((v, read_at)) = cache.states.get(bucket)
+                && self.cfg.bucket_state_ttl.is_none_or(|ttl| read_at.elapsed() < ttl)
+            {
                 return Ok(v.clone());
             }
             cache.generation
         };
+        let read_at = std::time::Instant::now();
         let state = BucketState::new(crate::buckets::info_of(bucket, self.bucket_record(bucket).await?));
         let mut cache = self.bucket_cache.write();
         // A record changed since it was read here: the state read may be stale, so it is not kept.
         if cache.generation == generation {
-            cache.states.insert(bucket.to_string(), state.clone());
+            cache.states.insert(bucket.to_string(), (state.clone(), read_at));
         }
         Ok(state)
     }

@@ -164,3 +164,46 @@ async fn names_of_an_older_build_are_renamed_at_open() {
     layer.delete_bucket("bkt").await.unwrap();
     layer.shutdown().await.unwrap();
 }
+
+/// Two layers over one store, as two nodes of a cluster: one enables versioning, and the other, which
+/// had read the bucket as unversioned, keeps the overwritten version once its cached record has expired
+/// (here at once); with no expiry it would still overwrite in place.
+#[tokio::test]
+async fn a_bucket_record_changed_by_another_layer_is_read_again_after_its_ttl() {
+    let mut dirs = Vec::new();
+    let store = drive(&mut dirs);
+    let fresh = SemanticsConfig { bucket_state_ttl: Some(std::time::Duration::ZERO), ..Default::default() };
+    let a = S3Semantics::open(store.clone(), fresh).await.unwrap();
+    let b = S3Semantics::open(store.clone(), SemanticsConfig::default()).await.unwrap();
+    a.create_bucket("bkt", None).await.unwrap();
+    a.put_object("bkt", "k", body(b"one", 3), PutOptions::default()).await.unwrap();
+    assert_eq!(a.bucket_info("bkt").await.unwrap().versioning, Versioning::Unversioned);
+    b.put_bucket_versioning("bkt", Versioning::Enabled).await.unwrap();
+    a.put_object("bkt", "k", body(b"two", 3), PutOptions::default()).await.unwrap();
+    let versions = a.list_object_versions("bkt", &VersionQuery { max_keys: 100, ..Default::default() }).await.unwrap();
+    assert_eq!(versions.versions.len(), 2, "the overwritten version was kept");
+    a.shutdown().await.unwrap();
+}
+
+/// A switch refuses calls as unavailable until it holds a layer, then serves each call from the layer it
+/// holds when the call starts.
+#[tokio::test]
+async fn a_switch_serves_from_the_layer_it_holds() {
+    let mut dirs = Vec::new();
+    let switch = Switch::new("no cluster map yet");
+    assert!(!switch.is_ready());
+    let e = switch.list_buckets().await.unwrap_err();
+    assert_eq!(e, LayerError::Unavailable("no cluster map yet".into()));
+    let first = Arc::new(S3Semantics::open(drive(&mut dirs), SemanticsConfig::default()).await.unwrap());
+    assert!(switch.set(first.clone()).is_none());
+    switch.create_bucket("one", None).await.unwrap();
+    let second = Arc::new(S3Semantics::open(drive(&mut dirs), SemanticsConfig::default()).await.unwrap());
+    assert!(switch.set(second.clone()).is_some());
+    switch.create_bucket("two", None).await.unwrap();
+    let names = |l: Vec<BucketInfo>| l.into_iter().map(|b| b.name).collect::<Vec<_>>();
+    assert_eq!(names(first.list_buckets().await.unwrap()), ["one"]);
+    assert_eq!(names(switch.list_buckets().await.unwrap()), ["two"]);
+    switch.shutdown().await.unwrap();
+    assert!(matches!(switch.list_buckets().await, Err(LayerError::Unavailable(_))));
+    first.shutdown().await.unwrap();
+}

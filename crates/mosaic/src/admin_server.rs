@@ -24,6 +24,8 @@ pub struct AdminState {
     pub data_dir: std::path::PathBuf,
     pub prometheus: PrometheusHandle,
     pub started: Instant,
+    /// A cluster node's cluster (None: a standalone server).
+    pub cluster: Option<Arc<crate::cluster::Cluster>>,
 }
 
 type Resp = http::Response<Full<Bytes>>;
@@ -332,9 +334,66 @@ async fn route(state: Arc<AdminState>, req: http::Request<hyper::body::Incoming>
                 Err(e) => json(500, serde_json::json!({ "error": e.to_string() })),
             }
         }
+        _ if path == "/admin/v1/cluster" || path.starts_with("/admin/v1/cluster/") => {
+            cluster_route(&state, &method, &path).await
+        }
         _ => json(404, serde_json::json!({ "error": format!("no admin endpoint {method} {path}") })),
     };
     Ok(resp)
+}
+
+/// The cluster's endpoints: `GET /admin/v1/cluster` (status) and
+/// `POST /admin/v1/cluster/init/{data}/{parity}/{groups}/{node|zone}`.
+async fn cluster_route(state: &AdminState, method: &str, path: &str) -> Resp {
+    let Some(cluster) = &state.cluster else {
+        return json(
+            409,
+            serde_json::json!({ "error": "this server is not a cluster node (start it with --cluster-address)" }),
+        );
+    };
+    if (method, path) == ("GET", "/admin/v1/cluster") {
+        return json(200, cluster.status().await);
+    }
+    let Some(args) = path.strip_prefix("/admin/v1/cluster/init/").filter(|_| method == "POST") else {
+        return json(404, serde_json::json!({ "error": format!("no admin endpoint {method} {path}") }));
+    };
+    let request = match init_request(args) {
+        Ok(r) => r,
+        Err(e) => return json(400, serde_json::json!({ "error": e })),
+    };
+    match cluster.init(request).await {
+        Ok(secret) => json(
+            200,
+            serde_json::json!({ "node": cluster.node_id(), "address": cluster.address(), "secret": secret.to_hex() }),
+        ),
+        Err(e) => json(409, serde_json::json!({ "error": e })),
+    }
+}
+
+fn init_request(args: &str) -> Result<crate::cluster::InitRequest, String> {
+    let parts: Vec<&str> = args.split('/').collect();
+    let [data, parity, groups, domain] = parts.as_slice() else {
+        return Err("expected /init/{data}/{parity}/{groups}/{node|zone}".into());
+    };
+    let number = |what: &str, v: &str| v.parse::<u32>().map_err(|_| format!("{what}: {v:?} is not a number"));
+    let (data, parity) = (number("data shards", data)?, number("parity shards", parity)?);
+    let width = mosaic_cluster::map::MAX_SET_DRIVES as u32;
+    if data == 0 || parity > data || data + parity > width {
+        return Err(format!(
+            "an erasure code of {data}+{parity}: 1 or more data shards, no more parity than data, at most {width} in all"
+        ));
+    }
+    let pg_count = number("placement groups", groups)?;
+    let max_groups = crate::cluster::MAX_PLACEMENT_GROUPS;
+    if !(1..=max_groups).contains(&pg_count) {
+        return Err(format!("placement groups: {pg_count} is not between 1 and {max_groups}"));
+    }
+    let failure_domain = match *domain {
+        "node" => mosaic_cluster::FailureDomain::Node,
+        "zone" => mosaic_cluster::FailureDomain::Zone,
+        other => return Err(format!("failure domain: {other:?} is not node or zone")),
+    };
+    Ok(crate::cluster::InitRequest { data_shards: data as u8, parity_shards: parity as u8, pg_count, failure_domain })
 }
 
 /// `check` on every drive: clean when every open drive is.

@@ -40,6 +40,10 @@ pub struct FileConfig {
     pub sse_c_over_http: Option<bool>,
     pub tls_cert: Option<PathBuf>,
     pub tls_key: Option<PathBuf>,
+    pub cluster_address: Option<String>,
+    pub cluster_advertise: Option<String>,
+    pub join: Option<String>,
+    pub zone: Option<String>,
 }
 
 /// Values given on the command line or in the environment (clap merges the two; flags win).
@@ -156,6 +160,20 @@ pub struct ServerArgs {
     /// The private key of --tls-cert (PEM: PKCS#8, PKCS#1 or SEC1).
     #[arg(long, env = "MOSAIC_TLS_KEY", value_name = "FILE")]
     pub tls_key: Option<PathBuf>,
+    /// Run as a node of a cluster, listening for other nodes on this address. A new node waits for
+    /// `mosaic admin cluster init` (the first node) or joins with --join.
+    #[arg(long, env = "MOSAIC_CLUSTER_ADDRESS", value_name = "HOST:PORT")]
+    pub cluster_address: Option<String>,
+    /// Where other nodes reach this one, when not --cluster-address (behind NAT or a wildcard bind).
+    #[arg(long, env = "MOSAIC_CLUSTER_ADVERTISE", value_name = "HOST:PORT")]
+    pub cluster_advertise: Option<String>,
+    /// Join the cluster of the node at this cluster address (once; a member restarts without it). Needs
+    /// the cluster's secret in MOSAIC_CLUSTER_SECRET (printed by `mosaic admin cluster init`).
+    #[arg(long, env = "MOSAIC_JOIN", value_name = "HOST:PORT")]
+    pub join: Option<String>,
+    /// This node's failure domain when the cluster places shards by zone (default: "default").
+    #[arg(long, env = "MOSAIC_ZONE", value_name = "NAME")]
+    pub zone: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -210,6 +228,22 @@ pub struct Config {
     pub sse_c_over_http: bool,
     /// HTTPS on both ports; None: plain HTTP.
     pub tls: Option<TlsFiles>,
+    /// Cluster mode; None: a standalone store.
+    pub cluster: Option<ClusterConfig>,
+}
+
+/// A cluster node's settings.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClusterConfig {
+    /// Where it listens for other nodes.
+    pub address: SocketAddr,
+    /// Where other nodes reach it.
+    pub advertise: String,
+    /// A member's cluster address to join through.
+    pub join: Option<String>,
+    /// The cluster secret to join with (MOSAIC_CLUSTER_SECRET; never a flag, so it is not in `ps`).
+    pub secret: Option<String>,
+    pub zone: String,
 }
 
 /// The certificate chain and private key files of HTTPS.
@@ -261,6 +295,35 @@ fn tls_files(args: &ServerArgs, file: &FileConfig) -> Result<Option<TlsFiles>, S
         (Some(_), None) => Err("tls_cert is set but tls_key is not: HTTPS needs both".into()),
         (None, Some(_)) => Err("tls_key is set but tls_cert is not: HTTPS needs both".into()),
     }
+}
+
+fn cluster_config(args: &ServerArgs, file: &FileConfig) -> Result<Option<ClusterConfig>, String> {
+    let pick = |a: &Option<String>, f: &Option<String>| a.clone().or_else(|| f.clone());
+    let join = pick(&args.join, &file.join);
+    let Some(address) = pick(&args.cluster_address, &file.cluster_address) else {
+        if join.is_some() {
+            return Err("join: a node joins a cluster only with a cluster_address of its own".into());
+        }
+        return Ok(None);
+    };
+    let address = addr("cluster_address", &address)?;
+    let advertise = pick(&args.cluster_advertise, &file.cluster_advertise).unwrap_or_else(|| address.to_string());
+    if address.ip().is_unspecified() && advertise == address.to_string() {
+        return Err(format!("cluster_advertise: {address} is a wildcard; say where other nodes reach this one"));
+    }
+    addr("cluster_advertise", &advertise)?;
+    let zone = pick(&args.zone, &file.zone).unwrap_or_else(|| "default".into());
+    if zone.is_empty() || zone.len() > 64 || !zone.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    {
+        return Err(format!("zone: {zone:?} is not 1 to 64 letters, digits, '-' or '_'"));
+    }
+    let secret = std::env::var("MOSAIC_CLUSTER_SECRET").ok().filter(|s| !s.is_empty());
+    if let Some(s) = &secret
+        && (s.len() != 64 || !s.bytes().all(|b| b.is_ascii_hexdigit()))
+    {
+        return Err("MOSAIC_CLUSTER_SECRET: 64 hex digits, as `mosaic admin cluster init` printed".into());
+    }
+    Ok(Some(ClusterConfig { address, advertise, join, secret, zone }))
 }
 
 impl Config {
@@ -418,6 +481,7 @@ impl Config {
             sse_master_key,
             sse_c_over_http: args.sse_c_over_http || file.sse_c_over_http.unwrap_or(false),
             tls: tls_files(args, file)?,
+            cluster: cluster_config(args, file)?,
         })
     }
 }

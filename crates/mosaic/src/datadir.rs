@@ -7,6 +7,8 @@
 //!   MOSAIC            marker: format version, store uuid, crc32c (written last)
 //!   layout            the erasure code, the sets and every drive (set, slot, uuid, path), crc32c
 //!   credentials       root access key and secret (0600)
+//!   cluster/          on a cluster node (--cluster-address): node (its id and the cluster secret, 0600)
+//!                     and raft/ (the cluster map's log, vote and snapshots)
 //!   drive0/           the default drive (with --drive, each drive is its own directory):
 //!     data              the data device (a thin file)
 //!     kv/               the metadata database (RocksDB)
@@ -109,6 +111,27 @@ pub fn drive_dir(dir: &Path) -> PathBuf {
     dir.join(DRIVE_DIR)
 }
 
+/// A cluster node's directory, in the data directory: its identity file and its Raft store.
+pub const CLUSTER_DIR: &str = "cluster";
+const CLUSTER_NODE_FILE: &str = "node";
+
+/// A cluster node's identity: read from the data directory, or made (a random node id, no secret yet).
+pub fn cluster_node(dir: &Path) -> Result<format::ClusterNodeFile, String> {
+    let path = dir.join(CLUSTER_DIR).join(CLUSTER_NODE_FILE);
+    if !path.exists() {
+        // 53 bits: exact in any JSON reader (the console is JavaScript).
+        let made = format::ClusterNodeFile { node: rand::random::<u64>() >> 11, secret: None };
+        record_cluster_node(dir, &made)?;
+        return Ok(made);
+    }
+    format::parse_cluster_node(&read_small_file(&path)?).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Records a cluster node's identity (mode 0600: it holds the cluster secret), synced.
+pub fn record_cluster_node(dir: &Path, n: &format::ClusterNodeFile) -> Result<(), String> {
+    write_synced(&dir.join(CLUSTER_DIR).join(CLUSTER_NODE_FILE), &format::encode_cluster_node(n), 0o600)
+}
+
 /// The store's layout file, in the data directory.
 const LAYOUT: &str = "layout";
 /// Each drive's identity file, in the drive's directory.
@@ -131,6 +154,9 @@ pub struct DriveConfig {
     pub faults: Option<FaultSwitches>,
     /// The node's KV memory, shared by its drives (None: each drive its own).
     pub kv_memory: Option<mosaic_engine::KvMemory>,
+    /// A cluster node's drives: each one is recorded as its own 1+0 set, since the cluster map, not this
+    /// directory, groups drives into erasure sets.
+    pub cluster_node: bool,
 }
 
 /// The fault switches of the drives' devices, by drive directory (fault injection, testing only).
@@ -201,6 +227,14 @@ pub fn open_store(dir: &Path, cfg: &DriveConfig) -> Result<OpenStore, String> {
     let paths = cfg.paths_for(dir);
     if !ours {
         return format_store(dir, &paths, cfg);
+    }
+    let is_cluster_node = dir.join(CLUSTER_DIR).exists();
+    if is_cluster_node != cfg.cluster_node {
+        return Err(if is_cluster_node {
+            format!("{} is a cluster node's data directory: start it with --cluster-address", dir.display())
+        } else {
+            format!("{} holds a standalone store; a cluster node needs a new data directory", dir.display())
+        });
     }
     let layout = match read_small_file(&dir.join(LAYOUT)) {
         Ok(text) => format::parse_layout(&text).map_err(|e| format!("{}: {e}", dir.join(LAYOUT).display()))?,
@@ -294,9 +328,10 @@ fn upgrade_single_drive(dir: &Path, paths: &[PathBuf], cfg: &DriveConfig) -> Res
 
 /// Formats every drive of a new store, then writes its layout and (last) the marker.
 fn format_store(dir: &Path, paths: &[PathBuf], cfg: &DriveConfig) -> Result<OpenStore, String> {
-    let sets = sets_for(paths.len())?;
+    let sets = if cfg.cluster_node { paths.len() } else { sets_for(paths.len())? };
     let per_set = paths.len() / sets;
     let geometry = match cfg.erasure {
+        _ if cfg.cluster_node => mosaic_erasure::SetGeometry { data: 1, parity: 0 },
         Some(g) if g.drives() != per_set => {
             return Err(format!(
                 "erasure {}+{} needs sets of {} drives; {} drives make sets of {per_set}",
@@ -329,6 +364,9 @@ fn format_store(dir: &Path, paths: &[PathBuf], cfg: &DriveConfig) -> Result<Open
     }
     let layout = format::Layout { store, data: geometry.data, parity: geometry.parity, sets, drives: entries };
     record_layout(dir, &layout)?;
+    if cfg.cluster_node {
+        std::fs::create_dir_all(dir.join(CLUSTER_DIR)).map_err(|e| format!("cannot create {CLUSTER_DIR}: {e}"))?;
+    }
     // The marker goes last: a directory with a marker always holds a complete store.
     let marker = format::encode_marker(&store, concat!("mosaic ", env!("CARGO_PKG_VERSION")));
     write_synced(&dir.join(MARKER), &marker, 0o644)?;

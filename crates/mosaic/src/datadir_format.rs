@@ -6,7 +6,8 @@
 //! - `mosaic-drive`, on every drive: the store, set and slot it belongs to and its own uuid, so that a drive
 //!   in the wrong slot or from another store is refused;
 //! - `credentials`: the root access key and secret;
-//! - `keys`: the access keys beside the root key and their grants.
+//! - `keys`: the access keys beside the root key and their grants;
+//! - `cluster/node`, on a cluster node: its node id and the cluster's secret.
 //!
 //! Encoding and parsing only; reading, writing and syncing the files is `datadir`'s and `keys_file`'s.
 
@@ -18,6 +19,7 @@ const CREDENTIALS_VERSION_LINE: &str = "version=1\n";
 const KEYS_VERSION_LINE: &str = "version=1\n";
 const LAYOUT_VERSION_LINE: &str = "version=1\n";
 const IDENTITY_VERSION_LINE: &str = "version=1\n";
+const CLUSTER_NODE_VERSION_LINE: &str = "version=1\n";
 /// Most drives a store holds (sets of at most 16 drives).
 pub const MAX_DRIVES: usize = 1024;
 /// The largest of these files we parse: the keys file at its limits (10,000 keys) stays well below.
@@ -235,6 +237,31 @@ pub fn parse_identity(text: &str) -> Result<DriveIdentity, String> {
     })
 }
 
+/// A cluster node's identity: its id in the cluster map and, once it is in a cluster, the cluster's secret
+/// (64 hex digits) that signs node-to-node calls.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterNodeFile {
+    pub node: u64,
+    pub secret: Option<String>,
+}
+
+pub fn encode_cluster_node(n: &ClusterNodeFile) -> String {
+    seal(format!("{CLUSTER_NODE_VERSION_LINE}node={}\nsecret={}\n", n.node, n.secret.as_deref().unwrap_or("")))
+}
+
+pub fn parse_cluster_node(text: &str) -> Result<ClusterNodeFile, String> {
+    let body = unseal(text)?;
+    let body = body.strip_prefix(CLUSTER_NODE_VERSION_LINE).ok_or("unsupported cluster node file version")?;
+    let node = field(body, "node").and_then(|n| n.parse::<u64>().ok()).ok_or("no node id")?;
+    let secret = field(body, "secret").ok_or("no secret line")?;
+    let secret = match secret {
+        "" => None,
+        s if s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit()) => Some(s.to_string()),
+        _ => return Err("the secret is not 64 hex digits".into()),
+    };
+    Ok(ClusterNodeFile { node, secret })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -293,6 +320,21 @@ mod tests {
         assert_eq!(parse_keys(&text), Ok(set));
         assert!(parse_keys(&seal("version=1\n{\"keys\": 5}\n".into())).unwrap_err().starts_with("damaged"));
         assert!(parse_keys(&seal("version=2\n{}\n".into())).unwrap_err().contains("version"));
+    }
+
+    #[test]
+    fn cluster_node_round_trip_and_refusals() {
+        for n in [
+            ClusterNodeFile { node: 7, secret: None },
+            ClusterNodeFile { node: u64::MAX, secret: Some("ab".repeat(32)) },
+        ] {
+            assert_eq!(parse_cluster_node(&encode_cluster_node(&n)), Ok(n));
+        }
+        let text = encode_cluster_node(&ClusterNodeFile { node: 7, secret: None });
+        assert!(parse_cluster_node(&text.replace("node=7", "node=8")).unwrap_err().contains("checksum"));
+        assert!(parse_cluster_node(&seal("version=2\nnode=1\nsecret=\n".into())).unwrap_err().contains("version"));
+        assert!(parse_cluster_node(&seal("version=1\nnode=x\nsecret=\n".into())).unwrap_err().contains("node id"));
+        assert!(parse_cluster_node(&seal("version=1\nnode=1\nsecret=abc\n".into())).unwrap_err().contains("hex"));
     }
 
     #[test]

@@ -7,6 +7,7 @@ mod admin_client;
 mod admin_keys;
 mod admin_server;
 mod bench_cli;
+mod cluster;
 mod config;
 mod datadir;
 mod drives;
@@ -103,6 +104,29 @@ enum AdminCommand {
     /// Access keys beside the root key, each allowed read and/or write per bucket.
     #[command(subcommand)]
     Key(KeyCommand),
+    /// The cluster this node is in (a server started with --cluster-address).
+    #[command(subcommand)]
+    Cluster(ClusterCommand),
+}
+
+#[derive(Subcommand)]
+enum ClusterCommand {
+    /// Make a new cluster with this node as its first member. Prints the cluster secret: other nodes join
+    /// with `mosaic server --cluster-address ... --join THIS_NODE` and MOSAIC_CLUSTER_SECRET set to it.
+    Init {
+        /// The erasure code of every placement group's set, DATA+PARITY; its drives are on distinct nodes
+        /// (or zones), so the cluster serves once it has DATA+PARITY of them.
+        #[arg(long, default_value = "2+1", value_name = "K+M")]
+        erasure: String,
+        /// Placement groups: objects hash to one, each group is one erasure set.
+        #[arg(long, default_value_t = cluster::DEFAULT_PLACEMENT_GROUPS)]
+        groups: u32,
+        /// What a set's drives must not share: node or zone.
+        #[arg(long, default_value = "node")]
+        failure_domain: String,
+    },
+    /// This node's view of the cluster: its role, the map's epoch, the nodes and their placement groups.
+    Status,
 }
 
 #[derive(Subcommand)]
@@ -236,6 +260,14 @@ fn run_admin(a: AdminArgs) -> Result<ExitCode, String> {
             ("POST", format!("/admin/v1/drives/{set}/{slot}/fault/{}", path_segment(fault)))
         }
         AdminCommand::Heal => ("POST", "/admin/v1/heal".to_string()),
+        AdminCommand::Cluster(ClusterCommand::Status) => ("GET", "/admin/v1/cluster".to_string()),
+        AdminCommand::Cluster(ClusterCommand::Init { erasure, groups, failure_domain }) => {
+            let g = mosaic_erasure::SetGeometry::parse(erasure).map_err(|e| format!("--erasure: {e}"))?;
+            (
+                "POST",
+                format!("/admin/v1/cluster/init/{}/{}/{groups}/{}", g.data, g.parity, path_segment(failure_domain)),
+            )
+        }
         AdminCommand::Key(k) => match k {
             KeyCommand::Create { owner: false } => ("POST", "/admin/v1/keys".to_string()),
             KeyCommand::Create { owner: true } => ("POST", "/admin/v1/keys/owner".to_string()),
@@ -269,7 +301,11 @@ fn run_admin(a: AdminArgs) -> Result<ExitCode, String> {
         AdminCommand::Heal => v["sets"]
             .as_array()
             .is_some_and(|s| s.iter().any(|s| s["failed_objects"].as_u64() != Some(0) || s["scan_error"].is_string())),
-        AdminCommand::Info | AdminCommand::Key(_) | AdminCommand::Drives | AdminCommand::Drive(_) => false,
+        AdminCommand::Info
+        | AdminCommand::Key(_)
+        | AdminCommand::Drives
+        | AdminCommand::Drive(_)
+        | AdminCommand::Cluster(_) => false,
     };
     Ok(if failed { ExitCode::from(1) } else { ExitCode::SUCCESS })
 }

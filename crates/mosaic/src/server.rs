@@ -2,6 +2,7 @@
 //! on SIGINT/SIGTERM (a second signal exits at once).
 
 use crate::admin_server::{self, AdminState};
+use crate::cluster::Cluster;
 use crate::config::Config;
 use crate::datadir::{self, Credentials, State};
 use crate::drives::Drives;
@@ -76,27 +77,12 @@ pub fn run(cfg: Config) -> Result<(), String> {
         simulate_power_loss: cfg.simulate_power_loss,
         faults: cfg.fault_injection.then(Default::default),
         kv_memory,
+        cluster_node: cfg.cluster.is_some(),
     };
     let opened = datadir::open_store(&cfg.data_dir, &drive_cfg)?;
-    let (creds, generated) = datadir::root_credentials(&cfg.data_dir, creds_env)?;
     match opened.state {
         State::Formatted => tracing::info!(dir = %cfg.data_dir.display(), "formatted a new data directory"),
         State::Existing => tracing::info!(dir = %cfg.data_dir.display(), "opened the data directory"),
-    }
-    if generated {
-        // Printed once, on the start that created them; they are stored (mode 0600) in the data directory.
-        // A closed stdout must not stop the server: the credentials are in the file too.
-        use std::io::Write as _;
-        let shown = writeln!(
-            std::io::stdout(),
-            "Root credentials (stored in {}/credentials):\n  access key: {}\n  secret key: {}",
-            cfg.data_dir.display(),
-            creds.access_key,
-            creds.secret_key
-        );
-        if let Err(e) = shown {
-            tracing::warn!(error = %e, "could not print the root credentials; they are in the data directory");
-        }
     }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -114,23 +100,112 @@ pub fn run(cfg: Config) -> Result<(), String> {
         // This node owns its sets: it settles what a crash left in their undo logs.
         settle_at_open: mosaic_erasure::Settle::All,
     };
+    // A cluster node's drives are each its own 1+0 set here, for the admin port only: the cluster's sets
+    // (placement groups) write through them, and settle and heal as the map says.
+    let local_set_cfg = match cfg.cluster {
+        Some(_) => mosaic_erasure::SetConfig {
+            heal_in_background: false,
+            scan_interval: None,
+            settle_at_open: mosaic_erasure::Settle::Never,
+            ..set_cfg.clone()
+        },
+        None => set_cfg.clone(),
+    };
     let layout = opened.layout.clone();
-    let drives = Arc::new(rt.block_on(Drives::open(opened, set_cfg, drive_cfg, &cfg.data_dir))?);
+    let drives = Arc::new(rt.block_on(Drives::open(opened, local_set_cfg, drive_cfg, &cfg.data_dir))?);
     tracing::info!(
         drives = layout.drives.len(),
         sets = layout.sets,
         erasure = %format!("{}+{}", layout.data, layout.parity),
         "drives open"
     );
+    let listeners = rt.block_on(Listeners::bind(&cfg))?;
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let cluster = match &cfg.cluster {
+        Some(c) => {
+            let local = drives.each().into_iter().zip(drives.sets.iter()).filter_map(|(view, set)| {
+                let store = set.members().into_iter().next().flatten()?;
+                Some((view.path.display().to_string(), (*store).clone()))
+            });
+            let s3 = listeners.s3.local_addr().map_err(|e| e.to_string())?.to_string();
+            let opened = Cluster::open(c.clone(), cfg.data_dir.clone(), local.collect(), s3, set_cfg, stop_rx.clone());
+            let cluster = rt.block_on(opened)?;
+            // A joining node takes the cluster's credentials and keys here, before they are read below.
+            rt.block_on(cluster.prepare())?;
+            Some(cluster)
+        }
+        None => None,
+    };
+    let (creds, generated) = datadir::root_credentials(&cfg.data_dir, creds_env)?;
+    if generated {
+        // Printed once, on the start that created them; they are stored (mode 0600) in the data directory.
+        // A closed stdout must not stop the server: the credentials are in the file too.
+        use std::io::Write as _;
+        let shown = writeln!(
+            std::io::stdout(),
+            "Root credentials (stored in {}/credentials):\n  access key: {}\n  secret key: {}",
+            cfg.data_dir.display(),
+            creds.access_key,
+            creds.secret_key
+        );
+        if let Err(e) = shown {
+            tracing::warn!(error = %e, "could not print the root credentials; they are in the data directory");
+        }
+    }
     let sse_keys = sse_keys(&cfg)?;
-    let layer = rt.block_on(semantics_over(&drives, sse_keys))?;
-    let result = rt.block_on(serve_all(cfg.clone(), layer.clone(), drives, creds, prometheus, started));
-    let closed = rt.block_on(layer.shutdown());
+    let layer: Arc<dyn ObjectLayer> = match &cluster {
+        Some(cluster) => {
+            let _entered = rt.enter();
+            cluster.serve(SemanticsConfig { sse_keys: Some(Arc::new(sse_keys)), ..Default::default() });
+            cluster.switch.clone()
+        }
+        None => rt.block_on(semantics_over(&drives, sse_keys))?,
+    };
+    let serving =
+        Serving { cfg: cfg.clone(), layer: layer.clone(), drives: drives.clone(), creds, prometheus, started };
+    let result = rt.block_on(serve_all(serving, listeners, cluster.clone(), (stop_tx, stop_rx)));
+    let mut closed = rt.block_on(layer.shutdown());
+    if let Some(cluster) = &cluster {
+        rt.block_on(cluster.shutdown());
+        // The cluster's sets do not close the drives they share: this node closes its own.
+        for set in &drives.sets {
+            let set_closed = rt.block_on(mosaic_store::Store::close(set));
+            closed = closed.and(set_closed.map_err(mosaic_layer::LayerError::from));
+        }
+    }
     drop(rt);
     result?;
     closed.map_err(|e| format!("closing the drive failed: {e}"))?;
     tracing::info!("stopped cleanly");
     Ok(())
+}
+
+/// The server's listening sockets, bound before anything is served (a cluster node advertises their
+/// addresses).
+struct Listeners {
+    s3: TcpListener,
+    admin: TcpListener,
+}
+
+impl Listeners {
+    async fn bind(cfg: &Config) -> Result<Listeners, String> {
+        let s3 =
+            TcpListener::bind(cfg.s3_address).await.map_err(|e| format!("cannot listen on {}: {e}", cfg.s3_address))?;
+        let admin = TcpListener::bind(cfg.admin_address)
+            .await
+            .map_err(|e| format!("cannot listen on {}: {e}", cfg.admin_address))?;
+        Ok(Listeners { s3, admin })
+    }
+}
+
+/// What the server serves.
+struct Serving {
+    cfg: Config,
+    layer: Arc<dyn ObjectLayer>,
+    drives: Arc<Drives>,
+    creds: Credentials,
+    prometheus: metrics_exporter_prometheus::PrometheusHandle,
+    started: Instant,
 }
 
 /// The S3 semantics over the store's sets: one set directly, several as a pool (each object on the set its
@@ -156,18 +231,13 @@ fn sse_keys(cfg: &Config) -> Result<mosaic_layer::SseKeys, String> {
 }
 
 async fn serve_all(
-    cfg: Config,
-    layer: Arc<dyn ObjectLayer>,
-    drives: Arc<Drives>,
-    creds: Credentials,
-    prometheus: metrics_exporter_prometheus::PrometheusHandle,
-    started: Instant,
+    serving: Serving,
+    listeners: Listeners,
+    cluster: Option<Arc<Cluster>>,
+    (stop_tx, stop_rx): (watch::Sender<bool>, watch::Receiver<bool>),
 ) -> Result<(), String> {
-    let s3_listener =
-        TcpListener::bind(cfg.s3_address).await.map_err(|e| format!("cannot listen on {}: {e}", cfg.s3_address))?;
-    let admin_listener = TcpListener::bind(cfg.admin_address)
-        .await
-        .map_err(|e| format!("cannot listen on {}: {e}", cfg.admin_address))?;
+    let Serving { cfg, layer, drives, creds, prometheus, started } = serving;
+    let (s3_listener, admin_listener) = (listeners.s3, listeners.admin);
     let s3_bound = s3_listener.local_addr().map_err(|e| e.to_string())?;
     let admin_bound = admin_listener.local_addr().map_err(|e| e.to_string())?;
     let keys = Arc::new(mosaic_s3::access::KeyRing::new(
@@ -177,7 +247,6 @@ async fn serve_all(
     ));
     let service =
         mosaic_s3::build_service_with_keys(layer.clone(), keys.clone(), cfg.domain.as_deref(), cfg.sse_c_over_http)?;
-    let (stop_tx, stop_rx) = watch::channel(false);
     // Installed before the server says it serves, so that a signal right after that line is handled.
     use tokio::signal::unix::{SignalKind, signal};
     let handlers = signal(SignalKind::interrupt()).and_then(|i| Ok((i, signal(SignalKind::terminate())?)));
@@ -198,6 +267,7 @@ async fn serve_all(
         data_dir: cfg.data_dir.clone(),
         prometheus,
         started,
+        cluster: cluster.clone(),
     });
     tokio::spawn(lifecycle_worker(layer.clone(), cfg.lifecycle_day, stop_rx.clone()));
     let mut admin_stop = stop_rx.clone();
@@ -207,6 +277,8 @@ async fn serve_all(
     tracing::info!(
         s3 = %s3_bound,
         admin = %admin_bound,
+        cluster = cluster.as_ref().map(|c| c.address()),
+        node = cluster.as_ref().map(|c| c.node_id()),
         tls = tls.is_some(),
         ms = started.elapsed().as_millis() as u64,
         "mosaic is serving"

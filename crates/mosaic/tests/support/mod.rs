@@ -29,6 +29,8 @@ pub struct Server {
     pub child: Child,
     pub s3: String,
     pub admin: String,
+    /// A cluster node's cluster address.
+    pub cluster: Option<String>,
     pub stdout: std::sync::mpsc::Receiver<String>,
     /// The server's log lines after "mosaic is serving" (JSON).
     pub log: std::sync::mpsc::Receiver<String>,
@@ -50,6 +52,11 @@ pub fn start(data: &Path) -> Server {
 
 /// Like [`start`], with extra environment variables.
 pub fn start_with_env(data: &Path, env: &[(&str, &str)]) -> Server {
+    start_with_args(data, env, &[])
+}
+
+/// Like [`start`], with extra environment variables and arguments.
+pub fn start_with_args(data: &Path, env: &[(&str, &str)], args: &[&str]) -> Server {
     let mut child = mosaic()
         .envs(env.iter().copied())
         .args([
@@ -65,6 +72,7 @@ pub fn start_with_env(data: &Path, env: &[(&str, &str)]) -> Server {
             "--drive-size",
             "256MiB",
         ])
+        .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -92,6 +100,7 @@ pub fn start_with_env(data: &Path, env: &[(&str, &str)]) -> Server {
     };
     let s3 = serving["s3"].as_str().unwrap().to_string();
     let admin = serving["admin"].as_str().unwrap().to_string();
+    let cluster = serving["cluster"].as_str().map(str::to_string);
     // Keep draining stderr so the server never blocks on a full pipe.
     let (log_tx, log) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -99,7 +108,7 @@ pub fn start_with_env(data: &Path, env: &[(&str, &str)]) -> Server {
             let _ = log_tx.send(line);
         }
     });
-    Server { child, s3, admin, stdout: rx, log }
+    Server { child, s3, admin, cluster, stdout: rx, log }
 }
 
 /// Reads the server's log until a line with this message, and returns that line.

@@ -1,0 +1,215 @@
+//! Three `mosaic server` processes on loopback form a cluster: the first is initialized with
+//! `mosaic admin cluster init` (2+1 sets over eight placement groups), the others join with the secret it
+//! printed (one through a node that is not the leader) and take the first node's root credentials. Through
+//! the aws SDK: what one node writes every node reads and lists, an overwrite and a delete on one node are
+//! what every node sees next; a node restarted without --join rejoins and reads everything back; a node
+//! with the wrong secret is refused. Then the Raft leader is killed (SIGKILL) under a write load through
+//! another node: every acknowledged write reads back exactly from the survivors, and from every node once
+//! the killed one is back.
+
+mod support;
+
+use aws_sdk_s3::primitives::ByteStream;
+use std::collections::BTreeMap;
+use std::path::Path;
+use support::{Server, admin, kill9, logged, printed, s3_client, start_with_args, stop};
+
+const BUCKET: &str = "spread";
+
+/// A node with two drives beside its data directory in `dir`, its cluster port at `cluster`.
+fn node(dir: &Path, cluster: &str, env: &[(&str, &str)], args: &[&str]) -> Server {
+    let drives = format!("{},{}", dir.join("d0").display(), dir.join("d1").display());
+    let mut all_env = vec![("MOSAIC_DRIVES", drives.as_str()), ("MOSAIC_DRIVE_SIZE", "96MiB")];
+    all_env.extend_from_slice(env);
+    let mut all_args = vec!["--cluster-address", cluster];
+    all_args.extend_from_slice(args);
+    start_with_args(&dir.join("data"), &all_env, &all_args)
+}
+
+fn pattern(seed: usize, len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i.wrapping_mul(131).wrapping_add(seed * 7919) % 253) as u8).collect()
+}
+
+async fn get(c: &aws_sdk_s3::Client, key: &str) -> Result<Vec<u8>, String> {
+    let r = c.get_object().bucket(BUCKET).key(key).send().await.map_err(|e| format!("GET {key}: {e:?}"))?;
+    Ok(r.body.collect().await.unwrap().into_bytes().to_vec())
+}
+
+async fn list_all(c: &aws_sdk_s3::Client) -> Vec<String> {
+    let mut keys = Vec::new();
+    let mut token = None;
+    loop {
+        let r = c.list_objects_v2().bucket(BUCKET).max_keys(5).set_continuation_token(token).send().await.unwrap();
+        keys.extend(r.contents().iter().filter_map(|o| o.key().map(str::to_string)));
+        match r.next_continuation_token() {
+            Some(t) => token = Some(t.to_string()),
+            None => return keys,
+        }
+    }
+}
+
+/// Every node reads every object of `model` exactly and lists exactly its keys.
+async fn verify(clients: &[aws_sdk_s3::Client], model: &BTreeMap<String, Vec<u8>>, phase: &str) {
+    for (n, c) in clients.iter().enumerate() {
+        for (key, data) in model {
+            let got = get(c, key).await.unwrap_or_else(|e| panic!("{phase}: node {n}: {e}"));
+            assert!(got == *data, "{phase}: node {n} read {key} wrong ({} bytes, want {})", got.len(), data.len());
+        }
+        assert_eq!(list_all(c).await, model.keys().cloned().collect::<Vec<_>>(), "{phase}: node {n} lists");
+    }
+}
+
+fn json(out: std::process::Output) -> serde_json::Value {
+    assert!(out.status.success(), "mosaic admin failed: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_processes_form_a_cluster_that_serves_from_every_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let dirs: Vec<_> = (0..3).map(|i| dir.path().join(format!("node{i}"))).collect();
+
+    let a = node(&dirs[0], "127.0.0.1:0", &[], &[]);
+    let (ak, sk) = (printed(&a, "access key:"), printed(&a, "secret key:"));
+    let status = json(admin(&a, &ak, &sk, &["cluster", "status"]));
+    assert_eq!(status["role"], "none", "{status}");
+    // Before the cluster has placement, S3 answers 503 with a reason.
+    let early = s3_client(&a.s3, &ak, &sk).list_buckets().send().await.unwrap_err();
+    assert_eq!(early.raw_response().map(|r| r.status().as_u16()), Some(503), "{early:?}");
+    let bad = admin(&a, &ak, &sk, &["cluster", "init", "--erasure", "2+1", "--groups", "100000"]);
+    assert!(!bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("placement groups"));
+    let init = json(admin(&a, &ak, &sk, &["cluster", "init", "--erasure", "2+1", "--groups", "8"]));
+    let secret = init["secret"].as_str().unwrap().to_string();
+    assert_eq!(secret.len(), 64);
+    let again = admin(&a, &ak, &sk, &["cluster", "init"]);
+    assert!(!again.status.success() && String::from_utf8_lossy(&again.stderr).contains("already"));
+
+    let joining = [("MOSAIC_CLUSTER_SECRET", secret.as_str())];
+    let a_cluster = a.cluster.clone().unwrap();
+    let b = node(&dirs[1], "127.0.0.1:0", &joining, &["--join", &a_cluster]);
+    // The third joins through the second, which forwards to the leader.
+    let b_cluster = b.cluster.clone().unwrap();
+    let c = node(&dirs[2], "127.0.0.1:0", &joining, &["--join", &b_cluster]);
+    for s in [&a, &b, &c] {
+        logged(s, "serving the cluster map");
+    }
+    // A fourth node with a wrong secret is refused, and says why.
+    let wrong = "ab".repeat(32);
+    let refused = support::mosaic()
+        .env("MOSAIC_CLUSTER_SECRET", &wrong)
+        .args(["server", "--data", dir.path().join("intruder").to_str().unwrap()])
+        .args(["--s3-address", "127.0.0.1:0", "--admin-address", "127.0.0.1:0", "--drive-size", "96MiB"])
+        .args(["--cluster-address", "127.0.0.1:0", "--join", &a_cluster])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("joining the cluster"), "{refused:?}");
+
+    let clients: Vec<_> = [&a, &b, &c].iter().map(|s| s3_client(&s.s3, &ak, &sk)).collect();
+    clients[1].create_bucket().bucket(BUCKET).send().await.unwrap();
+    let mut model = BTreeMap::new();
+    for i in 0..24usize {
+        let key = format!("obj/{i:03}");
+        let data = pattern(i, [0, 1_000, 100_000, 1_500_000][i % 4]);
+        let writer = &clients[i % 3];
+        writer.put_object().bucket(BUCKET).key(&key).body(ByteStream::from(data.clone())).send().await.unwrap();
+        model.insert(key, data);
+    }
+    verify(&clients, &model, "after writes").await;
+
+    let over = pattern(99, 300_000);
+    let key = "obj/005".to_string();
+    clients[2].put_object().bucket(BUCKET).key(&key).body(ByteStream::from(over.clone())).send().await.unwrap();
+    model.insert(key, over);
+    clients[0].delete_object().bucket(BUCKET).key("obj/010").send().await.unwrap();
+    model.remove("obj/010");
+    verify(&clients, &model, "after an overwrite and a delete").await;
+
+    let status = json(admin(&b, &ak, &sk, &["cluster", "status"]));
+    assert_eq!(status["nodes"].as_array().unwrap().len(), 3, "{status}");
+    assert_eq!((status["groups_placed"].as_u64(), status["serving"].as_bool()), (Some(8), Some(true)), "{status}");
+    let managers = status["nodes"].as_array().unwrap().iter().filter(|n| n["manager"] == true).count();
+    assert_eq!(managers, 3, "three nodes make three managers: {status}");
+
+    // The second node stops and starts again on its address, without --join: it rejoins from its store.
+    let (code, _) = stop(b);
+    assert_eq!(code, 0);
+    let b = node(&dirs[1], &b_cluster, &[], &[]);
+    logged(&b, "serving the cluster map");
+    let clients: Vec<_> = [&a, &b, &c].iter().map(|s| s3_client(&s.s3, &ak, &sk)).collect();
+    verify(&clients, &model, "after a restart").await;
+
+    for s in [a, b, c] {
+        assert_eq!(stop(s).0, 0);
+    }
+}
+
+/// Three nodes made a cluster of 2+1 sets: the servers (the first initialized it), the root credentials.
+struct Formed {
+    dir: tempfile::TempDir,
+    nodes: Vec<Server>,
+    ak: String,
+    sk: String,
+}
+
+fn form() -> Formed {
+    let dir = tempfile::tempdir().unwrap();
+    let a = node(&dir.path().join("node0"), "127.0.0.1:0", &[], &[]);
+    let (ak, sk) = (printed(&a, "access key:"), printed(&a, "secret key:"));
+    let init = json(admin(&a, &ak, &sk, &["cluster", "init", "--erasure", "2+1", "--groups", "8"]));
+    let secret = init["secret"].as_str().unwrap().to_string();
+    let joining = [("MOSAIC_CLUSTER_SECRET", secret.as_str())];
+    let a_cluster = a.cluster.clone().unwrap();
+    let mut nodes = vec![a];
+    for i in 1..3 {
+        nodes.push(node(&dir.path().join(format!("node{i}")), "127.0.0.1:0", &joining, &["--join", &a_cluster]));
+    }
+    for s in &nodes {
+        logged(s, "serving the cluster map");
+    }
+    Formed { dir, nodes, ak, sk }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_leader_loses_no_acknowledged_write() {
+    const WRITES: usize = 40;
+    const KILL_AFTER: usize = 10;
+    let Formed { dir, mut nodes, ak, sk } = form();
+    let status = json(admin(&nodes[0], &ak, &sk, &["cluster", "status"]));
+    assert_eq!(status["role"], "leader", "the node that made the cluster leads it: {status}");
+    let writer = s3_client(&nodes[1].s3, &ak, &sk);
+    writer.create_bucket().bucket(BUCKET).send().await.unwrap();
+
+    // Writes through the second node; the first (the leader) is killed after KILL_AFTER acknowledgements.
+    let (acked_tx, acked_rx) = std::sync::mpsc::channel::<usize>();
+    let load = tokio::spawn(async move {
+        let mut acked = BTreeMap::new();
+        for i in 0..WRITES {
+            let key = format!("load/{i:03}");
+            let data = pattern(1000 + i, [10, 30_000, 700_000][i % 3]);
+            let put = writer.put_object().bucket(BUCKET).key(&key).body(ByteStream::from(data.clone())).send().await;
+            if put.is_ok() {
+                acked.insert(key, data);
+                let _ = acked_tx.send(acked.len());
+            }
+        }
+        acked
+    });
+    let leader_cluster = nodes[0].cluster.clone().unwrap();
+    tokio::task::spawn_blocking(move || while acked_rx.recv().is_ok_and(|n| n < KILL_AFTER) {}).await.unwrap();
+    kill9(nodes.remove(0));
+    let model = load.await.unwrap();
+    assert!(model.len() >= KILL_AFTER + 10, "writes go on with two of three nodes: {} acknowledged", model.len());
+    let survivors: Vec<_> = nodes.iter().map(|s| s3_client(&s.s3, &ak, &sk)).collect();
+    verify(&survivors, &model, "with the leader killed").await;
+
+    // The killed node comes back on its address, rejoins, and reads everything too.
+    let back = node(&dir.path().join("node0"), &leader_cluster, &[], &[]);
+    logged(&back, "serving the cluster map");
+    nodes.insert(0, back);
+    let clients: Vec<_> = nodes.iter().map(|s| s3_client(&s.s3, &ak, &sk)).collect();
+    verify(&clients, &model, "after the killed node returned").await;
+    for s in nodes {
+        assert_eq!(stop(s).0, 0);
+    }
+}
