@@ -66,7 +66,13 @@ pub async fn build(
         .map_err(|e| StoreError::new(ErrorKind::InvalidArgument, e.to_string()))?;
     let set_cfg = SetConfig { geometry, ..cfg.set.clone() };
     let drives = connect_drives(map, me, local, client).await;
-    let unreachable = map.drives.keys().filter(|id| !drives.contains_key(id)).copied().collect();
+    // Drives of nodes marked down or dead are left out on purpose (calls to them would wait for timeouts).
+    let unreachable = map
+        .drives
+        .iter()
+        .filter(|(id, d)| !drives.contains_key(id) && !node_is_down(map, d.node))
+        .map(|(id, _)| *id)
+        .collect();
     let mut sets = Vec::with_capacity(map.pgs.len());
     for (pg, entry) in map.pgs.iter().enumerate() {
         // While a group moves, its data is whole on the set it moves from: serve that one.
@@ -92,7 +98,14 @@ pub fn owner_of(map: &ClusterMap, set: &[DriveId]) -> Option<NodeId> {
     set.first().and_then(|d| map.drives.get(d)).map(|d| d.node)
 }
 
-/// Every drive of the map this node can reach, by id.
+/// Whether the map says a node stopped answering or is gone (its drives are missing members until it is
+/// up again, or its groups are rebuilt elsewhere).
+fn node_is_down(map: &ClusterMap, node: NodeId) -> bool {
+    use mosaic_cluster::NodeState;
+    map.nodes.get(&node).is_none_or(|n| matches!(n.state, NodeState::Down | NodeState::Dead))
+}
+
+/// Every drive of the map this node can reach (not on a node marked down), by id.
 async fn connect_drives(
     map: &ClusterMap,
     me: NodeId,
@@ -104,6 +117,9 @@ async fn connect_drives(
             return local.get(id).map(|d| (*id, Arc::new(NodeDrive::Local(d.clone()))));
         }
         let node = map.nodes.get(&drive.node)?;
+        if node_is_down(map, drive.node) {
+            return None;
+        }
         match RemoteStore::connect(client.clone(), &node.address, &drive.name).await {
             Ok(remote) => Some((*id, Arc::new(NodeDrive::Remote(remote)))),
             Err(e) => {

@@ -3,7 +3,7 @@
 //! even one would) vote and hold the log; other nodes follow as learners. Every node applies the same log,
 //! so every node holds the map, and a change proposed anywhere is forwarded to the leader.
 
-use crate::map::{Change, ClusterMap};
+use crate::map::{Change, ClusterMap, NodeState};
 use crate::raft::network::{Network, PATH_APPEND, PATH_SNAPSHOT, PATH_VOTE};
 use crate::raft::{self, NodeId, Raft, RaftSettings};
 use crate::rpc::{self, Answer, Handler, RpcClient, Secret};
@@ -30,6 +30,9 @@ const MAX_FORWARDS: usize = 8;
 /// How long a proposal waits for a leader (an election on a loaded machine takes a few seconds).
 const LEADER_WAIT: Duration = Duration::from_secs(15);
 const CALL_TIMEOUT: Duration = Duration::from_secs(20);
+/// How often a leader probes the other nodes, and how long it waits for each answer.
+const PROBE_EVERY: Duration = Duration::from_secs(1);
+const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 /// How long a stopping node waits for Raft's tasks to let go of its store.
 const STORE_CLOSE_WAIT: Duration = Duration::from_secs(10);
 
@@ -42,6 +45,9 @@ pub struct NodeConfig {
     pub address: String,
     pub secret: Secret,
     pub raft: RaftSettings,
+    /// While this node leads: a node that answers no probe for this long is marked down in the map, and
+    /// up again at its first answer. None: nodes are not probed.
+    pub down_after: Option<Duration>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -100,7 +106,11 @@ impl ClusterNode {
             .await
             .map_err(|e| format!("starting Raft: {e}"))?;
         let closed = parking_lot::Mutex::new(Some(closed));
-        Ok(Arc::new(ClusterNode { id: config.id, address: config.address, raft, client, map, closed }))
+        let node = Arc::new(ClusterNode { id: config.id, address: config.address, raft, client, map, closed });
+        if let Some(down_after) = config.down_after {
+            tokio::spawn(probe_nodes(Arc::downgrade(&node), down_after));
+        }
+        Ok(node)
     }
 
     pub fn id(&self) -> NodeId {
@@ -254,7 +264,56 @@ impl ClusterNode {
 
     /// Asks the node at `addr` for its status.
     pub async fn status_of(&self, addr: &str) -> Result<Status, ClusterError> {
-        self.client.call(addr, PATH_STATUS, &(), CALL_TIMEOUT).await.map_err(|e| ClusterError::Failed(e.to_string()))
+        self.status_within(addr, CALL_TIMEOUT).await
+    }
+
+    async fn status_within(&self, addr: &str, timeout: Duration) -> Result<Status, ClusterError> {
+        self.client.call(addr, PATH_STATUS, &(), timeout).await.map_err(|e| ClusterError::Failed(e.to_string()))
+    }
+
+    fn leads(&self) -> bool {
+        let m = self.raft.metrics().borrow().clone();
+        m.state == ServerState::Leader
+    }
+
+    fn stopped(&self) -> bool {
+        self.raft.metrics().borrow().state == ServerState::Shutdown
+    }
+
+    /// One probe of every other node that is up or down; returns the state changes the answers call for.
+    /// `last_answer`: when each node last answered (a node first probed counts as having just answered, so
+    /// a new leader gives every node the full time).
+    async fn probe_once(
+        &self,
+        last_answer: &mut BTreeMap<NodeId, tokio::time::Instant>,
+        down_after: Duration,
+    ) -> Vec<Change> {
+        let map = self.map();
+        let probed: Vec<(NodeId, &crate::NodeEntry)> = map
+            .nodes
+            .iter()
+            .filter(|(id, n)| **id != self.id && matches!(n.state, NodeState::Up | NodeState::Down))
+            .map(|(id, n)| (*id, n))
+            .collect();
+        let probes = probed.iter().map(|(_, n)| self.status_within(&n.address, PROBE_TIMEOUT));
+        let answers = futures::future::join_all(probes).await;
+        let now = tokio::time::Instant::now();
+        last_answer.retain(|id, _| map.nodes.contains_key(id));
+        let mut changes = Vec::new();
+        for ((id, n), answer) in probed.iter().zip(answers) {
+            let last = last_answer.entry(*id).or_insert(now);
+            if answer.is_ok() {
+                *last = now;
+            }
+            let state = match (n.state, answer.is_ok()) {
+                (NodeState::Up, false) if now.duration_since(*last) >= down_after => NodeState::Down,
+                (NodeState::Down, true) => NodeState::Up,
+                _ => continue,
+            };
+            tracing::info!(node = id, address = %n.address, ?state, "node state changed by the leader's probes");
+            changes.push(Change::SetNodeState { node: *id, state });
+        }
+        changes
     }
 
     /// Stops Raft and waits (a bounded time) until its store is closed; the store stays for the next start.
@@ -327,6 +386,30 @@ impl ClusterNode {
             }
             PATH_STATUS => rpc::answer(&self.status()),
             _ => Err((StatusCode::NOT_FOUND, format!("no cluster call {path}"))),
+        }
+    }
+}
+
+/// While the node leads, probes the other nodes every `PROBE_EVERY` and marks them down or up in the map.
+/// Ends when the node is dropped or stopped.
+async fn probe_nodes(node: std::sync::Weak<ClusterNode>, down_after: Duration) {
+    let mut last_answer = BTreeMap::new();
+    loop {
+        tokio::time::sleep(PROBE_EVERY).await;
+        let Some(node) = node.upgrade() else { return };
+        if node.stopped() {
+            return;
+        }
+        if !node.leads() {
+            last_answer.clear();
+            continue;
+        }
+        let changes = node.probe_once(&mut last_answer, down_after).await;
+        if changes.is_empty() || !node.leads() {
+            continue;
+        }
+        if let Err(e) = node.raft.client_write(Change::Batch(changes)).await {
+            tracing::warn!(error = %e, "marking nodes down or up");
         }
     }
 }

@@ -44,6 +44,7 @@ impl Running {
             address: address.clone(),
             secret: secret.clone(),
             raft: settings(),
+            down_after: None,
         };
         let node = ClusterNode::start(config).await.unwrap();
         let (stop, stopped) = oneshot::channel::<()>();

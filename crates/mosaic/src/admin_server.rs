@@ -303,7 +303,11 @@ async fn route(state: Arc<AdminState>, req: http::Request<hyper::body::Incoming>
                 Err(e) => json(500, serde_json::json!({ "error": e.to_string() })),
             }
         }
-        ("POST", "/admin/v1/heal") => json(200, state.drives.heal_all().await),
+        ("POST", "/admin/v1/heal") => match &state.cluster {
+            // A cluster node's drives serve the cluster's groups: heal is of the groups it owns.
+            Some(cluster) => json(200, cluster.heal().await),
+            None => json(200, state.drives.heal_all().await),
+        },
         _ if method == "POST" && path.starts_with("/admin/v1/drives/") && path.contains("/fault/") => {
             match fault_request(&path) {
                 Ok((set, slot, fault)) => match state.drives.inject_fault(set, slot, fault) {

@@ -16,8 +16,8 @@ use bytes::Bytes;
 use hyper::StatusCode;
 use mosaic::datadir_format::{self as format, ClusterNodeFile};
 use mosaic_cluster::rpc::{self, Answer, Handler, Router, RpcClient, Secret};
-use mosaic_cluster::{Change, ClusterError, ClusterMap, ClusterNode, DriveId, FailureDomain, NodeConfig};
-use mosaic_cluster_store::ClusterStoreConfig;
+use mosaic_cluster::{Change, ClusterError, ClusterMap, ClusterNode, DriveId, FailureDomain, NodeConfig, NodeState};
+use mosaic_cluster_store::{ClusterStore, ClusterStoreConfig};
 use mosaic_drive::DriveStore;
 use mosaic_layer::{ObjectLayer, S3Semantics, SemanticsConfig, Switch};
 use parking_lot::Mutex;
@@ -44,6 +44,11 @@ const COMPOSE_RETRY: Duration = Duration::from_secs(1);
 const COMPOSE_INCOMPLETE_RETRY: Duration = Duration::from_secs(3);
 /// How stale a node's view of a bucket's settings may be (another node may change them).
 const BUCKET_STATE_TTL: Duration = Duration::from_secs(1);
+/// A node that answers the leader's probes for this long is marked down: its drives are left out of every
+/// node's store (no call waits on it) until it answers again.
+const DOWN_AFTER: Duration = Duration::from_secs(5);
+/// Rounds of heal per group that `admin heal` runs before it leaves the rest to the background.
+const MAX_HEAL_ROUNDS: usize = 64;
 /// Weight of a drive: its capacity in GiB (at least 1).
 const WEIGHT_UNIT_BYTES: u64 = 1 << 30;
 
@@ -85,6 +90,8 @@ pub struct Cluster {
     /// Set when the server has its SSE keys; the map is followed from then on.
     layer_cfg: OnceLock<SemanticsConfig>,
     following: AtomicBool,
+    /// The store served now, and the groups this node owns in it (it settles and heals those).
+    composed: Mutex<Option<(Arc<ClusterStore>, Vec<usize>)>>,
     pub switch: Arc<Switch>,
     stop: watch::Receiver<bool>,
 }
@@ -132,6 +139,7 @@ impl Cluster {
             set_cfg,
             layer_cfg: OnceLock::new(),
             following: AtomicBool::new(false),
+            composed: Mutex::new(None),
             switch: Arc::new(Switch::new(
                 "this node is not in a cluster yet: run `mosaic admin cluster init` on the first node, or start it with --join",
             )),
@@ -194,6 +202,7 @@ impl Cluster {
                     address: self.advertise.clone(),
                     secret: secret.clone(),
                     raft: Default::default(),
+                    down_after: Some(DOWN_AFTER),
                 };
                 let node = ClusterNode::start(config).await?;
                 let client = RpcClient::new(secret.clone())?;
@@ -392,10 +401,14 @@ impl Cluster {
                 match self.compose(&map, running).await {
                     Ok((layer, unreachable)) => {
                         self.switch.set(layer);
+                        // What changed while this node composed its previous store (a node was down, a
+                        // node crashed mid-write) is found by comparing the drives of the groups it owns.
+                        tokio::spawn(self.clone().scan_owned());
                         tracing::info!(
                             epoch = map.epoch,
                             groups = map.pgs.len(),
                             unreachable_drives = unreachable,
+                            down_nodes = map.nodes.values().filter(|n| n.state == NodeState::Down).count(),
                             "serving the cluster map"
                         );
                         incomplete = unreachable > 0;
@@ -432,8 +445,61 @@ impl Cluster {
         let composed =
             mosaic_cluster_store::build(map, me, &local, &running.client, &cfg).await.map_err(|e| e.to_string())?;
         let layer_cfg = self.layer_cfg.get().ok_or("the server is not serving yet")?.clone();
-        let layer = S3Semantics::open(Arc::new(composed.store), layer_cfg).await.map_err(|e| e.to_string())?;
+        let store = Arc::new(composed.store);
+        let layer = S3Semantics::open(store.clone(), layer_cfg).await.map_err(|e| e.to_string())?;
+        let owned = (0..map.pgs.len())
+            .filter(|pg| {
+                let entry = &map.pgs[*pg];
+                mosaic_cluster_store::owner_of(map, entry.from.as_ref().unwrap_or(&entry.set)) == Some(me)
+            })
+            .collect();
+        *self.composed.lock() = Some((store, owned));
         Ok((Arc::new(layer), composed.unreachable.len()))
+    }
+
+    /// Compares the drives of every group this node owns and queues what one lacks for heal (which runs in
+    /// the background on the owner). Returns the objects scanned and the scans that failed.
+    async fn scan_owned(self: Arc<Self>) -> (u64, Vec<String>) {
+        let Some((store, owned)) = self.composed.lock().clone() else { return (0, Vec::new()) };
+        let (mut scanned, mut failed) = (0, Vec::new());
+        for pg in owned {
+            match store.members()[pg].scan().await {
+                Ok(n) => scanned += n,
+                Err(e) => failed.push(format!("group {pg}: {e}")),
+            }
+        }
+        if !failed.is_empty() {
+            tracing::warn!(failed = failed.len(), first = %failed[0], "scans of owned placement groups failed");
+        }
+        (scanned, failed)
+    }
+
+    /// `mosaic admin heal` on a cluster node: scans the groups it owns and heals what they lack now.
+    pub async fn heal(self: &Arc<Self>) -> serde_json::Value {
+        const HEAL_STEP: usize = 1024;
+        let (scanned, failed) = self.clone().scan_owned().await;
+        let Some((store, owned)) = self.composed.lock().clone() else {
+            return serde_json::json!({ "error": "this node serves no cluster map yet" });
+        };
+        let mut tried = 0;
+        for pg in &owned {
+            let set = &store.members()[*pg];
+            // Bounded: each round heals what is queued; what fails stays queued for the background.
+            for _ in 0..MAX_HEAL_ROUNDS {
+                if set.heal_backlog() == 0 {
+                    break;
+                }
+                tried += set.heal_now(HEAL_STEP).await;
+            }
+        }
+        let left: usize = owned.iter().map(|pg| store.members()[*pg].heal_backlog()).sum();
+        serde_json::json!({
+            "groups_owned": owned.len(),
+            "objects_scanned": scanned,
+            "objects_tried": tried,
+            "objects_left": left,
+            "scan_errors": failed,
+        })
     }
 
     /// Stops Raft (the cluster port stops with the server's stop signal).
@@ -444,9 +510,11 @@ impl Cluster {
     }
 }
 
-/// Whether two maps compose the same store: the same groups on the same drives at the same addresses.
+/// Whether two maps compose the same store: the same groups on the same drives at the same addresses of
+/// nodes in the same states.
 fn same_placement(a: &ClusterMap, b: &ClusterMap) -> bool {
-    let addresses = |m: &ClusterMap| m.nodes.iter().map(|(id, n)| (*id, n.address.clone())).collect::<Vec<_>>();
+    let addresses =
+        |m: &ClusterMap| m.nodes.iter().map(|(id, n)| (*id, n.address.clone(), n.state)).collect::<Vec<_>>();
     a.pgs == b.pgs
         && a.drives == b.drives
         && addresses(a) == addresses(b)

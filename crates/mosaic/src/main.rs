@@ -298,9 +298,16 @@ fn run_admin(a: AdminArgs) -> Result<ExitCode, String> {
     let failed = match a.command {
         AdminCommand::Check => v.get("clean").and_then(|c| c.as_bool()) == Some(false),
         AdminCommand::Scrub => v.get("damaged").and_then(|d| d.as_array()).is_some_and(|d| !d.is_empty()),
-        AdminCommand::Heal => v["sets"]
-            .as_array()
-            .is_some_and(|s| s.iter().any(|s| s["failed_objects"].as_u64() != Some(0) || s["scan_error"].is_string())),
+        AdminCommand::Heal => {
+            let sets_failed = v["sets"].as_array().is_some_and(|s| {
+                s.iter().any(|s| s["failed_objects"].as_u64() != Some(0) || s["scan_error"].is_string())
+            });
+            // A cluster node's answer: what is left queued, and the scans that failed.
+            let cluster_failed = v["objects_left"].as_u64().is_some_and(|n| n > 0)
+                || v["scan_errors"].as_array().is_some_and(|e| !e.is_empty())
+                || v["error"].is_string();
+            sets_failed || cluster_failed
+        }
         AdminCommand::Info
         | AdminCommand::Key(_)
         | AdminCommand::Drives

@@ -4,8 +4,9 @@
 //! the aws SDK: what one node writes every node reads and lists, an overwrite and a delete on one node are
 //! what every node sees next; a node restarted without --join rejoins and reads everything back; a node
 //! with the wrong secret is refused. Then the Raft leader is killed (SIGKILL) under a write load through
-//! another node: every acknowledged write reads back exactly from the survivors, and from every node once
-//! the killed one is back.
+//! another node: the new leader marks it down, every acknowledged write reads back exactly from the
+//! survivors; the killed node returns, is marked up, `admin heal` rebuilds its shards of what was written
+//! without it, and with another node killed everything still reads back from the two left.
 
 mod support;
 
@@ -198,18 +199,66 @@ async fn a_killed_leader_loses_no_acknowledged_write() {
     let leader_cluster = nodes[0].cluster.clone().unwrap();
     tokio::task::spawn_blocking(move || while acked_rx.recv().is_ok_and(|n| n < KILL_AFTER) {}).await.unwrap();
     kill9(nodes.remove(0));
-    let model = load.await.unwrap();
+    let mut model = load.await.unwrap();
     assert!(model.len() >= KILL_AFTER + 10, "writes go on with two of three nodes: {} acknowledged", model.len());
+    let down = first_logged(&nodes, |v| v["message"] == "node state changed by the leader's probes");
+    assert_eq!(down["state"], "Down", "{down}");
     let survivors: Vec<_> = nodes.iter().map(|s| s3_client(&s.s3, &ak, &sk)).collect();
+    for i in 0..6usize {
+        let key = format!("down/{i:03}");
+        let data = pattern(2000 + i, [5, 40_000, 300_000][i % 3]);
+        survivors[i % 2]
+            .put_object()
+            .bucket(BUCKET)
+            .key(&key)
+            .body(ByteStream::from(data.clone()))
+            .send()
+            .await
+            .unwrap();
+        model.insert(key, data);
+    }
     verify(&survivors, &model, "with the leader killed").await;
 
-    // The killed node comes back on its address, rejoins, and reads everything too.
+    // The killed node comes back on its address, rejoins, is marked up, and reads everything too.
     let back = node(&dir.path().join("node0"), &leader_cluster, &[], &[]);
     logged(&back, "serving the cluster map");
+    for s in &nodes {
+        while logged(s, "serving the cluster map")["down_nodes"] != 0 {}
+    }
     nodes.insert(0, back);
     let clients: Vec<_> = nodes.iter().map(|s| s3_client(&s.s3, &ak, &sk)).collect();
     verify(&clients, &model, "after the killed node returned").await;
+
+    // Every owner heals its groups: the returned node gets its shards of what was written without it, so
+    // with another node gone the two left still hold two of three shards of everything.
+    for s in &nodes {
+        let healed = json(admin(s, &ak, &sk, &["heal"]));
+        assert_eq!(
+            (healed["objects_left"].as_u64(), healed["scan_errors"].as_array().map(Vec::len)),
+            (Some(0), Some(0)),
+            "{healed}"
+        );
+    }
+    kill9(nodes.remove(1));
+    let clients: Vec<_> = nodes.iter().map(|s| s3_client(&s.s3, &ak, &sk)).collect();
+    verify(&clients, &model, "healed, with another node killed").await;
     for s in nodes {
         assert_eq!(stop(s).0, 0);
     }
+}
+
+/// The first log line of any of `servers` that `matches` (waiting on their logs in turn, at most a minute).
+fn first_logged(servers: &[Server], matches: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while std::time::Instant::now() < deadline {
+        for s in servers {
+            if let Ok(line) = s.log.recv_timeout(std::time::Duration::from_millis(20))
+                && let Ok(v) = serde_json::from_str::<serde_json::Value>(&line)
+                && matches(&v)
+            {
+                return v;
+            }
+        }
+    }
+    panic!("no server logged the line within a minute");
 }
