@@ -10,7 +10,7 @@ VENV ?= $(shell if [ -w /var/cache ]; then echo /var/cache/mosaic-venv; else ech
 CARGO ?= cargo
 MOSAIC := $(CARGO_TARGET_DIR)/release/mosaic
 
-.PHONY: run test deps build lint unit clients s3tests s3tests-full fmt prune
+.PHONY: run test deps build lint unit clients manifests s3tests s3tests-full fmt prune
 
 run: deps build
 	$(MOSAIC) server
@@ -34,6 +34,11 @@ clients: build
 	@scripts/client-deps.sh $(VENV)
 	MOSAIC_BIN=$(MOSAIC) $(VENV)/bin/pytest -q -p no:cacheprovider tests/python
 
+# The Kubernetes manifests against the API schemas (offline: kubernetes-validate bundles them), strictly.
+manifests:
+	@scripts/client-deps.sh $(VENV)
+	$(VENV)/bin/kubernetes-validate --strict --quiet deploy/kubernetes/*.yaml
+
 # ceph/s3-tests: the tests in tests/s3-tests/passing.txt must pass (a regression fails `make test`).
 s3tests: build
 	scripts/s3-tests.sh gate
@@ -47,7 +52,7 @@ s3tests-full: build
 prune:
 	@scripts/prune-target.sh
 
-test: deps prune lint unit clients s3tests
+test: deps prune lint unit clients manifests s3tests
 	@echo "make test: all checks passed"
 
 fmt:

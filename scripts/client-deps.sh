@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what the client test suite needs, only when missing: the aws cli and rclone from apt, and a
-# Python venv (outside the clone, reused across runs) with boto3, requests and pytest from PyPI.
+# Python venv (outside the clone, reused across runs) with boto3, requests, pytest and kubernetes-validate from PyPI.
 set -euo pipefail
 # shellcheck source=apt.sh
 source "$(dirname "$0")/apt.sh"

@@ -251,9 +251,10 @@ impl Cluster {
         {
             return Err(format!("this node is in cluster {} already", map.cluster_id));
         }
-        // A node whose init was cut short keeps the secret it recorded.
+        // A node whose init was cut short keeps the secret it recorded; else the one it was given
+        // (MOSAIC_CLUSTER_SECRET, as a deployment that starts every node with it does), else a new one.
         let stored = self.node_file.lock().secret.clone();
-        let secret = match stored {
+        let secret = match stored.or_else(|| self.cfg.secret.clone()) {
             Some(s) => Secret::parse(&s)?,
             None => Secret::generate(),
         };

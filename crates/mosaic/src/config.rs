@@ -281,6 +281,17 @@ fn addr(name: &str, v: &str) -> Result<SocketAddr, String> {
     v.parse().map_err(|_| format!("{name}: {v:?} is not an address of the form HOST:PORT (e.g. 127.0.0.1:9000)"))
 }
 
+/// A HOST:PORT whose host may be a name (other nodes resolve it), as a cluster address is advertised.
+fn host_port(name: &str, v: &str) -> Result<(), String> {
+    let bad = || format!("{name}: {v:?} is not of the form HOST:PORT (e.g. node1.example:9100)");
+    let (host, port) = v.rsplit_once(':').ok_or_else(bad)?;
+    let host_ok = !host.is_empty() && host.len() <= 253 && !host.chars().any(|c| c.is_whitespace() || c == '/');
+    if !host_ok || port.parse::<u16>().map_or(true, |p| p == 0) {
+        return Err(bad());
+    }
+    Ok(())
+}
+
 fn size(name: &str, v: &str) -> Result<u64, String> {
     parse_size(v).map_err(|e| format!("{name}: {e}"))
 }
@@ -307,11 +318,17 @@ fn cluster_config(args: &ServerArgs, file: &FileConfig) -> Result<Option<Cluster
         return Ok(None);
     };
     let address = addr("cluster_address", &address)?;
-    let advertise = pick(&args.cluster_advertise, &file.cluster_advertise).unwrap_or_else(|| address.to_string());
+    let advertised = pick(&args.cluster_advertise, &file.cluster_advertise);
+    if let Some(a) = &advertised {
+        host_port("cluster_advertise", a)?;
+    }
+    let advertise = advertised.unwrap_or_else(|| address.to_string());
     if address.ip().is_unspecified() && advertise == address.to_string() {
         return Err(format!("cluster_advertise: {address} is a wildcard; say where other nodes reach this one"));
     }
-    addr("cluster_advertise", &advertise)?;
+    if let Some(j) = &join {
+        host_port("join", j)?;
+    }
     let zone = pick(&args.zone, &file.zone).unwrap_or_else(|| "default".into());
     if zone.is_empty() || zone.len() > 64 || !zone.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
     {
@@ -512,6 +529,31 @@ mod tests {
         assert_eq!(c.scan_interval, Duration::from_secs(3600));
         assert_eq!(c.lifecycle_day, Duration::from_secs(86_400));
         assert_eq!(c.tls, None);
+    }
+
+    #[test]
+    fn cluster_settings_and_their_refusals() {
+        assert_eq!(resolve(ServerArgs::default(), "").unwrap().cluster, None);
+        let file = "cluster_address = \"0.0.0.0:9100\"\ncluster_advertise = \"node1.example:9100\"\nzone = \"rack-1\"";
+        let c = resolve(ServerArgs::default(), file).unwrap().cluster.unwrap();
+        assert_eq!((c.advertise.as_str(), c.zone.as_str(), c.join), ("node1.example:9100", "rack-1", None));
+        let args = ServerArgs { join: Some("node0.example:9100".into()), ..Default::default() };
+        assert_eq!(resolve(args, file).unwrap().cluster.unwrap().join.as_deref(), Some("node0.example:9100"));
+        let c = resolve(ServerArgs::default(), "cluster_address = \"127.0.0.1:0\"").unwrap().cluster.unwrap();
+        assert_eq!((c.advertise.as_str(), c.zone.as_str()), ("127.0.0.1:0", "default"));
+        for (bad, says) in [
+            ("join = \"a:1\"", "join"),
+            ("cluster_address = \"0.0.0.0:9100\"", "wildcard"),
+            ("cluster_address = \"nowhere\"", "cluster_address"),
+            ("cluster_address = \"127.0.0.1:1\"\ncluster_advertise = \"host:0\"", "cluster_advertise"),
+            ("cluster_address = \"127.0.0.1:1\"\ncluster_advertise = \"a b:1\"", "cluster_advertise"),
+            ("cluster_address = \"127.0.0.1:1\"\njoin = \"peer\"", "join"),
+            ("cluster_address = \"127.0.0.1:1\"\nzone = \"\"", "zone"),
+            ("cluster_address = \"127.0.0.1:1\"\nzone = \"a/b\"", "zone"),
+        ] {
+            let e = resolve(ServerArgs::default(), bad).unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
     }
 
     #[test]

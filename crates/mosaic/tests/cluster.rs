@@ -155,10 +155,13 @@ struct Formed {
 
 fn form() -> Formed {
     let dir = tempfile::tempdir().unwrap();
-    let a = node(&dir.path().join("node0"), "127.0.0.1:0", &[], &[]);
+    // Started with the secret, as a deployment gives every node one: init takes it instead of making one.
+    let given = "0123456789abcdef".repeat(4);
+    let a = node(&dir.path().join("node0"), "127.0.0.1:0", &[("MOSAIC_CLUSTER_SECRET", &given)], &[]);
     let (ak, sk) = (printed(&a, "access key:"), printed(&a, "secret key:"));
     let init = json(admin(&a, &ak, &sk, &["cluster", "init", "--erasure", "2+1", "--groups", "8"]));
     let secret = init["secret"].as_str().unwrap().to_string();
+    assert_eq!(secret, given);
     let joining = [("MOSAIC_CLUSTER_SECRET", secret.as_str())];
     let a_cluster = a.cluster.clone().unwrap();
     let mut nodes = vec![a];

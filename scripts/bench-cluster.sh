@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# The cost of the cluster on one machine: the same 2+1 sets, as one server process (three drive files) and
+# as three node processes on loopback (two drive files each; every set spans the three nodes)
+# The same client runs the same workloads through the single server and through node 0. Usage:
+#   scripts/bench-cluster.sh [OUT]        (DURATION=20s by default; needs bin/mosaic from `make build`)
+# Both stores run on drive files under $DIR (removed on exit); only one runs at a time.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${1:-/var/tmp/bench-cluster}
+MOSAIC=${MOSAIC:-bin/mosaic}
+DIR=${DIR:-/var/tmp/mosaic-bench-cluster}
+AK=benchkey
+SK=benchsecret-0123456789
+SECRET=$(printf '%064x' 7)
+COMMON=(--duration "${DURATION:-20s}" --warmup 3s --seed 1)
+# The small and large workloads of the S3 series (scripts/bench-s3-workloads.sh), the same arguments.
+WORKLOADS=(
+  "small-put|--workload write-only --size 4KiB --objects 10000 --concurrency 16"
+  "small-get|--workload cosbench-a --mix 100/0/0 --size 4KiB --objects 10000 --concurrency 16"
+  "large-put|--workload write-only --size 64MiB --objects 16 --concurrency 4"
+  "large-get|--workload cosbench-c --mix 100/0/0 --size 64MiB --objects 16 --concurrency 4"
+)
+PIDS=()
+
+wait_ready() { # url
+  for _ in $(seq 1 600); do
+    curl -fsS -o /dev/null "$1" 2>/dev/null && return 0
+    sleep 0.2
+  done
+  echo "not ready: $1" >&2
+  return 1
+}
+
+stop_all() {
+  if [[ ${#PIDS[@]} -gt 0 ]]; then kill "${PIDS[@]}" 2>/dev/null || true; fi
+  wait 2>/dev/null || true
+  PIDS=()
+  rm -rf "$DIR"
+}
+trap stop_all EXIT
+
+server() { # name args... (in the background, logged under $OUT)
+  local name=$1
+  shift
+  MOSAIC_ACCESS_KEY=$AK MOSAIC_SECRET_KEY=$SK "$MOSAIC" server --drive-size "${DRIVE_SIZE:-8GiB}" "$@" \
+    >>"$OUT/$name.log" 2>&1 &
+  PIDS+=($!)
+}
+
+start_single() {
+  server single --data "$DIR/single" --drive "$DIR/single/d1" --drive "$DIR/single/d2" --drive "$DIR/single/d3" \
+    --erasure 2+1 --s3-address 127.0.0.1:19000 --admin-address 127.0.0.1:19001
+  wait_ready http://127.0.0.1:19001/health/ready
+}
+
+start_cluster() {
+  for n in 0 1 2; do
+    local join=()
+    [[ $n != 0 ]] && join=(--join 127.0.0.1:19100)
+    MOSAIC_CLUSTER_SECRET=$SECRET server "node$n" --data "$DIR/n$n" --drive "$DIR/n$n/d0" --drive "$DIR/n$n/d1" \
+      --s3-address 127.0.0.1:$((19000 + 10 * n)) --admin-address 127.0.0.1:$((19001 + 10 * n)) \
+      --cluster-address 127.0.0.1:$((19100 + n)) "${join[@]}"
+    if [[ $n == 0 ]]; then
+      wait_ready http://127.0.0.1:19001/health/live
+      MOSAIC_ACCESS_KEY=$AK MOSAIC_SECRET_KEY=$SK "$MOSAIC" admin --admin 127.0.0.1:19001 \
+        cluster init --erasure 2+1 --groups 64 >/dev/null
+    fi
+  done
+  for n in 0 1 2; do wait_ready "http://127.0.0.1:$((19001 + 10 * n))/health/ready"; done
+}
+
+mkdir -p "$OUT"
+{
+  echo "date: $(date -u +%FT%TZ)"
+  echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM, $(uname -sr)"
+  echo "mosaic: $("$MOSAIC" --version) (commit $(git rev-parse --short HEAD)), drive files of at most ${DRIVE_SIZE:-8GiB} on $(df -T "$(dirname "$DIR")" | awk 'NR==2 {print $2" "$1}')"
+  echo "single: one process, three drives, one 2+1 set; cluster: three processes, two drives each, 64 groups of 2+1 across the nodes"
+  echo "common arguments: ${COMMON[*]}; the client talks to 127.0.0.1:19000 (the single server, or node 0)"
+} >"$OUT/machine.txt"
+for target in single cluster; do
+  stop_all
+  "start_$target"
+  for entry in "${WORKLOADS[@]}"; do
+    name=${entry%%|*}
+    args=${entry#*|}
+    echo "== $name on $target: mosaic bench s3 --endpoint http://127.0.0.1:19000 ${COMMON[*]} $args"
+    # shellcheck disable=SC2086
+    "$MOSAIC" bench s3 --endpoint http://127.0.0.1:19000 --access-key $AK --secret-key $SK "${COMMON[@]}" $args \
+      --out "$OUT/$name/$target" >"$OUT/$name.$target.txt" 2>&1 || echo "FAILED: see $OUT/$name.$target.txt"
+    tail -3 "$OUT/$name.$target.txt"
+  done
+done
+stop_all
+for entry in "${WORKLOADS[@]}"; do
+  name=${entry%%|*}
+  "$MOSAIC" bench compare "$OUT/$name/cluster/result.json" "$OUT/$name/single/result.json" \
+    >"$OUT/$name/compare.md" || true
+done
+echo "done: $OUT"
