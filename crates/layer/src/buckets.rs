@@ -14,6 +14,8 @@ pub const MAX_BUCKET_TAGS: usize = 50;
 /// Largest bucket policy document (S3's limit).
 pub const MAX_BUCKET_POLICY_BYTES: usize = 20 * 1024;
 /// Most buckets a store lists (S3 allows a million per account).
+/// Tries a change of a bucket's record makes while other changes of it land first.
+const MAX_RECORD_UPDATE_TRIES: usize = 64;
 pub const MAX_BUCKETS: usize = 1_000_000;
 
 impl<S: Store> S3Semantics<S> {
@@ -105,7 +107,7 @@ impl<S: Store> S3Semantics<S> {
         }
         crate::objects::validate_tags(&tags)?;
         self.update_bucket_record(bucket, |rec| {
-            rec.tags = tags;
+            rec.tags = tags.clone();
             Ok(())
         })
         .await
@@ -119,7 +121,7 @@ impl<S: Store> S3Semantics<S> {
             )));
         }
         self.update_bucket_record(bucket, |rec| {
-            rec.policy = policy;
+            rec.policy = policy.clone();
             Ok(())
         })
         .await
@@ -131,7 +133,7 @@ impl<S: Store> S3Semantics<S> {
             crate::cors::validate_cors(r)?;
         }
         self.update_bucket_record(bucket, |rec| {
-            rec.cors = rules;
+            rec.cors = rules.clone();
             Ok(())
         })
         .await
@@ -141,17 +143,33 @@ impl<S: Store> S3Semantics<S> {
     pub(crate) async fn put_bucket_acl_impl(&self, bucket: &str, acl: Option<Vec<AclGrant>>) -> LayerResult<()> {
         crate::acl::validate_acl(acl.as_deref().unwrap_or_default())?;
         self.update_bucket_record(bucket, |rec| {
-            rec.acl = acl;
+            rec.acl = acl.clone();
             Ok(())
         })
         .await
     }
 
-    /// Changes a bucket's record with `f`, asserting it unchanged since it was read.
+    /// Changes a bucket's record with `f`, asserting it unchanged since it was read; when another change
+    /// landed first, reads it again and applies `f` to that (bounded: `MAX_RECORD_UPDATE_TRIES`), so
+    /// concurrent changes of one bucket's settings all land, the last one winning, as in S3.
     pub(crate) async fn update_bucket_record(
         &self,
         bucket: &str,
-        f: impl FnOnce(&mut BucketRecord) -> LayerResult<()>,
+        mut f: impl FnMut(&mut BucketRecord) -> LayerResult<()>,
+    ) -> LayerResult<()> {
+        for _ in 0..MAX_RECORD_UPDATE_TRIES {
+            match self.try_update_bucket_record(bucket, &mut f).await {
+                Err(LayerError::Conflict) => tokio::task::yield_now().await,
+                done => return done,
+            }
+        }
+        Err(LayerError::Conflict)
+    }
+
+    async fn try_update_bucket_record(
+        &self,
+        bucket: &str,
+        f: &mut impl FnMut(&mut BucketRecord) -> LayerResult<()>,
     ) -> LayerResult<()> {
         let (mut rec, before) = self.bucket_record_raw(bucket).await?;
         f(&mut rec)?;

@@ -143,7 +143,7 @@ impl<S: Store> S3Semantics<S> {
             validate_lifecycle(r)?;
         }
         self.update_bucket_record(bucket, |rec| {
-            rec.lifecycle = rules;
+            rec.lifecycle = rules.clone();
             Ok(())
         })
         .await

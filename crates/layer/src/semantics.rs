@@ -286,7 +286,7 @@ impl<S: Store> ObjectLayer for S3Semantics<S> {
             e.validate()?;
         }
         self.update_bucket_record(bucket, |rec| {
-            rec.encryption = encryption;
+            rec.encryption = encryption.clone();
             Ok(())
         })
         .await

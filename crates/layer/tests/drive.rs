@@ -207,3 +207,22 @@ async fn a_switch_serves_from_the_layer_it_holds() {
     assert!(matches!(switch.list_buckets().await, Err(LayerError::Unavailable(_))));
     first.shutdown().await.unwrap();
 }
+
+/// Many changes of one bucket's settings at once all land (each re-read and applied again when another
+/// landed first), the last one winning: none is refused as a conflict.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_changes_of_a_bucket_record_all_land() {
+    let mut dirs = Vec::new();
+    let layer = Arc::new(S3Semantics::open(drive(&mut dirs), SemanticsConfig::default()).await.unwrap());
+    layer.create_bucket("bkt", None).await.unwrap();
+    let changes = (0..50u32).map(|i| {
+        let layer = layer.clone();
+        tokio::spawn(async move { layer.put_bucket_tags("bkt", vec![("n".into(), i.to_string())]).await })
+    });
+    for done in futures::future::join_all(changes).await {
+        done.unwrap().unwrap();
+    }
+    let tags = layer.bucket_info("bkt").await.unwrap().tags;
+    assert_eq!(tags.len(), 1);
+    layer.shutdown().await.unwrap();
+}
