@@ -1176,8 +1176,12 @@ pub async fn encryption_detects_damage<S: Store>(l: &S3Semantics<S>) {
     let data = pattern(77, 200_000);
     l.create_bucket("enc", None).await.unwrap();
     l.put_object("enc", "victim", body(&data, 50_000), encrypted(SseRequest::S3)).await.unwrap();
-    let coll = l.store().snapshot().collection("b/enc").await.unwrap().unwrap();
-    let txn = Txn::new().op(Op::Write { coll, name: b"victim".to_vec(), offset: 70_000, data: vec![0x5a; 1] });
+    let snapshot = l.store().snapshot();
+    let coll = snapshot.collection("b/enc").await.unwrap().unwrap();
+    // The stored byte flipped: a fixed value would leave it as it was once in 256 runs (ciphertext is random).
+    let info = snapshot.lookup(&coll, b"victim").await.unwrap().unwrap();
+    let stored = snapshot.read(&info.obj, 70_000, 1).await.unwrap()[0];
+    let txn = Txn::new().op(Op::Write { coll, name: b"victim".to_vec(), offset: 70_000, data: vec![!stored] });
     l.store().commit(txn).await.unwrap();
     let first_package = Some(RangeRequest::FromTo { first: 0, last: Some(1000) });
     assert_eq!(get_keyed(l, "victim", first_package, None).await.unwrap(), &data[..1001], "other packages read");
