@@ -6,10 +6,13 @@
 //!
 //! - `node_drive`: a drive as this node reaches it, local or remote.
 //! - `pg_drive`: one group's view of a shared drive (its own collections).
+//! - `clear`: a group's old shards removed from a drive it moved off.
 
+pub mod clear;
 pub mod node_drive;
 pub mod pg_drive;
 
+pub use clear::{Cleared, clear_group};
 pub use node_drive::{NodeDrive, NodeSnapshot, NodeStaged};
 pub use pg_drive::PgDrive;
 
@@ -76,9 +79,12 @@ pub async fn build(
     let mut sets = Vec::with_capacity(map.pgs.len());
     for (pg, entry) in map.pgs.iter().enumerate() {
         // While a group moves, its data is whole on the set it moves from: serve that one.
-        let set = entry.from.as_ref().unwrap_or(&entry.set);
-        let members =
-            set.iter().map(|d| drives.get(d).map(|drive| Arc::new(PgDrive::new(drive.clone(), pg as u32)))).collect();
+        let set = entry.served();
+        let members = set
+            .iter()
+            .enumerate()
+            .map(|(slot, d)| drives.get(d).map(|drive| Arc::new(PgDrive::new(drive.clone(), pg as u32, slot))))
+            .collect();
         // Every node writes to every group; only the group's owner settles undo logs at open (writes old
         // enough not to be in flight elsewhere) and heals.
         let owner = owner_of(map, set) == Some(me);
@@ -103,6 +109,28 @@ pub fn owner_of(map: &ClusterMap, set: &[DriveId]) -> Option<NodeId> {
 fn node_is_down(map: &ClusterMap, node: NodeId) -> bool {
     use mosaic_cluster::NodeState;
     map.nodes.get(&node).is_none_or(|n| matches!(n.state, NodeState::Down | NodeState::Dead))
+}
+
+/// Drive `id` of the map as node `me` reaches it (None: not on this node and its node does not answer).
+pub async fn connect_drive(
+    map: &ClusterMap,
+    me: NodeId,
+    id: DriveId,
+    local: &HashMap<DriveId, DriveStore>,
+    client: &RpcClient,
+) -> Option<Arc<NodeDrive>> {
+    let drive = map.drives.get(&id)?;
+    if drive.node == me {
+        return local.get(&id).map(|d| Arc::new(NodeDrive::Local(d.clone())));
+    }
+    let node = map.nodes.get(&drive.node)?;
+    match RemoteStore::connect(client.clone(), &node.address, &drive.name).await {
+        Ok(remote) => Some(Arc::new(NodeDrive::Remote(remote))),
+        Err(e) => {
+            tracing::debug!(drive = id, node = drive.node, error = %e, "a drive of the cluster does not answer");
+            None
+        }
+    }
 }
 
 /// Every drive of the map this node can reach (not on a node marked down), by id.

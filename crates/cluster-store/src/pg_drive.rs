@@ -1,7 +1,11 @@
-//! One placement group's view of a drive. A drive holds shards of many groups; each group's erasure set
-//! sees only its own collections on it: collection `c` of group 7 is the drive's collection
-//! `pg00007/c`. Objects, attributes and staged units are the drive's own (collections keep groups apart),
-//! and the drive belongs to the node, so closing one group's view leaves the drive open.
+//! One placement group's view of a drive at one shard position of the group's set. A drive holds shards
+//! of many groups; each group's erasure set sees only its own collections on it, at the position the
+//! drive has in the set: collection `c` of group 7 at position 2 is the drive's collection `pg00007.2/c`.
+//! The position is part of the name because a shard is only valid at its position: a drive that leaves a
+//! group and comes back at another position (placement changes while a group moves) finds nothing there
+//! and is filled by heal, instead of serving its old position's shards as the new one's. Objects,
+//! attributes and staged units are the drive's own (collections keep groups apart), and the drive belongs
+//! to the node, so closing one group's view leaves the drive open.
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -10,13 +14,13 @@ use mosaic_store::{
 };
 use std::sync::Arc;
 
-/// The drive collection that holds group `pg`'s collection `name`.
-pub fn collection_name(pg: u32, name: &str) -> String {
-    format!("{}{name}", prefix(pg))
+/// The drive collection that holds collection `name` of group `pg` at shard position `slot`.
+pub fn collection_name(pg: u32, slot: usize, name: &str) -> String {
+    format!("{}{name}", prefix(pg, slot))
 }
 
-fn prefix(pg: u32) -> String {
-    format!("pg{pg:05}/")
+fn prefix(pg: u32, slot: usize) -> String {
+    format!("pg{pg:05}.{slot}/")
 }
 
 pub struct PgDrive<S: Store> {
@@ -25,8 +29,8 @@ pub struct PgDrive<S: Store> {
 }
 
 impl<S: Store> PgDrive<S> {
-    pub fn new(drive: Arc<S>, pg: u32) -> Self {
-        PgDrive { drive, prefix: prefix(pg) }
+    pub fn new(drive: Arc<S>, pg: u32, slot: usize) -> Self {
+        PgDrive { drive, prefix: prefix(pg, slot) }
     }
 
     pub fn drive(&self) -> &Arc<S> {

@@ -3,8 +3,11 @@
 //! deterministic (Raft applies the same changes in the same order on every manager, and every one of them
 //! arrives at the same map) and refuses a change that is not valid, leaving the map as it was.
 //!
-//! A group whose set changes keeps the set it had (`from`) until the rebalancer reports it moved
-//! (`Change::MoveDone`): readers consult both until then.
+//! A group whose set changes keeps the set its data is whole on (`from`), and is served from it, until
+//! the rebalancer reports it moved (`Change::MoveDone`). A move goes in steps (`ClusterMap::step_target`):
+//! `from` with at most `parity` of its drives swapped for the new set's, so that every step's set shares
+//! k drives with the one before (what the rebalancer could not copy before the switch is rebuilt from
+//! them); each step is reported done and served from then on.
 
 use crate::placement::{Candidate, DriveId, FailureDomain, NodeId, PlacementError, assign_positions, place_all};
 use serde::{Deserialize, Serialize};
@@ -22,6 +25,9 @@ pub const MAX_PG_COUNT: u32 = 1 << 20;
 pub const MAX_BATCH: usize = 4096;
 /// Longest address, zone or drive name.
 pub const MAX_NAME_BYTES: usize = 256;
+/// Removed nodes remembered (their Raft membership is retired, and they may not come back under the same
+/// id); the oldest are forgotten first, long after they were retired.
+pub const MAX_REMOVED_REMEMBERED: usize = 1024;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -73,6 +79,13 @@ pub struct PgEntry {
     pub from: Option<Vec<DriveId>>,
 }
 
+impl PgEntry {
+    /// The set the group is read and written on now: the one its data is whole on.
+    pub fn served(&self) -> &[DriveId] {
+        self.from.as_deref().unwrap_or(&self.set)
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClusterMap {
     pub cluster_id: String,
@@ -86,6 +99,16 @@ pub struct ClusterMap {
     pub next_drive_id: DriveId,
     /// Empty until the cluster has enough failure domains for one set, then `pg_count` entries.
     pub pgs: Vec<PgEntry>,
+    /// The epoch at which some group's served set last changed (a move's step done, a node removed): the
+    /// rebalancer waits until every node serves it before it moves on.
+    #[serde(default)]
+    pub placement_epoch: u64,
+    /// Set by `admin cluster rebalance pause`: groups keep serving where they are; no move starts.
+    #[serde(default)]
+    pub moves_paused: bool,
+    /// Nodes removed, oldest first (at most `MAX_REMOVED_REMEMBERED`): the leader takes them out of Raft.
+    #[serde(default)]
+    pub removed: Vec<NodeId>,
 }
 
 /// A change to the map, as proposed through Raft.
@@ -126,10 +149,15 @@ pub enum Change {
         node: NodeId,
         dead: bool,
     },
-    /// The rebalancer moved group `pg`'s data onto `set`.
+    /// The rebalancer made group `pg`'s data whole on `set`, the target of the group's next step: the
+    /// move is done if that is the group's set, else it goes on from `set`. Served from `set` from now on.
     MoveDone {
         pg: u32,
         set: Vec<DriveId>,
+    },
+    /// Stops (or lets go on) the rebalancer's moves.
+    PauseMoves {
+        paused: bool,
     },
     /// Several changes as one (one epoch, one placement), such as a node with its drives.
     Batch(Vec<Change>),
@@ -149,7 +177,7 @@ pub enum MapError {
     NoDrive(DriveId),
     #[error("node {0} still holds shards of {1} placement groups: drain it first (or remove it as dead)")]
     NotDrained(NodeId, usize),
-    #[error("group {pg} is not moving to that set (its set changed since): the move is stale")]
+    #[error("group {pg} is not served from that set (its placement changed since): the move is stale")]
     StaleMove { pg: u32 },
     #[error(transparent)]
     Placement(#[from] PlacementError),
@@ -176,6 +204,9 @@ impl ClusterMap {
             drives: BTreeMap::new(),
             next_drive_id: 0,
             pgs: Vec::new(),
+            placement_epoch: 0,
+            moves_paused: false,
+            removed: Vec::new(),
         }
     }
 
@@ -215,6 +246,9 @@ impl ClusterMap {
             next.place()?;
         }
         next.epoch += 1;
+        if next.served_sets() != self.served_sets() {
+            next.placement_epoch = next.epoch;
+        }
         next.check_invariants();
         *self = next;
         Ok(result)
@@ -250,6 +284,11 @@ impl ClusterMap {
             Change::AddNode { node, address, s3_address, zone } => {
                 if self.nodes.contains_key(node) {
                     return Err(MapError::Invalid(format!("node {node} is already in the cluster")));
+                }
+                if self.removed.contains(node) {
+                    return Err(MapError::Invalid(format!(
+                        "node {node} was removed from the cluster: a node joins again with a new data directory"
+                    )));
                 }
                 if self.nodes.len() >= MAX_NODES {
                     return Err(MapError::Invalid(format!("a cluster has at most {MAX_NODES} nodes")));
@@ -314,26 +353,73 @@ impl ClusterMap {
                     self.drives.remove(&d);
                 }
                 self.nodes.remove(node);
+                if self.removed.len() >= MAX_REMOVED_REMEMBERED {
+                    self.removed.remove(0);
+                }
+                self.removed.push(*node);
+                Ok(self.epoch + 1)
+            }
+            Change::PauseMoves { paused } => {
+                self.moves_paused = *paused;
                 Ok(self.epoch + 1)
             }
             Change::MoveDone { .. } => Err(MapError::Invalid("a finished move is reported on its own".into())),
         }
     }
 
-    /// A group's move onto `set` is done: it reads from `set` alone from now on.
-    fn finish_move(&mut self, pg: u32, set: &[DriveId]) -> Result<u64, MapError> {
+    /// Group `pg`'s data is whole on `reached`, the target of its next step: the move is done if that is
+    /// its set, else it goes on from there.
+    fn finish_move(&mut self, pg: u32, reached: &[DriveId]) -> Result<u64, MapError> {
         if !self.is_bootstrapped() {
             return Err(MapError::NotBootstrapped);
         }
-        let entry = self.pgs.get_mut(pg as usize).ok_or(MapError::Invalid(format!("no group {pg}")))?;
-        // Done only if the set moved to is still the group's set: a later change restarts the move.
-        if entry.from.is_none() || entry.set != set {
+        let entry = self.pgs.get(pg as usize).ok_or(MapError::Invalid(format!("no group {pg}")))?;
+        // Only the step being served: a later change of placement makes the report stale.
+        if entry.from.is_none() || self.step_target(entry) != reached {
             return Err(MapError::StaleMove { pg });
         }
-        entry.from = None;
+        let entry = &mut self.pgs[pg as usize];
+        entry.from = if entry.set == reached { None } else { Some(reached.to_vec()) };
         self.epoch += 1;
-        debug_assert!(self.pgs[pg as usize].from.is_none());
+        self.placement_epoch = self.epoch;
+        debug_assert!(self.pgs[pg as usize].from.as_ref().is_none_or(|f| f != &self.pgs[pg as usize].set));
         Ok(self.epoch)
+    }
+
+    /// Every group's served set.
+    pub fn served_sets(&self) -> Vec<&[DriveId]> {
+        self.pgs.iter().map(PgEntry::served).collect()
+    }
+
+    /// The set group `entry`'s next step moves to: its set when it is not moving, else the set it moves
+    /// from with each position whose drive left the map and up to `parity` more (less those gone) taken
+    /// from the new set. The old drives kept hold k shards of every object the group had, so what the
+    /// rebalancer could not copy before the step is served is rebuilt from them. Positions whose new
+    /// drive's node is not in the old set yet go first (two shards on one node would weaken the set).
+    pub fn step_target(&self, entry: &PgEntry) -> Vec<DriveId> {
+        let Some(from) = &entry.from else { return entry.set.clone() };
+        debug_assert_eq!(from.len(), entry.set.len());
+        let differing: Vec<usize> = (0..from.len()).filter(|i| from[*i] != entry.set[*i]).collect();
+        let gone = |i: &usize| !self.drives.contains_key(&from[*i]);
+        let gone_count = differing.iter().filter(|i| gone(i)).count();
+        let mut budget = (self.parity_shards as usize).max(1).saturating_sub(gone_count);
+        let node_of = |d: &DriveId| self.drives.get(d).map(|e| e.node);
+        let from_nodes: Vec<Option<NodeId>> = from.iter().map(node_of).collect();
+        let mut live: Vec<usize> = differing.iter().copied().filter(|i| !gone(i)).collect();
+        live.sort_by_key(|i| from_nodes.contains(&node_of(&entry.set[*i])));
+        let mut serving = from.clone();
+        for i in differing.iter().filter(|i| gone(i)) {
+            serving[*i] = entry.set[*i];
+        }
+        for i in live {
+            if budget == 0 {
+                break;
+            }
+            serving[i] = entry.set[i];
+            budget -= 1;
+        }
+        debug_assert!(serving != *from || differing.is_empty(), "every step moves");
+        serving
     }
 
     /// The drives of `node`.

@@ -316,6 +316,36 @@ impl ClusterNode {
         changes
     }
 
+    /// On the leader: takes the nodes the map removed out of Raft (managers and learners), then promotes
+    /// learners until there are 1, 3 or 5 managers again.
+    async fn retire_removed(&self) {
+        let map = self.map();
+        let m = self.raft.metrics().borrow().clone();
+        let membership = m.membership_config.membership();
+        let gone = |id: &NodeId| map.removed.contains(id);
+        let voters: BTreeSet<NodeId> = membership.voter_ids().filter(gone).collect();
+        let learners: BTreeSet<NodeId> = membership.learner_ids().filter(gone).collect();
+        if voters.is_empty() && learners.is_empty() {
+            return;
+        }
+        tracing::info!(?voters, ?learners, "taking removed nodes out of Raft");
+        if !voters.is_empty()
+            && let Err(e) = self.raft.change_membership(ChangeMembers::RemoveVoters(voters), false).await
+        {
+            tracing::warn!(error = %e, "taking removed managers out of Raft");
+            return;
+        }
+        if !learners.is_empty()
+            && let Err(e) = self.raft.change_membership(ChangeMembers::RemoveNodes(learners), false).await
+        {
+            tracing::warn!(error = %e, "taking removed learners out of Raft");
+            return;
+        }
+        if let Err(e) = self.promote_managers().await {
+            tracing::warn!(error = %e, "promoting managers after a removal");
+        }
+    }
+
     /// Stops Raft and waits (a bounded time) until its store is closed; the store stays for the next start.
     pub async fn shutdown(&self) {
         if let Err(e) = self.raft.shutdown().await {
@@ -404,6 +434,7 @@ async fn probe_nodes(node: std::sync::Weak<ClusterNode>, down_after: Duration) {
             last_answer.clear();
             continue;
         }
+        node.retire_removed().await;
         let changes = node.probe_once(&mut last_answer, down_after).await;
         if changes.is_empty() || !node.leads() {
             continue;

@@ -4,7 +4,7 @@
 //! map, and the map surviving its on-disk frame.
 
 use mosaic_cluster::frame::{self, Kind};
-use mosaic_cluster::{Change, ClusterMap, DriveState, FailureDomain, MapError, NodeState};
+use mosaic_cluster::{Change, ClusterMap, DriveState, FailureDomain, MapError, NodeState, PgEntry};
 use proptest::prelude::*;
 use std::collections::BTreeSet;
 
@@ -65,11 +65,17 @@ fn change_of(map: &ClusterMap, next_node: &mut u64, op: &Op) -> Option<Change> {
             Change::SetNodeState { node: pick(&nodes, *node)?, state }
         }
         Op::Remove { node, dead } => Change::RemoveNode { node: pick(&nodes, *node)?, dead: *dead },
-        Op::MoveDone { pg } => Change::MoveDone { pg: *pg, set: map.pgs.get(*pg as usize)?.set.clone() },
+        Op::MoveDone { pg } => Change::MoveDone { pg: *pg, set: map.step_target(map.pgs.get(*pg as usize)?) },
     })
 }
 
 fn check(before: &ClusterMap, after: &ClusterMap, change: &Change) {
+    // The placement epoch moves exactly when some group is served from other drives.
+    if before.served_sets() != after.served_sets() {
+        assert_eq!(after.placement_epoch, after.epoch);
+    } else {
+        assert_eq!(after.placement_epoch, before.placement_epoch);
+    }
     let width = after.set_width();
     if after.pgs.is_empty() {
         return;
@@ -85,6 +91,15 @@ fn check(before: &ClusterMap, after: &ClusterMap, change: &Change) {
             assert!(matches!(after.nodes[&drive.node].state, NodeState::Up | NodeState::Down));
         }
         let old = before.pgs.get(i);
+        check_serving(after, pg);
+        if let (Some(old), Change::MoveDone { pg: moved, set }) = (old, change)
+            && *moved as usize == i
+        {
+            // A step done: the data is whole on the set that was served.
+            assert_eq!(set, &before.step_target(old));
+            assert_eq!(pg.from.as_ref().unwrap_or(&pg.set), set);
+            continue;
+        }
         match (&pg.from, old) {
             // A group that starts moving remembers exactly the set its data is on.
             (Some(from), Some(old)) if old.from.is_none() => assert_eq!(from, &old.set),
@@ -100,6 +115,26 @@ fn check(before: &ClusterMap, after: &ClusterMap, change: &Change) {
             assert_eq!(old.set, pg.set, "a finished move changes no set");
         }
     }
+}
+
+/// A moving group is served from its old set with at most `parity` live drives swapped for new ones
+/// (k old shards of every object stay readable), each swapped position taking the new set's drive.
+fn check_serving(map: &ClusterMap, pg: &PgEntry) {
+    let serving = map.step_target(pg);
+    let Some(from) = &pg.from else {
+        assert_eq!(serving, pg.set);
+        return;
+    };
+    assert_ne!(&serving, from, "a moving group's serving set moves");
+    let mut swapped_live = 0;
+    for i in 0..serving.len() {
+        assert!(serving[i] == from[i] || serving[i] == pg.set[i]);
+        if serving[i] != from[i] && map.drives.contains_key(&from[i]) {
+            swapped_live += 1;
+        }
+        assert!(serving[i] == pg.set[i] || map.drives.contains_key(&from[i]), "a gone drive is swapped first");
+    }
+    assert!(swapped_live <= map.parity_shards as usize);
 }
 
 proptest! {
@@ -148,9 +183,12 @@ proptest! {
 
 fn finish_moves(map: &mut ClusterMap) {
     for pg in 0..PG_COUNT {
-        if map.pgs[pg as usize].from.is_some() {
-            let set = map.pgs[pg as usize].set.clone();
-            map.apply(&Change::MoveDone { pg, set }).unwrap();
+        // Each step swaps at least one drive: a set of `width` is reached in that many steps at most.
+        for _ in 0..map.set_width() {
+            if map.pgs[pg as usize].from.is_some() {
+                let set = map.step_target(&map.pgs[pg as usize]);
+                map.apply(&Change::MoveDone { pg, set }).unwrap();
+            }
         }
     }
     assert!(map.pgs.iter().all(|pg| pg.from.is_none()));
@@ -219,4 +257,65 @@ fn a_node_is_removed_only_when_drained_or_dead() {
     map.apply(&Change::RemoveNode { node: 0, dead: true }).unwrap();
     assert!(!map.nodes.contains_key(&0));
     assert!(map.pgs.iter().filter(|pg| pg.from.is_some()).count() >= held.min(1));
+}
+
+#[test]
+fn a_move_of_several_drives_goes_in_steps_of_parity() {
+    let mut map = ClusterMap::empty();
+    map.apply(&Change::Bootstrap {
+        cluster_id: "c".into(),
+        data_shards: 2,
+        parity_shards: 1,
+        pg_count: PG_COUNT,
+        failure_domain: FailureDomain::Node,
+    })
+    .unwrap();
+    let add = |map: &mut ClusterMap, node: u64| {
+        map.apply(&Change::Batch(vec![
+            Change::AddNode {
+                node,
+                address: format!("127.0.0.1:{}", 9100 + node),
+                s3_address: format!("127.0.0.1:{}", 9000 + node),
+                zone: "z".into(),
+            },
+            Change::AddDrive { node, name: "d0".into(), weight: 100 },
+        ]))
+        .unwrap();
+    };
+    for node in 0..3 {
+        add(&mut map, node);
+    }
+    let before = map.clone();
+    for node in 3..6 {
+        add(&mut map, node);
+    }
+    // Every group leaves all three old nodes: three drives each, one per step.
+    for node in 0..3 {
+        map.apply(&Change::SetNodeState { node, state: NodeState::Draining }).unwrap();
+    }
+    for pg in 0..PG_COUNT {
+        let entry = map.pgs[pg as usize].clone();
+        assert_eq!(entry.from.as_ref(), Some(&before.pgs[pg as usize].set));
+        let mut steps = 0;
+        while map.pgs[pg as usize].from.is_some() {
+            let serving = map.step_target(&map.pgs[pg as usize]);
+            let from = map.pgs[pg as usize].from.clone().unwrap();
+            assert_eq!(serving.iter().zip(&from).filter(|(a, b)| a != b).count(), 1, "one drive per step");
+            let placement_epoch = map.placement_epoch;
+            map.apply(&Change::MoveDone { pg, set: serving.clone() }).unwrap();
+            // Every step changes where the group is served.
+            assert!(map.placement_epoch > placement_epoch);
+            // The step reported twice is stale.
+            if map.pgs[pg as usize].from.is_some() {
+                assert_eq!(map.apply(&Change::MoveDone { pg, set: serving }), Err(MapError::StaleMove { pg }));
+            }
+            steps += 1;
+        }
+        assert_eq!(steps, 3);
+        assert_eq!(map.pgs[pg as usize].set, entry.set);
+    }
+    for node in 0..3 {
+        map.apply(&Change::RemoveNode { node, dead: false }).unwrap();
+    }
+    assert_eq!(map.nodes.len(), 3);
 }

@@ -64,6 +64,7 @@ pub(crate) async fn heal_object<S: Store>(set: &Arc<SetInner<S>>, coll_name: &st
     let answered: Vec<bool> = states.iter().map(|s| !matches!(s, DriveState::Failed)).collect();
     match decide(states, set.geometry().read_quorum(), set.geometry().write_quorum()) {
         Verdict::NoQuorum { .. } => Err(StoreError::unavailable("too few drives agree to heal the object now")),
+        Verdict::Absent if !set.cfg.heal_removes => Ok(Healed::Nothing),
         Verdict::Absent => {
             let mut n = 0;
             for d in (0..set.drives()).filter(|d| present[*d]) {

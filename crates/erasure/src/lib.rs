@@ -60,6 +60,10 @@ pub struct SetConfig {
     pub lazy_encode_min_bytes: u64,
     /// Which writes the drives' undo logs hold that open settles (recovery).
     pub settle_at_open: Settle,
+    /// Heal removes an object from the drives that hold it when a quorum lacks it. A set that sees only
+    /// part of where its data is (a cluster group's next set, filled before it is served) must not: what
+    /// it lacks may be whole elsewhere, so it only rebuilds.
+    pub heal_removes: bool,
 }
 
 impl SetConfig {
@@ -76,6 +80,7 @@ impl SetConfig {
             scan_interval: None,
             lazy_encode_min_bytes: LAZY_ENCODE_MIN_BYTES,
             settle_at_open: Settle::All,
+            heal_removes: true,
         }
     }
 }

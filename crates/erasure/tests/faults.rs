@@ -256,3 +256,38 @@ async fn assert_deleted(l: &impl ObjectLayer, set: &str, kept: &[u8]) {
     assert_eq!(keys, ["kept"], "{set}");
     assert_eq!(get(l, "kept").await.unwrap(), kept, "{set}");
 }
+
+/// A set made with `heal_removes: false` (a cluster group's next set, filled before it is served: what it
+/// lacks may be whole on the set served) rebuilds but never takes an object off the drives that hold it,
+/// even where a quorum of its own drives lacks it; the same set with removals takes it off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_that_only_rebuilds_keeps_what_a_quorum_lacks() {
+    use mosaic_erasure::Healed;
+    use mosaic_store::{Op, Snapshot, Txn};
+    for removes in [false, true] {
+        let t = TestSet::with_config(mosaic_erasure::SetConfig { heal_removes: removes, ..set_config(2, 1) }).await;
+        t.set.commit(Txn::new().op(Op::CreateCollection { name: "c".into() })).await.unwrap();
+        let coll = t.set.snapshot().collection("c").await.unwrap().unwrap();
+        let write = |name: &str| Txn::new().op(Op::Create { coll: coll.clone(), name: name.as_bytes().to_vec() });
+        t.set.commit(write("o")).await.unwrap();
+        // After the removal the last drive holds "o" again as it was (as a drive the set does not see
+        // whole would: what a group's next set lacks of an object the set served holds).
+        let stale = 2;
+        let drive = t.set.members()[stale].clone().unwrap();
+        let snap = drive.snapshot();
+        let c = snap.collection("c").await.unwrap().unwrap();
+        let info = snap.lookup(&c, b"o").await.unwrap().unwrap();
+        let attrs = snap.attrs(&info.obj, b"", 100).await.unwrap();
+        t.set.commit(Txn::new().op(Op::Remove { coll: coll.clone(), name: b"o".to_vec() })).await.unwrap();
+        let mut plant = Txn::new().op(Op::Create { coll: c.clone(), name: b"o".to_vec() });
+        for (key, value) in attrs {
+            plant = plant.op(Op::SetAttr { coll: c.clone(), name: b"o".to_vec(), key, value });
+        }
+        drive.commit(plant).await.unwrap();
+        let healed = t.set.heal_object("c", b"o").await.unwrap();
+        let snap = drive.snapshot();
+        let held = snap.lookup(&c, b"o").await.unwrap().is_some();
+        assert_eq!((healed == Healed::Nothing, held), (!removes, !removes), "heal_removes: {removes}");
+        assert!(t.set.snapshot().lookup(&coll, b"o").await.unwrap().is_none(), "absent either way");
+    }
+}

@@ -358,8 +358,23 @@ async fn cluster_route(state: &AdminState, method: &str, path: &str) -> Resp {
     if (method, path) == ("GET", "/admin/v1/cluster") {
         return json(200, cluster.status().await);
     }
-    let Some(args) = path.strip_prefix("/admin/v1/cluster/init/").filter(|_| method == "POST") else {
-        return json(404, serde_json::json!({ "error": format!("no admin endpoint {method} {path}") }));
+    let not_found = || json(404, serde_json::json!({ "error": format!("no admin endpoint {method} {path}") }));
+    if method != "POST" {
+        return not_found();
+    }
+    if let Some(args) = path.strip_prefix("/admin/v1/cluster/").filter(|a| !a.starts_with("init/")) {
+        let change = match cluster_change(args) {
+            Ok(Some(c)) => c,
+            Ok(None) => return not_found(),
+            Err(e) => return json(400, serde_json::json!({ "error": e })),
+        };
+        return match cluster.change(change).await {
+            Ok(epoch) => json(200, serde_json::json!({ "epoch": epoch })),
+            Err(e) => json(409, serde_json::json!({ "error": e })),
+        };
+    }
+    let Some(args) = path.strip_prefix("/admin/v1/cluster/init/") else {
+        return not_found();
     };
     let request = match init_request(args) {
         Ok(r) => r,
@@ -374,6 +389,28 @@ async fn cluster_route(state: &AdminState, method: &str, path: &str) -> Resp {
     }
 }
 
+/// The map change an admin call asks for: `drain/{node}`, `remove/{node}[/dead]`,
+/// `weight/{drive}/{weight}`, `rebalance/{pause|resume}`. None: no such call.
+fn cluster_change(args: &str) -> Result<Option<mosaic_cluster::Change>, String> {
+    use mosaic_cluster::{Change, NodeState};
+    let parts: Vec<&str> = args.split('/').collect();
+    let number = |what: &str, v: &str| v.parse::<u64>().map_err(|_| format!("{what}: {v:?} is not a number"));
+    let small = |what: &str, v: &str| {
+        number(what, v).and_then(|n| u32::try_from(n).map_err(|_| format!("{what}: {n} is too large")))
+    };
+    Ok(Some(match parts.as_slice() {
+        ["drain", node] => Change::SetNodeState { node: number("node", node)?, state: NodeState::Draining },
+        ["remove", node] => Change::RemoveNode { node: number("node", node)?, dead: false },
+        ["remove", node, "dead"] => Change::RemoveNode { node: number("node", node)?, dead: true },
+        ["weight", drive, weight] => {
+            Change::SetDriveWeight { drive: small("drive", drive)?, weight: small("weight", weight)? }
+        }
+        ["rebalance", "pause"] => Change::PauseMoves { paused: true },
+        ["rebalance", "resume"] => Change::PauseMoves { paused: false },
+        _ => return Ok(None),
+    }))
+}
+
 fn init_request(args: &str) -> Result<crate::cluster::InitRequest, String> {
     let parts: Vec<&str> = args.split('/').collect();
     let [data, parity, groups, domain] = parts.as_slice() else {
@@ -386,6 +423,11 @@ fn init_request(args: &str) -> Result<crate::cluster::InitRequest, String> {
         return Err(format!(
             "an erasure code of {data}+{parity}: 1 or more data shards, no more parity than data, at most {width} in all"
         ));
+    }
+    // A node that stops would take its shards' objects with it, and a group could not move (the new drive
+    // is filled from the others while it serves).
+    if parity == 0 {
+        return Err(format!("an erasure code of {data}+0: a cluster's sets need at least one parity shard"));
     }
     let pg_count = number("placement groups", groups)?;
     let max_groups = crate::cluster::MAX_PLACEMENT_GROUPS;

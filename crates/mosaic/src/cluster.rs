@@ -9,6 +9,14 @@
 //! from its Raft store at the next start. S3 is served through a [`Switch`]: each map with placement is
 //! composed into a store (one erasure set per placement group over local and remote drives) and switched
 //! in; until the first, requests are refused as unavailable.
+//!
+//! Moves (a node added, drained or removed, a weight changed): a moving group is served from the set its
+//! data is whole on until a step is done. The group's owner (the node of that set's first drive) waits
+//! until every node serves the current placement, heals the served set whole, fills the step's set
+//! (`ClusterMap::step_target`: at most `parity` drives swapped) through a set of its own that only
+//! rebuilds, reports the step done through Raft (every node serves the new set from then on, and what
+//! was written meanwhile is rebuilt on its new drives from the k it shares with the old), and clears the
+//! group off the drives it left.
 
 use crate::config::ClusterConfig;
 use crate::datadir;
@@ -21,18 +29,21 @@ use mosaic_cluster_store::{ClusterStore, ClusterStoreConfig};
 use mosaic_drive::DriveStore;
 use mosaic_layer::{ObjectLayer, S3Semantics, SemanticsConfig, Switch};
 use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
-use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-/// This binary's own node-to-node call: the files a joining node takes from a member.
+/// This binary's own node-to-node calls: the files a joining node takes from a member, and what a node
+/// serves (its placement epoch and its moves).
 const PATH_SHARED: &str = "/node/shared";
+const PATH_SERVING: &str = "/node/serving";
 /// The data directory's files every node of a cluster holds alike.
 const SHARED_FILES: [&str; 3] = ["credentials", "sse-keys", "keys"];
 const CALL_TIMEOUT: Duration = Duration::from_secs(20);
@@ -49,6 +60,17 @@ const BUCKET_STATE_TTL: Duration = Duration::from_secs(1);
 const DOWN_AFTER: Duration = Duration::from_secs(5);
 /// Rounds of heal per group that `admin heal` runs before it leaves the rest to the background.
 const MAX_HEAL_ROUNDS: usize = 64;
+/// Heal rounds a step of a move runs (each compares the group's drives and rebuilds what differs) before
+/// it tries again later.
+const MAX_MOVE_ROUNDS: usize = 16;
+/// Objects rebuilt per heal call of a move.
+const MOVE_HEAL_STEP: usize = 1024;
+/// How long the owner of a moving group waits for every node to serve its placement before it retries.
+const PLACEMENT_WAIT: Duration = Duration::from_secs(30);
+const PLACEMENT_POLL: Duration = Duration::from_millis(100);
+/// Pause before a move that failed (a drive missing, a node behind) is tried again.
+const MOVE_RETRY: Duration = Duration::from_secs(2);
+const SERVING_CALL_TIMEOUT: Duration = Duration::from_secs(2);
 /// Weight of a drive: its capacity in GiB (at least 1).
 const WEIGHT_UNIT_BYTES: u64 = 1 << 30;
 
@@ -64,6 +86,38 @@ pub struct InitRequest {
     pub parity_shards: u8,
     pub pg_count: u32,
     pub failure_domain: FailureDomain,
+}
+
+/// The store this node serves, the map it was composed from, and the groups this node owns in it (it
+/// settles, heals and moves those).
+#[derive(Clone)]
+struct Served {
+    map: Arc<ClusterMap>,
+    store: Arc<ClusterStore>,
+    owned: Vec<usize>,
+}
+
+/// What this node's rebalancer did since it started.
+#[derive(Default)]
+struct MoveStats {
+    groups_moved: AtomicU64,
+    bytes_moved: AtomicU64,
+    objects_cleared: AtomicU64,
+    failures: AtomicU64,
+    last_error: Mutex<Option<String>>,
+    /// When it first found a group of its own to move.
+    first_move: Mutex<Option<Instant>>,
+}
+
+/// A node's answer to `PATH_SERVING`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+struct ServingReport {
+    placement_epoch: u64,
+    groups_moved: u64,
+    bytes_moved: u64,
+    objects_cleared: u64,
+    moving_for_ms: u64,
+    last_error: Option<String>,
 }
 
 /// A node's Raft and the client it calls other nodes with, once it has the secret.
@@ -90,8 +144,12 @@ pub struct Cluster {
     /// Set when the server has its SSE keys; the map is followed from then on.
     layer_cfg: OnceLock<SemanticsConfig>,
     following: AtomicBool,
-    /// The store served now, and the groups this node owns in it (it settles and heals those).
-    composed: Mutex<Option<(Arc<ClusterStore>, Vec<usize>)>>,
+    served: Mutex<Option<Served>>,
+    /// The placement epoch of the store served (the rebalancer waits until every node serves its own).
+    placement_epoch: Arc<AtomicU64>,
+    /// Wakes the rebalancer when a new store is served.
+    served_changed: tokio::sync::Notify,
+    moves: MoveStats,
     pub switch: Arc<Switch>,
     stop: watch::Receiver<bool>,
 }
@@ -139,7 +197,10 @@ impl Cluster {
             set_cfg,
             layer_cfg: OnceLock::new(),
             following: AtomicBool::new(false),
-            composed: Mutex::new(None),
+            served: Mutex::new(None),
+            placement_epoch: Arc::new(AtomicU64::new(0)),
+            served_changed: tokio::sync::Notify::new(),
+            moves: MoveStats::default(),
             switch: Arc::new(Switch::new(
                 "this node is not in a cluster yet: run `mosaic admin cluster init` on the first node, or start it with --join",
             )),
@@ -188,6 +249,7 @@ impl Cluster {
     fn follow_once(self: &Arc<Self>) {
         if self.layer_cfg.get().is_some() && self.running.get().is_some() && !self.following.swap(true, SeqCst) {
             tokio::spawn(self.clone().follow_map());
+            tokio::spawn(self.clone().rebalance());
         }
     }
 
@@ -211,7 +273,7 @@ impl Cluster {
                     .route("/cluster/", node.clone())
                     .route("/raft/", node.clone())
                     .route("/drive/", mosaic_remote::DriveServer::new(served))
-                    .route("/node/", Arc::new(SharedFiles { dir: self.data_dir.clone() }));
+                    .route("/node/", Arc::new(NodeCalls { dir: self.data_dir.clone(), cluster: Arc::downgrade(self) }));
                 let listener = self.listener.lock().take().ok_or("the cluster port is gone")?;
                 let mut stop = self.stop.clone();
                 tokio::spawn(rpc::serve(listener, secret, Arc::new(router), async move {
@@ -356,20 +418,28 @@ impl Cluster {
             .nodes
             .iter()
             .map(|(id, n)| {
-                let drives = map.drives_of(*id);
+                let drives: Vec<serde_json::Value> = map
+                    .drives_of(*id)
+                    .iter()
+                    .map(|d| {
+                        let e = &map.drives[d];
+                        serde_json::json!({ "id": d, "name": e.name, "weight": e.weight, "state": e.state })
+                    })
+                    .collect();
                 serde_json::json!({
                     "id": id,
                     "address": n.address,
                     "s3_address": n.s3_address,
                     "zone": n.zone,
                     "state": n.state,
-                    "drives": drives.len(),
+                    "drives": drives,
                     "groups": map.groups_on_node(*id),
                     "manager": status.managers.contains(id),
                 })
             })
             .collect();
         let moving = map.pgs.iter().filter(|p| p.from.is_some()).count();
+        let rebalance = self.rebalance_status(&map, running, moving).await;
         serde_json::json!({
             "node": self.node_id(),
             "address": self.advertise,
@@ -382,8 +452,39 @@ impl Cluster {
             "placement_groups": map.pg_count,
             "groups_placed": map.pgs.len(),
             "groups_moving": moving,
+            "placement_epoch": map.placement_epoch,
+            "rebalance": rebalance,
             "serving": serving,
             "nodes": nodes,
+        })
+    }
+
+    /// The moves of every node that answers, summed, with an estimate of the time left at their rate.
+    async fn rebalance_status(&self, map: &ClusterMap, running: &Running, moving: usize) -> serde_json::Value {
+        let me = self.node_id();
+        let calls = map.nodes.iter().filter(|(_, n)| n.state != NodeState::Dead).map(|(id, n)| async move {
+            if *id == me {
+                return Some(self.serving_report());
+            }
+            running.client.call(&n.address, PATH_SERVING, &(), SERVING_CALL_TIMEOUT).await.ok()
+        });
+        let reports: Vec<Option<ServingReport>> = futures::future::join_all(calls).await;
+        let answered: Vec<&ServingReport> = reports.iter().flatten().collect();
+        let moved: u64 = answered.iter().map(|r| r.groups_moved).sum();
+        let longest_ms = answered.iter().map(|r| r.moving_for_ms).max().unwrap_or(0);
+        // Groups per second over the longest any node has been moving: a rough rate, enough for an ETA.
+        let eta_s = (moving > 0 && moved > 0 && longest_ms > 0)
+            .then(|| (moving as f64 / (moved as f64 * 1000.0 / longest_ms as f64)).ceil() as u64);
+        serde_json::json!({
+            "paused": map.moves_paused,
+            "groups_moving": moving,
+            "groups_moved": moved,
+            "bytes_moved": answered.iter().map(|r| r.bytes_moved).sum::<u64>(),
+            "objects_cleared": answered.iter().map(|r| r.objects_cleared).sum::<u64>(),
+            "eta_s": eta_s,
+            "nodes_behind": answered.iter().filter(|r| r.placement_epoch < map.placement_epoch).count(),
+            "nodes_not_answering": reports.iter().filter(|r| r.is_none()).count(),
+            "errors": answered.iter().filter_map(|r| r.last_error.clone()).collect::<Vec<_>>(),
         })
     }
 
@@ -402,6 +503,8 @@ impl Cluster {
                 match self.compose(&map, running).await {
                     Ok((layer, unreachable)) => {
                         self.switch.set(layer);
+                        self.placement_epoch.fetch_max(map.placement_epoch, SeqCst);
+                        self.served_changed.notify_one();
                         // What changed while this node composed its previous store (a node was down, a
                         // node crashed mid-write) is found by comparing the drives of the groups it owns.
                         tokio::spawn(self.clone().scan_owned());
@@ -434,34 +537,39 @@ impl Cluster {
     /// The S3 layer over the store `map` gives this node, and how many drives did not answer.
     async fn compose(&self, map: &ClusterMap, running: &Running) -> Result<(Arc<dyn ObjectLayer>, usize), String> {
         let me = self.node_id();
-        let local: HashMap<DriveId, DriveStore> = map
-            .drives
-            .iter()
-            .filter(|(_, d)| d.node == me)
-            .filter_map(|(id, d)| {
-                self.drives.iter().find(|(name, ..)| *name == d.name).map(|(_, s, _)| (*id, s.clone()))
-            })
-            .collect();
         let cfg = ClusterStoreConfig { set: self.set_cfg.clone() };
-        let composed =
-            mosaic_cluster_store::build(map, me, &local, &running.client, &cfg).await.map_err(|e| e.to_string())?;
+        let composed = mosaic_cluster_store::build(map, me, &self.local_drives(map), &running.client, &cfg)
+            .await
+            .map_err(|e| e.to_string())?;
         let layer_cfg = self.layer_cfg.get().ok_or("the server is not serving yet")?.clone();
         let store = Arc::new(composed.store);
         let layer = S3Semantics::open(store.clone(), layer_cfg).await.map_err(|e| e.to_string())?;
         let owned = (0..map.pgs.len())
             .filter(|pg| {
                 let entry = &map.pgs[*pg];
-                mosaic_cluster_store::owner_of(map, entry.from.as_ref().unwrap_or(&entry.set)) == Some(me)
+                mosaic_cluster_store::owner_of(map, entry.served()) == Some(me)
             })
             .collect();
-        *self.composed.lock() = Some((store, owned));
+        *self.served.lock() = Some(Served { map: Arc::new(map.clone()), store, owned });
         Ok((Arc::new(layer), composed.unreachable.len()))
+    }
+
+    /// This node's drives by their id in `map`.
+    fn local_drives(&self, map: &ClusterMap) -> HashMap<DriveId, DriveStore> {
+        let me = self.node_id();
+        map.drives
+            .iter()
+            .filter(|(_, d)| d.node == me)
+            .filter_map(|(id, d)| {
+                self.drives.iter().find(|(name, ..)| *name == d.name).map(|(_, s, _)| (*id, s.clone()))
+            })
+            .collect()
     }
 
     /// Compares the drives of every group this node owns and queues what one lacks for heal (which runs in
     /// the background on the owner). Returns the objects scanned and the scans that failed.
     async fn scan_owned(self: Arc<Self>) -> (u64, Vec<String>) {
-        let Some((store, owned)) = self.composed.lock().clone() else { return (0, Vec::new()) };
+        let Some(Served { store, owned, .. }) = self.served.lock().clone() else { return (0, Vec::new()) };
         let (mut scanned, mut failed) = (0, Vec::new());
         for pg in owned {
             match store.members()[pg].scan().await {
@@ -479,7 +587,7 @@ impl Cluster {
     pub async fn heal(self: &Arc<Self>) -> serde_json::Value {
         const HEAL_STEP: usize = 1024;
         let (scanned, failed) = self.clone().scan_owned().await;
-        let Some((store, owned)) = self.composed.lock().clone() else {
+        let Some(Served { store, owned, .. }) = self.served.lock().clone() else {
             return serde_json::json!({ "error": "this node serves no cluster map yet" });
         };
         let mut tried = 0;
@@ -503,12 +611,239 @@ impl Cluster {
         })
     }
 
+    /// Proposes an operator's change of the map (drain, remove, weight, pause); returns the new epoch.
+    pub async fn change(&self, change: Change) -> Result<u64, String> {
+        let running = self.running.get().ok_or("this node is in no cluster")?;
+        running.node.propose(change).await.map_err(|e| e.to_string())
+    }
+
+    /// What this node serves and its rebalancer did, as other nodes ask it.
+    fn serving_report(&self) -> ServingReport {
+        let m = &self.moves;
+        ServingReport {
+            placement_epoch: self.placement_epoch.load(SeqCst),
+            groups_moved: m.groups_moved.load(Relaxed),
+            bytes_moved: m.bytes_moved.load(Relaxed),
+            objects_cleared: m.objects_cleared.load(Relaxed),
+            moving_for_ms: m.first_move.lock().map(|t| t.elapsed().as_millis() as u64).unwrap_or(0),
+            last_error: m.last_error.lock().clone(),
+        }
+    }
+
+    /// Moves the groups this node owns whose placement changed, one step at a time, until the server
+    /// stops. Woken by every new store; a step that fails is tried again after `MOVE_RETRY`.
+    async fn rebalance(self: Arc<Self>) {
+        let mut stop = self.stop.clone();
+        loop {
+            let retry = match self.move_owned_groups().await {
+                Ok(()) => {
+                    *self.moves.last_error.lock() = None;
+                    false
+                }
+                Err(e) => {
+                    tracing::info!(error = %e, "a move of placement groups waits");
+                    self.moves.failures.fetch_add(1, Relaxed);
+                    metrics::counter!("mosaic_rebalance_failures_total").increment(1);
+                    *self.moves.last_error.lock() = Some(e);
+                    true
+                }
+            };
+            tokio::select! {
+                _ = self.served_changed.notified() => {}
+                _ = tokio::time::sleep(MOVE_RETRY), if retry => {}
+                _ = stop.wait_for(|s| *s) => return,
+            }
+        }
+    }
+
+    /// One pass over the moving groups this node owns in the store it serves, until a step changes where
+    /// some group is served (the next store is composed then, and the rebalancer woken).
+    async fn move_owned_groups(&self) -> Result<(), String> {
+        let Some(served) = self.served.lock().clone() else { return Ok(()) };
+        let running = self.running.get().ok_or("this node is in no cluster")?;
+        let map = &served.map;
+        let moving: Vec<usize> = served.owned.iter().copied().filter(|pg| map.pgs[*pg].from.is_some()).collect();
+        metrics::gauge!("mosaic_rebalance_groups_moving")
+            .set(map.pgs.iter().filter(|p| p.from.is_some()).count() as f64);
+        if moving.is_empty() || map.moves_paused {
+            return Ok(());
+        }
+        self.moves.first_move.lock().get_or_insert_with(Instant::now);
+        self.wait_for_placement(map, running).await?;
+        for pg in moving {
+            let now = running.node.map();
+            if self.placement_epoch.load(SeqCst) != map.placement_epoch || now.placement_epoch != map.placement_epoch {
+                return Ok(()); // a newer placement is (about to be) served: the next pass takes it
+            }
+            // Done since this store was composed (a step that was the last changes no serving set).
+            if now.pgs.get(pg).is_none_or(|e| e.from.is_none()) {
+                continue;
+            }
+            self.move_step(&served, pg, running).await.map_err(|e| format!("group {pg}: {e}"))?;
+        }
+        Ok(())
+    }
+
+    /// Waits until every node that answers serves `map`'s placement (or a newer one): from then on no
+    /// write lands on the drives a group is leaving without landing on the ones it moves to.
+    async fn wait_for_placement(&self, map: &ClusterMap, running: &Running) -> Result<(), String> {
+        let me = self.node_id();
+        let others: Vec<&str> = map
+            .nodes
+            .iter()
+            .filter(|(id, n)| **id != me && matches!(n.state, NodeState::Up | NodeState::Draining))
+            .map(|(_, n)| n.address.as_str())
+            .collect();
+        let deadline = Instant::now() + PLACEMENT_WAIT;
+        for addr in others {
+            loop {
+                let report: Result<ServingReport, _> =
+                    running.client.call(addr, PATH_SERVING, &(), SERVING_CALL_TIMEOUT).await;
+                match report {
+                    Ok(r) if r.placement_epoch >= map.placement_epoch => break,
+                    _ if Instant::now() >= deadline => {
+                        return Err(format!("node {addr} does not serve placement epoch {} yet", map.placement_epoch));
+                    }
+                    _ => tokio::time::sleep(PLACEMENT_POLL).await,
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// One step of group `pg`'s move: the served set healed whole, the step's set filled from it, the
+    /// step reported done, the group cleared off the drives it left.
+    async fn move_step(&self, served: &Served, pg: usize, running: &Running) -> Result<(), String> {
+        let map = &served.map;
+        let entry = &map.pgs[pg];
+        let from = entry.from.clone().ok_or("not moving")?;
+        let target = map.step_target(entry);
+        // Every object whole on the set served, so that the k drives it shares with the target hold it.
+        let whole = &served.store.members()[pg];
+        if whole.members().iter().any(|m| m.is_none()) {
+            return Err("a drive of its set does not answer".into());
+        }
+        heal_until_alike(whole).await.map_err(|e| format!("healing its set: {e}"))?;
+        let filling = self.open_target(map, pg, &target, running).await?;
+        let bytes = fill(&filling).await;
+        self.moves.bytes_moved.fetch_add(bytes.as_ref().copied().unwrap_or(0), Relaxed);
+        let bytes = bytes.map_err(|e| format!("filling its next set: {e}"))?;
+        metrics::counter!("mosaic_rebalance_bytes_total").increment(bytes);
+        drop(filling);
+        running
+            .node
+            .propose(Change::MoveDone { pg: pg as u32, set: target.clone() })
+            .await
+            .map_err(|e| e.to_string())?;
+        self.moves.groups_moved.fetch_add(1, Relaxed);
+        metrics::counter!("mosaic_rebalance_groups_moved_total").increment(1);
+        tracing::info!(pg, bytes, done = entry.set == target, "placement group moved a step");
+        for (slot, drive) in from.iter().enumerate().filter(|(i, d)| target[*i] != **d) {
+            self.clear_left_drive(map, pg as u32, slot, *drive, running).await;
+        }
+        Ok(())
+    }
+
+    /// A set over group `pg`'s drives `target`, only for filling them: it settles nothing, heals only when
+    /// asked, and never removes (what it lacks may be whole on the set served).
+    async fn open_target(
+        &self,
+        map: &ClusterMap,
+        pg: usize,
+        target: &[DriveId],
+        running: &Running,
+    ) -> Result<mosaic_erasure::ErasureSet<mosaic_cluster_store::PgDrive<mosaic_cluster_store::NodeDrive>>, String>
+    {
+        let local = self.local_drives(map);
+        let mut members = Vec::with_capacity(target.len());
+        for (slot, id) in target.iter().enumerate() {
+            let drive = mosaic_cluster_store::connect_drive(map, self.node_id(), *id, &local, &running.client)
+                .await
+                .ok_or(format!("drive {id} of its next set does not answer"))?;
+            members.push(Some(Arc::new(mosaic_cluster_store::PgDrive::new(drive, pg as u32, slot))));
+        }
+        let geometry = mosaic_erasure::SetGeometry::new(map.data_shards as usize, map.parity_shards as usize)
+            .map_err(|e| e.to_string())?;
+        let cfg = mosaic_erasure::SetConfig {
+            geometry,
+            heal_in_background: false,
+            scan_interval: None,
+            settle_at_open: mosaic_erasure::Settle::Never,
+            heal_removes: false,
+            ..self.set_cfg.clone()
+        };
+        mosaic_erasure::ErasureSet::open(cfg, members).await.map_err(|e| e.to_string())
+    }
+
+    /// Removes group `pg`'s old shards at position `slot` from `drive`, which the group left there. Stops
+    /// when a newer map puts the drive back at that position (in the set served, the set moved to or the
+    /// next step's); a drive that does not answer keeps the shards (space, never data: nothing reads them).
+    async fn clear_left_drive(&self, map: &ClusterMap, pg: u32, slot: usize, drive: DriveId, running: &Running) {
+        let local = self.local_drives(map);
+        let Some(store) =
+            mosaic_cluster_store::connect_drive(map, self.node_id(), drive, &local, &running.client).await
+        else {
+            return;
+        };
+        let node = running.node.clone();
+        let still_away = move || {
+            let now = node.map();
+            now.pgs.get(pg as usize).is_none_or(|e| {
+                [e.served(), &e.set, &now.step_target(e)].iter().all(|set| set.get(slot) != Some(&drive))
+            })
+        };
+        match mosaic_cluster_store::clear_group(store, pg, slot, still_away).await {
+            Ok(c) => {
+                self.moves.objects_cleared.fetch_add(c.objects, Relaxed);
+                tracing::debug!(pg, drive, objects = c.objects, "cleared a group off a drive it left");
+            }
+            Err(e) => tracing::warn!(pg, drive, error = %e, "clearing a group off a drive it left failed"),
+        }
+    }
+
     /// Stops Raft (the cluster port stops with the server's stop signal).
     pub async fn shutdown(&self) {
         if let Some(running) = self.running.get() {
             running.node.shutdown().await;
         }
     }
+}
+
+/// Heals `set` until a comparison of its drives finds nothing to rebuild (at most `MAX_MOVE_ROUNDS`).
+async fn heal_until_alike<S: mosaic_store::Store>(set: &mosaic_erasure::ErasureSet<S>) -> Result<(), String> {
+    let failed_before = set.heal_progress().failed_objects.load(Relaxed);
+    for _ in 0..MAX_MOVE_ROUNDS {
+        set.scan().await.map_err(|e| e.to_string())?;
+        if set.heal_backlog() == 0 {
+            return Ok(());
+        }
+        while set.heal_backlog() > 0 && set.heal_now(MOVE_HEAL_STEP).await > 0 {}
+        if set.heal_progress().failed_objects.load(Relaxed) > failed_before {
+            return Err("some objects could not be rebuilt".into());
+        }
+    }
+    Err(format!("its drives still differ after {MAX_MOVE_ROUNDS} rounds of heal"))
+}
+
+/// Rebuilds on a step's set what its drives lack, until a round rebuilds nothing; returns the bytes
+/// rebuilt. Objects it cannot make whole from its own drives (only on the drives left) are skipped: the
+/// set served has them whole, and they are rebuilt from its k shared drives once the step is served.
+async fn fill<S: mosaic_store::Store>(set: &mosaic_erasure::ErasureSet<S>) -> Result<u64, String> {
+    let progress = set.heal_progress();
+    let bytes_before = progress.healed_bytes.load(Relaxed);
+    let failed_before = progress.failed_objects.load(Relaxed);
+    for _ in 0..MAX_MOVE_ROUNDS {
+        let healed_before = progress.healed_objects.load(Relaxed);
+        set.scan().await.map_err(|e| e.to_string())?;
+        while set.heal_backlog() > 0 && set.heal_now(MOVE_HEAL_STEP).await > 0 {}
+        if progress.failed_objects.load(Relaxed) > failed_before {
+            return Err("some objects could not be rebuilt".into());
+        }
+        if progress.healed_objects.load(Relaxed) == healed_before {
+            return Ok(progress.healed_bytes.load(Relaxed) - bytes_before);
+        }
+    }
+    Err(format!("writes kept coming faster than {MAX_MOVE_ROUNDS} rounds of copying"))
 }
 
 /// Whether two maps compose the same store: the same groups on the same drives at the same addresses of
@@ -522,14 +857,20 @@ fn same_placement(a: &ClusterMap, b: &ClusterMap) -> bool {
         && (a.data_shards, a.parity_shards) == (b.data_shards, b.parity_shards)
 }
 
-/// Answers a joining node's request for the shared files (only a node with the secret can call).
-struct SharedFiles {
+/// Answers this binary's node-to-node calls (only a node with the secret can call): the shared files a
+/// joining node takes, and what this node serves.
+struct NodeCalls {
     dir: PathBuf,
+    cluster: Weak<Cluster>,
 }
 
-impl Handler for SharedFiles {
+impl Handler for NodeCalls {
     fn handle(self: Arc<Self>, path: String, _body: Bytes) -> Pin<Box<dyn Future<Output = Answer> + Send>> {
         Box::pin(async move {
+            if path == PATH_SERVING {
+                let cluster = self.cluster.upgrade().ok_or((StatusCode::SERVICE_UNAVAILABLE, "stopping".into()))?;
+                return rpc::answer(&cluster.serving_report());
+            }
             if path != PATH_SHARED {
                 return Err((StatusCode::NOT_FOUND, format!("no node call {path}")));
             }

@@ -125,8 +125,31 @@ enum ClusterCommand {
         #[arg(long, default_value = "node")]
         failure_domain: String,
     },
-    /// This node's view of the cluster: its role, the map's epoch, the nodes and their placement groups.
+    /// This node's view of the cluster: its role, the map's epoch, the nodes, their drives and placement
+    /// groups, and the rebalancer's progress.
     Status,
+    /// Move every placement group off node NODE (its drives stop receiving shards); `remove-node` takes it
+    /// out once `status` shows it holds no groups. A new node is added by starting it with --join.
+    Drain {
+        /// The node's id, as `status` shows it.
+        node: u64,
+    },
+    /// Take node NODE out of the cluster: only once it is drained, or with --dead when it is gone for
+    /// good (its groups are rebuilt on the other nodes from the shards left).
+    RemoveNode {
+        node: u64,
+        #[arg(long)]
+        dead: bool,
+    },
+    /// Set drive DRIVE's weight (its share of placement groups, by default its capacity in GiB): the
+    /// groups whose set changes move in the background.
+    SetWeight { drive: u32, weight: u32 },
+    /// Pause or resume the moves of placement groups (rebalance after a change of nodes, drives or
+    /// weights). A paused group keeps serving from where it is.
+    Rebalance {
+        #[arg(value_parser = ["pause", "resume"])]
+        action: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -267,6 +290,16 @@ fn run_admin(a: AdminArgs) -> Result<ExitCode, String> {
                 "POST",
                 format!("/admin/v1/cluster/init/{}/{}/{groups}/{}", g.data, g.parity, path_segment(failure_domain)),
             )
+        }
+        AdminCommand::Cluster(ClusterCommand::Drain { node }) => ("POST", format!("/admin/v1/cluster/drain/{node}")),
+        AdminCommand::Cluster(ClusterCommand::RemoveNode { node, dead }) => {
+            ("POST", format!("/admin/v1/cluster/remove/{node}{}", if *dead { "/dead" } else { "" }))
+        }
+        AdminCommand::Cluster(ClusterCommand::SetWeight { drive, weight }) => {
+            ("POST", format!("/admin/v1/cluster/weight/{drive}/{weight}"))
+        }
+        AdminCommand::Cluster(ClusterCommand::Rebalance { action }) => {
+            ("POST", format!("/admin/v1/cluster/rebalance/{}", path_segment(action)))
         }
         AdminCommand::Key(k) => match k {
             KeyCommand::Create { owner: false } => ("POST", "/admin/v1/keys".to_string()),

@@ -250,6 +250,97 @@ async fn a_killed_leader_loses_no_acknowledged_write() {
     }
 }
 
+/// `cluster status` on `s` once `done` holds for it (asked again until then, at most two minutes).
+fn status_when(s: &Server, ak: &str, sk: &str, done: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        let status = json(admin(s, ak, sk, &["cluster", "status"]));
+        if done(&status) {
+            return status;
+        }
+        assert!(std::time::Instant::now() < deadline, "the cluster did not get there in two minutes: {status}");
+    }
+}
+
+/// The id of the node whose cluster address is `s`'s, in `status`.
+fn node_id(status: &serde_json::Value, s: &Server) -> u64 {
+    let address = s.cluster.as_deref().unwrap();
+    let nodes = status["nodes"].as_array().unwrap();
+    nodes.iter().find(|n| n["address"] == address).and_then(|n| n["id"].as_u64()).unwrap()
+}
+
+fn groups_of(status: &serde_json::Value, id: u64) -> u64 {
+    let nodes = status["nodes"].as_array().unwrap();
+    nodes.iter().find(|n| n["id"] == id).and_then(|n| n["groups"].as_u64()).unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_added_node_takes_its_share_and_a_drained_node_leaves() {
+    let Formed { dir, mut nodes, ak, sk } = form();
+    let clients: Vec<_> = nodes.iter().map(|s| s3_client(&s.s3, &ak, &sk)).collect();
+    clients[0].create_bucket().bucket(BUCKET).send().await.unwrap();
+    let mut model = BTreeMap::new();
+    for i in 0..24usize {
+        let key = format!("before/{i:03}");
+        let data = pattern(3000 + i, [0, 2_000, 200_000, 1_100_000][i % 4]);
+        clients[i % 3].put_object().bucket(BUCKET).key(&key).body(ByteStream::from(data.clone())).send().await.unwrap();
+        model.insert(key, data);
+    }
+
+    // A fourth node joins: the groups whose sets now name its drives move there, one drive each (2+1 sets
+    // move one drive at a time), while writes go on through it.
+    let secret = "0123456789abcdef".repeat(4);
+    let first = nodes[0].cluster.clone().unwrap();
+    let added =
+        node(&dir.path().join("node3"), "127.0.0.1:0", &[("MOSAIC_CLUSTER_SECRET", &secret)], &["--join", &first]);
+    logged(&added, "serving the cluster map");
+    nodes.push(added);
+    let clients: Vec<_> = nodes.iter().map(|s| s3_client(&s.s3, &ak, &sk)).collect();
+    for i in 0..8usize {
+        let key = format!("during/{i:03}");
+        let data = pattern(4000 + i, [10, 60_000, 900_000][i % 3]);
+        clients[3].put_object().bucket(BUCKET).key(&key).body(ByteStream::from(data.clone())).send().await.unwrap();
+        model.insert(key, data);
+    }
+    // Done when no group moves and the old shards are cleared off the drives left.
+    let status = status_when(&nodes[0], &ak, &sk, |s| {
+        s["groups_moving"] == 0 && s["rebalance"]["nodes_behind"] == 0 && s["rebalance"]["objects_cleared"] != 0
+    });
+    let moved = &status["rebalance"];
+    assert!(moved["groups_moved"].as_u64() > Some(0), "{status}");
+    assert!(moved["bytes_moved"].as_u64() > Some(0), "{status}");
+    let added_id = node_id(&status, &nodes[3]);
+    assert!(groups_of(&status, added_id) > 0, "{status}");
+    verify(&clients, &model, "after a node was added").await;
+
+    // A node that holds groups is not removed; drained, its groups move off it, then it is removed.
+    let drained = node_id(&status, &nodes[1]);
+    let refused = admin(&nodes[0], &ak, &sk, &["cluster", "remove-node", &drained.to_string()]);
+    assert!(!refused.status.success() && String::from_utf8_lossy(&refused.stderr).contains("drain it first"));
+    let out = admin(&nodes[0], &ak, &sk, &["cluster", "drain", &drained.to_string()]);
+    assert!(out.status.success(), "{out:?}");
+    status_when(&nodes[0], &ak, &sk, |s| s["groups_moving"] == 0 && groups_of(s, drained) == 0);
+    let out = admin(&nodes[2], &ak, &sk, &["cluster", "remove-node", &drained.to_string()]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(stop(nodes.remove(1)).0, 0);
+    // The leader takes it out of Raft and makes the added node a manager in its place.
+    let status = status_when(&nodes[0], &ak, &sk, |s| {
+        let managers = s["nodes"].as_array().unwrap().iter().filter(|n| n["manager"] == true).count();
+        s["nodes"].as_array().unwrap().len() == 3 && managers == 3
+    });
+    assert!(status["nodes"].as_array().unwrap().iter().all(|n| n["id"] != drained), "{status}");
+    let clients: Vec<_> = nodes.iter().map(|s| s3_client(&s.s3, &ak, &sk)).collect();
+    verify(&clients, &model, "after a node was drained and removed").await;
+
+    // Everything was moved whole: with one more node gone, two of three shards of everything are left.
+    kill9(nodes.remove(0));
+    let clients: Vec<_> = nodes.iter().map(|s| s3_client(&s.s3, &ak, &sk)).collect();
+    verify(&clients, &model, "moved, with another node killed").await;
+    for s in nodes {
+        assert_eq!(stop(s).0, 0);
+    }
+}
+
 /// The first log line of any of `servers` that `matches` (waiting on their logs in turn, at most a minute).
 fn first_logged(servers: &[Server], matches: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);

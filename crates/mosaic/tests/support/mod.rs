@@ -101,10 +101,17 @@ pub fn start_with_args(data: &Path, env: &[(&str, &str)], args: &[&str]) -> Serv
     let s3 = serving["s3"].as_str().unwrap().to_string();
     let admin = serving["admin"].as_str().unwrap().to_string();
     let cluster = serving["cluster"].as_str().map(str::to_string);
-    // Keep draining stderr so the server never blocks on a full pipe.
+    // Keep draining stderr so the server never blocks on a full pipe. With MOSAIC_TEST_LOGS=DIR set, each
+    // server's log is copied to DIR/<pid>.log too (for a failure that needs the servers' side).
     let (log_tx, log) = std::sync::mpsc::channel();
+    let mut copy = std::env::var_os("MOSAIC_TEST_LOGS")
+        .and_then(|dir| std::fs::File::create(Path::new(&dir).join(format!("{}.log", child.id()))).ok());
     std::thread::spawn(move || {
         for line in lines.map_while(Result::ok) {
+            if let Some(f) = copy.as_mut() {
+                use std::io::Write;
+                let _ = writeln!(f, "{line}");
+            }
             let _ = log_tx.send(line);
         }
     });
