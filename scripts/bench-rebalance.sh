@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# What adding a node costs: three node processes on loopback (two drive files each, 64 groups of 2+1) are
+# filled with OBJECTS objects of SIZE, a foreground load (cosbench-a) runs once before and once while a
+# fourth node joins and the rebalancer moves its share onto it, and once after. Reports the bytes moved against the
+# optimal (the new node's weight share of the bytes stored), how long the move took, and the load's p99
+# before, during and after. Usage:
+#   scripts/bench-rebalance.sh [OUT]      (needs bin/mosaic from `make build`)
+# Drive files live under $DIR and are removed on exit.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${1:-/var/tmp/bench-rebalance}
+MOSAIC=${MOSAIC:-bin/mosaic}
+DIR=${DIR:-/var/tmp/mosaic-bench-rebalance}
+AK=benchkey
+SK=benchsecret-0123456789
+SECRET=$(printf '%064x' 9)
+OBJECTS=${OBJECTS:-1024}
+SIZE=${SIZE:-1MiB}
+LOAD=(--workload cosbench-a --size 4KiB --objects 2000 --concurrency 8 --duration "${LOAD_DURATION:-30s}" --warmup 2s --seed 2)
+PIDS=()
+
+wait_ready() { # url
+  for _ in $(seq 1 600); do
+    curl -fsS -o /dev/null "$1" 2>/dev/null && return 0
+    sleep 0.2
+  done
+  echo "not ready: $1" >&2
+  return 1
+}
+
+stop_all() {
+  if [[ ${#PIDS[@]} -gt 0 ]]; then kill "${PIDS[@]}" 2>/dev/null || true; fi
+  wait 2>/dev/null || true
+  PIDS=()
+  rm -rf "$DIR"
+}
+trap stop_all EXIT
+
+admin() { # node args...
+  local n=$1
+  shift
+  MOSAIC_ACCESS_KEY=$AK MOSAIC_SECRET_KEY=$SK "$MOSAIC" admin --admin 127.0.0.1:$((19001 + 10 * n)) --json "$@"
+}
+
+start_node() { # n
+  local n=$1 join=()
+  [[ $n != 0 ]] && join=(--join 127.0.0.1:19100)
+  MOSAIC_CLUSTER_SECRET=$SECRET MOSAIC_ACCESS_KEY=$AK MOSAIC_SECRET_KEY=$SK "$MOSAIC" server \
+    --drive-size "${DRIVE_SIZE:-8GiB}" --data "$DIR/n$n" --drive "$DIR/n$n/d0" --drive "$DIR/n$n/d1" \
+    --s3-address 127.0.0.1:$((19000 + 10 * n)) --admin-address 127.0.0.1:$((19001 + 10 * n)) \
+    --cluster-address 127.0.0.1:$((19100 + n)) "${join[@]}" >>"$OUT/node$n.log" 2>&1 &
+  PIDS+=($!)
+  if [[ $n == 0 ]]; then
+    wait_ready http://127.0.0.1:19001/health/live
+    admin 0 cluster init --erasure 2+1 --groups 64 >/dev/null
+  fi
+}
+
+bench() { # name args...
+  local name=$1
+  shift
+  "$MOSAIC" bench s3 --endpoint http://127.0.0.1:19000 --access-key $AK --secret-key $SK "$@" \
+    --out "$OUT/$name" >"$OUT/$name.txt" 2>&1
+}
+
+used_bytes() { # nodes...
+  local total=0
+  for n in "$@"; do
+    total=$((total + $(admin "$n" info | python3 -c 'import json,sys; print(json.load(sys.stdin)["space"]["used_bytes"])')))
+  done
+  echo "$total"
+}
+
+mkdir -p "$OUT"
+rm -rf "$DIR"
+for n in 0 1 2; do start_node "$n"; done
+for n in 0 1 2; do wait_ready "http://127.0.0.1:$((19001 + 10 * n))/health/ready"; done
+bench fill --workload read-only --objects "$OBJECTS" --size "$SIZE" --concurrency 8 --duration 1s --warmup 0s \
+  --bucket moved --keep
+stored=$(used_bytes 0 1 2)
+bench load-before "${LOAD[@]}"
+# The fourth node joins; the load runs again while its share moves onto it.
+start=$(date +%s.%N)
+start_node 3
+wait_ready http://127.0.0.1:19031/health/ready
+bench load-during "${LOAD[@]}" &
+load=$!
+for _ in $(seq 1 3000); do
+  admin 0 cluster status >"$OUT/status.json"
+  python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); sys.exit(0 if s["groups_moving"] == 0 else 1)' \
+    "$OUT/status.json" && break
+  sleep 0.2
+done
+moved_s=$(python3 -c "import time; print(round(time.time() - $start, 1))")
+wait "$load"
+# The same load on the four nodes once nothing moves: what the fourth node costs by itself.
+bench load-after "${LOAD[@]}"
+python3 - "$OUT/status.json" "$stored" "$moved_s" "$OUT" >"$OUT/summary.txt" <<'EOF'
+import json, sys
+status, stored, moved_s, out = json.load(open(sys.argv[1])), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+weights = {n["id"]: sum(d["weight"] for d in n["drives"]) for n in status["nodes"]}
+newest = max(status["nodes"], key=lambda n: n["address"])["id"]
+share = weights[newest] / sum(weights.values())
+moved = status["rebalance"]["bytes_moved"]
+optimal = stored * share
+def p99(name):
+    ops = json.load(open(f"{out}/{name}/result.json"))["operations"]
+    return ", ".join(f"{k} {v['latency_us_p99'] / 1000:.1f} ms ({v['ops_per_s']:.0f}/s, {v['errors']} errors)"
+                     for k, v in sorted(ops.items()))
+print(f"stored before the join: {stored} bytes (shards on the three nodes' drives)")
+print(f"new node's weight share: {share:.4f}; optimal move: {optimal:.0f} bytes")
+print(f"moved: {moved} bytes = {moved / optimal:.3f}x optimal, groups moved {status['rebalance']['groups_moved']}, in {moved_s} s")
+print(f"foreground p99 before: {p99('load-before')}")
+print(f"foreground p99 during: {p99('load-during')}")
+print(f"foreground p99 after (four nodes, nothing moving): {p99('load-after')}")
+EOF
+cat "$OUT/summary.txt"
