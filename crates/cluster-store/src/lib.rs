@@ -99,9 +99,10 @@ pub async fn build(
     Ok(Composed { store: Pool::new(sets)?, unreachable })
 }
 
-/// The node that owns a group's set: the node of its first drive.
+/// The node that owns a group's set: the node of its first drive whose node is in the map and not marked
+/// down (a group whose first drive's node stopped or was removed is settled, healed and moved by the next).
 pub fn owner_of(map: &ClusterMap, set: &[DriveId]) -> Option<NodeId> {
-    set.first().and_then(|d| map.drives.get(d)).map(|d| d.node)
+    set.iter().filter_map(|d| map.drives.get(d)).map(|d| d.node).find(|n| !node_is_down(map, *n))
 }
 
 /// Whether the map says a node stopped answering or is gone (its drives are missing members until it is

@@ -279,9 +279,9 @@ async fn a_set_that_only_rebuilds_keeps_what_a_quorum_lacks() {
         let info = snap.lookup(&c, b"o").await.unwrap().unwrap();
         let attrs = snap.attrs(&info.obj, b"", 100).await.unwrap();
         t.set.commit(Txn::new().op(Op::Remove { coll: coll.clone(), name: b"o".to_vec() })).await.unwrap();
-        let mut plant = Txn::new().op(Op::Create { coll: c.clone(), name: b"o".to_vec() });
+        let mut plant = Txn::new().op(Op::Create { coll: c, name: b"o".to_vec() });
         for (key, value) in attrs {
-            plant = plant.op(Op::SetAttr { coll: c.clone(), name: b"o".to_vec(), key, value });
+            plant = plant.op(Op::SetAttr { coll: c, name: b"o".to_vec(), key, value });
         }
         drive.commit(plant).await.unwrap();
         let healed = t.set.heal_object("c", b"o").await.unwrap();

@@ -719,11 +719,14 @@ impl Cluster {
         let from = entry.from.clone().ok_or("not moving")?;
         let target = map.step_target(entry);
         // Every object whole on the set served, so that the k drives it shares with the target hold it.
+        // Drives that left the map (a node removed as dead) are missing for good: what the others lack is
+        // rebuilt on them, and the step replaces the missing ones first.
         let whole = &served.store.members()[pg];
-        if whole.members().iter().any(|m| m.is_none()) {
+        let missing: Vec<usize> = (0..from.len()).filter(|i| whole.members()[*i].is_none()).collect();
+        if missing.iter().any(|i| map.drives.contains_key(&from[*i])) {
             return Err("a drive of its set does not answer".into());
         }
-        heal_until_alike(whole).await.map_err(|e| format!("healing its set: {e}"))?;
+        heal_until_alike(whole, !missing.is_empty()).await.map_err(|e| format!("healing its set: {e}"))?;
         let filling = self.open_target(map, pg, &target, running).await?;
         let bytes = fill(&filling).await;
         self.moves.bytes_moved.fetch_add(bytes.as_ref().copied().unwrap_or(0), Relaxed);
@@ -810,7 +813,12 @@ impl Cluster {
 }
 
 /// Heals `set` until a comparison of its drives finds nothing to rebuild (at most `MAX_MOVE_ROUNDS`).
-async fn heal_until_alike<S: mosaic_store::Store>(set: &mosaic_erasure::ErasureSet<S>) -> Result<(), String> {
+/// With drives `missing` for good, every comparison finds them lacking everything: one round rebuilds what
+/// the others lack, and that is all there is to do.
+async fn heal_until_alike<S: mosaic_store::Store>(
+    set: &mosaic_erasure::ErasureSet<S>,
+    missing: bool,
+) -> Result<(), String> {
     let failed_before = set.heal_progress().failed_objects.load(Relaxed);
     for _ in 0..MAX_MOVE_ROUNDS {
         set.scan().await.map_err(|e| e.to_string())?;
@@ -820,6 +828,9 @@ async fn heal_until_alike<S: mosaic_store::Store>(set: &mosaic_erasure::ErasureS
         while set.heal_backlog() > 0 && set.heal_now(MOVE_HEAL_STEP).await > 0 {}
         if set.heal_progress().failed_objects.load(Relaxed) > failed_before {
             return Err("some objects could not be rebuilt".into());
+        }
+        if missing {
+            return Ok(());
         }
     }
     Err(format!("its drives still differ after {MAX_MOVE_ROUNDS} rounds of heal"))
