@@ -631,9 +631,12 @@ impl Cluster {
     }
 
     /// Moves the groups this node owns whose placement changed, one step at a time, until the server
-    /// stops. Woken by every new store; a step that fails is tried again after `MOVE_RETRY`.
+    /// stops. Woken by every new store and every change of the map (a pause lifted changes no store); a
+    /// step that fails is tried again after `MOVE_RETRY`.
     async fn rebalance(self: Arc<Self>) {
         let mut stop = self.stop.clone();
+        let Some(running) = self.running.get() else { return };
+        let mut maps = running.node.watch_map();
         loop {
             let retry = match self.move_owned_groups().await {
                 Ok(()) => {
@@ -650,6 +653,7 @@ impl Cluster {
             };
             tokio::select! {
                 _ = self.served_changed.notified() => {}
+                changed = maps.changed() => if changed.is_err() { return },
                 _ = tokio::time::sleep(MOVE_RETRY), if retry => {}
                 _ = stop.wait_for(|s| *s) => return,
             }
@@ -665,7 +669,8 @@ impl Cluster {
         let moving: Vec<usize> = served.owned.iter().copied().filter(|pg| map.pgs[*pg].from.is_some()).collect();
         metrics::gauge!("mosaic_rebalance_groups_moving")
             .set(map.pgs.iter().filter(|p| p.from.is_some()).count() as f64);
-        if moving.is_empty() || map.moves_paused {
+        // Paused or not as the map says now (a pause changes no store, so the served map may be older).
+        if moving.is_empty() || running.node.map().moves_paused {
             return Ok(());
         }
         self.moves.first_move.lock().get_or_insert_with(Instant::now);
@@ -688,15 +693,22 @@ impl Cluster {
     /// write lands on the drives a group is leaving without landing on the ones it moves to.
     async fn wait_for_placement(&self, map: &ClusterMap, running: &Running) -> Result<(), String> {
         let me = self.node_id();
-        let others: Vec<&str> = map
+        let others: Vec<(u64, &str)> = map
             .nodes
             .iter()
             .filter(|(id, n)| **id != me && matches!(n.state, NodeState::Up | NodeState::Draining))
-            .map(|(_, n)| n.address.as_str())
+            .map(|(id, n)| (*id, n.address.as_str()))
             .collect();
         let deadline = Instant::now() + PLACEMENT_WAIT;
-        for addr in others {
+        for (id, addr) in others {
             loop {
+                // A node marked down or removed meanwhile is not waited for; a newer placement ends the
+                // wait (the caller sees it and starts over from the newer store).
+                let now = running.node.map();
+                let gone = now.nodes.get(&id).is_none_or(|n| !matches!(n.state, NodeState::Up | NodeState::Draining));
+                if gone || now.placement_epoch != map.placement_epoch {
+                    break;
+                }
                 let report: Result<ServingReport, _> =
                     running.client.call(addr, PATH_SERVING, &(), SERVING_CALL_TIMEOUT).await;
                 match report {

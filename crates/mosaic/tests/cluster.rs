@@ -332,12 +332,21 @@ async fn nodes_are_added_drained_and_removed_as_dead_without_losing_a_byte() {
     let clients: Vec<_> = nodes.iter().map(|s| s3_client(&s.s3, &ak, &sk)).collect();
     verify(&clients, &model, "after a node was drained and removed").await;
 
-    // A fifth node joins; then the first (the Raft leader) is killed and removed as dead: its groups are
-    // rebuilt on the others from the shards left.
+    // With moves paused a fifth node joins: its groups stay where they are until moves resume. Then the
+    // first node (the Raft leader) is killed and removed as dead: its groups are rebuilt on the others.
+    let out = admin(&nodes[1], &ak, &sk, &["cluster", "rebalance", "pause"]);
+    assert!(out.status.success(), "{out:?}");
     let fifth =
         node(&dir.path().join("node4"), "127.0.0.1:0", &[("MOSAIC_CLUSTER_SECRET", &secret)], &["--join", &first]);
     logged(&fifth, "serving the cluster map");
     nodes.push(fifth);
+    let paused = json(admin(&nodes[1], &ak, &sk, &["cluster", "status"]));
+    assert_eq!(paused["rebalance"]["paused"], true, "{paused}");
+    // Every group that names the new node's drives is still moving (none can have moved there).
+    let on_fifth = groups_of(&paused, node_id(&paused, nodes.last().unwrap()));
+    assert!(paused["groups_moving"].as_u64().unwrap() >= on_fifth, "nothing moves while paused: {paused}");
+    let out = admin(&nodes[1], &ak, &sk, &["cluster", "rebalance", "resume"]);
+    assert!(out.status.success(), "{out:?}");
     status_when(&nodes[1], &ak, &sk, |s| s["groups_moving"] == 0 && s["nodes"].as_array().unwrap().len() == 4);
     let dead = node_id(&status, &nodes[0]);
     kill9(nodes.remove(0));
