@@ -128,7 +128,7 @@ pub async fn connect_drive(
     match RemoteStore::connect(client.clone(), &node.address, &drive.name).await {
         Ok(remote) => Some(Arc::new(NodeDrive::Remote(remote))),
         Err(e) => {
-            tracing::debug!(drive = id, node = drive.node, error = %e, "a drive of the cluster does not answer");
+            tracing::warn!(drive = id, node = drive.node, error = %e, "a drive of the cluster does not answer");
             None
         }
     }
@@ -141,21 +141,10 @@ async fn connect_drives(
     local: &HashMap<DriveId, DriveStore>,
     client: &RpcClient,
 ) -> HashMap<DriveId, Arc<NodeDrive>> {
-    let connects = map.drives.iter().map(|(id, drive)| async move {
-        if drive.node == me {
-            return local.get(id).map(|d| (*id, Arc::new(NodeDrive::Local(d.clone()))));
-        }
-        let node = map.nodes.get(&drive.node)?;
-        if node_is_down(map, drive.node) {
-            return None;
-        }
-        match RemoteStore::connect(client.clone(), &node.address, &drive.name).await {
-            Ok(remote) => Some((*id, Arc::new(NodeDrive::Remote(remote)))),
-            Err(e) => {
-                tracing::warn!(drive = id, node = drive.node, error = %e, "a drive of the cluster does not answer");
-                None
-            }
-        }
-    });
+    let connects = map
+        .drives
+        .iter()
+        .filter(|(_, d)| d.node == me || !node_is_down(map, d.node))
+        .map(|(id, _)| async move { connect_drive(map, me, *id, local, client).await.map(|d| (*id, d)) });
     futures::future::join_all(connects).await.into_iter().flatten().collect()
 }

@@ -181,6 +181,31 @@ proptest! {
     }
 }
 
+/// A map of 2+1 groups, bootstrapped, with no nodes yet.
+fn bootstrapped() -> ClusterMap {
+    let mut map = ClusterMap::empty();
+    map.apply(&Change::Bootstrap {
+        cluster_id: "c".into(),
+        data_shards: 2,
+        parity_shards: 1,
+        pg_count: PG_COUNT,
+        failure_domain: FailureDomain::Node,
+    })
+    .unwrap();
+    map
+}
+
+/// Adds node `node` with one drive of weight 100.
+fn add_node(map: &mut ClusterMap, node: u64) {
+    let address = format!("127.0.0.1:{}", 9100 + node);
+    let s3_address = format!("127.0.0.1:{}", 9000 + node);
+    map.apply(&Change::Batch(vec![
+        Change::AddNode { node, address, s3_address, zone: "z".into() },
+        Change::AddDrive { node, name: "d0".into(), weight: 100 },
+    ]))
+    .unwrap();
+}
+
 fn finish_moves(map: &mut ClusterMap) {
     for pg in 0..PG_COUNT {
         // Each step swaps at least one drive: a set of `width` is reached in that many steps at most.
@@ -196,26 +221,9 @@ fn finish_moves(map: &mut ClusterMap) {
 
 #[test]
 fn a_node_is_removed_only_when_drained_or_dead() {
-    let mut map = ClusterMap::empty();
-    map.apply(&Change::Bootstrap {
-        cluster_id: "c".into(),
-        data_shards: 2,
-        parity_shards: 1,
-        pg_count: PG_COUNT,
-        failure_domain: FailureDomain::Node,
-    })
-    .unwrap();
+    let mut map = bootstrapped();
     for node in 0..4u64 {
-        map.apply(&Change::Batch(vec![
-            Change::AddNode {
-                node,
-                address: format!("127.0.0.1:{}", 9100 + node),
-                s3_address: format!("127.0.0.1:{}", 9000 + node),
-                zone: "z".into(),
-            },
-            Change::AddDrive { node, name: "d0".into(), weight: 100 },
-        ]))
-        .unwrap();
+        add_node(&mut map, node);
     }
     // Node 3 joined after the first set was placed: its groups move there; finish those moves.
     finish_moves(&mut map);
@@ -243,16 +251,7 @@ fn a_node_is_removed_only_when_drained_or_dead() {
     ));
     assert_eq!(map, before);
     // A dead node goes at once; its groups keep their old set to rebuild from.
-    map.apply(&Change::Batch(vec![
-        Change::AddNode {
-            node: 7,
-            address: "127.0.0.1:9107".into(),
-            s3_address: "127.0.0.1:9007".into(),
-            zone: "z".into(),
-        },
-        Change::AddDrive { node: 7, name: "d0".into(), weight: 100 },
-    ]))
-    .unwrap();
+    add_node(&mut map, 7);
     let held = map.groups_on_node(0);
     map.apply(&Change::RemoveNode { node: 0, dead: true }).unwrap();
     assert!(!map.nodes.contains_key(&0));
@@ -261,33 +260,13 @@ fn a_node_is_removed_only_when_drained_or_dead() {
 
 #[test]
 fn a_move_of_several_drives_goes_in_steps_of_parity() {
-    let mut map = ClusterMap::empty();
-    map.apply(&Change::Bootstrap {
-        cluster_id: "c".into(),
-        data_shards: 2,
-        parity_shards: 1,
-        pg_count: PG_COUNT,
-        failure_domain: FailureDomain::Node,
-    })
-    .unwrap();
-    let add = |map: &mut ClusterMap, node: u64| {
-        map.apply(&Change::Batch(vec![
-            Change::AddNode {
-                node,
-                address: format!("127.0.0.1:{}", 9100 + node),
-                s3_address: format!("127.0.0.1:{}", 9000 + node),
-                zone: "z".into(),
-            },
-            Change::AddDrive { node, name: "d0".into(), weight: 100 },
-        ]))
-        .unwrap();
-    };
+    let mut map = bootstrapped();
     for node in 0..3 {
-        add(&mut map, node);
+        add_node(&mut map, node);
     }
     let before = map.clone();
     for node in 3..6 {
-        add(&mut map, node);
+        add_node(&mut map, node);
     }
     // Every group leaves all three old nodes: three drives each, one per step.
     for node in 0..3 {
@@ -318,4 +297,29 @@ fn a_move_of_several_drives_goes_in_steps_of_parity() {
         map.apply(&Change::RemoveNode { node, dead: false }).unwrap();
     }
     assert_eq!(map.nodes.len(), 3);
+}
+
+#[test]
+fn removed_nodes_are_remembered_up_to_the_limit_and_may_not_come_back() {
+    use mosaic_cluster::map::MAX_REMOVED_REMEMBERED;
+    let mut map = bootstrapped();
+    for node in 0..3 {
+        add_node(&mut map, node);
+    }
+    let first = 1000u64;
+    let count = MAX_REMOVED_REMEMBERED as u64 + 1;
+    for node in first..first + count {
+        add_node(&mut map, node);
+        map.apply(&Change::RemoveNode { node, dead: true }).unwrap();
+    }
+    assert_eq!(map.removed.len(), MAX_REMOVED_REMEMBERED, "bounded");
+    assert!(!map.removed.contains(&first), "the oldest is forgotten first");
+    let again = |node: u64| Change::AddNode {
+        node,
+        address: "127.0.0.1:1".into(),
+        s3_address: "127.0.0.1:2".into(),
+        zone: "z".into(),
+    };
+    assert!(matches!(map.apply(&again(first + count - 1)), Err(MapError::Invalid(_))), "a removed id is refused");
+    map.apply(&again(first)).unwrap();
 }

@@ -103,7 +103,6 @@ struct MoveStats {
     groups_moved: AtomicU64,
     bytes_moved: AtomicU64,
     objects_cleared: AtomicU64,
-    failures: AtomicU64,
     last_error: Mutex<Option<String>>,
     /// When it first found a group of its own to move.
     first_move: Mutex<Option<Instant>>,
@@ -146,7 +145,7 @@ pub struct Cluster {
     following: AtomicBool,
     served: Mutex<Option<Served>>,
     /// The placement epoch of the store served (the rebalancer waits until every node serves its own).
-    placement_epoch: Arc<AtomicU64>,
+    placement_epoch: AtomicU64,
     /// Wakes the rebalancer when a new store is served.
     served_changed: tokio::sync::Notify,
     moves: MoveStats,
@@ -198,7 +197,7 @@ impl Cluster {
             layer_cfg: OnceLock::new(),
             following: AtomicBool::new(false),
             served: Mutex::new(None),
-            placement_epoch: Arc::new(AtomicU64::new(0)),
+            placement_epoch: AtomicU64::new(0),
             served_changed: tokio::sync::Notify::new(),
             moves: MoveStats::default(),
             switch: Arc::new(Switch::new(
@@ -645,7 +644,6 @@ impl Cluster {
                 }
                 Err(e) => {
                     tracing::info!(error = %e, "a move of placement groups waits");
-                    self.moves.failures.fetch_add(1, Relaxed);
                     metrics::counter!("mosaic_rebalance_failures_total").increment(1);
                     *self.moves.last_error.lock() = Some(e);
                     true
