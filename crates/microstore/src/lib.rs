@@ -1,0 +1,22 @@
+//! Microstores (paper 002, MOS): a store serves tenants of different kinds badly when they share every
+//! resource, so each bucket is watched, classified by its workload, and served by the microstore of its
+//! class, whose resources move toward it when it misses its target.
+//!
+//! This crate holds the policy only, with no IO and no clock of its own (every call takes the time), so
+//! every decision is deterministic for a given input:
+//! - `histogram`: a small log-scale histogram (sizes and latencies) with bounded error.
+//! - `window`: one bucket's sliding window of requests: operation mix, sizes, bytes, latencies.
+//! - `class`: the workload classes (COSBench A-D) and the classifier with hysteresis.
+//! - `monitor`: the windows and classes of every bucket, bounded in count.
+//! - `manager`: the resource manager: which microstore gains or gives back workers, and why.
+
+pub mod class;
+pub mod histogram;
+pub mod manager;
+pub mod monitor;
+pub mod window;
+
+pub use class::{Class, Classifier, ClassifyConfig};
+pub use manager::{Decision, Holding, ManagerConfig, Observation, ResourceManager, Target};
+pub use monitor::{BucketStatus, Monitor, MonitorConfig};
+pub use window::{OpKind, Sample, Summary, Window, WindowConfig};
