@@ -14,9 +14,12 @@ pub mod class;
 pub mod histogram;
 pub mod manager;
 pub mod monitor;
+pub mod registry;
 pub mod window;
+pub mod workers;
 
 pub use class::{Class, Classifier, ClassifyConfig};
 pub use manager::{Decision, Holding, ManagerConfig, Observation, ResourceManager, Target};
 pub use monitor::{BucketStatus, Monitor, MonitorConfig};
+pub use registry::{Catalog, Definition, Microstores};
 pub use window::{OpKind, Sample, Summary, Window, WindowConfig};

@@ -184,6 +184,29 @@ impl ResourceManager {
         Some(h)
     }
 
+    /// Takes up to `workers` from a microstore into the free pool, never below its floor; how many.
+    pub fn release(&mut self, name: &str, workers: u32) -> u32 {
+        self.check();
+        let floor = self.config.floor_workers;
+        let Some(h) = self.holdings.get_mut(name) else { return 0 };
+        let give = workers.min(h.workers - floor);
+        h.workers -= give;
+        self.free += give;
+        self.check();
+        give
+    }
+
+    /// Gives a microstore up to `workers` from the free pool; how many.
+    pub fn grant(&mut self, name: &str, workers: u32) -> u32 {
+        self.check();
+        let Some(h) = self.holdings.get_mut(name) else { return 0 };
+        let take = workers.min(self.free);
+        h.workers += take;
+        self.free -= take;
+        self.check();
+        take
+    }
+
     pub fn set_target(&mut self, name: &str, target: Target) -> Result<(), String> {
         target.validate()?;
         let h = self.holdings.get_mut(name).ok_or_else(|| format!("no microstore {name}"))?;
@@ -244,8 +267,10 @@ impl ResourceManager {
             }
         }
         let floor = self.config.floor_workers;
-        // Shrink linearly.
-        for (name, why) in &slack {
+        // Shrink linearly, only while another microstore wants workers: with none missing its target there
+        // is no reason to take away what serves a burst (a store with one microstore never changes).
+        let demand = !missing.is_empty();
+        for (name, why) in slack.iter().filter(|_| demand) {
             let h = self.holdings.get_mut(name).expect("named from the holdings");
             h.grant = self.config.grow_start_workers;
             let give = self.config.shrink_step_workers.min(h.workers - floor);
@@ -366,17 +391,34 @@ mod tests {
     }
 
     #[test]
-    fn slack_is_given_back_linearly_and_never_below_the_floor() {
-        let mut m = two();
-        let mut held = vec![];
-        for _ in 0..30 {
-            m.decide(&obs(&[("small", small(1.0)), ("large", large(10.0, 0.1))]));
-            held.push(m.workers("small").unwrap());
+    fn slack_is_given_back_linearly_while_another_misses_and_never_below_the_floor() {
+        let mut m = ResourceManager::new(config()).unwrap();
+        m.add("idle", Target::LatencyMsP99(10.0), 40).unwrap();
+        m.add("busy", Target::LatencyMsP99(10.0), 2).unwrap();
+        m.add("quiet", Target::ThroughputMibS(100.0), 22).unwrap();
+        // Nobody misses: nothing moves, however much slack there is.
+        assert_eq!(m.decide(&obs(&[("idle", small(1.0)), ("quiet", large(10.0, 0.1))])), vec![]);
+        let mut busy_grants = vec![];
+        for _ in 0..12 {
+            let before = m.workers("busy").unwrap();
+            m.decide(&obs(&[("idle", small(1.0)), ("busy", small(40.0)), ("quiet", large(10.0, 0.1))]));
+            busy_grants.push(m.workers("busy").unwrap() - before);
         }
-        assert_eq!(&held[..3], &[14, 12, 10]);
-        assert_eq!(*held.last().unwrap(), 2);
-        assert_eq!(m.workers("large"), Some(2));
-        assert_eq!(m.free_workers(), 60);
+        assert_eq!(&busy_grants[..6], &[2, 4, 8, 16, 28, 0], "the last grant is what was left: {busy_grants:?}");
+        assert_eq!(m.workers("idle"), Some(2));
+        assert_eq!(m.workers("quiet"), Some(2));
+        assert_eq!(m.workers("busy"), Some(60));
+        assert_eq!(m.free_workers(), 0);
+    }
+
+    #[test]
+    fn release_and_grant_keep_floors_and_the_free_pool() {
+        let mut m = two();
+        assert_eq!(m.release("large", 100), 46);
+        assert_eq!(m.free_workers(), 46);
+        assert_eq!(m.grant("small", 50), 46);
+        assert_eq!(m.workers("small"), Some(62));
+        assert_eq!(m.release("nothing", 1), 0);
     }
 
     #[test]

@@ -1,0 +1,562 @@
+//! The microstores of a node: their catalog (definitions and the buckets assigned by hand), the load
+//! redirector (a request goes to its bucket's microstore's workers: the one it is assigned to, else the one
+//! serving its class, else the default), and the rounds that classify buckets and move workers.
+
+use crate::class::Class;
+use crate::manager::{Decision, ManagerConfig, Observation, ResourceManager, Target};
+use crate::monitor::{BucketStatus, Monitor, MonitorConfig};
+use crate::window::Sample;
+use crate::workers::{Admission, Refused, WorkerPool};
+use parking_lot::{Mutex, RwLock};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The microstore every bucket belongs to unless assigned or classified elsewhere; it cannot be deleted.
+pub const DEFAULT: &str = "default";
+pub const MAX_MICROSTORES: usize = 64;
+pub const MAX_NAME_BYTES: usize = 63;
+/// Most buckets assigned by hand.
+pub const MAX_ASSIGNMENTS: usize = 100_000;
+/// Decisions kept for `status`.
+const DECISIONS_KEPT: usize = 256;
+
+/// A microstore as the operator defines it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Definition {
+    pub target: Target,
+    /// Buckets of this class that are not assigned by hand are served here.
+    #[serde(default)]
+    pub class: Option<Class>,
+    /// Workers it starts with (the resource manager moves them later).
+    pub workers: u32,
+}
+
+/// What is stored: the microstores and the buckets assigned by hand.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Catalog {
+    pub microstores: BTreeMap<String, Definition>,
+    pub buckets: BTreeMap<String, String>,
+}
+
+impl Catalog {
+    pub fn validate(&self) -> Result<(), String> {
+        if self.microstores.len() > MAX_MICROSTORES {
+            return Err(format!("at most {MAX_MICROSTORES} microstores, not {}", self.microstores.len()));
+        }
+        if self.buckets.len() > MAX_ASSIGNMENTS {
+            return Err(format!("at most {MAX_ASSIGNMENTS} buckets assigned by hand"));
+        }
+        for name in self.microstores.keys() {
+            validate_name(name)?;
+        }
+        if let Some((bucket, ms)) = self.buckets.iter().find(|(_, ms)| !self.microstores.contains_key(*ms)) {
+            return Err(format!("bucket {bucket} is assigned to {ms}, which is not a microstore"));
+        }
+        Ok(())
+    }
+}
+
+pub fn validate_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= MAX_NAME_BYTES
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !name.starts_with('-');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("a microstore name is 1 to {MAX_NAME_BYTES} of a-z, 0-9 and '-', not starting with '-': {name:?}"))
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    pub monitor: MonitorConfig,
+    pub manager: ManagerConfig,
+    /// The default microstore's target.
+    pub default_target: Target,
+    /// Requests that may wait for a worker per microstore, and for how long.
+    pub max_waiting: u32,
+    pub max_wait: Duration,
+    /// Whether rounds move workers (off: the partition stays as defined).
+    pub adapt: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            monitor: MonitorConfig::default(),
+            manager: ManagerConfig::default(),
+            default_target: Target::LatencyMsP99(100.0),
+            max_waiting: 4_096,
+            max_wait: Duration::from_secs(30),
+            adapt: true,
+        }
+    }
+}
+
+/// A decision with the time it was taken (ms since the registry started).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct LoggedDecision {
+    pub at_ms: u64,
+    #[serde(flatten)]
+    pub decision: Decision,
+}
+
+/// What one round did.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RoundReport {
+    pub class_changes: Vec<(String, Class)>,
+    pub decisions: Vec<Decision>,
+    pub observations: BTreeMap<String, Observation>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct MicrostoreStatus {
+    pub name: String,
+    pub target: Target,
+    pub class: Option<Class>,
+    pub workers: u32,
+    pub in_use: u32,
+    pub waiting: u32,
+    pub refused: u64,
+    /// Buckets assigned by hand.
+    pub assigned: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct BucketRoute {
+    #[serde(flatten)]
+    pub watched: BucketStatus,
+    pub microstore: String,
+    pub assigned: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Status {
+    pub microstores: Vec<MicrostoreStatus>,
+    pub free_workers: u32,
+    pub buckets: Vec<BucketRoute>,
+    pub decisions: Vec<LoggedDecision>,
+    pub adapt: bool,
+}
+
+struct Inner {
+    catalog: Catalog,
+    pools: BTreeMap<String, Arc<WorkerPool>>,
+}
+
+pub struct Microstores {
+    config: Config,
+    monitor: Monitor,
+    manager: Mutex<ResourceManager>,
+    inner: RwLock<Inner>,
+    decisions: Mutex<VecDeque<LoggedDecision>>,
+    started: Instant,
+    last_round: Mutex<Instant>,
+}
+
+impl Microstores {
+    /// The microstores of `catalog` (the default one added when missing, holding every worker the others
+    /// do not).
+    pub fn new(config: Config, mut catalog: Catalog) -> Result<Microstores, String> {
+        let mut manager = ResourceManager::new(config.manager.clone())?;
+        let monitor = Monitor::new(config.monitor.clone())?;
+        catalog.microstores.remove(DEFAULT);
+        catalog.validate()?;
+        let mut pools = BTreeMap::new();
+        for (name, d) in &catalog.microstores {
+            manager.add(name, d.target, d.workers)?;
+        }
+        let rest = manager.free_workers();
+        manager.add(DEFAULT, config.default_target, rest).map_err(|e| format!("the default microstore: {e}"))?;
+        for (name, h) in manager.holdings() {
+            pools.insert(name.clone(), WorkerPool::new(h.workers, config.max_waiting, config.max_wait));
+        }
+        let workers = manager.workers(DEFAULT).unwrap_or(0);
+        catalog
+            .microstores
+            .insert(DEFAULT.to_string(), Definition { target: config.default_target, class: None, workers });
+        let now = Instant::now();
+        Ok(Microstores {
+            config,
+            monitor,
+            manager: Mutex::new(manager),
+            inner: RwLock::new(Inner { catalog, pools }),
+            decisions: Mutex::new(VecDeque::new()),
+            started: now,
+            last_round: Mutex::new(now),
+        })
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    pub fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    /// The catalog to store (without the default microstore, which is configuration).
+    pub fn catalog(&self) -> Catalog {
+        let mut c = self.inner.read().catalog.clone();
+        c.microstores.remove(DEFAULT);
+        c
+    }
+
+    /// The microstore serving a bucket (a request without a bucket is served by the default one).
+    pub fn route(&self, bucket: Option<&str>) -> String {
+        let inner = self.inner.read();
+        route_in(&inner, &self.monitor, bucket).to_string()
+    }
+
+    /// Admits a request into its bucket's microstore (waiting for a worker, bounded).
+    pub async fn admit(&self, bucket: Option<&str>) -> Result<Admission, Refused> {
+        let pool = {
+            let inner = self.inner.read();
+            let name = route_in(&inner, &self.monitor, bucket);
+            inner.pools[name].clone()
+        };
+        pool.admit().await
+    }
+
+    /// Counts a finished request in its bucket's window.
+    pub fn record(&self, bucket: &str, sample: Sample) {
+        self.monitor.record(bucket, self.now_ms(), sample);
+    }
+
+    /// Forgets a deleted bucket (its window and any assignment).
+    pub fn forget_bucket(&self, bucket: &str, save: impl FnOnce(&Catalog) -> Result<(), String>) -> Result<(), String> {
+        self.monitor.forget(bucket);
+        if !self.inner.read().catalog.buckets.contains_key(bucket) {
+            return Ok(());
+        }
+        self.change(save, |c| {
+            c.buckets.remove(bucket);
+            Ok(())
+        })
+    }
+
+    /// Applies a change to the catalog: `save` stores the result first; if it fails nothing changes.
+    fn change(
+        &self,
+        save: impl FnOnce(&Catalog) -> Result<(), String>,
+        edit: impl FnOnce(&mut Catalog) -> Result<(), String>,
+    ) -> Result<(), String> {
+        let mut inner = self.inner.write();
+        let mut next = inner.catalog.clone();
+        edit(&mut next)?;
+        next.validate()?;
+        let mut stored = next.clone();
+        stored.microstores.remove(DEFAULT);
+        save(&stored)?;
+        inner.catalog = next;
+        Ok(())
+    }
+
+    /// Creates a microstore; its workers come from the free pool, then from the default microstore.
+    pub fn create(
+        &self,
+        name: &str,
+        definition: Definition,
+        save: impl FnOnce(&Catalog) -> Result<(), String>,
+    ) -> Result<(), String> {
+        validate_name(name)?;
+        let mut manager = self.manager.lock();
+        if self.inner.read().catalog.microstores.contains_key(name) {
+            return Err(format!("microstore {name} exists"));
+        }
+        let floor = manager.config().floor_workers;
+        let want = definition.workers.max(floor);
+        let short = want.saturating_sub(manager.free_workers());
+        let released = manager.release(DEFAULT, short);
+        if let Err(e) = manager.add(name, definition.target, want) {
+            manager.grant(DEFAULT, released);
+            return Err(e);
+        }
+        let created = self.change(save, |c| {
+            c.microstores.insert(name.to_string(), Definition { workers: want, ..definition });
+            Ok(())
+        });
+        if let Err(e) = created {
+            manager.remove(name);
+            manager.grant(DEFAULT, released);
+            return Err(e);
+        }
+        let pool = WorkerPool::new(want, self.config.max_waiting, self.config.max_wait);
+        let mut inner = self.inner.write();
+        inner.pools.insert(name.to_string(), pool);
+        inner.pools[DEFAULT].resize(manager.workers(DEFAULT).expect("the default microstore is held"));
+        Ok(())
+    }
+
+    /// Deletes a microstore: its buckets go back to automatic routing, its workers to the default one.
+    pub fn delete(&self, name: &str, save: impl FnOnce(&Catalog) -> Result<(), String>) -> Result<(), String> {
+        if name == DEFAULT {
+            return Err("the default microstore cannot be deleted".into());
+        }
+        let mut manager = self.manager.lock();
+        self.change(save, |c| {
+            if c.microstores.remove(name).is_none() {
+                return Err(format!("no microstore {name}"));
+            }
+            c.buckets.retain(|_, ms| ms != name);
+            Ok(())
+        })?;
+        let held = manager.remove(name).map(|h| h.workers).unwrap_or(0);
+        manager.grant(DEFAULT, held);
+        let mut inner = self.inner.write();
+        // Requests admitted there finish on their permits; new ones route elsewhere.
+        inner.pools.remove(name);
+        inner.pools[DEFAULT].resize(manager.workers(DEFAULT).expect("the default microstore is held"));
+        Ok(())
+    }
+
+    /// Assigns a bucket by hand (Some) or back to automatic routing (None).
+    pub fn assign(
+        &self,
+        bucket: &str,
+        microstore: Option<&str>,
+        save: impl FnOnce(&Catalog) -> Result<(), String>,
+    ) -> Result<(), String> {
+        self.change(save, |c| {
+            match microstore {
+                Some(ms) if !c.microstores.contains_key(ms) => return Err(format!("no microstore {ms}")),
+                Some(ms) => {
+                    c.buckets.insert(bucket.to_string(), ms.to_string());
+                }
+                None => {
+                    c.buckets.remove(bucket);
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// One round: buckets are classified, each microstore's round is observed and, when adapting, workers
+    /// move toward those missing their targets.
+    pub fn round(&self) -> RoundReport {
+        let now_ms = self.now_ms();
+        let class_changes = self.monitor.evaluate(now_ms);
+        let elapsed_us = {
+            let mut last = self.last_round.lock();
+            let e = last.elapsed().as_micros().max(1) as u64;
+            *last = Instant::now();
+            e
+        };
+        let mut manager = self.manager.lock();
+        let pools: Vec<(String, Arc<WorkerPool>)> =
+            self.inner.read().pools.iter().map(|(n, p)| (n.clone(), p.clone())).collect();
+        let mut observations = BTreeMap::new();
+        for (name, pool) in &pools {
+            let r = pool.take_round();
+            let workers = u64::from(pool.workers().max(1));
+            observations.insert(
+                name.clone(),
+                Observation {
+                    requests: r.requests,
+                    latency_ms_p99: r.latency_us.quantile(0.99).map(|us| us as f64 / 1000.0),
+                    throughput_mib_s: r.bytes as f64 / (1 << 20) as f64 / (elapsed_us as f64 / 1e6),
+                    busy: (r.busy_us as f64 / (workers * elapsed_us) as f64).min(1.0),
+                },
+            );
+        }
+        let decisions = if self.config.adapt { manager.decide(&observations) } else { vec![] };
+        for (name, pool) in &pools {
+            if let Some(w) = manager.workers(name) {
+                pool.resize(w);
+            }
+        }
+        let mut log = self.decisions.lock();
+        for d in &decisions {
+            if log.len() == DECISIONS_KEPT {
+                log.pop_front();
+            }
+            log.push_back(LoggedDecision { at_ms: now_ms, decision: d.clone() });
+        }
+        RoundReport { class_changes, decisions, observations }
+    }
+
+    pub fn status(&self) -> Status {
+        let now_ms = self.now_ms();
+        let manager = self.manager.lock();
+        let inner = self.inner.read();
+        let microstores = inner
+            .catalog
+            .microstores
+            .iter()
+            .map(|(name, d)| {
+                let pool = &inner.pools[name];
+                MicrostoreStatus {
+                    name: name.clone(),
+                    target: manager.holdings().get(name).map(|h| h.target).unwrap_or(d.target),
+                    class: d.class,
+                    workers: pool.workers(),
+                    in_use: pool.in_use(),
+                    waiting: pool.waiting(),
+                    refused: pool.refused(),
+                    assigned: inner
+                        .catalog
+                        .buckets
+                        .iter()
+                        .filter(|(_, ms)| *ms == name)
+                        .map(|(b, _)| b.clone())
+                        .collect(),
+                }
+            })
+            .collect();
+        let buckets = self
+            .monitor
+            .status(now_ms)
+            .into_iter()
+            .map(|watched| {
+                let microstore = route_in(&inner, &self.monitor, Some(&watched.bucket)).to_string();
+                let assigned = inner.catalog.buckets.contains_key(&watched.bucket);
+                BucketRoute { watched, microstore, assigned }
+            })
+            .collect();
+        Status {
+            microstores,
+            free_workers: manager.free_workers(),
+            buckets,
+            decisions: self.decisions.lock().iter().cloned().collect(),
+            adapt: self.config.adapt,
+        }
+    }
+}
+
+/// The microstore of a bucket: assigned by hand, else the first (by name) serving its class, else default.
+fn route_in<'a>(inner: &'a Inner, monitor: &Monitor, bucket: Option<&str>) -> &'a str {
+    let Some(bucket) = bucket else { return DEFAULT };
+    if let Some(ms) = inner.catalog.buckets.get(bucket) {
+        return ms;
+    }
+    let Some(class) = monitor.class_of(bucket) else { return DEFAULT };
+    inner.catalog.microstores.iter().find(|(_, d)| d.class == Some(class)).map(|(n, _)| n.as_str()).unwrap_or(DEFAULT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::window::{OpKind, WindowConfig};
+
+    fn config() -> Config {
+        Config {
+            monitor: MonitorConfig {
+                window: WindowConfig { slot_ms: 60_000, slots: 2 },
+                classify: crate::ClassifyConfig { min_requests: 5, ..Default::default() },
+                max_buckets: 64,
+            },
+            manager: ManagerConfig { total_workers: 32, floor_workers: 2, ..Default::default() },
+            ..Default::default()
+        }
+    }
+
+    fn ok(_: &Catalog) -> Result<(), String> {
+        Ok(())
+    }
+
+    fn small(target_ms: f64, workers: u32) -> Definition {
+        Definition { target: Target::LatencyMsP99(target_ms), class: Some(Class::SmallWrite), workers }
+    }
+
+    #[test]
+    fn a_store_that_never_asks_has_one_default_microstore_with_every_worker() {
+        let m = Microstores::new(config(), Catalog::default()).unwrap();
+        let s = m.status();
+        assert_eq!(s.microstores.len(), 1);
+        assert_eq!((s.microstores[0].name.as_str(), s.microstores[0].workers), (DEFAULT, 32));
+        assert_eq!(m.route(Some("any")), DEFAULT);
+        assert_eq!(m.catalog(), Catalog::default());
+    }
+
+    #[test]
+    fn buckets_route_by_hand_then_by_class_then_to_the_default() {
+        let m = Microstores::new(config(), Catalog::default()).unwrap();
+        m.create("games", small(10.0, 8), ok).unwrap();
+        assert_eq!(m.status().microstores.iter().map(|s| s.workers).collect::<Vec<_>>(), vec![24, 8]);
+        for _ in 0..10 {
+            m.record("scores", Sample { op: OpKind::Put, size_bytes: 4 << 10, latency_us: 100 });
+        }
+        assert_eq!(m.route(Some("scores")), DEFAULT, "not classified before a round");
+        let r = m.round();
+        assert_eq!(r.class_changes, vec![("scores".to_string(), Class::SmallWrite)]);
+        assert_eq!(m.route(Some("scores")), "games");
+        m.assign("scores", Some(DEFAULT), ok).unwrap();
+        assert_eq!(m.route(Some("scores")), DEFAULT);
+        m.assign("scores", None, ok).unwrap();
+        assert_eq!(m.route(Some("scores")), "games");
+        m.assign("photos", Some("games"), ok).unwrap();
+        assert!(m.assign("photos", Some("nothing"), ok).is_err());
+        m.delete("games", ok).unwrap();
+        assert_eq!(m.route(Some("photos")), DEFAULT);
+        assert_eq!(m.status().microstores[0].workers, 32);
+        assert!(m.delete(DEFAULT, ok).is_err());
+    }
+
+    #[test]
+    fn a_change_whose_save_fails_changes_nothing() {
+        let m = Microstores::new(config(), Catalog::default()).unwrap();
+        let fail = |_: &Catalog| Err("disk full".to_string());
+        assert_eq!(m.create("games", small(10.0, 8), fail), Err("disk full".into()));
+        assert_eq!(m.status().microstores.len(), 1);
+        assert_eq!(m.status().microstores[0].workers, 32);
+        m.create("games", small(10.0, 8), ok).unwrap();
+        assert!(m.assign("b", Some("games"), fail).is_err());
+        assert_eq!(m.route(Some("b")), DEFAULT);
+        assert!(m.delete("games", fail).is_err());
+        assert_eq!(m.status().microstores.len(), 2);
+    }
+
+    #[test]
+    fn names_and_limits_are_checked() {
+        let m = Microstores::new(config(), Catalog::default()).unwrap();
+        for bad in ["", "Games", "-x", &"a".repeat(MAX_NAME_BYTES + 1), "a b"] {
+            assert!(m.create(bad, small(10.0, 2), ok).is_err(), "{bad:?}");
+        }
+        assert!(m.create(&"a".repeat(MAX_NAME_BYTES), small(10.0, 2), ok).is_ok());
+        assert!(m.create("games", small(10.0, 2), ok).is_ok());
+        assert!(m.create("games", small(10.0, 2), ok).is_err(), "exists");
+        // More workers than there are (the default keeps its floor).
+        assert!(m.create("big", small(10.0, 1_000), ok).is_err());
+        assert_eq!(m.status().microstores.iter().map(|s| s.workers).sum::<u32>(), 32);
+        let mut c = Catalog::default();
+        c.buckets.insert("b".into(), "ghost".into());
+        assert!(Microstores::new(config(), c).is_err());
+    }
+
+    #[test]
+    fn a_stored_catalog_comes_back_as_it_was() {
+        let m = Microstores::new(config(), Catalog::default()).unwrap();
+        m.create("games", small(10.0, 8), ok).unwrap();
+        m.assign("scores", Some("games"), ok).unwrap();
+        let stored = m.catalog();
+        let again = Microstores::new(config(), stored.clone()).unwrap();
+        assert_eq!(again.catalog(), stored);
+        assert_eq!(again.route(Some("scores")), "games");
+        assert_eq!(again.status().microstores.iter().map(|s| s.workers).collect::<Vec<_>>(), vec![24, 8]);
+    }
+
+    #[tokio::test]
+    async fn a_starved_microstore_gains_workers_in_a_round() {
+        let m = Microstores::new(config(), Catalog::default()).unwrap();
+        m.create("games", small(10.0, 2), ok).unwrap();
+        m.assign("scores", Some("games"), ok).unwrap();
+        for _ in 0..50 {
+            let a = m.admit(Some("scores")).await.unwrap();
+            a.finish(1_000, 50_000);
+        }
+        for _ in 0..50 {
+            let a = m.admit(Some("logs")).await.unwrap();
+            a.finish(1_000, 100);
+        }
+        let r = m.round();
+        let d: Vec<_> =
+            r.decisions.iter().map(|d| (d.microstore.as_str(), d.workers_before, d.workers_after)).collect();
+        assert_eq!(d, vec![(DEFAULT, 30, 26), ("games", 2, 6)], "{:?}", r.decisions);
+        assert_eq!(m.status().decisions.len(), 2);
+    }
+}
