@@ -1,12 +1,12 @@
 //! The data directory's small files on arbitrary input: the marker, the root credentials, the access-keys
-//! file, the SSE master keys and a cluster node's identity. Never a panic; whatever parses re-encodes to a file that parses to the same value; a file whose
+//! file, the SSE master keys, a cluster node's identity and the microstores. Never a panic; whatever parses re-encodes to a file that parses to the same value; a file whose
 //! checksum line does not match its body is refused.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use mosaic::datadir_format::{
-    encode_cluster_node, encode_credentials, encode_keys, encode_master_keys, parse_cluster_node, parse_credentials, parse_keys, parse_marker,
-    parse_master_keys, validate_credentials,
+    encode_cluster_node, encode_credentials, encode_keys, encode_master_keys, encode_microstores, parse_cluster_node, parse_credentials, parse_keys, parse_marker,
+    parse_master_keys, parse_microstores, validate_credentials,
 };
 
 fuzz_target!(|data: &[u8]| {
@@ -35,6 +35,9 @@ fuzz_target!(|data: &[u8]| {
     for text in [&text[..], &sealed[..]] {
         if let Ok(m) = parse_master_keys(text) {
             assert_eq!(parse_master_keys(&encode_master_keys(&m)).as_ref(), Ok(&m));
+        }
+        if let Ok(c) = parse_microstores(text) {
+            assert_eq!(parse_microstores(&encode_microstores(&c).expect("encodes")).as_ref(), Ok(&c));
         }
         if let Ok(n) = parse_cluster_node(text) {
             assert_eq!(parse_cluster_node(&encode_cluster_node(&n)).as_ref(), Ok(&n));

@@ -26,6 +26,7 @@ pub struct AdminState {
     pub started: Instant,
     /// A cluster node's cluster (None: a standalone server).
     pub cluster: Option<Arc<crate::cluster::Cluster>>,
+    pub microstores: Arc<mosaic_microstore::Microstores>,
 }
 
 type Resp = http::Response<Full<Bytes>>;
@@ -337,6 +338,10 @@ async fn route(state: Arc<AdminState>, req: http::Request<hyper::body::Incoming>
                 Ok((status, v)) => json(status, v),
                 Err(e) => json(500, serde_json::json!({ "error": e.to_string() })),
             }
+        }
+        _ if path == "/admin/v1/microstores" || path.starts_with("/admin/v1/microstores/") => {
+            let (status, v) = crate::admin_microstores::route(&state.microstores, &state.data_dir, &method, &path);
+            json(status, v)
         }
         _ if path == "/admin/v1/cluster" || path.starts_with("/admin/v1/cluster/") => {
             cluster_route(&state, &method, &path).await

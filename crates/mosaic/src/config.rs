@@ -44,6 +44,7 @@ pub struct FileConfig {
     pub cluster_advertise: Option<String>,
     pub join: Option<String>,
     pub zone: Option<String>,
+    pub microstores: Option<crate::microstore_config::MicrostoresFile>,
 }
 
 /// Values given on the command line or in the environment (clap merges the two; flags win).
@@ -230,6 +231,7 @@ pub struct Config {
     pub tls: Option<TlsFiles>,
     /// Cluster mode; None: a standalone store.
     pub cluster: Option<ClusterConfig>,
+    pub microstores: mosaic_microstore::registry::Config,
 }
 
 /// A cluster node's settings.
@@ -498,6 +500,7 @@ impl Config {
             sse_master_key,
             sse_c_over_http: args.sse_c_over_http || file.sse_c_over_http.unwrap_or(false),
             tls: tls_files(args, file)?,
+            microstores: crate::microstore_config::resolve(file.microstores.as_ref())?,
             cluster: cluster_config(args, file)?,
         })
     }

@@ -7,7 +7,8 @@
 //!   in the wrong slot or from another store is refused;
 //! - `credentials`: the root access key and secret;
 //! - `keys`: the access keys beside the root key and their grants;
-//! - `cluster/node`, on a cluster node: its node id and the cluster's secret.
+//! - `cluster/node`, on a cluster node: its node id and the cluster's secret;
+//! - `microstores`: the microstores defined by hand and the buckets assigned to them.
 //!
 //! Encoding and parsing only; reading, writing and syncing the files is `datadir`'s and `keys_file`'s.
 
@@ -20,6 +21,7 @@ const KEYS_VERSION_LINE: &str = "version=1\n";
 const LAYOUT_VERSION_LINE: &str = "version=1\n";
 const IDENTITY_VERSION_LINE: &str = "version=1\n";
 const CLUSTER_NODE_VERSION_LINE: &str = "version=1\n";
+const MICROSTORES_VERSION_LINE: &str = "version=1\n";
 /// Most drives a store holds (sets of at most 16 drives).
 pub const MAX_DRIVES: usize = 1024;
 /// The largest of these files we parse: the keys file at its limits (10,000 keys) stays well below.
@@ -129,6 +131,20 @@ pub fn parse_keys(text: &str) -> Result<KeySet, String> {
     let body = unseal(text)?;
     let json = body.strip_prefix(KEYS_VERSION_LINE).ok_or("unsupported keys file version")?;
     serde_json::from_str(json).map_err(|e| format!("damaged: {e}"))
+}
+
+pub fn encode_microstores(catalog: &mosaic_microstore::Catalog) -> Result<String, String> {
+    let json = serde_json::to_string(catalog).map_err(|e| e.to_string())?;
+    Ok(seal(format!("{MICROSTORES_VERSION_LINE}{json}\n")))
+}
+
+/// The catalog of a microstores file; one that is not valid (unknown microstore, past a limit) is refused.
+pub fn parse_microstores(text: &str) -> Result<mosaic_microstore::Catalog, String> {
+    let body = unseal(text)?;
+    let json = body.strip_prefix(MICROSTORES_VERSION_LINE).ok_or("unsupported microstores file version")?;
+    let catalog: mosaic_microstore::Catalog = serde_json::from_str(json).map_err(|e| format!("damaged: {e}"))?;
+    catalog.validate().map_err(|e| format!("damaged: {e}"))?;
+    Ok(catalog)
 }
 
 /// One drive of the layout.

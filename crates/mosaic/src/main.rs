@@ -5,6 +5,7 @@
 mod admin_auth;
 mod admin_client;
 mod admin_keys;
+mod admin_microstores;
 mod admin_server;
 mod bench_cli;
 mod cluster;
@@ -13,6 +14,8 @@ mod datadir;
 mod drives;
 mod keys_file;
 mod logging;
+mod microstore_config;
+mod microstores_file;
 mod server;
 mod sse_keys_file;
 
@@ -107,6 +110,40 @@ enum AdminCommand {
     /// The cluster this node is in (a server started with --cluster-address).
     #[command(subcommand)]
     Cluster(ClusterCommand),
+    /// Microstores: slices of the server's request workers, each serving buckets of one workload class;
+    /// buckets are classified by their object sizes and GET/PUT mix, and workers move toward a microstore
+    /// missing its target.
+    #[command(subcommand)]
+    Microstore(MicrostoreCommand),
+}
+
+#[derive(Subcommand)]
+enum MicrostoreCommand {
+    /// The microstores (target, class, workers held and in use, waiting and refused requests), every
+    /// watched bucket (its window, class and microstore) and the resource manager's last decisions.
+    Status,
+    /// The microstores (the same as status).
+    List,
+    /// Create microstore NAME, holding --workers taken from the free ones and then from the default one.
+    Create {
+        name: String,
+        /// Its target: the 99th percentile latency in ms (small objects)...
+        #[arg(long, conflicts_with = "target_mib_s", required_unless_present = "target_mib_s")]
+        target_p99_ms: Option<f64>,
+        /// ...or the throughput in MiB/s while busy (large objects).
+        #[arg(long)]
+        target_mib_s: Option<f64>,
+        /// Buckets of this class not assigned by hand are served here: small-read, small-write, large-read,
+        /// large-write, small-mixed or large-mixed.
+        #[arg(long)]
+        class: Option<String>,
+        #[arg(long, default_value_t = 16)]
+        workers: u32,
+    },
+    /// Delete microstore NAME: its buckets are routed automatically again, its workers go to the default.
+    Delete { name: String },
+    /// Serve BUCKET by microstore MS, or by its class again with `auto`.
+    Assign { bucket: String, microstore: String },
 }
 
 #[derive(Subcommand)]
@@ -301,6 +338,7 @@ fn run_admin(a: AdminArgs) -> Result<ExitCode, String> {
         AdminCommand::Cluster(ClusterCommand::Rebalance { action }) => {
             ("POST", format!("/admin/v1/cluster/rebalance/{}", path_segment(action)))
         }
+        AdminCommand::Microstore(m) => microstore_call(m)?,
         AdminCommand::Key(k) => match k {
             KeyCommand::Create { owner: false } => ("POST", "/admin/v1/keys".to_string()),
             KeyCommand::Create { owner: true } => ("POST", "/admin/v1/keys/owner".to_string()),
@@ -345,9 +383,47 @@ fn run_admin(a: AdminArgs) -> Result<ExitCode, String> {
         | AdminCommand::Key(_)
         | AdminCommand::Drives
         | AdminCommand::Drive(_)
+        | AdminCommand::Microstore(_)
         | AdminCommand::Cluster(_) => false,
     };
     Ok(if failed { ExitCode::from(1) } else { ExitCode::SUCCESS })
+}
+
+/// The admin call of a microstore command (its names checked here, so a bad one never reaches a path).
+fn microstore_call(m: &MicrostoreCommand) -> Result<(&'static str, String), String> {
+    use mosaic_microstore::registry::validate_name;
+    Ok(match m {
+        MicrostoreCommand::Status | MicrostoreCommand::List => ("GET", "/admin/v1/microstores".to_string()),
+        MicrostoreCommand::Create { name, target_p99_ms, target_mib_s, class, workers } => {
+            validate_name(name)?;
+            let (kind, value) = match (target_p99_ms, target_mib_s) {
+                (Some(ms), _) => ("p99-ms", *ms),
+                (None, Some(mib)) => ("mib-s", *mib),
+                (None, None) => return Err("give --target-p99-ms or --target-mib-s".into()),
+            };
+            if !(value.is_finite() && value > 0.0) {
+                return Err(format!("a target is a positive number, not {value}"));
+            }
+            let class = match class {
+                Some(c) => mosaic_microstore::Class::parse(c)
+                    .map(|c| c.name())
+                    .ok_or_else(|| format!("--class: {c:?} is not a class"))?,
+                None => "any",
+            };
+            ("POST", format!("/admin/v1/microstores/create/{name}/{kind}/{value}/{class}/{workers}"))
+        }
+        MicrostoreCommand::Delete { name } => {
+            validate_name(name)?;
+            ("POST", format!("/admin/v1/microstores/delete/{name}"))
+        }
+        MicrostoreCommand::Assign { bucket, microstore } => {
+            mosaic_layer::validate_bucket_name(bucket).map_err(|e| e.to_string())?;
+            if microstore != "auto" {
+                validate_name(microstore)?;
+            }
+            ("POST", format!("/admin/v1/microstores/assign/{bucket}/{microstore}"))
+        }
+    })
 }
 
 fn print_human(v: &serde_json::Value, indent: &str) {

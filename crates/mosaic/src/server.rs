@@ -246,8 +246,11 @@ async fn serve_all(
         &creds.secret_key,
         crate::keys_file::load(&cfg.data_dir)?,
     ));
+    let catalog = crate::microstores_file::load(&cfg.data_dir)?;
+    let microstores = Arc::new(mosaic_microstore::Microstores::new(cfg.microstores.clone(), catalog)?);
     let service =
-        mosaic_s3::build_service_with_keys(layer.clone(), keys.clone(), cfg.domain.as_deref(), cfg.sse_c_over_http)?;
+        mosaic_s3::build_service_with_keys(layer.clone(), keys.clone(), cfg.domain.as_deref(), cfg.sse_c_over_http)?
+            .with_microstores(microstores.clone());
     // Installed before the server says it serves, so that a signal right after that line is handled.
     use tokio::signal::unix::{SignalKind, signal};
     let handlers = signal(SignalKind::interrupt()).and_then(|i| Ok((i, signal(SignalKind::terminate())?)));
@@ -269,7 +272,9 @@ async fn serve_all(
         prometheus,
         started,
         cluster: cluster.clone(),
+        microstores: microstores.clone(),
     });
+    tokio::spawn(microstore_rounds(microstores, stop_rx.clone()));
     tokio::spawn(lifecycle_worker(layer.clone(), cfg.lifecycle_day, stop_rx.clone()));
     let mut admin_stop = stop_rx.clone();
     let admin = tokio::spawn(admin_server::serve(admin_listener, admin_state, tls.clone(), async move {
@@ -300,6 +305,46 @@ async fn serve_all(
     .map_err(|e| e.to_string())?;
     let _ = admin.await;
     Ok(())
+}
+
+/// The microstores' rounds, one per window slot: buckets are classified, workers move toward microstores
+/// missing their targets; every class change and decision is logged with its reason and exported.
+async fn microstore_rounds(ms: Arc<mosaic_microstore::Microstores>, mut stop: watch::Receiver<bool>) {
+    let slot = Duration::from_millis(ms.config().monitor.window.slot_ms);
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + slot, slot);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        let report = ms.round();
+        for (bucket, class) in &report.class_changes {
+            tracing::info!(bucket, class = class.name(), "bucket classified");
+            metrics::counter!("mosaic_microstore_class_changes_total", "class" => class.name()).increment(1);
+        }
+        for d in &report.decisions {
+            tracing::info!(
+                microstore = d.microstore,
+                before = d.workers_before,
+                after = d.workers_after,
+                reason = d.reason,
+                "microstore workers moved"
+            );
+            metrics::counter!("mosaic_microstore_decisions_total", "microstore" => d.microstore.clone()).increment(1);
+        }
+        for s in ms.status().microstores {
+            let g = |name: &'static str, v: f64| metrics::gauge!(name, "microstore" => s.name.clone()).set(v);
+            g("mosaic_microstore_workers", f64::from(s.workers));
+            g("mosaic_microstore_workers_in_use", f64::from(s.in_use));
+            g("mosaic_microstore_waiting", f64::from(s.waiting));
+            if let Some(o) = report.observations.get(&s.name) {
+                g("mosaic_microstore_latency_ms_p99", o.latency_ms_p99.unwrap_or(0.0));
+                g("mosaic_microstore_throughput_mib_s", o.throughput_mib_s);
+                g("mosaic_microstore_busy_ratio", o.busy);
+            }
+        }
+    }
 }
 
 /// SIGHUP: read the TLS certificate and key again; new connections get the new one, open connections keep

@@ -12,6 +12,7 @@ mod errors;
 mod host;
 mod lifecycle;
 mod lock;
+mod metered;
 mod multipart;
 mod policy;
 mod post;

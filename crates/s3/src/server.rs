@@ -46,6 +46,16 @@ pub struct Service {
     s3: S3Service,
     layer: Arc<dyn mosaic_layer::ObjectLayer>,
     host: Option<Arc<crate::host::DomainHost>>,
+    microstores: Option<Arc<mosaic_microstore::Microstores>>,
+}
+
+impl Service {
+    /// Routes every request through its bucket's microstore (its workers) and counts it in the bucket's
+    /// workload window.
+    pub fn with_microstores(mut self, microstores: Arc<mosaic_microstore::Microstores>) -> Service {
+        self.microstores = Some(microstores);
+        self
+    }
 }
 
 /// Builds the s3s service over an ObjectLayer with root credentials only and optional virtual-host domain.
@@ -80,7 +90,7 @@ pub fn build_service_with_keys(
     // Bounds the XML bodies s3s buffers (DeleteObjects, CompleteMultipartUpload, tagging).
     cfg.xml_max_body_size = XML_MAX_BODY_BYTES;
     b.set_config(Arc::new(s3s::config::StaticConfigProvider::new(Arc::new(cfg))));
-    Ok(Service { s3: b.build(), layer, host })
+    Ok(Service { s3: b.build(), layer, host, microstores: None })
 }
 
 /// s3s takes its auth provider by value: this shares the key ring.
@@ -148,6 +158,10 @@ async fn handle(
     let post_upload = crate::post::is_post_upload(&req);
     let attributes_asked = method == http::Method::GET
         && req.uri().query().unwrap_or("").split('&').any(|p| p == "attributes" || p.starts_with("attributes="));
+    let metered = match admit(&service, &req, op, started).await {
+        Ok(m) => m,
+        Err(refused) => return Ok(with_request_id(refused, &id).await),
+    };
     let mut resp = if method == http::Method::OPTIONS {
         preflight(&service, &req).await
     } else if xml_body_over_limit(&req) {
@@ -191,6 +205,9 @@ async fn handle(
         // uploading an empty file). Closing this connection keeps such clients correct.
         resp.headers_mut().insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
     }
+    if let Some(m) = metered {
+        resp = m.follow(resp);
+    }
     let ms = started.elapsed().as_secs_f64() * 1000.0;
     let status_label = status.as_u16().to_string();
     metrics::counter!("mosaic_s3_requests_total", "op" => op, "status" => status_label.clone()).increment(1);
@@ -203,6 +220,29 @@ async fn handle(
         tracing::debug!(request_id = %id, op, method = %method, path = %path, status = status.as_u16(), ms = format!("{ms:.2}"), "request");
     }
     Ok(resp)
+}
+
+/// Admits a request into its bucket's microstore; Err: the answer instead (503 SlowDown when its workers
+/// and their queue are full, or it waited too long).
+async fn admit<B>(
+    service: &Service,
+    req: &http::Request<B>,
+    op: &'static str,
+    started: Instant,
+) -> Result<Option<crate::metered::Metered>, http::Response<s3s::Body>> {
+    let Some(ms) = &service.microstores else { return Ok(None) };
+    let bucket = bucket_of(service, req);
+    match ms.admit(bucket.as_deref()).await {
+        Ok(admission) => {
+            let put_bytes = crate::metered::put_size(req.headers());
+            Ok(Some(crate::metered::Metered::new(ms.clone(), admission, bucket, op, put_bytes, started)))
+        }
+        Err(refused) => {
+            metrics::counter!("mosaic_microstore_refused_total").increment(1);
+            tracing::debug!(?refused, bucket, "request refused by its microstore");
+            Err(error_response(503, "SlowDown", "Please reduce your request rate."))
+        }
+    }
 }
 
 /// The bucket a request addresses: by virtual host, else the first segment of its path.

@@ -1,0 +1,108 @@
+//! The `[microstores]` table of the config file: the workload monitor's window and classes, the resource
+//! manager's workers and steps, the default microstore's target. Every key is optional; a user who sets
+//! nothing gets one default microstore holding every worker, and nothing changes for them.
+
+use mosaic::size_format::parse_size;
+use mosaic_microstore::manager::Target;
+use mosaic_microstore::registry::Config as MicrostoresConfig;
+use serde::Deserialize;
+use std::time::Duration;
+
+#[derive(Deserialize, Default, Debug, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct MicrostoresFile {
+    /// The length of one window slot (a round runs once per slot), e.g. "5s".
+    pub window_slot: Option<String>,
+    pub window_slots: Option<usize>,
+    pub max_buckets: Option<usize>,
+    pub small_max_size: Option<String>,
+    pub large_min_size: Option<String>,
+    pub heavy_share_min: Option<f64>,
+    pub share_band: Option<f64>,
+    pub min_requests: Option<u64>,
+    pub hold_evaluations: Option<u32>,
+    pub workers: Option<u32>,
+    pub floor_workers: Option<u32>,
+    pub shrink_step_workers: Option<u32>,
+    pub grow_start_workers: Option<u32>,
+    pub slack_ratio: Option<f64>,
+    pub busy_min: Option<f64>,
+    pub default_target_p99_ms: Option<f64>,
+    pub max_waiting: Option<u32>,
+    pub max_wait: Option<String>,
+    pub adapt: Option<bool>,
+}
+
+fn duration(name: &str, v: &str) -> Result<Duration, String> {
+    humantime::parse_duration(v).map_err(|e| format!("microstores.{name}: {v:?} is not a duration such as 5s: {e}"))
+}
+
+fn size(name: &str, v: &str) -> Result<u64, String> {
+    parse_size(v).map_err(|e| format!("microstores.{name}: {e}"))
+}
+
+pub fn resolve(file: Option<&MicrostoresFile>) -> Result<MicrostoresConfig, String> {
+    let mut c = MicrostoresConfig::default();
+    let Some(f) = file else { return Ok(c) };
+    let m = &mut c.monitor;
+    if let Some(v) = &f.window_slot {
+        m.window.slot_ms = duration("window_slot", v)?.as_millis() as u64;
+    }
+    m.window.slots = f.window_slots.unwrap_or(m.window.slots);
+    m.max_buckets = f.max_buckets.unwrap_or(m.max_buckets);
+    if let Some(v) = &f.small_max_size {
+        m.classify.small_max_size_bytes = size("small_max_size", v)?;
+    }
+    if let Some(v) = &f.large_min_size {
+        m.classify.large_min_size_bytes = size("large_min_size", v)?;
+    }
+    m.classify.heavy_share_min = f.heavy_share_min.unwrap_or(m.classify.heavy_share_min);
+    m.classify.share_band = f.share_band.unwrap_or(m.classify.share_band);
+    m.classify.min_requests = f.min_requests.unwrap_or(m.classify.min_requests);
+    m.classify.hold_evaluations = f.hold_evaluations.unwrap_or(m.classify.hold_evaluations);
+    let r = &mut c.manager;
+    r.total_workers = f.workers.unwrap_or(r.total_workers);
+    r.floor_workers = f.floor_workers.unwrap_or(r.floor_workers);
+    r.shrink_step_workers = f.shrink_step_workers.unwrap_or(r.shrink_step_workers);
+    r.grow_start_workers = f.grow_start_workers.unwrap_or(r.grow_start_workers);
+    r.slack_ratio = f.slack_ratio.unwrap_or(r.slack_ratio);
+    r.busy_min = f.busy_min.unwrap_or(r.busy_min);
+    if let Some(ms) = f.default_target_p99_ms {
+        c.default_target = Target::LatencyMsP99(ms);
+    }
+    c.max_waiting = f.max_waiting.unwrap_or(c.max_waiting);
+    if let Some(v) = &f.max_wait {
+        c.max_wait = duration("max_wait", v)?;
+    }
+    c.adapt = f.adapt.unwrap_or(c.adapt);
+    c.monitor.validate().map_err(|e| format!("microstores: {e}"))?;
+    c.manager.validate().map_err(|e| format!("microstores: {e}"))?;
+    if c.max_waiting > 1 << 20 || c.max_wait.is_zero() || c.max_wait > Duration::from_secs(600) {
+        return Err("microstores: max_waiting is at most 1048576 and max_wait between 1 ms and 600 s".into());
+    }
+    Ok(c)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nothing_set_is_the_default_and_keys_are_checked() {
+        assert_eq!(resolve(None).unwrap(), MicrostoresConfig::default());
+        let f: MicrostoresFile = toml::from_str("window_slot = \"1s\"\nworkers = 64\nadapt = false").unwrap();
+        let c = resolve(Some(&f)).unwrap();
+        assert_eq!((c.monitor.window.slot_ms, c.manager.total_workers, c.adapt), (1_000, 64, false));
+        for bad in [
+            "workers = 0",
+            "window_slot = \"0s\"",
+            "slack_ratio = 2.0",
+            "max_wait = \"1h\"",
+            "small_max_size = \"2MiB\"",
+        ] {
+            let f: MicrostoresFile = toml::from_str(bad).unwrap();
+            assert!(resolve(Some(&f)).unwrap_err().starts_with("microstores"), "{bad}");
+        }
+        assert!(toml::from_str::<MicrostoresFile>("wrokers = 3").is_err());
+    }
+}

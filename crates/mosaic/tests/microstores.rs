@@ -1,0 +1,142 @@
+//! Microstores end to end through the `mosaic` binary: `mosaic admin microstore create|assign|delete|status`,
+//! buckets classified from real S3 traffic and routed to the microstore of their class, the catalog kept
+//! across a restart, and a microstore whose workers are all busy refusing with SlowDown while other
+//! buckets are served.
+
+mod support;
+
+use aws_sdk_s3::error::ProvideErrorMetadata;
+use aws_sdk_s3::primitives::ByteStream;
+use std::time::{Duration, Instant};
+use support::{Server, s3_client, start_with_args, stop};
+
+const AK: &str = "rootkey";
+const SK: &str = "rootsecret-0123456789";
+
+fn admin(s: &Server, args: &[&str]) -> serde_json::Value {
+    let out = support::admin(s, AK, SK, args);
+    assert!(out.status.success(), "mosaic admin {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn admin_fails(s: &Server, args: &[&str]) -> String {
+    let out = support::admin(s, AK, SK, args);
+    assert!(!out.status.success(), "mosaic admin {args:?} should fail");
+    String::from_utf8_lossy(&out.stderr).to_string()
+}
+
+fn start(data: &std::path::Path, config: &std::path::Path) -> Server {
+    let env = [("MOSAIC_ACCESS_KEY", AK), ("MOSAIC_SECRET_KEY", SK)];
+    start_with_args(data, &env, &["--config", config.to_str().unwrap()])
+}
+
+fn microstore<'a>(status: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    status["microstores"].as_array().unwrap().iter().find(|m| m["name"] == name).unwrap()
+}
+
+/// Polls `status` until `done` holds (rounds run every 100 ms here), at most 30 s.
+fn wait_status(s: &Server, what: &str, done: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let v = admin(s, &["microstore", "status"]);
+        if done(&v) {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "{what}: not reached in 30 s: {v:#}");
+        std::thread::yield_now();
+    }
+}
+
+fn bucket<'a>(status: &'a serde_json::Value, name: &str) -> Option<&'a serde_json::Value> {
+    status["buckets"].as_array().unwrap().iter().find(|b| b["bucket"] == name)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn buckets_are_classified_routed_and_refused_when_their_microstore_is_full() {
+    let d = tempfile::tempdir().unwrap();
+    let data = d.path().join("store");
+    let config = d.path().join("mosaic.toml");
+    std::fs::write(
+        &config,
+        "[microstores]\nwindow_slot = \"100ms\"\nwindow_slots = 10\nmin_requests = 20\nhold_evaluations = 2\n\
+         workers = 64\nfloor_workers = 1\nmax_waiting = 0\nadapt = false\n",
+    )
+    .unwrap();
+    let s = start(&data, &config);
+    let c = s3_client(&s.s3, AK, SK);
+
+    // A server that was never asked has one default microstore holding every worker.
+    let v = admin(&s, &["microstore", "list"]);
+    assert_eq!(v["microstores"].as_array().unwrap().len(), 1);
+    assert_eq!(microstore(&v, "default")["workers"], 64);
+
+    let v = admin(
+        &s,
+        &["microstore", "create", "games", "--target-p99-ms", "50", "--class", "small-write", "--workers", "8"],
+    );
+    assert_eq!(v["ok"], true);
+    admin(&s, &["microstore", "create", "tiny", "--target-mib-s", "100", "--workers", "1"]);
+    let v = admin(&s, &["microstore", "status"]);
+    assert_eq!(
+        (microstore(&v, "games")["workers"].as_u64(), microstore(&v, "default")["workers"].as_u64()),
+        (Some(8), Some(55))
+    );
+    assert!(admin_fails(&s, &["microstore", "create", "games", "--target-p99-ms", "5"]).contains("exists"));
+    assert!(admin_fails(&s, &["microstore", "create", "Bad", "--target-p99-ms", "5"]).contains("microstore name"));
+    assert!(
+        admin_fails(&s, &["microstore", "create", "huge", "--target-p99-ms", "5", "--workers", "1000"])
+            .contains("free")
+    );
+    assert!(admin_fails(&s, &["microstore", "assign", "scores", "ghost"]).contains("no microstore"));
+    assert!(admin_fails(&s, &["microstore", "delete", "default"]).contains("cannot be deleted"));
+
+    // Small PUTs: the bucket is classified small-write and served by games, the microstore of that class.
+    for b in ["scores", "big", "other"] {
+        c.create_bucket().bucket(b).send().await.unwrap();
+    }
+    for i in 0..60 {
+        let body = ByteStream::from(vec![b'x'; 4096]);
+        c.put_object().bucket("scores").key(format!("k{i}")).body(body).send().await.unwrap();
+    }
+    let v = wait_status(&s, "scores classified", |v| bucket(v, "scores").is_some_and(|b| b["class"] == "small-write"));
+    let scores = bucket(&v, "scores").unwrap();
+    assert_eq!((scores["microstore"].as_str(), scores["assigned"].as_bool()), (Some("games"), Some(false)));
+    assert!(scores["summary"]["puts"].as_u64().unwrap() >= 20, "{scores:#}");
+    assert_eq!(admin(&s, &["microstore", "assign", "scores", "default"])["routes_to"], "default");
+    assert_eq!(admin(&s, &["microstore", "assign", "scores", "auto"])["routes_to"], "games");
+
+    // A microstore of one worker, that worker held by a GET whose body the client does not read: the
+    // next request to its bucket is refused with SlowDown (nothing may wait there), another bucket is served.
+    admin(&s, &["microstore", "assign", "big", "tiny"]);
+    let big = vec![7u8; 48 << 20];
+    c.put_object().bucket("big").key("o").body(ByteStream::from(big)).send().await.unwrap();
+    let held = c.get_object().bucket("big").key("o").send().await.unwrap();
+    let refused = c.get_object().bucket("big").key("missing").send().await.unwrap_err();
+    assert_eq!(refused.code(), Some("SlowDown"), "{refused:?}");
+    c.put_object().bucket("other").key("k").body(ByteStream::from_static(b"ok")).send().await.unwrap();
+    let v = admin(&s, &["microstore", "status"]);
+    assert_eq!(microstore(&v, "tiny")["in_use"], 1);
+    assert!(microstore(&v, "tiny")["refused"].as_u64().unwrap() >= 1);
+    // The client goes away: its worker comes back (once the server sees the connection end).
+    drop(held);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match c.get_object().bucket("big").key("missing").send().await {
+            Err(e) if e.code() == Some("NoSuchKey") => break,
+            Err(e) if e.code() == Some("SlowDown") && Instant::now() < deadline => tokio::task::yield_now().await,
+            other => panic!("after the held GET ended: {other:?}"),
+        }
+    }
+
+    // The catalog survives a restart; deleting a microstore sends its buckets back to automatic routing.
+    stop(s);
+    let s = start(&data, &config);
+    let v = admin(&s, &["microstore", "status"]);
+    assert_eq!(microstore(&v, "games")["workers"], 8);
+    assert_eq!(microstore(&v, "tiny")["assigned"], serde_json::json!(["big"]));
+    admin(&s, &["microstore", "delete", "tiny"]);
+    let v = admin(&s, &["microstore", "status"]);
+    assert_eq!(v["microstores"].as_array().unwrap().len(), 2);
+    assert_eq!(microstore(&v, "default")["workers"], 56);
+    stop(s);
+}

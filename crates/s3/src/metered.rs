@@ -1,0 +1,105 @@
+//! A request as its microstore sees it: admitted into the bucket's workers, it holds one until its answer
+//! has been sent (a streamed GET body holds it to the last byte, or until the client goes away), then is
+//! counted in the bucket's workload window and its microstore's round.
+
+use mosaic_microstore::workers::Admission;
+use mosaic_microstore::{Microstores, OpKind, Sample};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+pub(crate) struct Metered {
+    microstores: Arc<Microstores>,
+    admission: Admission,
+    bucket: Option<String>,
+    op: OpKind,
+    size_bytes: u64,
+    started: Instant,
+}
+
+/// The kind a coarse operation name counts as.
+fn kind(op: &str) -> OpKind {
+    match op {
+        "GetObject" => OpKind::Get,
+        "PutObject" | "UploadPart" => OpKind::Put,
+        "DeleteObject" | "DeleteObjects" => OpKind::Delete,
+        _ => OpKind::Other,
+    }
+}
+
+/// The object bytes a PUT carries (the decoded length of an aws-chunked body).
+pub(crate) fn put_size(headers: &http::HeaderMap) -> u64 {
+    let number = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    number("x-amz-decoded-content-length").or_else(|| number("content-length")).unwrap_or(0)
+}
+
+impl Metered {
+    pub(crate) fn new(
+        microstores: Arc<Microstores>,
+        admission: Admission,
+        bucket: Option<String>,
+        op: &str,
+        put_bytes: u64,
+        started: Instant,
+    ) -> Metered {
+        let op = kind(op);
+        let size_bytes = if op == OpKind::Put { put_bytes } else { 0 };
+        Metered { microstores, admission, bucket, op, size_bytes, started }
+    }
+
+    /// Follows the answer: counted now when its body is in memory, else when the body is done.
+    pub(crate) fn follow(mut self, resp: http::Response<s3s::Body>) -> http::Response<s3s::Body> {
+        if self.op == OpKind::Get {
+            if !resp.status().is_success() {
+                // A failed GET moved no object; it counts in the rate, not in the sizes.
+                self.op = OpKind::Other;
+            } else {
+                let len = resp.headers().get(http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse().ok());
+                self.size_bytes = len.unwrap_or(0);
+            }
+        }
+        if resp.body().bytes().is_some() {
+            drop(self);
+            return resp;
+        }
+        let (parts, body) = resp.into_parts();
+        http::Response::from_parts(parts, s3s::Body::http_body(MeteredBody { inner: body, _metered: self }))
+    }
+}
+
+impl Drop for Metered {
+    fn drop(&mut self) {
+        let latency_us = self.started.elapsed().as_micros() as u64;
+        self.admission.finish(self.size_bytes, latency_us);
+        if let Some(b) = &self.bucket {
+            self.microstores.record(b, Sample { op: self.op, size_bytes: self.size_bytes, latency_us });
+        }
+    }
+}
+
+/// A streamed body holding its request's worker until it is done or dropped.
+struct MeteredBody {
+    inner: s3s::Body,
+    _metered: Metered,
+}
+
+impl http_body::Body for MeteredBody {
+    type Data = bytes::Bytes;
+    type Error = s3s::StdError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
