@@ -97,13 +97,15 @@ pub struct Holding {
 }
 
 /// One round's measurements of a microstore.
-#[derive(Clone, Debug, PartialEq, Default)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize)]
 pub struct Observation {
     pub requests: u64,
     pub latency_ms_p99: Option<f64>,
     pub throughput_mib_s: f64,
     /// The mean share of its workers in use over the round (0 to 1).
     pub busy: f64,
+    /// Requests that waited for a worker in the round.
+    pub waited: u64,
 }
 
 /// A change of a microstore's workers and why.
@@ -222,8 +224,15 @@ impl ResourceManager {
         match h.target {
             Target::LatencyMsP99(target) => {
                 let p99 = o.latency_ms_p99.unwrap_or(0.0);
-                if p99 > target {
+                // Missed while its workers sit idle, more workers would not help: its requests are slow for
+                // another reason (the drives, the CPU), which workers taken from others address only when
+                // those others shrink; so only a microstore whose requests wait, or whose workers are
+                // busy, asks.
+                let short = o.waited > 0 || o.busy >= c.busy_min;
+                if p99 > target && short {
                     Verdict::Missing(p99 / target, format!("p99 {p99:.2} ms above its target {target} ms"))
+                } else if p99 > target {
+                    Verdict::Met
                 } else if p99 <= target * c.slack_ratio {
                     Verdict::Slack(format!("p99 {p99:.2} ms at most {} x its target {target} ms", c.slack_ratio))
                 } else {
@@ -357,11 +366,11 @@ mod tests {
     }
 
     fn small(p99: f64) -> Observation {
-        Observation { requests: 1_000, latency_ms_p99: Some(p99), throughput_mib_s: 1.0, busy: 0.5 }
+        Observation { requests: 1_000, latency_ms_p99: Some(p99), throughput_mib_s: 1.0, busy: 0.5, waited: 10 }
     }
 
     fn large(mib_s: f64, busy: f64) -> Observation {
-        Observation { requests: 100, latency_ms_p99: Some(500.0), throughput_mib_s: mib_s, busy }
+        Observation { requests: 100, latency_ms_p99: Some(500.0), throughput_mib_s: mib_s, busy, waited: 0 }
     }
 
     fn two() -> ResourceManager {
@@ -422,6 +431,13 @@ mod tests {
     }
 
     #[test]
+    fn a_slow_microstore_whose_workers_sit_idle_asks_for_none() {
+        let mut m = two();
+        let idle = Observation { waited: 0, busy: 0.1, ..small(40.0) };
+        assert_eq!(m.decide(&obs(&[("small", idle), ("large", large(400.0, 0.9))])), vec![]);
+    }
+
+    #[test]
     fn a_met_target_keeps_what_it_holds_and_an_idle_large_tenant_is_not_starved() {
         let mut m = two();
         let d = m.decide(&obs(&[("small", small(7.0)), ("large", large(50.0, 0.5))]));
@@ -465,12 +481,13 @@ mod tests {
     }
 
     fn observation() -> impl Strategy<Value = Observation> {
-        (0u64..200, proptest::option::of(0.0f64..100.0), 0.0f64..500.0, 0.0f64..=1.0).prop_map(
-            |(requests, latency_ms_p99, throughput_mib_s, busy)| Observation {
+        (0u64..200, proptest::option::of(0.0f64..100.0), 0.0f64..500.0, 0.0f64..=1.0, 0u64..3).prop_map(
+            |(requests, latency_ms_p99, throughput_mib_s, busy, waited)| Observation {
                 requests,
                 latency_ms_p99,
                 throughput_mib_s,
                 busy,
+                waited,
             },
         )
     }

@@ -125,6 +125,8 @@ pub struct MicrostoreStatus {
     pub refused: u64,
     /// Buckets assigned by hand.
     pub assigned: Vec<String>,
+    /// What the last round measured of it.
+    pub last_round: Option<Observation>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -157,6 +159,7 @@ pub struct Microstores {
     decisions: Mutex<VecDeque<LoggedDecision>>,
     started: Instant,
     last_round: Mutex<Instant>,
+    last_observations: Mutex<BTreeMap<String, Observation>>,
 }
 
 impl Microstores {
@@ -189,6 +192,7 @@ impl Microstores {
             decisions: Mutex::new(VecDeque::new()),
             started: now,
             last_round: Mutex::new(now),
+            last_observations: Mutex::new(BTreeMap::new()),
         })
     }
 
@@ -361,6 +365,7 @@ impl Microstores {
                     latency_ms_p99: r.latency_us.quantile(0.99).map(|us| us as f64 / 1000.0),
                     throughput_mib_s: r.bytes as f64 / (1 << 20) as f64 / (elapsed_us as f64 / 1e6),
                     busy: (r.busy_us as f64 / (workers * elapsed_us) as f64).min(1.0),
+                    waited: r.waited,
                 },
             );
         }
@@ -377,6 +382,7 @@ impl Microstores {
             }
             log.push_back(LoggedDecision { at_ms: now_ms, decision: d.clone() });
         }
+        *self.last_observations.lock() = observations.clone();
         RoundReport { class_changes, decisions, observations }
     }
 
@@ -384,6 +390,7 @@ impl Microstores {
         let now_ms = self.now_ms();
         let manager = self.manager.lock();
         let inner = self.inner.read();
+        let observed = self.last_observations.lock().clone();
         let microstores = inner
             .catalog
             .microstores
@@ -405,6 +412,7 @@ impl Microstores {
                         .filter(|(_, ms)| *ms == name)
                         .map(|(b, _)| b.clone())
                         .collect(),
+                    last_round: observed.get(name).cloned(),
                 }
             })
             .collect();

@@ -27,6 +27,8 @@ pub struct RoundStats {
     pub latency_us: Histogram,
     /// Sum of the time requests held a worker.
     pub busy_us: u64,
+    /// Requests that had to wait for a worker (more workers would have served them sooner).
+    pub waited: u64,
 }
 
 pub struct WorkerPool {
@@ -117,6 +119,7 @@ impl WorkerPool {
             self.refused.fetch_add(1, Ordering::Relaxed);
             return Err(Refused::QueueFull);
         }
+        self.round.lock().waited += 1;
         let got = tokio::time::timeout(self.max_wait, self.semaphore.clone().acquire_owned()).await;
         self.waiting.fetch_sub(1, Ordering::AcqRel);
         match got {

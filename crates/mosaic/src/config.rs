@@ -232,6 +232,8 @@ pub struct Config {
     /// Cluster mode; None: a standalone store.
     pub cluster: Option<ClusterConfig>,
     pub microstores: mosaic_microstore::registry::Config,
+    /// Requests admitted through microstores and watched (`[microstores] enabled`, default true).
+    pub microstores_enabled: bool,
 }
 
 /// A cluster node's settings.
@@ -501,6 +503,7 @@ impl Config {
             sse_c_over_http: args.sse_c_over_http || file.sse_c_over_http.unwrap_or(false),
             tls: tls_files(args, file)?,
             microstores: crate::microstore_config::resolve(file.microstores.as_ref())?,
+            microstores_enabled: crate::microstore_config::enabled(file.microstores.as_ref()),
             cluster: cluster_config(args, file)?,
         })
     }

@@ -31,6 +31,8 @@ pub struct MicrostoresFile {
     pub max_waiting: Option<u32>,
     pub max_wait: Option<String>,
     pub adapt: Option<bool>,
+    /// Off: requests are not admitted through microstores nor watched (the ablation of their cost).
+    pub enabled: Option<bool>,
 }
 
 fn duration(name: &str, v: &str) -> Result<Duration, String> {
@@ -39,6 +41,11 @@ fn duration(name: &str, v: &str) -> Result<Duration, String> {
 
 fn size(name: &str, v: &str) -> Result<u64, String> {
     parse_size(v).map_err(|e| format!("microstores.{name}: {e}"))
+}
+
+/// Whether requests go through microstores at all (on unless `enabled = false`).
+pub fn enabled(file: Option<&MicrostoresFile>) -> bool {
+    file.and_then(|f| f.enabled).unwrap_or(true)
 }
 
 pub fn resolve(file: Option<&MicrostoresFile>) -> Result<MicrostoresConfig, String> {

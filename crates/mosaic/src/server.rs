@@ -248,9 +248,11 @@ async fn serve_all(
     ));
     let catalog = crate::microstores_file::load(&cfg.data_dir)?;
     let microstores = Arc::new(mosaic_microstore::Microstores::new(cfg.microstores.clone(), catalog)?);
-    let service =
-        mosaic_s3::build_service_with_keys(layer.clone(), keys.clone(), cfg.domain.as_deref(), cfg.sse_c_over_http)?
-            .with_microstores(microstores.clone());
+    let mut service =
+        mosaic_s3::build_service_with_keys(layer.clone(), keys.clone(), cfg.domain.as_deref(), cfg.sse_c_over_http)?;
+    if cfg.microstores_enabled {
+        service = service.with_microstores(microstores.clone());
+    }
     // Installed before the server says it serves, so that a signal right after that line is handled.
     use tokio::signal::unix::{SignalKind, signal};
     let handlers = signal(SignalKind::interrupt()).and_then(|i| Ok((i, signal(SignalKind::terminate())?)));

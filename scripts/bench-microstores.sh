@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# Microstores (paper 002) on one node with six drive files (one 3+3 set): a small-object tenant beside a
+# large-object tenant, and the four COSBench workloads at once, in three modes, same build, same client and
+# seed, in alternating rounds:
+#   monolith     no microstore defined: every bucket is served by the default one (all workers);
+#   static       microstores "small" (small-* classes' buckets) and "large" (large-*), workers fixed;
+#   adaptive     the same microstores, the resource manager moving workers each round.
+# Then a load change with the adaptive mode: the small tenant alone, the large one joining in the middle,
+# with `mosaic admin microstore status` sampled every second (workers held, each microstore's p99) for the
+# plot.
+#
+#   scripts/bench-microstores.sh OUT [ROUNDS]
+#
+# DURATION (default 30s), CONCURRENCY (per tenant, default 8), LARGE_SIZE (default 1MiB-32MiB), DRIVE_SIZE
+# (per drive, default 4GiB).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${1:?OUT directory}
+ROUNDS=${2:-2}
+BIN=${MOSAIC_BIN:-bin/mosaic}
+DIR=${DATA_DIR:-/var/tmp/mosaic-microstores-bench}
+PORT=19800
+ADMIN=127.0.0.1:$((PORT + 1))
+AK=benchkey
+SK=benchsecret-0123456789
+export MOSAIC_ACCESS_KEY=$AK MOSAIC_SECRET_KEY=$SK
+# shellcheck source=one-server.sh
+source "$(dirname "$0")/one-server.sh"
+DURATION=${DURATION:-30s}
+CONC=${CONCURRENCY:-8}
+LARGE=${LARGE_SIZE:-1MiB-32MiB}
+COMMON=(--endpoint "http://127.0.0.1:$PORT" --access-key $AK --secret-key $SK --concurrency "$CONC" --warmup 3s --seed 1)
+mkdir -p "$OUT"
+{
+  echo "date: $(date -u +%FT%TZ)"
+  echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM, $(uname -sr)"
+  echo "build: $("$BIN" --version) (commit $(git rev-parse --short HEAD))"
+  echo "server: 6 drives of ${DRIVE_SIZE:-4GiB} (thin files, one 3+3 set), [microstores] window_slot = 1s, floor_workers = 2"
+  echo "command: mosaic bench s3 --workload tenants --tenants cosbench-b,cosbench-d:$LARGE --duration $DURATION --concurrency $CONC --warmup 3s --seed 1"
+} >"$OUT/machine.txt"
+
+start_server() { # MODE
+  require_free_port
+  rm -rf "$DIR"
+  mkdir -p "$DIR"
+  local adapt=true
+  [[ $1 == static ]] && adapt=false
+  printf '[microstores]\nwindow_slot = "1s"\nwindow_slots = 10\nfloor_workers = 2\nadapt = %s\n' "$adapt" >"$DIR/mosaic.toml"
+  local drives=()
+  for i in 0 1 2 3 4 5; do drives+=(--drive "$DIR/d$i"); done
+  "$BIN" server --data "$DIR/data" "${drives[@]}" --drive-size "${DRIVE_SIZE:-4GiB}" --config "$DIR/mosaic.toml" \
+    --s3-address 127.0.0.1:$PORT --admin-address "$ADMIN" >"$DIR/server.log" 2>&1 &
+  PID=$!
+  wait_port
+  if [[ $1 != monolith ]]; then
+    "$BIN" admin --admin "$ADMIN" microstore create small --target-p99-ms 20 --workers 32 >/dev/null
+    "$BIN" admin --admin "$ADMIN" microstore create large --target-mib-s 50 --workers 4 >/dev/null
+  fi
+}
+
+assign() { # MODE BUCKET MICROSTORE
+  [[ $1 == monolith ]] || "$BIN" admin --admin "$ADMIN" microstore assign "$2" "$3" >/dev/null
+}
+
+summary() { # RESULT LABEL
+  jq -r --arg l "$2" '.tenants[] | "\($l) \(.workload): \(.total.ops_per_s|floor) op/s, \(.total.mib_per_s*10|floor/10) MiB/s, errors \(.total.errors), p99 ms: " +
+    ([.operations | to_entries[] | "\(.key) \(.value.latency_us_p99/1000)"] | join(", "))' "$1"
+}
+
+for round in $(seq 1 "$ROUNDS"); do
+  for mode in monolith static adaptive; do
+    start_server $mode
+    assign $mode ten-t1 small
+    assign $mode ten-t2 large
+    "$BIN" bench s3 "${COMMON[@]}" --workload tenants --tenants "cosbench-b,cosbench-d:$LARGE" --bucket ten \
+      --duration "$DURATION" --out "$OUT/round$round/$mode" >/dev/null 2>&1 || { echo "round $round $mode FAILED"; exit 1; }
+    summary "$OUT/round$round/$mode/result.json" "round $round $mode"
+    "$BIN" admin --admin "$ADMIN" --json microstore status >"$OUT/round$round/$mode/microstores.json"
+    stop
+  done
+done | tee "$OUT/summary.txt"
+
+# The four COSBench workloads at once, each in its own bucket (two bench processes of two tenants each).
+for mode in monolith adaptive; do
+  start_server $mode
+  for b in ac-t1:small ac-t2:large bd-t1:small bd-t2:large; do assign $mode "${b%%:*}" "${b##*:}"; done
+  "$BIN" bench s3 "${COMMON[@]}" --workload tenants --tenants "cosbench-a,cosbench-c:$LARGE" --bucket ac \
+    --duration "$DURATION" --out "$OUT/abcd/$mode/ac" >/dev/null 2>&1 &
+  AC=$!
+  "$BIN" bench s3 "${COMMON[@]}" --workload tenants --tenants "cosbench-b,cosbench-d:$LARGE" --bucket bd \
+    --duration "$DURATION" --out "$OUT/abcd/$mode/bd" >/dev/null 2>&1 || { echo "abcd $mode FAILED"; exit 1; }
+  wait $AC || { echo "abcd $mode FAILED"; exit 1; }
+  summary "$OUT/abcd/$mode/ac/result.json" "abcd $mode"
+  summary "$OUT/abcd/$mode/bd/result.json" "abcd $mode"
+  stop
+done | tee -a "$OUT/summary.txt"
+
+# A load change: the small tenant alone for 20 s, then the large one too for 25 s; status every second.
+start_server adaptive
+assign adaptive lc-small small
+assign adaptive lc-large large
+: >"$OUT/load-change/status.jsonl" 2>/dev/null || { mkdir -p "$OUT/load-change"; : >"$OUT/load-change/status.jsonl"; }
+(
+  t0=$(date +%s.%N)
+  while kill -0 "$PID" 2>/dev/null; do
+    s=$("$BIN" admin --admin "$ADMIN" --json microstore status 2>/dev/null) || break
+    jq -c --argjson t "$(echo "$(date +%s.%N) - $t0" | bc)" '{t: $t, microstores: [.microstores[] | {name, workers, in_use, waiting, last_round}]}' <<<"$s" >>"$OUT/load-change/status.jsonl"
+    sleep 1
+  done
+) &
+SAMPLER=$!
+"$BIN" bench s3 "${COMMON[@]}" --workload cosbench-b --bucket lc-small --duration 50s --warmup 0s \
+  --out "$OUT/load-change/small" >/dev/null 2>&1 &
+SMALL=$!
+sleep 20
+"$BIN" bench s3 "${COMMON[@]}" --workload cosbench-d --size "$LARGE" --bucket lc-large --duration 25s --warmup 0s \
+  --out "$OUT/load-change/large" >/dev/null 2>&1 || echo "load change: large tenant FAILED"
+wait $SMALL || echo "load change: small tenant FAILED"
+cp "$DIR/server.log" "$OUT/load-change/server.log"
+stop
+wait $SAMPLER 2>/dev/null || true
+python3 scripts/plot-microstores.py "$OUT/load-change/status.jsonl" "$OUT/load-change.svg"
+grep -c "microstore workers moved" "$OUT/load-change/server.log" | sed 's/^/load change: decisions logged: /' | tee -a "$OUT/summary.txt"
+rm -f "$OUT/load-change/server.log"

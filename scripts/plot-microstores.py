@@ -1,0 +1,75 @@
+#!/usr/bin/env python3
+"""Plots a microstore status time series (JSON lines from bench-microstores.sh) as an SVG with two panels:
+each microstore's p99 latency per round (as the server measured it) and the workers it holds, over time.
+
+    scripts/plot-microstores.py STATUS.jsonl OUT.svg
+"""
+import json
+import sys
+
+COLORS = {"small": "#1f77b4", "large": "#d62728", "default": "#7f7f7f"}
+W, H, PAD_L, PAD_R, PAD_T, PANEL_H, GAP = 760, 520, 70, 120, 30, 200, 60
+
+
+def load(path):
+    points = []
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if line:
+                points.append(json.loads(line))
+    return points
+
+
+def series(points, key):
+    out = {}
+    for p in points:
+        for m in p["microstores"]:
+            v = key(m)
+            if v is not None:
+                out.setdefault(m["name"], []).append((p["t"], v))
+    return out
+
+
+def panel(svg, top, title, unit, data, t_max):
+    v_max = max([v for s in data.values() for _, v in s] + [1.0]) * 1.1
+    x = lambda t: PAD_L + (W - PAD_L - PAD_R) * t / t_max
+    y = lambda v: top + PANEL_H - PANEL_H * v / v_max
+    svg.append(f'<text x="{PAD_L}" y="{top - 8}" font-size="13">{title}</text>')
+    svg.append(f'<rect x="{PAD_L}" y="{top}" width="{W - PAD_L - PAD_R}" height="{PANEL_H}" fill="none" stroke="#999"/>')
+    for i in range(5):
+        v = v_max * i / 4
+        svg.append(f'<text x="{PAD_L - 6}" y="{y(v) + 4:.1f}" font-size="10" text-anchor="end">{v:.0f}</text>')
+    svg.append(f'<text x="14" y="{top + PANEL_H / 2}" font-size="11" transform="rotate(-90 14 {top + PANEL_H / 2})">{unit}</text>')
+    for name, pts in sorted(data.items()):
+        color = COLORS.get(name, "#2ca02c")
+        path = " ".join(f"{x(t):.1f},{y(v):.1f}" for t, v in pts)
+        svg.append(f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="1.6"/>')
+    for i, name in enumerate(sorted(data)):
+        color = COLORS.get(name, "#2ca02c")
+        svg.append(f'<text x="{W - PAD_R + 10}" y="{top + 16 + 16 * i}" font-size="12" fill="{color}">{name}</text>')
+
+
+def main():
+    points = load(sys.argv[1])
+    if not points:
+        sys.exit("no status samples")
+    t_max = max(p["t"] for p in points) or 1.0
+    p99 = series(points, lambda m: (m.get("last_round") or {}).get("latency_ms_p99"))
+    workers = series(points, lambda m: m["workers"])
+    svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif">',
+           f'<rect width="{W}" height="{H}" fill="white"/>']
+    panel(svg, PAD_T, "p99 latency per round (server side)", "ms", p99, t_max)
+    panel(svg, PAD_T + PANEL_H + GAP, "workers held", "workers", workers, t_max)
+    base = PAD_T + 2 * PANEL_H + GAP
+    for i in range(6):
+        t = t_max * i / 5
+        xx = PAD_L + (W - PAD_L - PAD_R) * t / t_max
+        svg.append(f'<text x="{xx:.1f}" y="{base + 16}" font-size="10" text-anchor="middle">{t:.0f} s</text>')
+    svg.append("</svg>")
+    with open(sys.argv[2], "w") as f:
+        f.write("\n".join(svg) + "\n")
+
+
+if __name__ == "__main__":
+    main()
