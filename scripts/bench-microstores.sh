@@ -29,7 +29,7 @@ source "$(dirname "$0")/one-server.sh"
 DURATION=${DURATION:-30s}
 CONC=${CONCURRENCY:-8}
 LARGE=${LARGE_SIZE:-1MiB-32MiB}
-COMMON=(--endpoint "http://127.0.0.1:$PORT" --access-key $AK --secret-key $SK --concurrency "$CONC" --warmup 3s --seed 1)
+COMMON=(--endpoint "http://127.0.0.1:$PORT" --access-key $AK --secret-key $SK --concurrency "$CONC" --seed 1)
 mkdir -p "$OUT"
 {
   echo "date: $(date -u +%FT%TZ)"
@@ -54,7 +54,7 @@ start_server() { # MODE
   wait_port
   if [[ $1 != monolith ]]; then
     "$BIN" admin --admin "$ADMIN" microstore create small --target-p99-ms 20 --workers 32 >/dev/null
-    "$BIN" admin --admin "$ADMIN" microstore create large --target-mib-s 50 --workers 4 >/dev/null
+    "$BIN" admin --admin "$ADMIN" microstore create large --target-mib-s 100 --workers 4 >/dev/null
   fi
 }
 
@@ -72,7 +72,7 @@ for round in $(seq 1 "$ROUNDS"); do
     start_server $mode
     assign $mode ten-t1 small
     assign $mode ten-t2 large
-    "$BIN" bench s3 "${COMMON[@]}" --workload tenants --tenants "cosbench-b,cosbench-d:$LARGE" --bucket ten \
+    "$BIN" bench s3 "${COMMON[@]}" --workload tenants --tenants "cosbench-b,cosbench-d:$LARGE" --bucket ten --warmup 3s \
       --duration "$DURATION" --out "$OUT/round$round/$mode" >/dev/null 2>&1 || { echo "round $round $mode FAILED"; exit 1; }
     summary "$OUT/round$round/$mode/result.json" "round $round $mode"
     "$BIN" admin --admin "$ADMIN" --json microstore status >"$OUT/round$round/$mode/microstores.json"
@@ -84,10 +84,10 @@ done | tee "$OUT/summary.txt"
 for mode in monolith adaptive; do
   start_server $mode
   for b in ac-t1:small ac-t2:large bd-t1:small bd-t2:large; do assign $mode "${b%%:*}" "${b##*:}"; done
-  "$BIN" bench s3 "${COMMON[@]}" --workload tenants --tenants "cosbench-a,cosbench-c:$LARGE" --bucket ac \
+  "$BIN" bench s3 "${COMMON[@]}" --workload tenants --tenants "cosbench-a,cosbench-c:$LARGE" --bucket ac --warmup 3s \
     --duration "$DURATION" --out "$OUT/abcd/$mode/ac" >/dev/null 2>&1 &
   AC=$!
-  "$BIN" bench s3 "${COMMON[@]}" --workload tenants --tenants "cosbench-b,cosbench-d:$LARGE" --bucket bd \
+  "$BIN" bench s3 "${COMMON[@]}" --workload tenants --tenants "cosbench-b,cosbench-d:$LARGE" --bucket bd --warmup 3s \
     --duration "$DURATION" --out "$OUT/abcd/$mode/bd" >/dev/null 2>&1 || { echo "abcd $mode FAILED"; exit 1; }
   wait $AC || { echo "abcd $mode FAILED"; exit 1; }
   summary "$OUT/abcd/$mode/ac/result.json" "abcd $mode"
@@ -99,7 +99,8 @@ done | tee -a "$OUT/summary.txt"
 start_server adaptive
 assign adaptive lc-small small
 assign adaptive lc-large large
-: >"$OUT/load-change/status.jsonl" 2>/dev/null || { mkdir -p "$OUT/load-change"; : >"$OUT/load-change/status.jsonl"; }
+mkdir -p "$OUT/load-change"
+: >"$OUT/load-change/status.jsonl"
 (
   t0=$(date +%s.%N)
   while kill -0 "$PID" 2>/dev/null; do

@@ -10,10 +10,12 @@
 //! - `monitor`: the windows and classes of every bucket, bounded in count.
 //! - `manager`: the resource manager: which microstore gains or gives back workers, and why.
 
+pub mod bandwidth;
 pub mod class;
 pub mod histogram;
 pub mod manager;
 pub mod monitor;
+pub mod pacer;
 pub mod registry;
 pub mod window;
 pub mod workers;

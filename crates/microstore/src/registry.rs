@@ -2,6 +2,7 @@
 //! redirector (a request goes to its bucket's microstore's workers: the one it is assigned to, else the one
 //! serving its class, else the default), and the rounds that classify buckets and move workers.
 
+use crate::bandwidth::{Bandwidth, BandwidthConfig, BandwidthDecision};
 use crate::class::Class;
 use crate::manager::{Decision, ManagerConfig, Observation, ResourceManager, Target};
 use crate::monitor::{BucketStatus, Monitor, MonitorConfig};
@@ -81,8 +82,10 @@ pub struct Config {
     /// Requests that may wait for a worker per microstore, and for how long.
     pub max_waiting: u32,
     pub max_wait: Duration,
-    /// Whether rounds move workers (off: the partition stays as defined).
+    /// Whether rounds move workers and bandwidth (off: the partition stays as defined).
     pub adapt: bool,
+    /// How bandwidth caps move (its slack ratio and request floor are the manager's).
+    pub bandwidth: BandwidthConfig,
 }
 
 impl Default for Config {
@@ -94,8 +97,17 @@ impl Default for Config {
             max_waiting: 4_096,
             max_wait: Duration::from_secs(30),
             adapt: true,
+            bandwidth: BandwidthConfig::default(),
         }
     }
+}
+
+/// A decision of either resource.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum AnyDecision {
+    Workers(Decision),
+    Bandwidth(BandwidthDecision),
 }
 
 /// A decision with the time it was taken (ms since the registry started).
@@ -103,7 +115,7 @@ impl Default for Config {
 pub struct LoggedDecision {
     pub at_ms: u64,
     #[serde(flatten)]
-    pub decision: Decision,
+    pub decision: AnyDecision,
 }
 
 /// What one round did.
@@ -111,6 +123,7 @@ pub struct LoggedDecision {
 pub struct RoundReport {
     pub class_changes: Vec<(String, Class)>,
     pub decisions: Vec<Decision>,
+    pub bandwidth: Vec<BandwidthDecision>,
     pub observations: BTreeMap<String, Observation>,
 }
 
@@ -120,6 +133,8 @@ pub struct MicrostoreStatus {
     pub target: Target,
     pub class: Option<Class>,
     pub workers: u32,
+    /// Its object bytes are paced to this; None: unlimited.
+    pub bandwidth_cap_mib_s: Option<f64>,
     pub in_use: u32,
     pub waiting: u32,
     pub refused: u64,
@@ -155,6 +170,7 @@ pub struct Microstores {
     config: Config,
     monitor: Monitor,
     manager: Mutex<ResourceManager>,
+    bandwidth: Mutex<Bandwidth>,
     inner: RwLock<Inner>,
     decisions: Mutex<VecDeque<LoggedDecision>>,
     started: Instant,
@@ -167,6 +183,11 @@ impl Microstores {
     /// do not).
     pub fn new(config: Config, mut catalog: Catalog) -> Result<Microstores, String> {
         let mut manager = ResourceManager::new(config.manager.clone())?;
+        let bandwidth = Bandwidth::new(BandwidthConfig {
+            slack_ratio: config.manager.slack_ratio,
+            min_requests: config.manager.min_requests,
+            ..config.bandwidth.clone()
+        })?;
         let monitor = Monitor::new(config.monitor.clone())?;
         catalog.microstores.remove(DEFAULT);
         catalog.validate()?;
@@ -188,6 +209,7 @@ impl Microstores {
             config,
             monitor,
             manager: Mutex::new(manager),
+            bandwidth: Mutex::new(bandwidth),
             inner: RwLock::new(Inner { catalog, pools }),
             decisions: Mutex::new(VecDeque::new()),
             started: now,
@@ -311,6 +333,7 @@ impl Microstores {
             Ok(())
         })?;
         let held = manager.remove(name).map(|h| h.workers).unwrap_or(0);
+        self.bandwidth.lock().forget(name);
         manager.grant(DEFAULT, held);
         let mut inner = self.inner.write();
         // Requests admitted there finish on their permits; new ones route elsewhere.
@@ -369,21 +392,30 @@ impl Microstores {
                 },
             );
         }
-        let decisions = if self.config.adapt { manager.decide(&observations) } else { vec![] };
+        let (decisions, bandwidth) = if self.config.adapt {
+            let targets = manager.holdings().iter().map(|(n, h)| (n.clone(), h.target)).collect();
+            (manager.decide(&observations), self.bandwidth.lock().decide(&targets, &observations))
+        } else {
+            (vec![], vec![])
+        };
+        let caps = self.bandwidth.lock();
         for (name, pool) in &pools {
             if let Some(w) = manager.workers(name) {
                 pool.resize(w);
             }
+            pool.pacer().set_rate(caps.cap_mib_s(name).map(|mib| (mib * (1u64 << 20) as f64) as u64));
         }
+        drop(caps);
         let mut log = self.decisions.lock();
-        for d in &decisions {
+        let all = decisions.iter().cloned().map(AnyDecision::Workers);
+        for d in all.chain(bandwidth.iter().cloned().map(AnyDecision::Bandwidth)) {
             if log.len() == DECISIONS_KEPT {
                 log.pop_front();
             }
-            log.push_back(LoggedDecision { at_ms: now_ms, decision: d.clone() });
+            log.push_back(LoggedDecision { at_ms: now_ms, decision: d });
         }
         *self.last_observations.lock() = observations.clone();
-        RoundReport { class_changes, decisions, observations }
+        RoundReport { class_changes, decisions, bandwidth, observations }
     }
 
     pub fn status(&self) -> Status {
@@ -391,6 +423,7 @@ impl Microstores {
         let manager = self.manager.lock();
         let inner = self.inner.read();
         let observed = self.last_observations.lock().clone();
+        let caps = self.bandwidth.lock();
         let microstores = inner
             .catalog
             .microstores
@@ -402,6 +435,7 @@ impl Microstores {
                     target: manager.holdings().get(name).map(|h| h.target).unwrap_or(d.target),
                     class: d.class,
                     workers: pool.workers(),
+                    bandwidth_cap_mib_s: caps.cap_mib_s(name),
                     in_use: pool.in_use(),
                     waiting: pool.waiting(),
                     refused: pool.refused(),
@@ -566,5 +600,32 @@ mod tests {
             r.decisions.iter().map(|d| (d.microstore.as_str(), d.workers_before, d.workers_after)).collect();
         assert_eq!(d, vec![(DEFAULT, 30, 26), ("games", 2, 6)], "{:?}", r.decisions);
         assert_eq!(m.status().decisions.len(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_missed_latency_target_caps_the_bandwidth_of_a_large_microstore_that_moves_more_than_its_own() {
+        let m = Microstores::new(config(), Catalog::default()).unwrap();
+        m.create("small", small(10.0, 8), ok).unwrap();
+        let large = Definition { target: Target::ThroughputMibS(1.0), class: Some(Class::LargeWrite), workers: 4 };
+        m.create("large", large, ok).unwrap();
+        m.assign("s", Some("small"), ok).unwrap();
+        m.assign("l", Some("large"), ok).unwrap();
+        for _ in 0..30 {
+            m.admit(Some("s")).await.unwrap().finish(1_000, 50_000);
+        }
+        for _ in 0..4 {
+            m.admit(Some("l")).await.unwrap().finish(256 << 20, 500_000);
+        }
+        let r = m.round();
+        assert_eq!(r.bandwidth.len(), 1, "{r:?}");
+        assert_eq!(r.bandwidth[0].microstore, "large");
+        let cap = m.status().microstores.iter().find(|s| s.name == "large").unwrap().bandwidth_cap_mib_s;
+        assert!(cap.is_some_and(|c| c >= 1.0), "{cap:?}");
+        assert!(m.admit(Some("l")).await.unwrap().pacer().is_some());
+        assert!(m.admit(Some("s")).await.unwrap().pacer().is_none());
+        // Deleting the microstore forgets its cap.
+        m.delete("large", ok).unwrap();
+        m.create("large", Definition { target: Target::ThroughputMibS(1.0), class: None, workers: 4 }, ok).unwrap();
+        assert_eq!(m.status().microstores.iter().find(|s| s.name == "large").unwrap().bandwidth_cap_mib_s, None);
     }
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::histogram::Histogram;
+use crate::pacer::Pacer;
 
 /// Why a request was not admitted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,6 +44,7 @@ pub struct WorkerPool {
     in_use: AtomicU32,
     refused: AtomicU64,
     round: Mutex<RoundStats>,
+    pacer: Arc<Pacer>,
 }
 
 /// A request admitted into a pool: holds one worker until dropped.
@@ -64,6 +66,7 @@ impl WorkerPool {
             in_use: AtomicU32::new(0),
             refused: AtomicU64::new(0),
             round: Mutex::new(RoundStats::default()),
+            pacer: Arc::new(Pacer::default()),
         })
     }
 
@@ -137,6 +140,11 @@ impl WorkerPool {
         Admission { pool: self.clone(), permit: Some(permit) }
     }
 
+    /// The pace of the pool's object bytes (unlimited unless the resource manager capped it).
+    pub fn pacer(&self) -> &Arc<Pacer> {
+        &self.pacer
+    }
+
     /// The stats since the last call.
     pub fn take_round(&self) -> RoundStats {
         std::mem::take(&mut *self.round.lock())
@@ -144,6 +152,11 @@ impl WorkerPool {
 }
 
 impl Admission {
+    /// The pacer its bodies must follow, when its microstore's bandwidth is capped now.
+    pub fn pacer(&self) -> Option<Arc<Pacer>> {
+        self.pool.pacer.rate_bytes_per_s().map(|_| self.pool.pacer.clone())
+    }
+
     /// Counts the request in its pool's round (call once, when it is done).
     pub fn finish(&self, bytes: u64, latency_us: u64) {
         let mut r = self.pool.round.lock();

@@ -31,6 +31,9 @@ pub struct MicrostoresFile {
     pub max_waiting: Option<u32>,
     pub max_wait: Option<String>,
     pub adapt: Option<bool>,
+    /// How much a large microstore's bandwidth cap comes down per round while a small one misses its
+    /// target (per second), e.g. "32MiB".
+    pub bandwidth_step: Option<String>,
     /// Off: requests are not admitted through microstores nor watched (the ablation of their cost).
     pub enabled: Option<bool>,
 }
@@ -82,6 +85,10 @@ pub fn resolve(file: Option<&MicrostoresFile>) -> Result<MicrostoresConfig, Stri
         c.max_wait = duration("max_wait", v)?;
     }
     c.adapt = f.adapt.unwrap_or(c.adapt);
+    if let Some(v) = &f.bandwidth_step {
+        c.bandwidth.step_mib_s = size("bandwidth_step", v)? as f64 / (1u64 << 20) as f64;
+    }
+    c.bandwidth.validate().map_err(|e| format!("microstores: {e}"))?;
     c.monitor.validate().map_err(|e| format!("microstores: {e}"))?;
     c.manager.validate().map_err(|e| format!("microstores: {e}"))?;
     if c.max_waiting > 1 << 20 || c.max_wait.is_zero() || c.max_wait > Duration::from_secs(600) {
@@ -106,6 +113,7 @@ mod tests {
             "slack_ratio = 2.0",
             "max_wait = \"1h\"",
             "small_max_size = \"2MiB\"",
+            "bandwidth_step = \"1KiB\"",
         ] {
             let f: MicrostoresFile = toml::from_str(bad).unwrap();
             assert!(resolve(Some(&f)).unwrap_err().starts_with("microstores"), "{bad}");

@@ -2,8 +2,10 @@
 //! has been sent (a streamed GET body holds it to the last byte, or until the client goes away), then is
 //! counted in the bucket's workload window and its microstore's round.
 
+use mosaic_microstore::pacer::Pacer;
 use mosaic_microstore::workers::Admission;
 use mosaic_microstore::{Microstores, OpKind, Sample};
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -16,6 +18,8 @@ pub(crate) struct Metered {
     op: OpKind,
     size_bytes: u64,
     started: Instant,
+    /// Set when its microstore's bandwidth was capped at admission.
+    pacer: Option<Arc<Pacer>>,
 }
 
 /// The kind a coarse operation name counts as.
@@ -45,7 +49,19 @@ impl Metered {
     ) -> Metered {
         let op = kind(op);
         let size_bytes = if op == OpKind::Put { put_bytes } else { 0 };
-        Metered { microstores, admission, bucket, op, size_bytes, started }
+        let pacer = admission.pacer();
+        Metered { microstores, admission, bucket, op, size_bytes, started, pacer }
+    }
+
+    /// A PUT's body paced to its microstore's bandwidth cap, if it has one.
+    pub(crate) fn pace_request(&self, req: http::Request<s3s::Body>) -> http::Request<s3s::Body> {
+        match (&self.pacer, self.op) {
+            (Some(p), OpKind::Put) => {
+                let p = p.clone();
+                req.map(|inner| s3s::Body::http_body(Paced { inner, pacer: p, sleep: None }))
+            }
+            _ => req,
+        }
     }
 
     /// Follows the answer: counted now when its body is in memory, else when the body is done.
@@ -64,7 +80,12 @@ impl Metered {
             return resp;
         }
         let (parts, body) = resp.into_parts();
-        http::Response::from_parts(parts, s3s::Body::http_body(MeteredBody { inner: body, _metered: self }))
+        let pacer = if self.op == OpKind::Get { self.pacer.clone() } else { None };
+        let inner = match pacer {
+            Some(pacer) => s3s::Body::http_body(Paced { inner: body, pacer, sleep: None }),
+            None => body,
+        };
+        http::Response::from_parts(parts, s3s::Body::http_body(MeteredBody { inner, _metered: self }))
     }
 }
 
@@ -93,6 +114,44 @@ impl http_body::Body for MeteredBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
         Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// A body whose bytes follow a pacer: after each chunk it waits (if the pacer says so) before the next.
+struct Paced {
+    inner: s3s::Body,
+    pacer: Arc<Pacer>,
+    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl http_body::Body for Paced {
+    type Data = bytes::Bytes;
+    type Error = s3s::StdError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        if let Some(sleep) = self.sleep.as_mut() {
+            std::task::ready!(sleep.as_mut().poll(cx));
+            self.sleep = None;
+        }
+        let frame = std::task::ready!(Pin::new(&mut self.inner).poll_frame(cx));
+        if let Some(Ok(f)) = &frame
+            && let Some(data) = f.data_ref()
+            && let Some(wait) = self.pacer.schedule(data.len() as u64, Instant::now())
+        {
+            self.sleep = Some(Box::pin(tokio::time::sleep(wait)));
+        }
+        Poll::Ready(frame)
     }
 
     fn is_end_stream(&self) -> bool {

@@ -176,6 +176,10 @@ async fn handle(
             Ok(r) => r,
             Err(refused) => return Ok(with_request_id(refused, &id).await),
         };
+        let req = match &metered {
+            Some(m) => m.pace_request(req),
+            None => req,
+        };
         match service.s3.call(req).await {
             Ok(r) => r,
             Err(e) => {
