@@ -105,7 +105,7 @@ mkdir -p "$OUT/load-change"
   t0=$(date +%s.%N)
   while kill -0 "$PID" 2>/dev/null; do
     s=$("$BIN" admin --admin "$ADMIN" --json microstore status 2>/dev/null) || break
-    jq -c --argjson t "$(echo "$(date +%s.%N) - $t0" | bc)" '{t: $t, microstores: [.microstores[] | {name, workers, in_use, waiting, last_round}]}' <<<"$s" >>"$OUT/load-change/status.jsonl"
+    jq -c --argjson t "$(echo "$(date +%s.%N) - $t0" | bc)" '{t: $t, microstores: [.microstores[] | {name, workers, bandwidth_cap_mib_s, in_use, waiting, last_round}]}' <<<"$s" >>"$OUT/load-change/status.jsonl"
     sleep 1
   done
 ) &
@@ -121,5 +121,5 @@ cp "$DIR/server.log" "$OUT/load-change/server.log"
 stop
 wait $SAMPLER 2>/dev/null || true
 python3 scripts/plot-microstores.py "$OUT/load-change/status.jsonl" "$OUT/load-change.svg"
-grep -c "microstore workers moved" "$OUT/load-change/server.log" | sed 's/^/load change: decisions logged: /' | tee -a "$OUT/summary.txt"
+grep -c "microstore workers moved\|microstore bandwidth moved" "$OUT/load-change/server.log" | sed 's/^/load change: decisions logged: /' | tee -a "$OUT/summary.txt"
 rm -f "$OUT/load-change/server.log"

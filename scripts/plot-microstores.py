@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Plots a microstore status time series (JSON lines from bench-microstores.sh) as an SVG with two panels:
-each microstore's p99 latency per round (as the server measured it) and the workers it holds, over time.
+each microstore's p99 latency per round (as the server measured it), the object bytes it moved and its
+bandwidth cap (dashed), over time.
 
     scripts/plot-microstores.py STATUS.jsonl OUT.svg
 """
@@ -9,6 +10,7 @@ import sys
 
 COLORS = {"small": "#1f77b4", "large": "#d62728", "default": "#7f7f7f"}
 W, H, PAD_L, PAD_R, PAD_T, PANEL_H, GAP = 760, 520, 70, 120, 30, 200, 60
+DASHED = "6 4"
 
 
 def load(path):
@@ -31,8 +33,9 @@ def series(points, key):
     return out
 
 
-def panel(svg, top, title, unit, data, t_max):
-    v_max = max([v for s in data.values() for _, v in s] + [1.0]) * 1.1
+def panel(svg, top, title, unit, data, t_max, dashed=None):
+    dashed = dashed or {}
+    v_max = max([v for s in list(data.values()) + list(dashed.values()) for _, v in s] + [1.0]) * 1.1
     x = lambda t: PAD_L + (W - PAD_L - PAD_R) * t / t_max
     y = lambda v: top + PANEL_H - PANEL_H * v / v_max
     svg.append(f'<text x="{PAD_L}" y="{top - 8}" font-size="13">{title}</text>')
@@ -45,6 +48,10 @@ def panel(svg, top, title, unit, data, t_max):
         color = COLORS.get(name, "#2ca02c")
         path = " ".join(f"{x(t):.1f},{y(v):.1f}" for t, v in pts)
         svg.append(f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="1.6"/>')
+    for name, pts in sorted(dashed.items()):
+        color = COLORS.get(name, "#2ca02c")
+        path = " ".join(f"{x(t):.1f},{y(v):.1f}" for t, v in pts)
+        svg.append(f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="1.2" stroke-dasharray="{DASHED}"/>')
     for i, name in enumerate(sorted(data)):
         color = COLORS.get(name, "#2ca02c")
         svg.append(f'<text x="{W - PAD_R + 10}" y="{top + 16 + 16 * i}" font-size="12" fill="{color}">{name}</text>')
@@ -56,11 +63,12 @@ def main():
         sys.exit("no status samples")
     t_max = max(p["t"] for p in points) or 1.0
     p99 = series(points, lambda m: (m.get("last_round") or {}).get("latency_ms_p99"))
-    workers = series(points, lambda m: m["workers"])
+    moved = series(points, lambda m: (m.get("last_round") or {}).get("throughput_mib_s"))
+    caps = series(points, lambda m: m.get("bandwidth_cap_mib_s"))
     svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif">',
            f'<rect width="{W}" height="{H}" fill="white"/>']
     panel(svg, PAD_T, "p99 latency per round (server side)", "ms", p99, t_max)
-    panel(svg, PAD_T + PANEL_H + GAP, "workers held", "workers", workers, t_max)
+    panel(svg, PAD_T + PANEL_H + GAP, "object bytes moved per round; dashed: bandwidth cap", "MiB/s", moved, t_max, caps)
     base = PAD_T + 2 * PANEL_H + GAP
     for i in range(6):
         t = t_max * i / 5

@@ -176,7 +176,12 @@ pub struct Microstores {
     started: Instant,
     last_round: Mutex<Instant>,
     last_observations: Mutex<BTreeMap<String, Observation>>,
+    /// Stores the catalog when a change comes from the S3 side (a bucket deleted).
+    saver: Option<Saver>,
 }
+
+/// Stores a catalog (the server's: the data directory's microstores file).
+pub type Saver = Box<dyn Fn(&Catalog) -> Result<(), String> + Send + Sync>;
 
 impl Microstores {
     /// The microstores of `catalog` (the default one added when missing, holding every worker the others
@@ -215,11 +220,25 @@ impl Microstores {
             started: now,
             last_round: Mutex::new(now),
             last_observations: Mutex::new(BTreeMap::new()),
+            saver: None,
         })
     }
 
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// How the catalog is stored when a bucket is deleted (see `bucket_deleted`).
+    pub fn with_saver(mut self, saver: Saver) -> Microstores {
+        self.saver = Some(saver);
+        self
+    }
+
+    /// A bucket was deleted: its window goes, and its hand assignment (a new bucket of the same name starts
+    /// with none), stored through the saver.
+    pub fn bucket_deleted(&self, bucket: &str) -> Result<(), String> {
+        let save = |c: &Catalog| self.saver.as_ref().map_or(Ok(()), |s| s(c));
+        self.forget_bucket(bucket, save)
     }
 
     pub fn now_ms(&self) -> u64 {
@@ -627,5 +646,27 @@ mod tests {
         m.delete("large", ok).unwrap();
         m.create("large", Definition { target: Target::ThroughputMibS(1.0), class: None, workers: 4 }, ok).unwrap();
         assert_eq!(m.status().microstores.iter().find(|s| s.name == "large").unwrap().bandwidth_cap_mib_s, None);
+    }
+
+    #[test]
+    fn a_deleted_bucket_loses_its_window_and_its_assignment() {
+        let saved = std::sync::Arc::new(Mutex::new(None));
+        let keep = saved.clone();
+        let saver: Saver = Box::new(move |c: &Catalog| {
+            *keep.lock() = Some(c.clone());
+            Ok(())
+        });
+        let m = Microstores::new(config(), Catalog::default()).unwrap().with_saver(saver);
+        m.create("games", small(10.0, 8), ok).unwrap();
+        m.assign("scores", Some("games"), ok).unwrap();
+        m.record("scores", Sample { op: OpKind::Put, size_bytes: 1, latency_us: 1 });
+        m.bucket_deleted("scores").unwrap();
+        assert_eq!(m.route(Some("scores")), DEFAULT);
+        assert!(m.status().buckets.is_empty());
+        assert!(saved.lock().as_ref().is_some_and(|c| c.buckets.is_empty()));
+        // A bucket without an assignment stores nothing.
+        *saved.lock() = None;
+        m.bucket_deleted("other").unwrap();
+        assert!(saved.lock().is_none());
     }
 }

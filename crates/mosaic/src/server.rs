@@ -247,7 +247,10 @@ async fn serve_all(
         crate::keys_file::load(&cfg.data_dir)?,
     ));
     let catalog = crate::microstores_file::load(&cfg.data_dir)?;
-    let microstores = Arc::new(mosaic_microstore::Microstores::new(cfg.microstores.clone(), catalog)?);
+    let dir = cfg.data_dir.clone();
+    let saver: mosaic_microstore::registry::Saver = Box::new(move |c| crate::microstores_file::save(&dir, c));
+    let microstores =
+        Arc::new(mosaic_microstore::Microstores::new(cfg.microstores.clone(), catalog)?.with_saver(saver));
     let mut service =
         mosaic_s3::build_service_with_keys(layer.clone(), keys.clone(), cfg.domain.as_deref(), cfg.sse_c_over_http)?;
     if cfg.microstores_enabled {
@@ -335,11 +338,18 @@ async fn microstore_rounds(ms: Arc<mosaic_microstore::Microstores>, mut stop: wa
             );
             metrics::counter!("mosaic_microstore_decisions_total", "microstore" => d.microstore.clone()).increment(1);
         }
+        for d in &report.bandwidth {
+            let mib = |c: Option<f64>| c.map_or("unlimited".to_string(), |c| format!("{c:.1} MiB/s"));
+            tracing::info!(microstore = d.microstore, before = mib(d.cap_mib_s_before), after = mib(d.cap_mib_s_after), reason = d.reason, "microstore bandwidth moved");
+            metrics::counter!("mosaic_microstore_decisions_total", "microstore" => d.microstore.clone()).increment(1);
+        }
         for s in ms.status().microstores {
             let g = |name: &'static str, v: f64| metrics::gauge!(name, "microstore" => s.name.clone()).set(v);
             g("mosaic_microstore_workers", f64::from(s.workers));
             g("mosaic_microstore_workers_in_use", f64::from(s.in_use));
             g("mosaic_microstore_waiting", f64::from(s.waiting));
+            // 0: unlimited.
+            g("mosaic_microstore_bandwidth_cap_mib_s", s.bandwidth_cap_mib_s.unwrap_or(0.0));
             if let Some(o) = report.observations.get(&s.name) {
                 g("mosaic_microstore_latency_ms_p99", o.latency_ms_p99.unwrap_or(0.0));
                 g("mosaic_microstore_throughput_mib_s", o.throughput_mib_s);

@@ -134,6 +134,13 @@ async fn buckets_are_classified_routed_and_refused_when_their_microstore_is_full
     let v = admin(&s, &["microstore", "status"]);
     assert_eq!(microstore(&v, "games")["workers"], 8);
     assert_eq!(microstore(&v, "tiny")["assigned"], serde_json::json!(["big"]));
+    // A deleted bucket loses its hand assignment: a new bucket of that name starts routed automatically.
+    let c = s3_client(&s.s3, AK, SK);
+    admin(&s, &["microstore", "assign", "other", "games"]);
+    c.delete_object().bucket("other").key("k").send().await.unwrap();
+    c.delete_bucket().bucket("other").send().await.unwrap();
+    let v = admin(&s, &["microstore", "status"]);
+    assert_eq!(microstore(&v, "games")["assigned"], serde_json::json!([]));
     admin(&s, &["microstore", "delete", "tiny"]);
     let v = admin(&s, &["microstore", "status"]);
     assert_eq!(v["microstores"].as_array().unwrap().len(), 2);

@@ -65,7 +65,14 @@ impl Metered {
     }
 
     /// Follows the answer: counted now when its body is in memory, else when the body is done.
-    pub(crate) fn follow(mut self, resp: http::Response<s3s::Body>) -> http::Response<s3s::Body> {
+    pub(crate) fn follow(mut self, op: &str, resp: http::Response<s3s::Body>) -> http::Response<s3s::Body> {
+        if op == "DeleteBucket"
+            && resp.status().is_success()
+            && let Some(b) = &self.bucket
+            && let Err(e) = self.microstores.bucket_deleted(b)
+        {
+            tracing::warn!(bucket = b, error = %e, "a deleted bucket's microstore assignment was not removed");
+        }
         if self.op == OpKind::Get {
             if !resp.status().is_success() {
                 // A failed GET moved no object; it counts in the rate, not in the sizes.

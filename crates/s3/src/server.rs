@@ -210,7 +210,7 @@ async fn handle(
         resp.headers_mut().insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
     }
     if let Some(m) = metered {
-        resp = m.follow(resp);
+        resp = m.follow(op, resp);
     }
     let ms = started.elapsed().as_secs_f64() * 1000.0;
     let status_label = status.as_u16().to_string();
