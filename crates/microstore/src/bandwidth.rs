@@ -1,8 +1,7 @@
 //! Bandwidth shares (paper 002: bandwidth first for large objects). While a latency-bound microstore misses
 //! its target, each throughput-bound one that moves more than its own target has its object bytes capped,
 //! one step lower per round (linearly), never below its target; once every latency-bound microstore has
-//! slack again, or a capped one falls short of its own target, its cap doubles each round until it is
-//! lifted (fast). Deterministic: the same caps, targets and observations give the same decisions.
+//! slack again (or is idle), its cap doubles each round until it is lifted (fast). Deterministic: the same caps, targets and observations give the same decisions.
 
 use crate::manager::{Observation, Target};
 use serde::Serialize;
@@ -98,17 +97,13 @@ impl Bandwidth {
                     continue;
                 }
                 (Some(cut), format!("{} while it moves {moved:.1} MiB/s: capped a step lower", missing.join(", ")))
-            } else if let Some(cap) = before {
-                let why = if moved < t {
-                    format!("{moved:.1} MiB/s, below its target {t} MiB/s")
-                } else if all_slack {
-                    "every latency target has slack".to_string()
-                } else {
-                    continue;
-                };
+            } else if let Some(cap) = before.filter(|_| all_slack) {
+                // Not on a round where it moved less than its target: a cap is never below the target, so
+                // that is the lumpiness of large requests counted as they finish, not the cap (measured:
+                // restoring on it made the cap swing between its floor and twice that every few rounds).
                 let doubled = cap * 2.0;
                 let after = (doubled < t * UNCAP_FACTOR).then_some(doubled);
-                (after, format!("{why}: cap doubled"))
+                (after, "every latency target has slack: cap doubled".to_string())
             } else {
                 continue;
             };
@@ -164,12 +159,13 @@ mod tests {
     }
 
     #[test]
-    fn slack_or_a_short_large_microstore_doubles_the_cap_until_it_is_lifted() {
+    fn slack_doubles_the_cap_until_it_is_lifted_and_a_lumpy_round_does_not() {
         let mut b = Bandwidth::new(config()).unwrap();
         b.decide(&targets(), &obs(60.0, 90.0));
         assert_eq!(b.cap_mib_s("large"), Some(50.0));
-        // Between slack and target: the cap holds.
+        // Between slack and target: the cap holds, even on a round where the large tenant moved less.
         assert_eq!(b.decide(&targets(), &obs(15.0, 50.0)), vec![]);
+        assert_eq!(b.decide(&targets(), &obs(30.0, 20.0)), vec![]);
         let d = b.decide(&targets(), &obs(5.0, 50.0));
         assert_eq!((d[0].cap_mib_s_before, d[0].cap_mib_s_after), (Some(50.0), Some(100.0)));
         b.decide(&targets(), &obs(5.0, 100.0));
@@ -177,6 +173,15 @@ mod tests {
         let d = b.decide(&targets(), &obs(5.0, 200.0));
         assert_eq!(d[0].cap_mib_s_after, None, "400 is past 8 x 50: lifted");
         assert_eq!(b.decide(&targets(), &obs(5.0, 300.0)), vec![]);
+    }
+
+    #[test]
+    fn an_idle_small_microstore_counts_as_slack() {
+        let mut b = Bandwidth::new(config()).unwrap();
+        b.decide(&targets(), &obs(60.0, 90.0));
+        let mut idle = obs(60.0, 50.0);
+        idle.get_mut("small").unwrap().requests = 0;
+        assert_eq!(b.decide(&targets(), &idle)[0].cap_mib_s_after, Some(100.0));
     }
 
     #[test]
