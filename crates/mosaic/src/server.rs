@@ -340,7 +340,13 @@ async fn microstore_rounds(ms: Arc<mosaic_microstore::Microstores>, mut stop: wa
         }
         for d in &report.bandwidth {
             let mib = |c: Option<f64>| c.map_or("unlimited".to_string(), |c| format!("{c:.1} MiB/s"));
-            tracing::info!(microstore = d.microstore, before = mib(d.cap_mib_s_before), after = mib(d.cap_mib_s_after), reason = d.reason, "microstore bandwidth moved");
+            tracing::info!(
+                microstore = d.microstore,
+                before = mib(d.cap_mib_s_before),
+                after = mib(d.cap_mib_s_after),
+                reason = d.reason,
+                "microstore bandwidth moved"
+            );
             metrics::counter!("mosaic_microstore_decisions_total", "microstore" => d.microstore.clone()).increment(1);
         }
         for s in ms.status().microstores {

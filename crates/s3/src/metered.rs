@@ -154,7 +154,7 @@ impl http_body::Body for Paced {
         let frame = std::task::ready!(Pin::new(&mut self.inner).poll_frame(cx));
         if let Some(Ok(f)) = &frame
             && let Some(data) = f.data_ref()
-            && let Some(wait) = self.pacer.schedule(data.len() as u64, Instant::now())
+            && let Some(wait) = self.pacer.schedule(data.len() as u64, tokio::time::Instant::now().into_std())
         {
             self.sleep = Some(Box::pin(tokio::time::sleep(wait)));
         }
@@ -167,5 +167,36 @@ impl http_body::Body for Paced {
 
     fn size_hint(&self) -> http_body::SizeHint {
         self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+
+    /// A body of `chunks` chunks of `chunk_bytes`, paced at `rate`: how long (tokio's clock) it takes to read.
+    async fn read_paced(chunks: usize, chunk_bytes: usize, rate: u64) -> std::time::Duration {
+        let pacer = Arc::new(Pacer::default());
+        pacer.set_rate(Some(rate));
+        let stream = futures::stream::iter(
+            (0..chunks).map(move |_| Ok::<_, std::io::Error>(bytes::Bytes::from(vec![0u8; chunk_bytes]))),
+        );
+        let inner = s3s::Body::http_body(http_body_util::StreamBody::new(futures::StreamExt::map(stream, |r| {
+            r.map(http_body::Frame::data)
+        })));
+        let started = tokio::time::Instant::now();
+        let body = Paced { inner, pacer, sleep: None };
+        let all = body.collect().await.unwrap().to_bytes();
+        assert_eq!(all.len(), chunks * chunk_bytes);
+        started.elapsed()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_paced_body_moves_at_its_rate_after_the_burst() {
+        // 8 MiB at 16 MiB/s: 500 ms, less the 50 ms burst.
+        let took = read_paced(128, 64 << 10, 16 << 20).await;
+        assert!(took >= std::time::Duration::from_millis(440), "{took:?}");
+        assert!(took <= std::time::Duration::from_millis(520), "{took:?}");
     }
 }
