@@ -164,6 +164,13 @@ pub struct Status {
 struct Inner {
     catalog: Catalog,
     pools: BTreeMap<String, Arc<WorkerPool>>,
+    /// Whether some microstore serves a class (else routing never asks the monitor: one lock less per
+    /// request on a server that defines none).
+    any_class: bool,
+}
+
+fn any_class(catalog: &Catalog) -> bool {
+    catalog.microstores.values().any(|d| d.class.is_some())
 }
 
 pub struct Microstores {
@@ -215,7 +222,7 @@ impl Microstores {
             monitor,
             manager: Mutex::new(manager),
             bandwidth: Mutex::new(bandwidth),
-            inner: RwLock::new(Inner { catalog, pools }),
+            inner: RwLock::new(Inner { any_class: any_class(&catalog), catalog, pools }),
             decisions: Mutex::new(VecDeque::new()),
             started: now,
             last_round: Mutex::new(now),
@@ -298,6 +305,7 @@ impl Microstores {
         let mut stored = next.clone();
         stored.microstores.remove(DEFAULT);
         save(&stored)?;
+        inner.any_class = any_class(&next);
         inner.catalog = next;
         Ok(())
     }
@@ -494,6 +502,9 @@ fn route_in<'a>(inner: &'a Inner, monitor: &Monitor, bucket: Option<&str>) -> &'
     let Some(bucket) = bucket else { return DEFAULT };
     if let Some(ms) = inner.catalog.buckets.get(bucket) {
         return ms;
+    }
+    if !inner.any_class {
+        return DEFAULT;
     }
     let Some(class) = monitor.class_of(bucket) else { return DEFAULT };
     inner.catalog.microstores.iter().find(|(_, d)| d.class == Some(class)).map(|(n, _)| n.as_str()).unwrap_or(DEFAULT)

@@ -34,7 +34,7 @@ pub async fn run_s3_bench(o: &S3BenchOptions) -> Result<S3BenchResult, String> {
         S3Workload::Tenants => run_tenants(o, &client).await,
         S3Workload::List => run_list(o, &client).await,
         S3Workload::Priority => run_priority(o, &client).await,
-        w => run_mix(o, &client, w, &o.bucket, o.size, "").await,
+        w => run_mix(o, &client, w, &o.bucket, o.size, "", None).await,
     }
 }
 
@@ -384,6 +384,7 @@ async fn run_mix(
     bucket: &str,
     size: Option<SizeRange>,
     label: &str,
+    start: Option<&tokio::sync::Barrier>,
 ) -> Result<S3BenchResult, String> {
     let sizes = size.unwrap_or(workload.default_size());
     let objects = o.objects.unwrap_or(workload.default_objects());
@@ -395,6 +396,11 @@ async fn run_mix(
         (0..c).map(|w| WorkerPlan::new(workload, o.seed, w as u64, c as u64, objects, sizes).with_mix(mix)).collect();
     let prepares = workload.prepares() || mix.get > 0 || mix.delete > 0;
     let plans = if prepares { prepare(client, bucket, plans).await? } else { plans };
+    // Tenants measure together: one that prepared sooner must not measure while another still prepares.
+    // (A tenant whose preparation fails ends the run, and the others' waits with it: try_join_all drops them.)
+    if let Some(start) = start {
+        start.wait().await;
+    }
     let m = Measured::start(o, Phase::new(o), label);
     let mut set = JoinSet::new();
     for (w, plan) in plans.into_iter().enumerate() {
@@ -442,10 +448,12 @@ async fn verify_appends(client: &BenchClient, bucket: &str, plans: &[WorkerPlan]
 
 async fn run_tenants(o: &S3BenchOptions, client: &BenchClient) -> Result<S3BenchResult, String> {
     let started_at = now_rfc3339();
+    let start = tokio::sync::Barrier::new(o.tenants.len());
+    let start = &start;
     let runs = o.tenants.iter().enumerate().map(|(i, (w, size))| {
         let bucket = format!("{}-t{}", o.bucket, i + 1);
         let label = format!("tenant {} {:<11}", i + 1, w.name());
-        async move { run_mix(o, client, *w, &bucket, *size, &label).await }
+        async move { run_mix(o, client, *w, &bucket, *size, &label, Some(start)).await }
     });
     let results = futures::future::try_join_all(runs).await?;
     let seconds = results.iter().map(|r| r.seconds).fold(0.0, f64::max);
