@@ -175,10 +175,6 @@ pub struct Classifier {
 }
 
 impl Classifier {
-    pub fn new(current: Option<Class>) -> Classifier {
-        Classifier { current, pending: None }
-    }
-
     pub fn class(&self) -> Option<Class> {
         self.current
     }

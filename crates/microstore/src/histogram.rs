@@ -51,10 +51,6 @@ impl Histogram {
         self.total += 1;
     }
 
-    pub fn total(&self) -> u64 {
-        self.total
-    }
-
     pub fn clear(&mut self) {
         self.counts.fill(0);
         self.total = 0;

@@ -209,13 +209,6 @@ impl ResourceManager {
         take
     }
 
-    pub fn set_target(&mut self, name: &str, target: Target) -> Result<(), String> {
-        target.validate()?;
-        let h = self.holdings.get_mut(name).ok_or_else(|| format!("no microstore {name}"))?;
-        h.target = target;
-        Ok(())
-    }
-
     fn verdict(&self, h: &Holding, o: &Observation) -> Verdict {
         let c = &self.config;
         if o.requests < c.min_requests {

@@ -680,4 +680,21 @@ mod tests {
         m.bucket_deleted("other").unwrap();
         assert!(saved.lock().is_none());
     }
+
+    #[test]
+    fn a_catalog_at_its_limits_is_valid_and_past_them_refused() {
+        let mut c = Catalog::default();
+        for i in 0..MAX_MICROSTORES {
+            c.microstores.insert(format!("m{i}"), small(10.0, 2));
+        }
+        for i in 0..MAX_ASSIGNMENTS {
+            c.buckets.insert(format!("b{i}"), "m0".to_string());
+        }
+        assert_eq!(c.validate(), Ok(()));
+        let mut more = c.clone();
+        more.microstores.insert("one-more".into(), small(10.0, 2));
+        assert!(more.validate().unwrap_err().contains("microstores"));
+        c.buckets.insert("one-more".into(), "m0".into());
+        assert!(c.validate().unwrap_err().contains("assigned"));
+    }
 }

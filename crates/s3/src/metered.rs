@@ -58,7 +58,7 @@ impl Metered {
         match (&self.pacer, self.op) {
             (Some(p), OpKind::Put) => {
                 let p = p.clone();
-                req.map(|inner| s3s::Body::http_body(Paced { inner, pacer: p, sleep: None }))
+                req.map(|inner| s3s::Body::http_body(Followed::new(inner, Some(p), None)))
             }
             _ => req,
         }
@@ -88,11 +88,7 @@ impl Metered {
         }
         let (parts, body) = resp.into_parts();
         let pacer = if self.op == OpKind::Get { self.pacer.clone() } else { None };
-        let inner = match pacer {
-            Some(pacer) => s3s::Body::http_body(Paced { inner: body, pacer, sleep: None }),
-            None => body,
-        };
-        http::Response::from_parts(parts, s3s::Body::http_body(MeteredBody { inner, _metered: self }))
+        http::Response::from_parts(parts, s3s::Body::http_body(Followed::new(body, pacer, Some(self))))
     }
 }
 
@@ -106,40 +102,23 @@ impl Drop for Metered {
     }
 }
 
-/// A streamed body holding its request's worker until it is done or dropped.
-struct MeteredBody {
+/// A streamed body as its microstore follows it: paced when its microstore's bandwidth is capped (after
+/// each chunk it waits, if the pacer says so, before the next), and holding its request's worker (a
+/// response's `Metered`) until it is done or dropped. One wrapper for both, so a capped GET is boxed once.
+struct Followed {
     inner: s3s::Body,
-    _metered: Metered,
-}
-
-impl http_body::Body for MeteredBody {
-    type Data = bytes::Bytes;
-    type Error = s3s::StdError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
-        Pin::new(&mut self.inner).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        self.inner.size_hint()
-    }
-}
-
-/// A body whose bytes follow a pacer: after each chunk it waits (if the pacer says so) before the next.
-struct Paced {
-    inner: s3s::Body,
-    pacer: Arc<Pacer>,
+    pacer: Option<Arc<Pacer>>,
     sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+    _metered: Option<Metered>,
 }
 
-impl http_body::Body for Paced {
+impl Followed {
+    fn new(inner: s3s::Body, pacer: Option<Arc<Pacer>>, metered: Option<Metered>) -> Followed {
+        Followed { inner, pacer, sleep: None, _metered: metered }
+    }
+}
+
+impl http_body::Body for Followed {
     type Data = bytes::Bytes;
     type Error = s3s::StdError;
 
@@ -152,9 +131,9 @@ impl http_body::Body for Paced {
             self.sleep = None;
         }
         let frame = std::task::ready!(Pin::new(&mut self.inner).poll_frame(cx));
-        if let Some(Ok(f)) = &frame
+        if let (Some(Ok(f)), Some(pacer)) = (&frame, &self.pacer)
             && let Some(data) = f.data_ref()
-            && let Some(wait) = self.pacer.schedule(data.len() as u64, tokio::time::Instant::now().into_std())
+            && let Some(wait) = pacer.schedule(data.len() as u64, tokio::time::Instant::now().into_std())
         {
             self.sleep = Some(Box::pin(tokio::time::sleep(wait)));
         }
@@ -186,7 +165,7 @@ mod tests {
             r.map(http_body::Frame::data)
         })));
         let started = tokio::time::Instant::now();
-        let body = Paced { inner, pacer, sleep: None };
+        let body = Followed::new(inner, Some(pacer), None);
         let all = body.collect().await.unwrap().to_bytes();
         assert_eq!(all.len(), chunks * chunk_bytes);
         started.elapsed()
