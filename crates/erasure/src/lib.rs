@@ -248,9 +248,11 @@ impl<S: Store> SetInner<S> {
     }
 
     /// `coll` with handles on the drives the set has now: itself, or looked up again when drives were
-    /// attached or detached since it was taken.
+    /// attached or detached since it was taken, or when it lacks a handle on a drive the set has (that
+    /// drive may have failed the first lookup and answer now: a write must not skip it for good).
     pub(crate) async fn current(self: &Arc<Self>, coll: &SetColl<S::Coll>) -> StoreResult<SetColl<S::Coll>> {
-        if coll.generation == self.generation.load(Ordering::SeqCst) {
+        let lacking = coll.members.iter().enumerate().any(|(d, c)| c.is_none() && self.member(d).is_some());
+        if coll.generation == self.generation.load(Ordering::SeqCst) && !lacking {
             return Ok(coll.clone());
         }
         use mosaic_store::Snapshot as _;

@@ -113,8 +113,25 @@ pub(crate) async fn drive_state<S: Store>(
     name: &[u8],
 ) -> DriveState<S> {
     let Some(store) = set.member(i) else { return DriveState::Failed };
-    let Some(c) = &coll.members[i] else { return DriveState::Absent };
     let snap = Arc::new(store.snapshot());
+    // A handle missing from `coll` says only that the drive did not give one when `coll` was looked up:
+    // it may have failed then and answer now. It is asked again, so that a drive that is up is never
+    // counted absent (with another drive down, that would leave a read without its quorum).
+    let asked_again;
+    let c = match &coll.members[i] {
+        Some(c) => c,
+        None => match snap.collection(&coll.name).await {
+            Ok(Some(c)) => {
+                asked_again = c;
+                &asked_again
+            }
+            Ok(None) => return DriveState::Absent,
+            Err(e) => {
+                tracing::debug!(drive = i, error = %e, "a drive failed a collection lookup");
+                return DriveState::Failed;
+            }
+        },
+    };
     let info = match snap.lookup(c, name).await {
         Ok(Some(info)) => info,
         Ok(None) => return DriveState::Absent,
@@ -198,8 +215,21 @@ async fn resolve_asking<S: Store>(
     for (d, a) in rest {
         states[d] = Some(a);
     }
-    let states = states.into_iter().map(|s| s.expect("every drive asked")).collect();
+    let states: Vec<DriveState<S>> = states.into_iter().map(|s| s.expect("every drive asked")).collect();
+    if tracing::enabled!(tracing::Level::DEBUG) {
+        tracing::debug!(coll = %coll.name, name = %name.escape_ascii(), drives = %describe(&states), "drives disagree");
+    }
     verdict_to_result(set, coll, name, decide(states, g.read_quorum(), g.write_quorum()))
+}
+
+/// What each drive holds, for a log line: `-` failed, `0` absent, else the version's write id (short).
+fn describe<S: Store>(states: &[DriveState<S>]) -> String {
+    let each = states.iter().map(|s| match s {
+        DriveState::Failed => "-".to_string(),
+        DriveState::Absent => "0".to_string(),
+        DriveState::Present { layout, .. } => format!("{:02x}{:02x}", layout.write_id[14], layout.write_id[15]),
+    });
+    each.collect::<Vec<_>>().join(" ")
 }
 
 /// The fast path's answer when every drive asked holds the same version, placed by the name's rotation (or
@@ -250,7 +280,7 @@ pub(crate) fn verdict_to_result<S: Store>(
         Verdict::NoQuorum { answered, agreeing } => Err(StoreError::unavailable(format!(
             "{answered} of {} drives answered and at most {agreeing} agree on object {}; {} are needed",
             set.drives(),
-            String::from_utf8_lossy(name),
+            name.escape_ascii(),
             set.geometry().read_quorum()
         ))),
     }
@@ -288,7 +318,7 @@ impl<S: Store> SetObj<S> {
             .get_or_try_init(|| async {
                 match resolve(set, &self.coll, &self.name).await? {
                     Some(r) => Ok(Arc::new(r)),
-                    None => Err(StoreError::not_found(format!("object {}", String::from_utf8_lossy(&self.name)))),
+                    None => Err(StoreError::not_found(format!("object {}", self.name.escape_ascii()))),
                 }
             })
             .await
@@ -318,6 +348,14 @@ impl<S: Store> Snapshot for SetSnapshot<S> {
         .await;
         let present = found.iter().filter(|r| matches!(r, Ok(Some(_)))).count();
         let absent = found.iter().filter(|r| matches!(r, Ok(None))).count();
+        if present < found.len() && tracing::enabled!(tracing::Level::DEBUG) {
+            let each = found.iter().map(|r| match r {
+                Ok(Some(_)) => "1".to_string(),
+                Ok(None) => "0".to_string(),
+                Err(e) => format!("-({e})"),
+            });
+            tracing::debug!(coll = name, drives = %each.collect::<Vec<_>>().join(" "), "not every drive has the collection");
+        }
         let quorum = set.geometry().read_quorum();
         if present >= quorum && present >= absent {
             let members: Vec<Option<S::Coll>> = found.into_iter().map(|r| r.ok().flatten()).collect();
@@ -573,17 +611,13 @@ async fn read_encoded<S: Store>(
     let codec = codec_by_id(l.codec, k, g.parity).ok_or_else(|| {
         StoreError::new(
             ErrorKind::Corrupt,
-            format!(
-                "object {} uses erasure code {} which this build does not know",
-                String::from_utf8_lossy(name),
-                l.codec
-            ),
+            format!("object {} uses erasure code {} which this build does not know", name.escape_ascii(), l.codec),
         )
     })?;
     // Too few shards: damage (checksums) is reported as damage, absent drives as unavailability.
     codec.reconstruct(&mut shards).map_err(|e| {
         let kind = if damaged { ErrorKind::Corrupt } else { ErrorKind::Unavailable };
-        StoreError::new(kind, format!("object {} cannot be rebuilt: {e}", String::from_utf8_lossy(name)))
+        StoreError::new(kind, format!("object {} cannot be rebuilt: {e}", name.escape_ascii()))
     })?;
     let data: Vec<&[u8]> = shards[..k].iter().map(|s| s.as_deref().expect("whole after rebuilding")).collect();
     join_shards(&data, (offset - s0 * k as u64 * unit) as usize, n as usize, out);

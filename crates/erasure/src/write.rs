@@ -274,7 +274,7 @@ impl<'a, S: Store> Planner<'a, S> {
             Verdict::NoQuorum { answered, agreeing } => {
                 return Err(StoreError::unavailable(format!(
                     "{answered} drives answered and at most {agreeing} agree on object {}; {} are needed",
-                    String::from_utf8_lossy(name),
+                    name.escape_ascii(),
                     self.g.read_quorum()
                 )));
             }
@@ -377,9 +377,9 @@ impl<'a, S: Store> Planner<'a, S> {
     }
 
     fn require(&self, op: usize, o: usize) -> StoreResult<ObjectLayout> {
-        self.objects[o].now.ok_or_else(|| {
-            StoreError::not_found(format!("object {}", String::from_utf8_lossy(&self.objects[o].name))).in_op(op)
-        })
+        self.objects[o]
+            .now
+            .ok_or_else(|| StoreError::not_found(format!("object {}", self.objects[o].name.escape_ascii())).in_op(op))
     }
 
     /// Appends `data` to the object's tail (on its holders), starting the tail if it has none.
@@ -1095,7 +1095,7 @@ async fn apply<S: Store>(
             return Err(StoreError::unavailable(format!(
                 "{} drives can take object {}; {quorum} are needed",
                 w.participants.count_ones(),
-                String::from_utf8_lossy(&w.name)
+                w.name.escape_ascii()
             )));
         }
     }

@@ -291,3 +291,54 @@ async fn a_set_that_only_rebuilds_keeps_what_a_quorum_lacks() {
         assert!(t.set.snapshot().lookup(&coll, b"o").await.unwrap().is_none(), "absent either way");
     }
 }
+
+/// A drive that failed to give a collection's handle when it was looked up, and answers again later, is
+/// asked again: with another drive down, counting it absent would leave reads without their quorum (a
+/// 2+1 set whose first lookup caught one node away and whose reads then caught another), and a write
+/// through the old handle must reach it too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drive_that_failed_a_collection_lookup_is_asked_again() {
+    use common::flaky::{Faults, Flaky};
+    use mosaic_store::{Op, Snapshot, Txn};
+    use std::sync::atomic::Ordering;
+    let (devices, dirs) = formatted_drives(3);
+    let mut faults = Vec::new();
+    let mut members = Vec::new();
+    for (dev, dir) in devices.iter().zip(&dirs) {
+        let engine = mosaic_engine::Engine::open(dir.path(), Arc::new(dev.clone()), engine_config()).unwrap();
+        let f = Arc::new(Faults::default());
+        members
+            .push(Some(Arc::new(Flaky { inner: Arc::new(mosaic_drive::DriveStore::new(engine)), faults: f.clone() })));
+        faults.push(f);
+    }
+    let set = ErasureSet::open(set_config(2, 1), members).await.unwrap();
+    set.commit(Txn::new().op(Op::CreateCollection { name: "c".into() })).await.unwrap();
+    let coll = set.snapshot().collection("c").await.unwrap().unwrap();
+    set.commit(Txn::new().op(Op::Write { coll, name: b"o".to_vec(), offset: 0, data: b"first".to_vec() }))
+        .await
+        .unwrap();
+
+    faults[2].collections.store(true, Ordering::SeqCst);
+    let snap = set.snapshot();
+    let coll = snap.collection("c").await.unwrap().expect("two of three drives give the collection");
+    faults[2].collections.store(false, Ordering::SeqCst);
+    faults[0].lookups.store(true, Ordering::SeqCst);
+    let found = snap.lookup(&coll, b"o").await.expect("drive 2 is asked again: two of three agree");
+    assert_eq!(found.map(|i| i.size_bytes), Some(5));
+
+    // A write through the handle taken without drive 2 reaches drive 2: with drive 1 down afterwards, the
+    // object reads from drives 0 and 2.
+    faults[0].lookups.store(false, Ordering::SeqCst);
+    set.commit(Txn::new().op(Op::Write {
+        coll: coll.clone(),
+        name: b"o".to_vec(),
+        offset: 5,
+        data: b"+second".to_vec(),
+    }))
+    .await
+    .unwrap();
+    faults[1].lookups.store(true, Ordering::SeqCst);
+    let snap = set.snapshot();
+    let info = snap.lookup(&coll, b"o").await.expect("drives 0 and 2 agree").expect("the object");
+    assert_eq!(snap.read(&info.obj, 0, 64).await.unwrap().as_ref(), b"first+second");
+}

@@ -58,8 +58,8 @@ fn route<C, St>(op: &Op<C, St>, members: usize) -> StoreResult<Route> {
         Op::Rename { from, to, .. } if at(from) != at(to) => {
             return Err(invalid(format!(
                 "a rename between objects of two members ({} to {})",
-                String::from_utf8_lossy(from),
-                String::from_utf8_lossy(to)
+                from.escape_ascii(),
+                to.escape_ascii()
             )));
         }
         Op::Create { name, .. }
@@ -134,10 +134,7 @@ pub(crate) async fn commit<S: Store>(
 /// Checks an `AssertAttr` or `AssertExists` in `snap`.
 async fn check<S: Store>(snap: &PoolSnapshot<S>, op: &Op<PoolColl<S::Coll>, PoolStaged<S::Staged>>) -> StoreResult<()> {
     let failed = |what: &str, name: &[u8]| {
-        Err(StoreError::new(
-            ErrorKind::AssertionFailed,
-            format!("{what} of {} does not hold", String::from_utf8_lossy(name)),
-        ))
+        Err(StoreError::new(ErrorKind::AssertionFailed, format!("{what} of {} does not hold", name.escape_ascii())))
     };
     match op {
         Op::AssertExists { coll, name } => match snap.lookup(coll, name).await? {
@@ -206,7 +203,7 @@ impl<S: Store> Handles<S> {
                     return Err(invalid(format!(
                         "units staged on member {} written to {} on member {member}",
                         staged.member,
-                        String::from_utf8_lossy(&name)
+                        name.escape_ascii()
                     )));
                 }
                 Op::WriteStaged { coll: h!(coll), name, offset, staged: staged.staged }
@@ -277,11 +274,11 @@ async fn copy_ops<S: Store>(
     let info = snap
         .lookup(&src_coll, &src)
         .await?
-        .ok_or_else(|| StoreError::not_found(format!("object {}", String::from_utf8_lossy(&src))))?;
+        .ok_or_else(|| StoreError::not_found(format!("object {}", src.escape_ascii())))?;
     debug_assert_eq!(info.obj.member, from);
     let len = if whole { info.size_bytes } else { len };
     if src_offset.checked_add(len).is_none_or(|end| end > info.size_bytes) {
-        return Err(invalid(format!("a clone of bytes past the end of {}", String::from_utf8_lossy(&src))));
+        return Err(invalid(format!("a clone of bytes past the end of {}", src.escape_ascii())));
     }
     let coll = handles.get(pool, &dst_coll, to).await?;
     let mut ops = Vec::new();
@@ -295,7 +292,7 @@ async fn copy_ops<S: Store>(
         let n = (len - pos).min(chunk_bytes);
         let data = snap.read(&info.obj, src_offset + pos, n).await?;
         if data.len() as u64 != n {
-            return Err(StoreError::corrupt(format!("{} is shorter than its size", String::from_utf8_lossy(&src))));
+            return Err(StoreError::corrupt(format!("{} is shorter than its size", src.escape_ascii())));
         }
         let whole_units = (n / g.unit_bytes * g.unit_bytes) as usize;
         if whole_units > 0 {

@@ -4,6 +4,27 @@ use mosaic_layer::LayerError;
 use s3s::{S3Error, S3ErrorCode, s3_error};
 
 pub fn to_s3(e: LayerError) -> S3Error {
+    let mut e = translate(e);
+    // A message may name a key or an internal name, and XML 1.0 cannot carry every character (a NUL
+    // makes the whole answer unreadable to a client): those are written escaped.
+    if let Some(m) = e.message().filter(|m| m.chars().any(|c| !xml_char(c))) {
+        let safe = xml_safe(m);
+        e.set_message(safe);
+    }
+    e
+}
+
+/// Whether XML 1.0 can carry `c` in text.
+fn xml_char(c: char) -> bool {
+    matches!(c, '\t' | '\n' | '\r' | '\u{20}'..='\u{D7FF}' | '\u{E000}'..='\u{FFFD}' | '\u{10000}'..)
+}
+
+/// `m` with every character XML 1.0 cannot carry written as its escape (`\u{0}`).
+fn xml_safe(m: &str) -> String {
+    m.chars().map(|c| if xml_char(c) { c.to_string() } else { c.escape_unicode().to_string() }).collect()
+}
+
+fn translate(e: LayerError) -> S3Error {
     use LayerError as L;
     match e {
         L::NoSuchBucket => s3_error!(NoSuchBucket),
@@ -124,4 +145,17 @@ pub fn kms_not_found(key_id: &str) -> S3Error {
     );
     e.set_status_code(http::StatusCode::BAD_REQUEST);
     e
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_carry_only_what_xml_can() {
+        let e = to_s3(LayerError::Unavailable("object bucket/a\0b \u{1}c\td é \u{FFFE}".into()));
+        assert_eq!(e.message(), Some("object bucket/a\\u{0}b \\u{1}c\td é \\u{fffe}"));
+        let plain = to_s3(LayerError::InvalidKey("a key with é and \"quotes\"".into()));
+        assert_eq!(plain.message(), Some("a key with é and \"quotes\""));
+    }
 }

@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod flaky;
+
 use mosaic_drive::DriveStore;
 use mosaic_engine::{Engine, EngineConfig, SimDevice};
 use mosaic_erasure::{ErasureSet, SetConfig, SetGeometry};

@@ -13,6 +13,11 @@ pub fn mosaic() -> Command {
             c.env_remove(k);
         }
     }
+    // MOSAIC_TEST_LOG_LEVEL=LEVEL sets the servers' log level (with MOSAIC_TEST_LOGS, for a failure that
+    // needs their debug lines).
+    if let Some(level) = std::env::var_os("MOSAIC_TEST_LOG_LEVEL") {
+        c.env("MOSAIC_LOG_LEVEL", level);
+    }
     c
 }
 
