@@ -27,9 +27,11 @@ pub struct AdminState {
     /// A cluster node's cluster (None: a standalone server).
     pub cluster: Option<Arc<crate::cluster::Cluster>>,
     pub microstores: Arc<mosaic_microstore::Microstores>,
+    /// The web console (None: turned off).
+    pub console: Option<crate::console::Console>,
 }
 
-type Resp = http::Response<Full<Bytes>>;
+pub(crate) type Resp = http::Response<Full<Bytes>>;
 
 fn text(status: u16, body: impl Into<Bytes>) -> Resp {
     http::Response::builder()
@@ -261,6 +263,9 @@ async fn route(state: Arc<AdminState>, req: http::Request<hyper::body::Incoming>
         }
         _ => {}
     }
+    if crate::console::serves(&path) {
+        return Ok(crate::console::route(&state, req).await);
+    }
     if !path.starts_with("/admin/v1/") {
         return Ok(text(404, "not found\n"));
     }
@@ -276,8 +281,14 @@ async fn route(state: Arc<AdminState>, req: http::Request<hyper::body::Incoming>
     ) {
         return Ok(json(403, serde_json::json!({ "error": why })));
     }
+    Ok(dispatch(state, &method, &path).await)
+}
+
+/// The admin API's answer to an authenticated call (by `mosaic admin`, or by a root console session).
+pub(crate) async fn dispatch(state: Arc<AdminState>, method: &str, path: &str) -> Resp {
+    let (method, path) = (method.to_string(), path.to_string());
     let st = state.clone();
-    let resp = match (method.as_str(), path.as_str()) {
+    match (method.as_str(), path.as_str()) {
         ("GET", "/admin/v1/info") => json(200, stats_json(&state)),
         ("GET", "/admin/v1/drives") => {
             let drives: Vec<serde_json::Value> = state.drives.each().iter().map(|d| drive_json(&state, d)).collect();
@@ -347,8 +358,7 @@ async fn route(state: Arc<AdminState>, req: http::Request<hyper::body::Incoming>
             cluster_route(&state, &method, &path).await
         }
         _ => json(404, serde_json::json!({ "error": format!("no admin endpoint {method} {path}") })),
-    };
-    Ok(resp)
+    }
 }
 
 /// The cluster's endpoints: `GET /admin/v1/cluster` (status) and

@@ -10,6 +10,7 @@ mod admin_server;
 mod bench_cli;
 mod cluster;
 mod config;
+mod console;
 mod datadir;
 mod drives;
 mod keys_file;

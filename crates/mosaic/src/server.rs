@@ -224,6 +224,34 @@ async fn semantics_over(drives: &Drives, sse_keys: mosaic_layer::SseKeys) -> Res
     Ok(Arc::new(s))
 }
 
+/// The web console: its S3 calls go to the S3 listener on loopback (or the address it is bound to), over
+/// TLS trusting the server's own certificate when the S3 port serves TLS.
+fn console_for(
+    s3_bound: std::net::SocketAddr,
+    tls_files: Option<&crate::config::TlsFiles>,
+    admin_tls: bool,
+) -> Result<crate::console::Console, String> {
+    let ip = match s3_bound.ip() {
+        std::net::IpAddr::V4(v4) if v4.is_unspecified() => "127.0.0.1".to_string(),
+        std::net::IpAddr::V6(v6) if v6.is_unspecified() => "[::1]".to_string(),
+        std::net::IpAddr::V6(v6) => format!("[{v6}]"),
+        ip => ip.to_string(),
+    };
+    let https = tls_files.is_some();
+    let scheme = if https { "https" } else { "http" };
+    let cert = match tls_files {
+        Some(f) => Some(std::fs::read(&f.cert).map_err(|e| format!("{}: {e}", f.cert.display()))?),
+        None => None,
+    };
+    let s3 = crate::console::s3::S3Port::new(
+        format!("{scheme}://{ip}:{}", s3_bound.port()),
+        s3_bound.port(),
+        https,
+        cert.as_deref(),
+    )?;
+    Ok(crate::console::Console { sessions: Default::default(), s3, secure: admin_tls })
+}
+
 /// The keys of SSE-S3 and SSE-KMS: the master keys (config, else the data directory's) and the KMS key
 /// ids served.
 fn sse_keys(cfg: &Config) -> Result<mosaic_layer::SseKeys, String> {
@@ -268,6 +296,7 @@ async fn serve_all(
     let tls = certificates.as_ref().map(|c| c.acceptor()).transpose()?;
     let hangup = signal(SignalKind::hangup()).map_err(|e| format!("cannot install signal handlers: {e}"))?;
     tokio::spawn(reload_on_hangup(hangup, certificates));
+    let console = console_for(s3_bound, cfg.tls.as_ref(), tls.is_some())?;
     let admin_state = Arc::new(AdminState {
         layer: layer.clone(),
         drives,
@@ -278,6 +307,7 @@ async fn serve_all(
         started,
         cluster: cluster.clone(),
         microstores: microstores.clone(),
+        console: Some(console),
     });
     tokio::spawn(microstore_rounds(microstores, stop_rx.clone()));
     tokio::spawn(lifecycle_worker(layer.clone(), cfg.lifecycle_day, stop_rx.clone()));
