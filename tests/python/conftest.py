@@ -20,8 +20,9 @@ REPO = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
 class Server:
     """tls: (cert, key) files to serve HTTPS with; else plain HTTP, where SSE-C is allowed for the tests."""
 
-    def __init__(self, data_dir, tls=None):
+    def __init__(self, data_dir, tls=None, extra_env=None):
         env = {k: v for k, v in os.environ.items() if not k.startswith("MOSAIC_")}
+        env.update(extra_env or {})
         env["MOSAIC_ACCESS_KEY"] = ACCESS_KEY
         env["MOSAIC_SECRET_KEY"] = SECRET_KEY
         extra = ["--tls-cert", tls[0], "--tls-key", tls[1]] if tls else ["--sse-c-over-http"]

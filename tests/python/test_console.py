@@ -16,7 +16,7 @@ import time
 import pytest
 import requests
 
-from conftest import ACCESS_KEY, SECRET_KEY
+from conftest import ACCESS_KEY, SECRET_KEY, Server
 
 selenium = pytest.importorskip("selenium")
 from selenium import webdriver  # noqa: E402
@@ -300,3 +300,30 @@ def test_the_console_end_to_end(server, s3, browser, tmp_path):
         raise AssertionError("the key is still listed")
     except NoSuchElementException:
         pass
+
+
+def test_an_expired_session_is_refused(browser, tmp_path):
+    """A server whose console sessions last 2 seconds: the page, used all along, returns to sign-in."""
+    s = Server(str(tmp_path / "data"), extra_env={"MOSAIC_CONSOLE_SESSION_MAX_SECS": "2"})
+    try:
+        d = browser
+        base = "http://" + s.admin
+        signed_in = time.monotonic()  # before the server starts the session
+        sign_in(d, base, ACCESS_KEY, SECRET_KEY)
+        page_is(d, "Buckets")
+        # Each visit asks the server again; once the session's age is past, the sign-in form is back
+        # (a clock, not a synchronization).
+        while True:
+            d.get(base + "/#/buckets")
+            d.refresh()
+            # The page asks who is signed in, then shows the buckets or the sign-in form.
+            wait(d, lambda d: d.find_element(By.ID, "signin").is_displayed() or d.find_elements(By.ID, "title"),
+                 "the page's answer")
+            if d.find_element(By.ID, "signin").is_displayed():
+                break
+            assert time.monotonic() - signed_in < 30, "the session outlived its age"
+            time.sleep(0.2)
+        assert time.monotonic() - signed_in >= 2
+        wait(d, ec.visibility_of_element_located((By.ID, "access-key")), "the sign-in form")
+    finally:
+        assert s.stop() == 0

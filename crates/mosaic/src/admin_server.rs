@@ -561,7 +561,7 @@ pub async fn serve(
     tokio::pin!(shutdown);
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     loop {
-        let (stream, _) = tokio::select! {
+        let (stream, peer) = tokio::select! {
             r = listener.accept() => match r { Ok(x) => x, Err(_) => continue },
             _ = &mut shutdown => break,
         };
@@ -569,10 +569,10 @@ pub async fn serve(
         let (st, tls, watcher) = (state.clone(), tls.clone(), graceful.watcher());
         tokio::spawn(async move {
             let Some(tls) = tls else {
-                return serve_connection(stream, st, watcher).await;
+                return serve_connection(stream, peer, st, watcher).await;
             };
             if let Ok(Ok(stream)) = tokio::time::timeout(HEADER_READ_TIMEOUT, tls.accept(stream)).await {
-                serve_connection(stream, st, watcher).await;
+                serve_connection(stream, peer, st, watcher).await;
             }
         });
     }
@@ -586,13 +586,27 @@ pub async fn serve(
 /// How long a client has for its TLS handshake, and then for each request's headers.
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
-async fn serve_connection<I>(io: I, state: Arc<AdminState>, watcher: hyper_util::server::graceful::Watcher)
-where
+/// The address a request came from (the console limits failed sign-ins by it).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Peer(pub std::net::SocketAddr);
+
+async fn serve_connection<I>(
+    io: I,
+    peer: std::net::SocketAddr,
+    state: Arc<AdminState>,
+    watcher: hyper_util::server::graceful::Watcher,
+) where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let conn = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_READ_TIMEOUT)
-        .serve_connection(TokioIo::new(io), service_fn(move |req| route(state.clone(), req)));
+        .serve_connection(
+            TokioIo::new(io),
+            service_fn(move |mut req: http::Request<hyper::body::Incoming>| {
+                req.extensions_mut().insert(Peer(peer));
+                route(state.clone(), req)
+            }),
+        );
     let _ = watcher.watch(conn).await;
 }

@@ -22,6 +22,7 @@ pub struct FileConfig {
     pub log_format: Option<String>,
     pub log_level: Option<String>,
     pub shutdown_timeout_secs: Option<u64>,
+    pub console_session_max_secs: Option<u64>,
     pub max_connections: Option<usize>,
     pub kv_cache_size: Option<String>,
     pub meta_cache_size: Option<String>,
@@ -91,6 +92,9 @@ pub struct ServerArgs {
     /// Seconds that in-flight requests get to finish after SIGINT/SIGTERM.
     #[arg(long, env = "MOSAIC_SHUTDOWN_TIMEOUT_SECS", value_name = "SECS")]
     pub shutdown_timeout_secs: Option<u64>,
+    /// Seconds a web console session lasts after sign-in, however used.
+    #[arg(long, env = "MOSAIC_CONSOLE_SESSION_MAX_SECS", value_name = "SECS")]
+    pub console_session_max_secs: Option<u64>,
     /// Largest number of open S3 connections; more wait to be accepted.
     #[arg(long, env = "MOSAIC_MAX_CONNECTIONS", value_name = "N")]
     pub max_connections: Option<usize>,
@@ -200,6 +204,8 @@ pub struct Config {
     pub log_format: LogFormat,
     pub log_level: String,
     pub shutdown_timeout: Duration,
+    /// How long a console session lasts after sign-in.
+    pub console_session_max: Duration,
     pub max_connections: usize,
     pub kv_cache_bytes: u64,
     pub meta_cache_bytes: u64,
@@ -263,6 +269,8 @@ pub const DEFAULT_ADMIN_ADDRESS: &str = "127.0.0.1:9001";
 /// Bounds of configurable limits.
 const MAX_CONNECTIONS_LIMIT: usize = 65_536;
 const MAX_SHUTDOWN_SECS: u64 = 3600;
+/// A console session lasts at most 12 hours (also the default).
+const MAX_CONSOLE_SESSION_SECS: u64 = 12 * 3600;
 const MAX_INLINE_BYTES: u64 = 1 << 20;
 const MAX_SCRUB_BYTES_PER_S: u64 = 16 << 30;
 /// Largest tail lazy sync lets an object gather (its m + 1 copies are kept whole until then).
@@ -363,6 +371,13 @@ impl Config {
         let shutdown = args.shutdown_timeout_secs.or(file.shutdown_timeout_secs).unwrap_or(30);
         if shutdown > MAX_SHUTDOWN_SECS {
             return Err(format!("shutdown_timeout_secs: {shutdown} is above the maximum {MAX_SHUTDOWN_SECS}"));
+        }
+        let console_session_max_secs =
+            args.console_session_max_secs.or(file.console_session_max_secs).unwrap_or(MAX_CONSOLE_SESSION_SECS);
+        if !(1..=MAX_CONSOLE_SESSION_SECS).contains(&console_session_max_secs) {
+            return Err(format!(
+                "console_session_max_secs: {console_session_max_secs} is not between 1 and {MAX_CONSOLE_SESSION_SECS}"
+            ));
         }
         let max_connections = args.max_connections.or(file.max_connections).unwrap_or(1024);
         if max_connections == 0 || max_connections > MAX_CONNECTIONS_LIMIT {
@@ -483,6 +498,7 @@ impl Config {
             log_format,
             log_level,
             shutdown_timeout: Duration::from_secs(shutdown),
+            console_session_max: Duration::from_secs(console_session_max_secs),
             max_connections,
             kv_cache_bytes,
             meta_cache_bytes,
@@ -707,6 +723,8 @@ mod tests {
             "log_level = \"[[\"",
             "shutdown_timeout_secs = 99999",
             "shutdown_timeout_secs = -1",
+            "console_session_max_secs = 0",
+            "console_session_max_secs = 43201",
             "max_connections = 0",
             "max_connections = 1000000",
             "kv_cache_size = \"1XB\"",

@@ -230,6 +230,7 @@ fn console_for(
     s3_bound: std::net::SocketAddr,
     tls_files: Option<&crate::config::TlsFiles>,
     admin_tls: bool,
+    session_max: std::time::Duration,
 ) -> Result<crate::console::Console, String> {
     let ip = match s3_bound.ip() {
         std::net::IpAddr::V4(v4) if v4.is_unspecified() => "127.0.0.1".to_string(),
@@ -249,7 +250,9 @@ fn console_for(
         https,
         cert.as_deref(),
     )?;
-    Ok(crate::console::Console { sessions: Default::default(), s3, secure: admin_tls })
+    use crate::console::session::{IDLE_TIMEOUT, Sessions};
+    let sessions = Sessions::new(IDLE_TIMEOUT.min(session_max), session_max);
+    Ok(crate::console::Console { sessions, failures: Default::default(), s3, secure: admin_tls })
 }
 
 /// The keys of SSE-S3 and SSE-KMS: the master keys (config, else the data directory's) and the KMS key
@@ -296,7 +299,7 @@ async fn serve_all(
     let tls = certificates.as_ref().map(|c| c.acceptor()).transpose()?;
     let hangup = signal(SignalKind::hangup()).map_err(|e| format!("cannot install signal handlers: {e}"))?;
     tokio::spawn(reload_on_hangup(hangup, certificates));
-    let console = console_for(s3_bound, cfg.tls.as_ref(), tls.is_some())?;
+    let console = console_for(s3_bound, cfg.tls.as_ref(), tls.is_some(), cfg.console_session_max)?;
     let admin_state = Arc::new(AdminState {
         layer: layer.clone(),
         drives,

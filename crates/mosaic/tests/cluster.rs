@@ -131,6 +131,7 @@ async fn three_processes_form_a_cluster_that_serves_from_every_node() {
     assert_eq!((status["groups_placed"].as_u64(), status["serving"].as_bool()), (Some(8), Some(true)), "{status}");
     let managers = status["nodes"].as_array().unwrap().iter().filter(|n| n["manager"] == true).count();
     assert_eq!(managers, 3, "three nodes make three managers: {status}");
+    console_shows_the_cluster(&c, &ak, &sk).await;
 
     // The second node stops and starts again on its address, without --join: it rejoins from its store.
     let (code, _) = stop(b);
@@ -143,6 +144,23 @@ async fn three_processes_form_a_cluster_that_serves_from_every_node() {
     for s in [a, b, c] {
         assert_eq!(stop(s).0, 0);
     }
+}
+
+/// The web console of a node: its cluster page's call names every node, and its bucket list (an S3 call
+/// made by the console to its node) holds the cluster's bucket.
+async fn console_shows_the_cluster(s: &Server, ak: &str, sk: &str) {
+    let http = reqwest::Client::new();
+    let base = format!("http://{}/console/api", s.admin);
+    let login = http.post(format!("{base}/login")).json(&serde_json::json!({ "access_key": ak, "secret_key": sk }));
+    let login = login.send().await.unwrap();
+    assert_eq!(login.status(), 200);
+    let cookie = login.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_string();
+    let get = |call: &str| http.get(format!("{base}/{call}")).header("cookie", &cookie).send();
+    let cluster: serde_json::Value = get("admin/cluster").await.unwrap().json().await.unwrap();
+    assert_eq!(cluster["nodes"].as_array().map(Vec::len), Some(3), "{cluster}");
+    assert!(cluster["nodes"].as_array().unwrap().iter().all(|n| n["state"] == "up"), "{cluster}");
+    let buckets: serde_json::Value = get("buckets").await.unwrap().json().await.unwrap();
+    assert_eq!(buckets["buckets"][0]["name"], BUCKET, "{buckets}");
 }
 
 /// Three nodes made a cluster of 2+1 sets: the servers (the first initialized it), the root credentials.

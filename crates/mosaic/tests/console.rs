@@ -191,6 +191,8 @@ async fn the_console_signs_in_browses_uploads_shares_and_keeps_keys_to_their_gra
         Some(json!({ "parts": parts })),
     )
     .await;
+    let usage = b.ok("GET", "usage", &[("bucket", "photos")], None).await;
+    assert_eq!(usage, json!({ "bucket": "photos", "objects": 5, "bytes": 3000 + 303 + (20 << 20), "complete": true }));
     let too_big = b.upload("photos", "over.bin", vec![0; (16 << 20) + 1]).await;
     assert_eq!(too_big.0, StatusCode::PAYLOAD_TOO_LARGE, "{}", too_big.1);
     let link = b.ok("POST", "link", &[("bucket", "photos"), ("key", "big.bin"), ("download", "1")], None).await;
@@ -205,6 +207,14 @@ async fn the_console_signs_in_browses_uploads_shares_and_keeps_keys_to_their_gra
     let (status, _) =
         b.call("POST", "link", &[("bucket", "photos"), ("key", "top.bin"), ("expires_s", "999999999")], None).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "a link lasts at most a week");
+
+    // The bytes in and out of the S3 port are counted (the console plots them).
+    let metrics = reqwest::get(format!("http://{}/metrics", s.admin)).await.unwrap().text().await.unwrap();
+    let counted = |name: &str| -> u64 {
+        metrics.lines().find_map(|l| l.strip_prefix(name)?.trim().parse::<f64>().ok()).unwrap_or(0.0) as u64
+    };
+    assert!(counted("mosaic_s3_received_bytes_total") >= 20 << 20, "{metrics}");
+    assert!(counted("mosaic_s3_sent_bytes_total") >= 20 << 20);
 
     // Metadata and checksums.
     let info = b.ok("GET", "object", &[("bucket", "photos"), ("key", "top.bin")], None).await;
@@ -242,5 +252,39 @@ async fn the_console_signs_in_browses_uploads_shares_and_keeps_keys_to_their_gra
     assert_eq!(alice.call("GET", "buckets", &[], None).await.0, StatusCode::UNAUTHORIZED);
     b.ok("POST", "logout", &[], None).await;
     assert_eq!(b.call("GET", "buckets", &[], None).await.0, StatusCode::UNAUTHORIZED);
+
+    // Bad sign-in bodies are refused clearly; failed sign-ins are limited per address (the two above
+    // count too): past the limit even the right secret waits.
+    let (status, v) = b.call("POST", "login", &[], Some(json!({ "access_key": 7 }))).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{v}");
+    for _ in 2..10 {
+        assert_eq!(b.sign_in(ROOT_AK, "wrong").await.0, StatusCode::UNAUTHORIZED);
+    }
+    let (status, v) = b.sign_in(ROOT_AK, ROOT_SK).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{v}");
+    assert_eq!(stop(s).0, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_past_its_age_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = start_with_root(dir.path(), ROOT_AK, ROOT_SK, &[("MOSAIC_CONSOLE_SESSION_MAX_SECS", "1")]);
+    let mut b = Browser::new(&s.admin);
+    let (status, _) = b.sign_in(ROOT_AK, ROOT_SK).await;
+    assert_eq!(status, StatusCode::OK);
+    let signed_in = std::time::Instant::now();
+    // Used all along, the session still ends one second after sign-in (a clock, not a synchronization).
+    loop {
+        let (status, v) = b.call("GET", "me", &[], None).await;
+        if status == StatusCode::UNAUTHORIZED {
+            assert!(v["error"].as_str().unwrap().contains("ended"), "{v}");
+            break;
+        }
+        assert_eq!(status, StatusCode::OK);
+        assert!(signed_in.elapsed() < std::time::Duration::from_secs(10), "the session outlived its age");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(signed_in.elapsed() >= std::time::Duration::from_secs(1));
+    assert_eq!(b.call("POST", "bucket", &[("bucket", "late")], None).await.0, StatusCode::UNAUTHORIZED);
     assert_eq!(stop(s).0, 0);
 }

@@ -158,6 +158,7 @@ async fn handle(
     let post_upload = crate::post::is_post_upload(&req);
     let attributes_asked = method == http::Method::GET
         && req.uri().query().unwrap_or("").split('&').any(|p| p == "attributes" || p.starts_with("attributes="));
+    let received_bytes = crate::metered::put_size(req.headers());
     let metered = match admit(&service, &req, op, started).await {
         Ok(m) => m,
         Err(refused) => return Ok(with_request_id(refused, &id).await),
@@ -216,6 +217,11 @@ async fn handle(
     let status_label = status.as_u16().to_string();
     metrics::counter!("mosaic_s3_requests_total", "op" => op, "status" => status_label.clone()).increment(1);
     metrics::histogram!("mosaic_s3_request_duration_seconds", "op" => op, "status" => status_label).record(ms / 1000.0);
+    // Bytes by their declared lengths (a body cut short still counts whole): what the console plots as
+    // MiB/s in and out.
+    let sent_bytes = resp.headers().get(http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse().ok());
+    metrics::counter!("mosaic_s3_received_bytes_total").increment(received_bytes);
+    metrics::counter!("mosaic_s3_sent_bytes_total").increment(sent_bytes.unwrap_or(0));
     // One line per request costs a write to stderr each: at debug, like an access log one turns on. Server
     // errors always show.
     if status.is_server_error() {

@@ -22,6 +22,8 @@ pub const MAX_JSON_BYTES: usize = 256 << 10;
 pub const MAX_DELETE_KEYS: usize = 1000;
 /// Most objects and folders one listing call returns.
 pub const MAX_PAGE: usize = 1000;
+/// Most listing pages one usage call walks (a larger bucket is reported as "at least").
+pub const MAX_USAGE_PAGES: usize = 100;
 /// How long a link lasts when the caller does not say.
 const DEFAULT_LINK_SECS: u64 = 3600;
 
@@ -139,6 +141,7 @@ pub async fn route(state: &Arc<AdminState>, console: &Console, req: http::Reques
         ("POST", "bucket") => call.bucket_change("PUT", &p).await,
         ("DELETE", "bucket") => call.bucket_change("DELETE", &p).await,
         ("GET", "objects") => call.objects(&p).await,
+        ("GET", "usage") => call.usage(&p).await,
         ("GET", "object") => call.object_info(&p).await,
         ("PUT", "object") => call.put_object(&p, req).await,
         ("DELETE", "object") => call.delete_objects(&p, None).await,
@@ -173,6 +176,13 @@ fn me(s: &Session) -> Value {
 }
 
 async fn login(state: &AdminState, console: &Console, req: http::Request<hyper::body::Incoming>) -> Resp {
+    let ip = req.extensions().get::<crate::admin_server::Peer>().map(|p| p.0.ip());
+    if let Some(wait) = ip.and_then(|ip| console.failures.wait(ip)) {
+        let mut r =
+            error(429, format!("too many failed sign-ins from this address: try again in {} s", wait.as_secs() + 1));
+        r.headers_mut().insert(http::header::RETRY_AFTER, (wait.as_secs() + 1).into());
+        return r;
+    }
     let v = match json_body(req).await {
         Ok(v) => v,
         Err(r) => return r.into(),
@@ -184,13 +194,17 @@ async fn login(state: &AdminState, console: &Console, req: http::Request<hyper::
     // The same answer, after the same work, for an unknown key and a wrong secret.
     let fits = session::same_secret(known.as_deref().unwrap_or("\u{0}no such key"), sk) && known.is_some();
     if !fits {
+        if let Some(ip) = ip {
+            console.failures.failed(ip);
+        }
         tracing::warn!(access_key = ak, "console sign-in refused");
         return error(401, "the access key or the secret is wrong");
     }
     let (id, s) = console.sessions.start(ak, state.keys.is_root(ak));
     tracing::info!(access_key = ak, root = s.root, "console sign-in");
     let mut r = reply(200, me(&s));
-    let cookie = session::set_cookie(Some(&id), console.secure).parse().expect("valid cookie");
+    let cookie =
+        session::set_cookie(Some((&id, console.sessions.max_age())), console.secure).parse().expect("valid cookie");
     r.headers_mut().insert(http::header::SET_COOKIE, cookie);
     r
 }
@@ -279,6 +293,37 @@ impl Call<'_> {
         let next = super::s3::first_text(&a.body, "NextContinuationToken");
         let folders = texts(&a.body, Some("CommonPrefixes"), "Prefix");
         reply(200, json!({ "bucket": b, "prefix": prefix, "folders": folders, "objects": objects, "next": next }))
+    }
+
+    /// A bucket's objects and bytes, by listing it (at most `MAX_USAGE_PAGES` pages of 1,000; past that
+    /// the counts are a lower bound, `complete: false`). S3 has no call for it, and the console only speaks
+    /// S3 for buckets, so a key counts only what it may list.
+    async fn usage(&self, p: &HashMap<String, String>) -> Resp {
+        let b = match bucket_param(p) {
+            Ok(b) => b,
+            Err(r) => return r.into(),
+        };
+        let (mut objects, mut bytes, mut token, mut complete) = (0u64, 0u64, None::<String>, false);
+        for _ in 0..MAX_USAGE_PAGES {
+            let mut q = vec![("list-type", "2"), ("max-keys", "1000")];
+            if let Some(t) = &token {
+                q.push(("continuation-token", t.as_str()));
+            }
+            let a = match self.s3("GET", &format!("/{b}?{}", query(&q)), &[], Bytes::new()).await {
+                Ok(a) => a,
+                Err(r) => return r.into(),
+            };
+            for size in texts(&a.body, Some("Contents"), "Size") {
+                objects += 1;
+                bytes += size.parse::<u64>().unwrap_or(0);
+            }
+            token = super::s3::first_text(&a.body, "NextContinuationToken");
+            if token.is_none() {
+                complete = true;
+                break;
+            }
+        }
+        reply(200, json!({ "bucket": b, "objects": objects, "bytes": bytes, "complete": complete }))
     }
 
     /// An object's metadata, checksums and tags.

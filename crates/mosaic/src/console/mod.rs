@@ -20,6 +20,7 @@ use http_body_util::Full;
 /// What the console needs besides the admin state.
 pub struct Console {
     pub sessions: session::Sessions,
+    pub failures: session::Failures,
     pub s3: s3::S3Port,
     /// Whether the admin port serves TLS (the cookie is then `Secure`).
     pub secure: bool,

@@ -21,6 +21,50 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 /// A session ends this long after sign-in, however used.
 pub const MAX_AGE: Duration = Duration::from_secs(12 * 3600);
 
+/// Most failed sign-ins from one address within `FAILURE_WINDOW`; past it, sign-in from there is refused
+/// until the window ends (a secret cannot be guessed at the speed of the network).
+pub const MAX_FAILURES: u32 = 10;
+pub const FAILURE_WINDOW: Duration = Duration::from_secs(60);
+/// Most addresses whose failures are remembered (the oldest window makes room).
+pub const MAX_FAILING_ADDRESSES: usize = 4096;
+
+/// Failed sign-ins by address, per window.
+#[derive(Default)]
+pub struct Failures {
+    by_address: Mutex<HashMap<std::net::IpAddr, (Instant, u32)>>,
+}
+
+impl Failures {
+    /// None when `ip` may try to sign in now; else how long until it may.
+    pub fn wait(&self, ip: std::net::IpAddr) -> Option<Duration> {
+        let now = Instant::now();
+        let map = self.by_address.lock();
+        let (start, n) = map.get(&ip)?;
+        let left = FAILURE_WINDOW.checked_sub(now.duration_since(*start))?;
+        (*n >= MAX_FAILURES).then_some(left)
+    }
+
+    /// Counts a failed sign-in from `ip`.
+    pub fn failed(&self, ip: std::net::IpAddr) {
+        let now = Instant::now();
+        let mut map = self.by_address.lock();
+        if map.len() >= MAX_FAILING_ADDRESSES && !map.contains_key(&ip) {
+            map.retain(|_, (start, _)| now.duration_since(*start) < FAILURE_WINDOW);
+            if map.len() >= MAX_FAILING_ADDRESSES
+                && let Some(oldest) = map.iter().min_by_key(|(_, (start, _))| *start).map(|(k, _)| *k)
+            {
+                map.remove(&oldest);
+            }
+        }
+        let entry = map.entry(ip).or_insert((now, 0));
+        if now.duration_since(entry.0) >= FAILURE_WINDOW {
+            *entry = (now, 0);
+        }
+        entry.1 = entry.1.saturating_add(1);
+        debug_assert!(map.len() <= MAX_FAILING_ADDRESSES);
+    }
+}
+
 /// Who a session is.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Session {
@@ -68,6 +112,11 @@ pub fn same_secret(a: &str, b: &str) -> bool {
 }
 
 impl Sessions {
+    /// How long a session lasts after sign-in.
+    pub fn max_age(&self) -> Duration {
+        self.max_age
+    }
+
     pub fn new(idle_timeout: Duration, max_age: Duration) -> Sessions {
         assert!(idle_timeout <= max_age, "a session cannot idle longer than it lives");
         Sessions { entries: Mutex::default(), idle_timeout, max_age }
@@ -138,11 +187,13 @@ pub fn cookie_id(headers: &http::HeaderMap) -> Option<String> {
         .map(str::to_string)
 }
 
-/// The Set-Cookie value that hands the browser a session id (or, with None, ends it).
-pub fn set_cookie(id: Option<&str>, secure: bool) -> String {
+/// The Set-Cookie value that hands the browser a session id for `max_age` (or, with None, ends it).
+pub fn set_cookie(id: Option<(&str, Duration)>, secure: bool) -> String {
     let secure = if secure { "; Secure" } else { "" };
     match id {
-        Some(id) => format!("{COOKIE}={id}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}{secure}", MAX_AGE.as_secs()),
+        Some((id, max_age)) => {
+            format!("{COOKIE}={id}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}{secure}", max_age.as_secs())
+        }
         None => format!("{COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0{secure}"),
     }
 }
@@ -191,8 +242,25 @@ mod tests {
         assert_eq!(cookie_id(&h), Some(id));
         h.insert(http::header::COOKIE, format!("{COOKIE}=short").parse().unwrap());
         assert_eq!(cookie_id(&h), None);
-        assert!(set_cookie(Some("x"), false).contains("HttpOnly; SameSite=Strict"));
+        assert!(set_cookie(Some(("x", MAX_AGE)), false).contains("HttpOnly; SameSite=Strict; Max-Age=43200"));
         assert!(set_cookie(None, true).contains("Max-Age=0; Secure"));
+    }
+
+    #[test]
+    fn failed_sign_ins_are_limited_per_address() {
+        let f = Failures::default();
+        let (a, b) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
+        for _ in 0..MAX_FAILURES - 1 {
+            f.failed(a);
+        }
+        assert_eq!(f.wait(a), None, "below the limit");
+        f.failed(a);
+        assert!(f.wait(a).is_some_and(|w| w <= FAILURE_WINDOW), "at the limit");
+        assert_eq!(f.wait(b), None, "another address is not held back");
+        for i in 0..MAX_FAILING_ADDRESSES as u32 + 10 {
+            f.failed(std::net::IpAddr::from(i.to_be_bytes()));
+        }
+        assert!(f.by_address.lock().len() <= MAX_FAILING_ADDRESSES);
     }
 
     #[test]

@@ -5,6 +5,7 @@ const PART_BYTES = 8 << 20;        // multipart part size for large files
 const SINGLE_PUT_MAX = 16 << 20;   // larger files are sent in parts (the console API's body limit)
 const PLOT_POINTS = 60;            // samples kept per plot (5 minutes at 5 s)
 const PLOT_EVERY_MS = 5000;
+const MAX_PLOTTED_DRIVES = 16;     // lines on the drive IO plot
 
 let me = null;                     // { access_key, root, csrf }
 let plotTimer = null;
@@ -128,8 +129,10 @@ async function bucketsPage() {
     try { await api("POST", "bucket", { params: { bucket: name.value.trim() } }); say("Bucket " + name.value.trim() + " created", true); render(); }
     catch (err) { say(err.message); }
   } }, h("label", {}, "Bucket name", name), h("button", { type: "submit" }, "Create bucket"));
+  const usage = [];
   const rows = v.buckets.map((b) => h("tr", { "data-bucket": b.name },
     h("td", {}, h("a", { href: "#/objects/" + encodeURIComponent(b.name) + "/" }, b.name)),
+    usageCell(usage, b.name, "objects"), usageCell(usage, b.name, "bytes"),
     h("td", { class: "wide" }, when(b.created)),
     h("td", {}, h("button", { class: "danger", type: "button", "aria-label": "Delete bucket " + b.name, onclick: async () => {
       if (!confirm("Delete bucket " + b.name + "?")) return;
@@ -137,8 +140,32 @@ async function bucketsPage() {
       catch (err) { say("Bucket " + b.name + " was not deleted: " + err.message); }
     } }, "Delete"))));
   page("Buckets", create,
-    rows.length ? h("table", { id: "buckets" }, h("thead", {}, h("tr", {}, h("th", {}, "Name"), h("th", { class: "wide" }, "Created"), h("th", {}, ""))), h("tbody", {}, rows))
+    rows.length ? h("table", { id: "buckets" }, h("thead", {}, h("tr", {}, h("th", {}, "Name"), h("th", { class: "num" }, "Objects"), h("th", { class: "num" }, "Size"), h("th", { class: "wide" }, "Created"), h("th", {}, ""))), h("tbody", {}, rows))
       : h("p", { class: "muted", id: "no-buckets" }, "No buckets yet."));
+  // Counted after the page shows, one bucket at a time (each is a walk of its listing).
+  for (const [name, cells] of Object.entries(groupBy(usage))) {
+    try {
+      const u = await api("GET", "usage", { params: { bucket: name } });
+      const more = u.complete ? "" : "+";
+      cells.objects.textContent = u.objects.toLocaleString() + more;
+      cells.bytes.textContent = bytes(u.bytes) + more;
+    } catch (err) {
+      cells.objects.textContent = cells.bytes.textContent = "?";
+      cells.objects.title = err.message;
+    }
+  }
+}
+
+function usageCell(usage, bucket, what) {
+  const td = h("td", { class: "num usage-" + what }, "…");
+  usage.push([bucket, what, td]);
+  return td;
+}
+
+function groupBy(usage) {
+  const out = {};
+  for (const [bucket, what, td] of usage) (out[bucket] ||= {})[what] = td;
+  return out;
 }
 
 function objectsPage(bucket, prefix) {
@@ -342,7 +369,7 @@ async function clusterPage() {
     if (err.status === 409) { page("Cluster", h("p", { class: "muted", id: "no-cluster" }, err.message)); return; }
     throw err;
   }
-  const nodes = (v.nodes || []).map((n) => h("tr", {}, h("td", { class: "mono" }, n.id), h("td", {}, n.address), h("td", { class: n.state === "Up" ? "ok" : "bad" }, n.state), h("td", { class: "num" }, n.groups ?? "—")));
+  const nodes = (v.nodes || []).map((n) => h("tr", {}, h("td", { class: "mono" }, n.id), h("td", {}, n.address), h("td", { class: n.state === "up" ? "ok" : "bad" }, n.state), h("td", { class: "num" }, n.groups ?? "—")));
   const r = v.rebalance || {};
   page("Cluster",
     h("div", { class: "cards" },
@@ -446,7 +473,8 @@ function plot(canvas, series, unit) {
 async function metricsPage() {
   const charts = {
     rps: { title: "Requests/s", unit: "req/s" },
-    io: { title: "Drive IO, MiB/s (read, written)", unit: "MiB/s" },
+    s3: { title: "S3 MiB/s (in, out)", unit: "MiB/s" },
+    io: { title: "Drive IO, MiB/s read + written, per drive", unit: "MiB/s" },
     p99: { title: "p99 latency, ms (GET, PUT)", unit: "ms" },
   };
   const cards = Object.entries(charts).map(([id, c]) => {
@@ -471,8 +499,14 @@ async function metricsPage() {
       const dt = (at - prevAt) / 1000;
       push(charts.rps, "all", (sum(cur, "mosaic_s3_requests_total") - sum(prev, "mosaic_s3_requests_total")) / dt);
       const mib = (n) => (sum(cur, n) - sum(prev, n)) / dt / 1048576;
-      push(charts.io, "read", mib("mosaic_engine_device_bytes_read"));
-      push(charts.io, "written", mib("mosaic_engine_device_bytes_written"));
+      push(charts.s3, "in", mib("mosaic_s3_received_bytes_total"));
+      push(charts.s3, "out", mib("mosaic_s3_sent_bytes_total"));
+      const drives = [...new Set(cur.filter((m) => m.name === "mosaic_engine_device_bytes_read").map((m) => m.labels.drive))].slice(0, MAX_PLOTTED_DRIVES);
+      for (const drive of drives) {
+        const one = (l) => l.drive === drive;
+        const moved = (ms) => sum(ms, "mosaic_engine_device_bytes_read", one) + sum(ms, "mosaic_engine_device_bytes_written", one);
+        push(charts.io, "drive " + drive, (moved(cur) - moved(prev)) / dt / 1048576);
+      }
       for (const op of ["GetObject", "PutObject"]) {
         const v = p99(prev, cur, op);
         push(charts.p99, op, v === null ? null : v * 1000);
