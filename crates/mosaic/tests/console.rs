@@ -199,7 +199,7 @@ async fn the_console_signs_in_browses_uploads_shares_and_keeps_keys_to_their_gra
     let (status, got, headers) = fetch(link["url"].as_str().unwrap()).await;
     assert_eq!(status, StatusCode::OK);
     assert!(got == big, "the download is the upload");
-    assert!(headers["content-disposition"].to_str().unwrap().contains("attachment"));
+    assert_eq!(headers["content-disposition"].to_str().unwrap(), "attachment; filename*=UTF-8''big.bin");
     let shared =
         b.ok("POST", "link", &[("bucket", "photos"), ("key", "trip/day 2/c.jpg"), ("expires_s", "600")], None).await;
     let (status, got, _) = fetch(shared["url"].as_str().unwrap()).await;
@@ -220,6 +220,7 @@ async fn the_console_signs_in_browses_uploads_shares_and_keeps_keys_to_their_gra
     let info = b.ok("GET", "object", &[("bucket", "photos"), ("key", "top.bin")], None).await;
     assert_eq!(info["headers"]["content-length"], "3000");
     assert!(info["headers"]["etag"].as_str().is_some_and(|e| e.len() > 2));
+    assert!(info["headers"]["x-amz-checksum-crc32c"].as_str().is_some_and(|c| c.len() == 8), "{info}");
 
     // A key granted one bucket sees and reaches only that bucket, and no admin page.
     let key = b.ok("POST", "admin/keys", &[], None).await;

@@ -380,8 +380,12 @@ impl Call<'_> {
             Ok(d) => d,
             Err(r) => return r.into(),
         };
-        let headers: Vec<(String, String)> =
+        let mut headers: Vec<(String, String)> =
             content_type.into_iter().map(|t| ("content-type".to_string(), t)).collect();
+        // Stored with the object and checked by the S3 port against what it received.
+        use base64::Engine as _;
+        let crc = base64::engine::general_purpose::STANDARD.encode(mosaic_engine::crc32c(&data).to_be_bytes());
+        headers.push(("x-amz-checksum-crc32c".to_string(), crc));
         let size = data.len();
         match self.s3("PUT", &object_path(&b, &k), &headers, data).await {
             Ok(a) => {
@@ -435,8 +439,9 @@ impl Call<'_> {
         };
         let mut path = object_path(&b, &k);
         if p.get("download").is_some_and(|d| d == "1") {
-            let name = k.rsplit('/').next().unwrap_or(&k).replace('"', "");
-            let disposition = format!("attachment; filename=\"{name}\"");
+            // RFC 6266/5987: the file's name escaped, so any key makes an ASCII header.
+            let name = k.rsplit('/').next().unwrap_or(&k);
+            let disposition = format!("attachment; filename*=UTF-8''{}", super::s3::escaped(name));
             path = format!("{path}?{}", query(&[("response-content-disposition", disposition.as_str())]));
         }
         let host = browser_host(headers);

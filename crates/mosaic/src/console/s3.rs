@@ -61,6 +61,11 @@ pub fn object_path(bucket: &str, key: &str) -> String {
     format!("/{bucket}/{}", segments.join("/"))
 }
 
+/// `s` with everything but unreserved characters percent-escaped.
+pub fn escaped(s: &str) -> String {
+    utf8_percent_encode(s, KEY_SEGMENT).to_string()
+}
+
 /// `a=b&c=d` with the values escaped.
 pub fn query(pairs: &[(&str, &str)]) -> String {
     let each: Vec<String> = pairs

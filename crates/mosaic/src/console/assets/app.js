@@ -6,6 +6,7 @@ const SINGLE_PUT_MAX = 16 << 20;   // larger files are sent in parts (the consol
 const PLOT_POINTS = 60;            // samples kept per plot (5 minutes at 5 s)
 const PLOT_EVERY_MS = 5000;
 const MAX_PLOTTED_DRIVES = 16;     // lines on the drive IO plot
+const MAX_PLOTTED_OPS = 6;         // lines on the latency plot
 
 let me = null;                     // { access_key, root, csrf }
 let plotTimer = null;
@@ -475,7 +476,7 @@ async function metricsPage() {
     rps: { title: "Requests/s", unit: "req/s" },
     s3: { title: "S3 MiB/s (in, out)", unit: "MiB/s" },
     io: { title: "Drive IO, MiB/s read + written, per drive", unit: "MiB/s" },
-    p99: { title: "p99 latency, ms (GET, PUT)", unit: "ms" },
+    p99: { title: "p99 latency, ms, per operation", unit: "ms" },
   };
   const cards = Object.entries(charts).map(([id, c]) => {
     c.canvas = h("canvas", { class: "plot", id: "plot-" + id, role: "img" });
@@ -487,7 +488,12 @@ async function metricsPage() {
   let prev = null, prevAt = 0;
   const push = (c, name, v) => {
     let s = c.series.find((x) => x.name === name);
-    if (!s) { s = { name, points: [] }; c.series.push(s); }
+    if (!s) {
+      // A line that starts later starts at the same place in time as the others.
+      const before = Math.max(0, ...c.series.map((x) => x.points.length - 1));
+      s = { name, points: Array(before).fill(null) };
+      c.series.push(s);
+    }
     s.points.push(v);
     if (s.points.length > PLOT_POINTS) s.points.shift();
   };
@@ -507,7 +513,11 @@ async function metricsPage() {
         const moved = (ms) => sum(ms, "mosaic_engine_device_bytes_read", one) + sum(ms, "mosaic_engine_device_bytes_written", one);
         push(charts.io, "drive " + drive, (moved(cur) - moved(prev)) / dt / 1048576);
       }
-      for (const op of ["GetObject", "PutObject"]) {
+      // Every operation seen so far gets a line (at most MAX_PLOTTED_OPS, the busiest first).
+      const counts = new Map();
+      for (const m of cur) if (m.name === "mosaic_s3_request_duration_seconds_count") counts.set(m.labels.op, (counts.get(m.labels.op) || 0) + m.value);
+      const ops = [...counts.entries()].sort((a, b) => b[1] - a[1]).slice(0, MAX_PLOTTED_OPS).map(([op]) => op);
+      for (const op of ops) {
         const v = p99(prev, cur, op);
         push(charts.p99, op, v === null ? null : v * 1000);
       }
