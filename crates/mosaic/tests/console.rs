@@ -5,6 +5,7 @@
 
 mod support;
 
+use mosaic_layer::testing::pattern;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use support::{start_with_root, stop};
@@ -76,18 +77,6 @@ impl Browser {
         let v = self.ok("GET", "buckets", &[], None).await;
         v["buckets"].as_array().unwrap().iter().map(|b| b["name"].as_str().unwrap().to_string()).collect()
     }
-}
-
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 async fn fetch(url: &str) -> (StatusCode, Vec<u8>, reqwest::header::HeaderMap) {

@@ -220,8 +220,13 @@ async fn handle(
     // Bytes by their declared lengths (a body cut short still counts whole): what the console plots as
     // MiB/s in and out.
     let sent_bytes = resp.headers().get(http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse().ok());
-    metrics::counter!("mosaic_s3_received_bytes_total").increment(received_bytes);
-    metrics::counter!("mosaic_s3_sent_bytes_total").increment(sent_bytes.unwrap_or(0));
+    // Handles taken once: no registry lookup per request.
+    static BYTES: std::sync::OnceLock<(metrics::Counter, metrics::Counter)> = std::sync::OnceLock::new();
+    let (received, sent) = BYTES.get_or_init(|| {
+        (metrics::counter!("mosaic_s3_received_bytes_total"), metrics::counter!("mosaic_s3_sent_bytes_total"))
+    });
+    received.increment(received_bytes);
+    sent.increment(sent_bytes.unwrap_or(0));
     // One line per request costs a write to stderr each: at debug, like an access log one turns on. Server
     // errors always show.
     if status.is_server_error() {
