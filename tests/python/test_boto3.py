@@ -268,3 +268,101 @@ def test_bucket_policy_deny_beats_allow(s3, bucket, server):
         s3.get_object(Bucket=bucket, Key="private/b")
     assert e.value.response["Error"]["Code"] == "AccessDenied"
     s3.delete_bucket_policy(Bucket=bucket)
+
+
+def test_copy_keeps_or_replaces_tags(s3, bucket):
+    s3.put_object(Bucket=bucket, Key="src", Body=b"tagged", Tagging="b=2&a=1")
+    tags = lambda k: s3.get_object_tagging(Bucket=bucket, Key=k)["TagSet"]
+    # S3's default directive is COPY: the copy has the source's tags (answered in key order).
+    s3.copy_object(Bucket=bucket, Key="same", CopySource={"Bucket": bucket, "Key": "src"})
+    assert tags("same") == [{"Key": "a", "Value": "1"}, {"Key": "b", "Value": "2"}]
+    assert s3.head_object(Bucket=bucket, Key="same")["ResponseMetadata"]["HTTPHeaders"]["x-amz-tagging-count"] == "2"
+    s3.copy_object(Bucket=bucket, Key="new", CopySource={"Bucket": bucket, "Key": "src"},
+                   TaggingDirective="REPLACE", Tagging="z=9")
+    assert tags("new") == [{"Key": "z", "Value": "9"}]
+    s3.copy_object(Bucket=bucket, Key="none", CopySource={"Bucket": bucket, "Key": "src"}, TaggingDirective="REPLACE")
+    assert tags("none") == []
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.copy_object(Bucket=bucket, Key="x", CopySource={"Bucket": bucket, "Key": "src"}, TaggingDirective="MOVE")
+    assert e.value.response["Error"]["Code"] == "InvalidArgument"
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        many = "&".join(f"k{i}=v" for i in range(11))
+        s3.copy_object(Bucket=bucket, Key="x", CopySource={"Bucket": bucket, "Key": "src"},
+                       TaggingDirective="REPLACE", Tagging=many)
+    assert e.value.response["Error"]["Code"] == "InvalidTag"
+
+
+def _sha256_b64(data):
+    return base64.b64encode(hashlib.sha256(data).digest()).decode()
+
+
+def test_multipart_part_checksums(s3, bucket):
+    parts = [os.urandom(5 * 1024 * 1024), os.urandom(1000)]
+
+    def upload(key):
+        up = s3.create_multipart_upload(Bucket=bucket, Key=key, ChecksumAlgorithm="SHA256")
+        assert up["ChecksumAlgorithm"] == "SHA256"
+        done = []
+        for n, data in enumerate(parts, 1):
+            r = s3.upload_part(Bucket=bucket, Key=key, UploadId=up["UploadId"], PartNumber=n, Body=data,
+                               ChecksumAlgorithm="SHA256")
+            assert r["ChecksumSHA256"] == _sha256_b64(data)
+            done.append({"PartNumber": n, "ETag": r["ETag"], "ChecksumSHA256": r["ChecksumSHA256"]})
+        return up["UploadId"], done
+
+    composite = base64.b64encode(hashlib.sha256(b"".join(hashlib.sha256(p).digest() for p in parts)).digest()).decode()
+    upload_id, done = upload("mp")
+    r = s3.complete_multipart_upload(Bucket=bucket, Key="mp", UploadId=upload_id, MultipartUpload={"Parts": done},
+                                     ChecksumSHA256=composite + "-2")
+    assert (r["ChecksumSHA256"], r["ChecksumType"]) == (composite + "-2", "COMPOSITE")
+    for n, data in enumerate(parts, 1):
+        got = s3.get_object(Bucket=bucket, Key="mp", PartNumber=n, ChecksumMode="ENABLED")
+        assert got["Body"].read() == data
+        assert (got["ChecksumSHA256"], got["ChecksumType"]) == (_sha256_b64(data), "COMPOSITE")
+        head = s3.head_object(Bucket=bucket, Key="mp", PartNumber=n, ChecksumMode="ENABLED")
+        assert head["ChecksumSHA256"] == _sha256_b64(data)
+    attrs = s3.get_object_attributes(Bucket=bucket, Key="mp", ObjectAttributes=["ObjectParts", "Checksum"])
+    assert attrs["Checksum"]["ChecksumSHA256"] == composite + "-2"
+    assert [p["ChecksumSHA256"] for p in attrs["ObjectParts"]["Parts"]] == [_sha256_b64(p) for p in parts]
+    # A wrong checksum of the whole object, or of a part, is refused and the upload stays open.
+    upload_id, done = upload("bad")
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.complete_multipart_upload(Bucket=bucket, Key="bad", UploadId=upload_id, MultipartUpload={"Parts": done},
+                                     ChecksumSHA256=_sha256_b64(b"other") + "-2")
+    assert e.value.response["Error"]["Code"] == "BadDigest"
+    wrong = [dict(done[0], ChecksumSHA256=_sha256_b64(b"other")), done[1]]
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.complete_multipart_upload(Bucket=bucket, Key="bad", UploadId=upload_id, MultipartUpload={"Parts": wrong})
+    assert e.value.response["Error"]["Code"] == "InvalidPart"
+    s3.complete_multipart_upload(Bucket=bucket, Key="bad", UploadId=upload_id, MultipartUpload={"Parts": done})
+
+
+def test_expiration_header_names_the_rule(s3, bucket):
+    import datetime
+    import email.utils
+    import re
+    rules = [{"ID": "old-logs", "Filter": {"Prefix": "logs/"}, "Status": "Enabled", "Expiration": {"Days": 3}},
+             {"ID": "tagged", "Filter": {"Tag": {"Key": "tmp", "Value": "1"}}, "Status": "Enabled",
+              "Expiration": {"Days": 1}}]
+    s3.put_bucket_lifecycle_configuration(Bucket=bucket, LifecycleConfiguration={"Rules": rules})
+
+    def expiry(r):
+        m = re.fullmatch(r'expiry-date="(.+)", rule-id="(.+)"', r["Expiration"])
+        return email.utils.parsedate_to_datetime(m.group(1)), m.group(2)
+
+    put = s3.put_object(Bucket=bucket, Key="logs/a", Body=b"x")
+    head = s3.head_object(Bucket=bucket, Key="logs/a")
+    date, rule = expiry(put)
+    assert (date, rule) == expiry(head) == expiry(s3.get_object(Bucket=bucket, Key="logs/a"))
+    # Midnight UTC after three days have passed since the write.
+    written = head["LastModified"]
+    assert rule == "old-logs" and (date.hour, date.minute, date.second) == (0, 0, 0)
+    assert written + datetime.timedelta(days=3) <= date < written + datetime.timedelta(days=4)
+    assert "Expiration" not in s3.put_object(Bucket=bucket, Key="other", Body=b"x")
+    # The earliest rule that matches wins; a tag filter is checked against the object's tags.
+    s3.put_object(Bucket=bucket, Key="logs/t", Body=b"x", Tagging="tmp=1")
+    assert expiry(s3.head_object(Bucket=bucket, Key="logs/t"))[1] == "tagged"
+    s3.put_object_tagging(Bucket=bucket, Key="logs/t", Tagging={"TagSet": [{"Key": "tmp", "Value": "0"}]})
+    assert expiry(s3.head_object(Bucket=bucket, Key="logs/t"))[1] == "old-logs"
+    s3.delete_bucket_lifecycle(Bucket=bucket)
+    assert "Expiration" not in s3.head_object(Bucket=bucket, Key="logs/a")

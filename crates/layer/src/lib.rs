@@ -37,7 +37,9 @@ pub use acl::{
 pub use buckets::{MAX_BUCKET_POLICY_BYTES, MAX_BUCKET_TAGS, MAX_BUCKETS};
 pub use cors::{CORS_METHODS, CorsRule, MAX_CORS_RULES, validate_cors};
 pub use error::{LayerError, LayerResult};
-pub use lifecycle::{LifecycleFilter, LifecycleReport, LifecycleRule, MAX_LIFECYCLE_RULES, validate_lifecycle};
+pub use lifecycle::{
+    LifecycleFilter, LifecycleReport, LifecycleRule, MAX_LIFECYCLE_RULES, expiry_after_days, validate_lifecycle,
+};
 pub use listing::MAX_LIST_KEYS;
 pub use lock::{DefaultRetention, LockChange, LockConfig, LockMode, LockRequest, MAX_RETENTION_DAYS, Retention};
 pub use meta::{ListTag, ObjectMeta, Precondition, PutOptions};
@@ -213,6 +215,24 @@ pub struct ListQuery {
 pub struct CopyKeys {
     pub source: Option<CustomerKey>,
     pub dest: Option<SseRequest>,
+}
+
+/// When the bucket's lifecycle rules expire an object's current version, and by which rule
+/// (x-amz-expiration).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectExpiration {
+    /// Midnight UTC after the rule's days have passed since the version was written, or the rule's date.
+    pub date_unix_ms: i64,
+    pub rule_id: String,
+}
+
+/// The tags a copy gets (x-amz-tagging-directive): the source version's (COPY, S3's default) or the ones the
+/// request names (REPLACE; none when it names none).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum CopyTags {
+    #[default]
+    Source,
+    Replace(Vec<(String, String)>),
 }
 
 /// A byte range resolved against the object size: [start, end).
@@ -395,22 +415,21 @@ pub trait ObjectLayer: Send + Sync + 'static {
     ) -> LayerResult<ObjectMeta> {
         let access = new_meta.as_ref().map(|m| m.access.clone()).unwrap_or_default();
         let keys = CopyKeys { source: None, dest: new_meta.as_ref().and_then(|m| m.sse.clone()) };
-        self.copy_object_with(src_bucket, src_key, src_version, src_pre, dst_bucket, dst_key, new_meta, access, keys)
-            .await
+        let (src, dst) = ((src_bucket, src_key, src_version), (dst_bucket, dst_key));
+        self.copy_object_with(src, src_pre, dst, new_meta, CopyTags::Source, access, keys).await
     }
     /// A copy whose owner and ACL are `access` (a copy never takes the source's: S3 gives it the request's),
     /// whether or not the metadata is replaced. `keys`: the source's SSE-C key and the copy's encryption
     /// (else the destination bucket's default); an encrypted source or copy is read and written again.
+    /// `src`: bucket, key and version; `dst`: bucket and key.
     #[allow(clippy::too_many_arguments)]
     async fn copy_object_with(
         &self,
-        src_bucket: &str,
-        src_key: &str,
-        src_version: Option<&str>,
+        src: (&str, &str, Option<&str>),
         src_pre: &Precondition,
-        dst_bucket: &str,
-        dst_key: &str,
+        dst: (&str, &str),
         new_meta: Option<PutOptions>,
+        tags: CopyTags,
         access: ObjectAccess,
         keys: CopyKeys,
     ) -> LayerResult<ObjectMeta>;
@@ -418,6 +437,9 @@ pub trait ObjectLayer: Send + Sync + 'static {
     async fn list_object_versions(&self, bucket: &str, q: &VersionQuery) -> LayerResult<VersionPage>;
 
     async fn get_tags(&self, bucket: &str, key: &str, version_id: Option<&str>) -> LayerResult<Vec<(String, String)>>;
+    /// When a current version `meta` of `key` expires under the bucket's lifecycle rules: the earliest date
+    /// of the enabled expiration rules that match it (prefix, size, tags); none without one.
+    async fn expiration_of(&self, bucket: &str, key: &str, meta: &ObjectMeta) -> LayerResult<Option<ObjectExpiration>>;
     async fn put_tags(
         &self,
         bucket: &str,

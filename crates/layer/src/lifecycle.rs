@@ -115,6 +115,19 @@ pub fn validate_lifecycle(rules: &[LifecycleRule]) -> LayerResult<()> {
     Ok(())
 }
 
+/// A calendar day, in which S3 states expiry dates (x-amz-expiration), whatever `day_ms` a pass uses.
+const CALENDAR_DAY_MS: i64 = 86_400_000;
+
+/// S3's expiry date of a version written at `written_unix_ms` under an Expiration of `days`: that many days
+/// later, rounded up to the next midnight UTC.
+pub fn expiry_after_days(written_unix_ms: i64, days: u32) -> i64 {
+    let at = written_unix_ms.saturating_add(i64::from(days).saturating_mul(CALENDAR_DAY_MS));
+    let midnight = at.div_euclid(CALENDAR_DAY_MS).saturating_mul(CALENDAR_DAY_MS);
+    let rounded = if midnight == at { at } else { midnight.saturating_add(CALENDAR_DAY_MS) };
+    debug_assert!(rounded >= at && rounded.rem_euclid(CALENDAR_DAY_MS) == 0 || rounded == i64::MAX);
+    rounded
+}
+
 /// What one pass did, for metrics and tests.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LifecycleReport {
@@ -223,6 +236,46 @@ impl<S: Store> S3Semantics<S> {
             self.lifecycle_key(bucket, rules, group, now_ms, day_ms, report).await?;
         }
         Ok(())
+    }
+
+    /// x-amz-expiration of a current version: the bucket's rules from its cached state, the version's tags
+    /// read only when a matching rule filters by tags and the version has some.
+    pub(crate) async fn expiration_of_impl(
+        &self,
+        bucket: &str,
+        key: &str,
+        meta: &ObjectMeta,
+    ) -> LayerResult<Option<ObjectExpiration>> {
+        if meta.delete_marker {
+            return Ok(None);
+        }
+        let state = self.bucket_state(bucket).await?;
+        let Some(rules) = state.lifecycle.as_deref() else { return Ok(None) };
+        let mut tags: Option<Vec<(String, String)>> = None;
+        let mut earliest: Option<ObjectExpiration> = None;
+        for r in rules.iter().filter(|r| r.enabled && r.matches(key, meta.size_bytes)) {
+            let date_unix_ms = match (r.expiration_days, r.expiration_date_ms) {
+                (Some(days), _) => expiry_after_days(meta.last_modified_unix_ms, days),
+                (None, Some(date)) => date,
+                (None, None) => continue,
+            };
+            if !r.filter.tags.is_empty() {
+                if meta.tag_count == 0 {
+                    continue;
+                }
+                if tags.is_none() {
+                    tags = Some(self.get_tags_impl(bucket, key, meta.version_id.as_deref()).await?);
+                }
+                let have = tags.as_deref().unwrap_or_default();
+                if !r.filter.tags.iter().all(|t| have.contains(t)) {
+                    continue;
+                }
+            }
+            if earliest.as_ref().is_none_or(|e| date_unix_ms < e.date_unix_ms) {
+                earliest = Some(ObjectExpiration { date_unix_ms, rule_id: r.id.clone() });
+            }
+        }
+        Ok(earliest)
     }
 
     /// Applies the rules to one key's versions (newest first).
@@ -353,6 +406,18 @@ mod tests {
             r.filter.size_less_than = Some(10);
         });
         assert!(validate_lifecycle(&[sized]).is_err());
+    }
+
+    #[test]
+    fn expiry_dates_are_the_next_midnight_after_the_days() {
+        const DAY: i64 = CALENDAR_DAY_MS;
+        // 2026-11-27 05:13:18 UTC plus one day: midnight at the start of 2026-11-29.
+        let written = 1_795_756_398_000;
+        assert_eq!(expiry_after_days(written, 1), (written / DAY + 2) * DAY);
+        // Written exactly at midnight: that midnight plus the days.
+        assert_eq!(expiry_after_days(10 * DAY, 3), 13 * DAY);
+        assert_eq!(expiry_after_days(10 * DAY + 1, 3), 14 * DAY);
+        assert_eq!(expiry_after_days(i64::MAX - 5, u32::MAX), i64::MAX, "saturates, never wraps");
     }
 
     #[test]

@@ -40,6 +40,11 @@ pub struct ObjectMeta {
     pub checksums: BTreeMap<String, String>,
     /// Sizes of the parts of a multipart object, in order; empty for a simple PUT.
     pub part_sizes: Vec<u64>,
+    /// The checksum of each part (base64) in the algorithm of the object's checksum, in order; empty for a
+    /// simple PUT and for uploads whose parts carried none. Answers GET/HEAD `partNumber` and
+    /// GetObjectAttributes' parts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub part_checksums: Vec<String>,
     /// The multipart upload that made this object: a repeated CompleteMultipartUpload of it (an SDK retrying
     /// after a timeout) is answered again. Optional, so records without it (older builds) read as before.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -246,10 +251,7 @@ impl PutOptions {
         if user > MAX_USER_METADATA_BYTES {
             return Err(LayerError::MetadataTooLarge);
         }
-        if self.tags.len() > crate::objects::MAX_TAGS {
-            return Err(LayerError::InvalidTag(format!("at most {} tags per object", crate::objects::MAX_TAGS)));
-        }
-        crate::objects::validate_tags(&self.tags)?;
+        crate::objects::validate_object_tags(&self.tags)?;
         crate::acl::validate_acl(self.access.acl.as_deref().unwrap_or_default())
     }
 
@@ -282,6 +284,7 @@ impl PutOptions {
             user_metadata: self.user_metadata,
             checksums: BTreeMap::new(),
             part_sizes: Vec::new(),
+            part_checksums: Vec::new(),
             upload_id: None,
             version_id: None,
             version_ns: 0,

@@ -158,6 +158,7 @@ impl<S: Store> S3Semantics<S> {
         (meta.retention, meta.legal_hold) = (lock.retention, lock.legal_hold);
         meta.part_sizes = sizes.clone();
         meta.checksums.extend(extra_meta);
+        meta.part_checksums = part_checksums(&parts, &stored, &meta.checksums);
         // An encrypted upload's parts are streams of its object key, stored with their packages' tags.
         let stored_sizes: Vec<u64> = match &rec.opts.sse_sealed {
             None => sizes.clone(),
@@ -420,6 +421,21 @@ fn check_part_number(part: u32) -> LayerResult<()> {
         return Err(LayerError::InvalidArgument(format!("part numbers are 1 to {MAX_PARTS}")));
     }
     Ok(())
+}
+
+/// Each completed part's checksum in the algorithm of the object's checksum (the one key beside "TYPE"),
+/// or none at all when a part lacks it.
+fn part_checksums(
+    parts: &[CompletePart],
+    stored: &BTreeMap<u32, PartRecord>,
+    sums: &BTreeMap<String, String>,
+) -> Vec<String> {
+    let Some(algo) = sums.keys().find(|k| k.as_str() != "TYPE") else { return Vec::new() };
+    let each = parts.iter().map(|p| {
+        let rec = stored.get(&p.part_number)?;
+        rec.checksums.iter().find(|(a, _)| a == algo).map(|(_, v)| v.clone())
+    });
+    each.collect::<Option<Vec<String>>>().unwrap_or_default()
 }
 
 /// Checks the parts a completion names against the stored ones (ascending, present, same ETag, all but the

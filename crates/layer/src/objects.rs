@@ -349,16 +349,26 @@ impl<S: Store> S3Semantics<S> {
         source: CopySource<'_>,
         dst_bucket: &str,
         dst_key: &str,
-        new_meta: Option<PutOptions>,
-        access: crate::acl::ObjectAccess,
-        keys: CopyKeys,
+        copy: CopyWrite,
     ) -> LayerResult<ObjectMeta> {
+        let CopyWrite { new_meta, tags, access, keys } = copy;
         validate_key(dst_key)?;
         crate::acl::validate_acl(access.acl.as_deref().unwrap_or_default())?;
-        let Stat { snap, coll: src_coll, name: src, meta: src_meta, .. } =
+        if let CopyTags::Replace(t) = &tags {
+            validate_object_tags(t)?;
+        }
+        let Stat { snap, coll: src_coll, name: src, meta: src_meta, info: src_info } =
             self.stat_object(source.bucket, source.key, source.version).await?;
         source.pre.check(&src_meta)?;
         let dst_coll = self.bucket_coll(&snap, dst_bucket).await?;
+        // The source's tags as of the version whose conditions were checked (the same snapshot).
+        let tags = match tags {
+            CopyTags::Replace(t) => t,
+            CopyTags::Source => match snap.attr(&src_info.obj, ATTR_TAGS).await? {
+                Some(raw) => decode_tags(&raw, &format!("{}/{}", source.bucket, source.key))?,
+                None => Vec::new(),
+            },
+        };
         drop(snap);
         let same = source.bucket == dst_bucket && src.as_slice() == dst_key.as_bytes();
         if same && new_meta.is_none() && keys.dest.is_none() {
@@ -370,7 +380,8 @@ impl<S: Store> S3Semantics<S> {
         }
         let encrypted_copy = keys.dest.is_some() || self.bucket_state(dst_bucket).await?.encryption.is_some();
         if src_meta.is_encrypted() || keys.source.is_some() || encrypted_copy {
-            return self.copy_through(source, dst_bucket, dst_key, new_meta, access, keys).await;
+            let copy = CopyWrite { new_meta, tags: CopyTags::Replace(tags), access, keys };
+            return self.copy_through(source, dst_bucket, dst_key, copy).await;
         }
         let new_lock = new_meta.as_ref().map(|o| o.lock);
         let mut meta = match new_meta {
@@ -379,6 +390,7 @@ impl<S: Store> S3Semantics<S> {
                 let mut m = opts.into_meta(src_meta.size_bytes, src_meta.etag.clone(), now_ms());
                 m.checksums = src_meta.checksums.clone();
                 m.part_sizes = src_meta.part_sizes.clone();
+                m.part_checksums = src_meta.part_checksums.clone();
                 m
             }
             None => ObjectMeta { last_modified_unix_ms: now_ms(), ..src_meta.clone() },
@@ -387,8 +399,7 @@ impl<S: Store> S3Semantics<S> {
         meta.version_id = None;
         meta.version_ns = 0;
         meta.upload_id = None;
-        // A copy does not carry the source's tags (removed below).
-        meta.tag_count = 0;
+        meta.tag_count = tags.len();
         meta.access = access;
         // The copy is a new version: the lock it asks for, else the bucket's default, never the source's.
         let asked = new_lock.unwrap_or_default();
@@ -406,11 +417,20 @@ impl<S: Store> S3Semantics<S> {
             // The current version copied onto itself in a versioned bucket: a new version with its data,
             // cloned from where the old one was just kept.
             txn.push(Op::Clone { coll: dst_coll.clone(), from: kept, to_coll: dst_coll.clone(), to: dst.clone() });
-            txn.push(Op::RemoveAttr { coll: dst_coll.clone(), name: dst.clone(), key: ATTR_TAGS.to_vec() });
         } else if !same {
             txn.push(Op::Clone { coll: src_coll, from: src, to_coll: dst_coll.clone(), to: dst.clone() });
-            txn.push(Op::RemoveAttr { coll: dst_coll.clone(), name: dst.clone(), key: ATTR_TAGS.to_vec() });
         }
+        // The copy's tags, whatever the clone brought along (the count is in the record written with them).
+        txn.push(if tags.is_empty() {
+            Op::RemoveAttr { coll: dst_coll.clone(), name: dst.clone(), key: ATTR_TAGS.to_vec() }
+        } else {
+            Op::SetAttr {
+                coll: dst_coll.clone(),
+                name: dst.clone(),
+                key: ATTR_TAGS.to_vec(),
+                value: encode_tags(&tags),
+            }
+        });
         push_meta_ops(&mut txn, &dst_coll, &dst, &meta);
         match self.commit(txn).await {
             Err(e) if e.is_op(source, ErrorKind::AssertionFailed) => Err(LayerError::Conflict),
@@ -426,10 +446,9 @@ impl<S: Store> S3Semantics<S> {
         source: CopySource<'_>,
         dst_bucket: &str,
         dst_key: &str,
-        new_meta: Option<PutOptions>,
-        access: crate::acl::ObjectAccess,
-        keys: CopyKeys,
+        copy: CopyWrite,
     ) -> LayerResult<ObjectMeta> {
+        let CopyWrite { new_meta, tags, access, keys } = copy;
         let got = self
             .get_object_impl(source.bucket, source.key, source.version, None, None, source.pre, keys.source.as_ref())
             .await?;
@@ -439,8 +458,10 @@ impl<S: Store> S3Semantics<S> {
         };
         opts.validate()?;
         opts.access = access;
-        // A copy does not carry the source's tags.
-        opts.tags = Vec::new();
+        opts.tags = match tags {
+            CopyTags::Replace(t) => t,
+            CopyTags::Source => self.get_tags_impl(source.bucket, source.key, source.version).await?,
+        };
         opts.sse = keys.dest;
         opts.sse_sealed = None;
         let checksums: Vec<(String, String)> = got.meta.checksums.clone().into_iter().collect();
@@ -468,10 +489,7 @@ impl<S: Store> S3Semantics<S> {
         version_id: Option<&str>,
         tags: Vec<(String, String)>,
     ) -> LayerResult<()> {
-        if tags.len() > MAX_TAGS {
-            return Err(LayerError::InvalidTag(format!("at most {MAX_TAGS} tags per object")));
-        }
-        validate_tags(&tags)?;
+        validate_object_tags(&tags)?;
         let _lock = self.key_locks.lock(bucket, key).await;
         let Stat { snap, coll, name, info, .. } = self.stat_object(bucket, key, version_id).await?;
         // The tag count lives in the metadata record, changed with the tags in one transaction.
@@ -541,6 +559,15 @@ impl<S: Store> S3Semantics<S> {
 }
 
 /// The source of a copy: the object (a version of it) and the conditions it must meet.
+/// What a copy writes besides the source's data: new metadata (REPLACE) or the source's, its tags, its
+/// owner and ACL, and the encryption keys.
+pub(crate) struct CopyWrite {
+    pub(crate) new_meta: Option<PutOptions>,
+    pub(crate) tags: CopyTags,
+    pub(crate) access: crate::acl::ObjectAccess,
+    pub(crate) keys: CopyKeys,
+}
+
 pub(crate) struct CopySource<'a> {
     pub(crate) bucket: &'a str,
     pub(crate) key: &'a str,
@@ -554,6 +581,14 @@ fn txn_of<C, St>(opts: &DeleteOptions) -> Txn<C, St> {
 }
 
 /// Tag keys are 1-128 characters, values 0-256, keys unique.
+/// An object's tag set: at most `MAX_TAGS`, each valid.
+pub(crate) fn validate_object_tags(tags: &[(String, String)]) -> LayerResult<()> {
+    if tags.len() > MAX_TAGS {
+        return Err(LayerError::InvalidTag(format!("at most {MAX_TAGS} tags per object")));
+    }
+    validate_tags(tags)
+}
+
 pub(crate) fn validate_tags(tags: &[(String, String)]) -> LayerResult<()> {
     for (i, (k, v)) in tags.iter().enumerate() {
         if k.is_empty() || k.chars().count() > 128 || v.chars().count() > 256 {

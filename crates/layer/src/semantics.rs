@@ -361,18 +361,18 @@ impl<S: Store> ObjectLayer for S3Semantics<S> {
 
     async fn copy_object_with(
         &self,
-        src_bucket: &str,
-        src_key: &str,
-        src_version: Option<&str>,
+        src: (&str, &str, Option<&str>),
         src_pre: &Precondition,
-        dst_bucket: &str,
-        dst_key: &str,
+        dst: (&str, &str),
         new_meta: Option<PutOptions>,
+        tags: CopyTags,
         access: ObjectAccess,
         keys: CopyKeys,
     ) -> LayerResult<ObjectMeta> {
-        let src = crate::objects::CopySource { bucket: src_bucket, key: src_key, version: src_version, pre: src_pre };
-        self.copy_object_impl(src, dst_bucket, dst_key, new_meta, access, keys).await
+        let (bucket, key, version) = src;
+        let src = crate::objects::CopySource { bucket, key, version, pre: src_pre };
+        let copy = crate::objects::CopyWrite { new_meta, tags, access, keys };
+        self.copy_object_impl(src, dst.0, dst.1, copy).await
     }
 
     async fn list_objects(&self, bucket: &str, q: &ListQuery) -> LayerResult<ListPage> {
@@ -385,6 +385,9 @@ impl<S: Store> ObjectLayer for S3Semantics<S> {
 
     async fn get_tags(&self, bucket: &str, key: &str, version_id: Option<&str>) -> LayerResult<Vec<(String, String)>> {
         self.get_tags_impl(bucket, key, version_id).await
+    }
+    async fn expiration_of(&self, bucket: &str, key: &str, meta: &ObjectMeta) -> LayerResult<Option<ObjectExpiration>> {
+        self.expiration_of_impl(bucket, key, meta).await
     }
 
     async fn put_tags(

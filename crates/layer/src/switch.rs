@@ -129,19 +129,15 @@ impl ObjectLayer for Switch {
     }
     async fn copy_object_with(
         &self,
-        src_bucket: &str,
-        src_key: &str,
-        src_version: Option<&str>,
+        src: (&str, &str, Option<&str>),
         src_pre: &Precondition,
-        dst_bucket: &str,
-        dst_key: &str,
+        dst: (&str, &str),
         new_meta: Option<PutOptions>,
+        tags: CopyTags,
         access: ObjectAccess,
         keys: CopyKeys,
     ) -> LayerResult<ObjectMeta> {
-        self.current()?
-            .copy_object_with(src_bucket, src_key, src_version, src_pre, dst_bucket, dst_key, new_meta, access, keys)
-            .await
+        self.current()?.copy_object_with(src, src_pre, dst, new_meta, tags, access, keys).await
     }
     async fn list_objects(&self, bucket: &str, q: &ListQuery) -> LayerResult<ListPage> {
         self.current()?.list_objects(bucket, q).await
@@ -151,6 +147,9 @@ impl ObjectLayer for Switch {
     }
     async fn get_tags(&self, bucket: &str, key: &str, version_id: Option<&str>) -> LayerResult<Vec<(String, String)>> {
         self.current()?.get_tags(bucket, key, version_id).await
+    }
+    async fn expiration_of(&self, bucket: &str, key: &str, meta: &ObjectMeta) -> LayerResult<Option<ObjectExpiration>> {
+        self.current()?.expiration_of(bucket, key, meta).await
     }
     async fn put_tags(
         &self,

@@ -408,9 +408,29 @@ async fn tags<L: ObjectLayer>(l: &L) {
         l.put_tags("bkt", "k", None, vec![("".into(), "v".into())]).await,
         Err(LayerError::InvalidTag(_))
     ));
-    // A copy does not carry the source's tags; an overwrite drops them; removing them leaves none.
+    // A copy carries the source's tags unless the request replaces them (x-amz-tagging-directive); an
+    // overwrite drops them; removing them leaves none.
     l.copy_object("bkt", "k", None, &Precondition::default(), "bkt", "c", None).await.unwrap();
+    assert_eq!(l.get_tags("bkt", "c", None).await.unwrap(), t);
+    let copy = |dst: &'static str, tags: CopyTags| async move {
+        let (src, pre) = (("bkt", "k", None), Precondition::default());
+        l.copy_object_with(src, &pre, ("bkt", dst), None, tags, ObjectAccess::default(), CopyKeys::default()).await
+    };
+    let other = vec![("z".to_string(), "9".to_string())];
+    copy("c", CopyTags::Replace(other.clone())).await.unwrap();
+    assert_eq!(l.get_tags("bkt", "c", None).await.unwrap(), other);
+    assert_eq!(l.head_object("bkt", "c", None, &Precondition::default()).await.unwrap().tag_count, 1);
+    copy("c", CopyTags::Replace(Vec::new())).await.unwrap();
     assert!(l.get_tags("bkt", "c", None).await.unwrap().is_empty());
+    assert_eq!(l.head_object("bkt", "c", None, &Precondition::default()).await.unwrap().tag_count, 0);
+    // Onto itself with its metadata replaced: its tags stay unless replaced.
+    let replace = Some(PutOptions { content_type: Some("text/x".into()), ..Default::default() });
+    l.copy_object("bkt", "k", None, &Precondition::default(), "bkt", "k", replace).await.unwrap();
+    assert_eq!(l.get_tags("bkt", "k", None).await.unwrap(), t);
+    let eleven: Vec<(String, String)> = (0..=MAX_TAGS).map(|i| (format!("k{i}"), "v".into())).collect();
+    assert!(matches!(copy("c", CopyTags::Replace(eleven)).await, Err(LayerError::InvalidTag(_))));
+    let dup = vec![("a".to_string(), "1".to_string()), ("a".into(), "2".into())];
+    assert!(matches!(copy("c", CopyTags::Replace(dup)).await, Err(LayerError::InvalidTag(_))));
     l.put_tags("bkt", "k", None, Vec::new()).await.unwrap();
     assert!(l.get_tags("bkt", "k", None).await.unwrap().is_empty());
     l.put_tags("bkt", "k", None, t).await.unwrap();
@@ -428,7 +448,7 @@ async fn tags<L: ObjectLayer>(l: &L) {
     l.put_tags("bkt", "t", None, vec![("c".into(), "3".into())]).await.unwrap();
     assert_eq!(count("t").await, 1);
     l.copy_object("bkt", "t", None, &Precondition::default(), "bkt", "t2", None).await.unwrap();
-    assert_eq!(count("t2").await, 0);
+    assert_eq!(count("t2").await, 1);
     let id = l.create_multipart("bkt", "mt", with_tags.clone()).await.unwrap();
     let p = l.upload_part("bkt", "mt", &id, 1, body(b"part", 4)).await.unwrap();
     let done = vec![CompletePart { part_number: 1, etag: p.etag }];
@@ -481,7 +501,8 @@ async fn acls<L: ObjectLayer>(l: &L) {
     assert!(head("c1", None).await.access.is_default());
     let mine = ObjectAccess { owner_id: None, acl: Some(readers.clone()) };
     let pre = Precondition::default();
-    l.copy_object_with("bkt", "src", None, &pre, "bkt", "c2", None, mine.clone(), CopyKeys::default()).await.unwrap();
+    let (src, keys) = (("bkt", "src", None), CopyKeys::default());
+    l.copy_object_with(src, &pre, ("bkt", "c2"), None, CopyTags::Source, mine.clone(), keys).await.unwrap();
     assert_eq!(head("c2", None).await.access, mine);
 
     // A multipart upload's access comes with the object it completes.
@@ -954,6 +975,17 @@ async fn lifecycle<L: ObjectLayer>(l: &L) {
     ];
     l.put_bucket_lifecycle("plain", Some(rules.clone())).await.unwrap();
     assert_eq!(l.bucket_info("plain").await.unwrap().lifecycle, Some(rules));
+    // x-amz-expiration: the earliest enabled rule that matches prefix, size and tags, in calendar days.
+    let hint = |k: &'static str| async move {
+        let m = l.head_object("plain", k, None, &Precondition::default()).await.unwrap();
+        let e = l.expiration_of("plain", k, &m).await.unwrap();
+        e.map(|e| (e.rule_id, (e.date_unix_ms - crate::expiry_after_days(m.last_modified_unix_ms, 0)) / 86_400_000))
+    };
+    assert_eq!(hint("logs/a").await, Some(("logs".to_string(), 1)));
+    assert_eq!(hint("big/a").await, Some(("big".to_string(), 3)));
+    assert_eq!(hint("tagged/a").await, Some(("tagged".to_string(), 1)));
+    assert_eq!(hint("tagged/b").await, None, "no tag, no match; the disabled rule does not count");
+    assert_eq!(hint("keep/a").await, None);
     assert_eq!(l.lifecycle_pass(after_days(0.5), DAY_MS).await.unwrap().expired_current, 0);
     assert_eq!(keys("plain").await.len(), 6);
     let r = l.lifecycle_pass(after_days(1.5), DAY_MS).await.unwrap();
@@ -1101,19 +1133,27 @@ async fn encryption<L: ObjectLayer>(l: &L) {
     let src = pattern(9, 3 * pkg + 5);
     l.put_object("enc", "src", body(&src, 4096), encrypted(SseRequest::Customer(c1.clone()))).await.unwrap();
     let c2 = customer_key(2);
+    let tags = vec![("t".to_string(), "1".to_string())];
+    l.put_tags("enc", "src", None, tags.clone()).await.unwrap();
+    let copy = |from: &'static str, to: &'static str, keys: CopyKeys| {
+        let (from, to) = (("enc", from, None), ("enc", to));
+        l.copy_object_with(from, &pre, to, None, CopyTags::Source, Default::default(), keys)
+    };
     let keys = CopyKeys { source: Some(c1.clone()), dest: Some(SseRequest::S3) };
-    let copied = l.copy_object_with("enc", "src", None, &pre, "enc", "c-s3", None, Default::default(), keys).await;
+    let copied = copy("src", "c-s3", keys).await;
     assert_eq!(copied.unwrap().sse.map(|s| s.mode), Some(SseMode::S3));
     assert_eq!(get_keyed(l, "c-s3", None, None).await.unwrap(), src);
+    // A copy that is read and written again carries the source's tags too.
+    assert_eq!(l.get_tags("enc", "c-s3", None).await.unwrap(), tags);
     let keys = CopyKeys { source: None, dest: Some(SseRequest::Customer(c2.clone())) };
-    l.copy_object_with("enc", "c-s3", None, &pre, "enc", "c-c2", None, Default::default(), keys).await.unwrap();
+    copy("c-s3", "c-c2", keys).await.unwrap();
     assert_eq!(get_keyed(l, "c-c2", None, Some(&c2)).await.unwrap(), src);
     let keys = CopyKeys { source: Some(c2.clone()), dest: None };
-    let plain = l.copy_object_with("enc", "c-c2", None, &pre, "enc", "c-plain", None, Default::default(), keys);
+    let plain = copy("c-c2", "c-plain", keys);
     assert_eq!(plain.await.unwrap().sse, None);
     assert_eq!(get_all(l, "enc", "c-plain").await.unwrap(), src);
     let keys = CopyKeys { source: None, dest: None };
-    let no_key = l.copy_object_with("enc", "c-c2", None, &pre, "enc", "c-x", None, Default::default(), keys).await;
+    let no_key = copy("c-c2", "c-x", keys).await;
     assert!(matches!(no_key, Err(LayerError::InvalidRequest(_))));
     encrypted_multipart(l, &c1, &src).await;
     // A bucket's default encryption applies to writes that ask for none.

@@ -57,6 +57,27 @@ impl MosaicS3 {
         Ok(crate::sse::echo(opts.sse_sealed.as_ref()))
     }
 
+    /// x-amz-expiration of the current version `meta` (none for a version asked by id). A hint: a failure to
+    /// work it out leaves the header out rather than failing the request.
+    async fn expiration(
+        &self,
+        bucket: &str,
+        key: &str,
+        meta: &ObjectMeta,
+        version_asked: Option<&str>,
+    ) -> Option<String> {
+        if version_asked.is_some() {
+            return None;
+        }
+        match self.layer.expiration_of(bucket, key, meta).await {
+            Ok(e) => e.as_ref().and_then(expiration_header),
+            Err(err) => {
+                tracing::debug!(bucket, key, error = %err, "x-amz-expiration left out");
+                None
+            }
+        }
+    }
+
     fn is_root(&self, access_key: &str) -> bool {
         self.keys.is_root(access_key)
     }
@@ -79,12 +100,7 @@ impl MosaicS3 {
             if let Ok(v) = http::HeaderValue::from_str(&format!("\"{}\"", m.etag)) {
                 h.insert(http::header::ETAG, v);
             }
-            let modified = time::OffsetDateTime::from_unix_timestamp(m.last_modified_unix_ms.div_euclid(1000)).ok();
-            let fmt = time::format_description::well_known::Rfc2822;
-            if let Some(v) = modified
-                .and_then(|t| t.format(&fmt).ok())
-                .and_then(|s| http::HeaderValue::from_str(&s.replace("+0000", "GMT")).ok())
-            {
+            if let Some(v) = http_date(m.last_modified_unix_ms).and_then(|s| http::HeaderValue::from_str(&s).ok()) {
                 h.insert(http::header::LAST_MODIFIED, v);
             }
             err.set_headers(h);
@@ -436,6 +452,76 @@ fn checksums(meta_sums: &std::collections::BTreeMap<String, String>, enabled: bo
     }
 }
 
+/// The checksums of part `part` (1-based) of a multipart object: its own value in the object's algorithm
+/// and the object's checksum type; none when the parts carried no checksum.
+fn part_checksums(m: &ObjectMeta, part: u32, enabled: bool) -> Checksums {
+    let algo = m.checksums.keys().find(|k| k.as_str() != "TYPE");
+    let value = part.checked_sub(1).and_then(|i| m.part_checksums.get(i as usize));
+    let mut sums = std::collections::BTreeMap::new();
+    if let (Some(algo), Some(value)) = (algo, value) {
+        sums.insert(algo.clone(), value.clone());
+        if let Some(kind) = m.checksums.get("TYPE") {
+            sums.insert("TYPE".to_string(), kind.clone());
+        }
+    }
+    checksums(&sums, enabled)
+}
+
+/// The checksums a request names (x-amz-checksum-*, or a completed part's fields), by algorithm name.
+macro_rules! named_checksums {
+    ($x:expr) => {
+        [
+            (Algo::Crc32, &$x.checksum_crc32),
+            (Algo::Crc32c, &$x.checksum_crc32c),
+            (Algo::Crc64Nvme, &$x.checksum_crc64nvme),
+            (Algo::Sha1, &$x.checksum_sha1),
+            (Algo::Sha256, &$x.checksum_sha256),
+        ]
+        .into_iter()
+        .filter_map(|(a, v)| v.clone().map(|v| (a.name(), v)))
+        .collect::<Vec<(&'static str, String)>>()
+    };
+}
+
+/// A checksum value without a composite's "-N" suffix (base64 has no '-').
+fn without_part_count(v: &str) -> &str {
+    v.rsplit_once('-').filter(|(_, n)| n.parse::<u32>().is_ok()).map_or(v, |(b, _)| b)
+}
+
+/// CompleteMultipartUpload's checks of the checksums it names: each part's must be the one the part was
+/// stored with (InvalidPart), the object's must be the one its parts make (BadDigest).
+fn check_completion_checksums(
+    listed: &[mosaic_layer::PartInfo],
+    named_per_part: &[(u32, Vec<(&'static str, String)>)],
+    named_whole: &[(&'static str, String)],
+    computed: &[(String, String)],
+) -> S3Result<()> {
+    for (n, named) in named_per_part {
+        let Some(stored) = listed.iter().find(|l| l.part_number == *n) else { continue };
+        for (algo, v) in named {
+            let kept = stored.checksums.iter().find(|(a, _)| a == algo);
+            if kept.is_some_and(|(_, s)| s != v) {
+                return Err(s3_error!(
+                    InvalidPart,
+                    "part {n}: the {algo} checksum is not the one the part was uploaded with"
+                ));
+            }
+        }
+    }
+    for (algo, v) in named_whole {
+        match computed.iter().find(|(a, _)| a == algo) {
+            Some((_, c)) if without_part_count(c) == without_part_count(v) => {}
+            Some(_) => {
+                return Err(s3_error!(BadDigest, "The {algo} checksum given does not match the parts' checksum"));
+            }
+            None => {
+                return Err(s3_error!(BadDigest, "The parts carry no {algo} checksum to check the one given against"));
+            }
+        }
+    }
+    Ok(())
+}
+
 fn checksums_of_list(list: &[(String, String)]) -> Checksums {
     let m: std::collections::BTreeMap<String, String> = list.iter().cloned().collect();
     checksums(&m, true)
@@ -499,13 +585,36 @@ fn tagging_header(h: &Option<String>) -> S3Result<Vec<(String, String)>> {
 
 /// The x-amz-version-id of a version: its id; none for a null version (as S3 answers writes in
 /// unversioned and suspended buckets).
+/// An HTTP date ("Fri, 23 Dec 2012 00:00:00 GMT") of a time in ms since the epoch.
+fn http_date(unix_ms: i64) -> Option<String> {
+    let t = time::OffsetDateTime::from_unix_timestamp(unix_ms.div_euclid(1000)).ok()?;
+    let s = t.format(&time::format_description::well_known::Rfc2822).ok()?;
+    Some(s.replace("+0000", "GMT"))
+}
+
+/// x-amz-expiration's value: `expiry-date="...", rule-id="..."`. A rule id may hold any character XML
+/// allows; in the header, what is not visible ASCII (and the quote and backslash) is percent-encoded.
+fn expiration_header(e: &mosaic_layer::ObjectExpiration) -> Option<String> {
+    let date = http_date(e.date_unix_ms)?;
+    let mut id = String::with_capacity(e.rule_id.len());
+    for b in e.rule_id.bytes() {
+        if (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\' && b != b'%' {
+            id.push(b as char);
+        } else {
+            id.push_str(&format!("%{b:02X}"));
+        }
+    }
+    Some(format!("expiry-date=\"{date}\", rule-id=\"{id}\""))
+}
+
 fn version_header(m: &ObjectMeta) -> Option<String> {
     m.version_id.clone()
 }
 
 /// A page of a multipart object's parts for GetObjectAttributes (numbers after `marker`, at most
 /// `max_parts`, 1,000 by default).
-fn object_parts(sizes: &[u64], marker: Option<i32>, max_parts: Option<i32>) -> S3Result<GetObjectAttributesParts> {
+fn object_parts(m: &ObjectMeta, marker: Option<i32>, max_parts: Option<i32>) -> S3Result<GetObjectAttributesParts> {
+    let sizes = &m.part_sizes;
     let marker = marker.unwrap_or(0);
     let max = max_parts.unwrap_or(1000);
     if marker < 0 || max < 0 {
@@ -517,7 +626,18 @@ fn object_parts(sizes: &[u64], marker: Option<i32>, max_parts: Option<i32>) -> S
         .map(|(i, s)| (i as i32 + 1, *s))
         .filter(|(n, _)| *n > marker)
         .take(max.min(1000) as usize)
-        .map(|(n, s)| ObjectPart { part_number: Some(n), size: Some(s as i64), ..Default::default() })
+        .map(|(n, s)| {
+            let c = part_checksums(m, n as u32, true);
+            ObjectPart {
+                part_number: Some(n),
+                size: Some(s as i64),
+                checksum_crc32: c.crc32,
+                checksum_crc32c: c.crc32c,
+                checksum_crc64nvme: c.crc64nvme,
+                checksum_sha1: c.sha1,
+                checksum_sha256: c.sha256,
+            }
+        })
         .collect();
     let last = parts.last().and_then(|p| p.part_number).unwrap_or(marker);
     let truncated = (last as usize) < sizes.len();
@@ -954,7 +1074,9 @@ impl S3 for MosaicS3 {
         let meta = self.layer.put_object(&input.bucket, &input.key, body, opts).await.map_err(to_s3)?;
         let c = checksums(&meta.checksums, true);
         let e = crate::sse::echo(meta.sse.as_ref());
+        let expiration = self.expiration(&input.bucket, &input.key, &meta, None).await;
         Ok(S3Response::new(PutObjectOutput {
+            expiration,
             server_side_encryption: e.sse,
             ssekms_key_id: e.kms_key_id,
             sse_customer_algorithm: e.customer_algorithm,
@@ -992,8 +1114,13 @@ impl S3 for MosaicS3 {
         };
         let m = got.meta;
         let enabled = i.checksum_mode.as_ref().is_some_and(|c| c.as_str() == "ENABLED");
-        // A checksum of the whole object does not describe a range of it.
-        let c = checksums(&m.checksums, enabled && got.range.is_none());
+        // A checksum of the whole object does not describe a range of it; a part of a multipart object has
+        // its own.
+        let c = match part {
+            Some(n) if !m.part_sizes.is_empty() => part_checksums(&m, n, enabled),
+            Some(_) => checksums(&m.checksums, enabled),
+            None => checksums(&m.checksums, enabled && got.range.is_none()),
+        };
         let (len, content_range) = match got.range {
             Some(r) => (r.end - r.start, Some(format!("bytes {}-{}/{}", r.start, r.end - 1, m.size_bytes))),
             None => (m.size_bytes, None),
@@ -1001,7 +1128,9 @@ impl S3 for MosaicS3 {
         let body = StreamingBlob::wrap(got.body);
         let lock = crate::lock::headers_of(&m);
         let e = crate::sse::echo(m.sse.as_ref());
+        let expiration = self.expiration(&i.bucket, &i.key, &m, i.version_id.as_deref()).await;
         let out = GetObjectOutput {
+            expiration,
             server_side_encryption: e.sse,
             ssekms_key_id: e.kms_key_id,
             sse_customer_algorithm: e.customer_algorithm,
@@ -1065,10 +1194,15 @@ impl S3 for MosaicS3 {
             }
         }
         let enabled = i.checksum_mode.as_ref().is_some_and(|c| c.as_str() == "ENABLED");
-        let c = checksums(&m.checksums, enabled);
+        let c = match i.part_number {
+            Some(n) if !m.part_sizes.is_empty() => part_checksums(&m, n as u32, enabled),
+            _ => checksums(&m.checksums, enabled),
+        };
         let lock = crate::lock::headers_of(&m);
         let e = crate::sse::echo(m.sse.as_ref());
+        let expiration = self.expiration(&i.bucket, &i.key, &m, i.version_id.as_deref()).await;
         let out = HeadObjectOutput {
+            expiration,
             server_side_encryption: e.sse,
             ssekms_key_id: e.kms_key_id,
             sse_customer_algorithm: e.customer_algorithm,
@@ -1222,15 +1356,21 @@ impl S3 for MosaicS3 {
         let customer = self.customer_key(&req.extensions, &customer_headers!(i))?;
         let dest = crate::sse::write_request(i.server_side_encryption.as_ref(), i.ssekms_key_id.as_deref(), customer)?;
         let keys = mosaic_layer::CopyKeys { source, dest };
-        let (version, dst) = (src_version.as_deref(), (i.bucket.as_str(), i.key.as_str()));
-        let m = self
-            .layer
-            .copy_object_with(&src_bucket, &src_key, version, &pre, dst.0, dst.1, new_meta, access, keys)
-            .await
-            .map_err(to_s3)?;
+        let tags = match i.tagging_directive.as_ref().map(|d| d.as_str()) {
+            None | Some("COPY") => mosaic_layer::CopyTags::Source,
+            Some("REPLACE") => mosaic_layer::CopyTags::Replace(tagging_header(&i.tagging)?),
+            Some(other) => {
+                return Err(s3_error!(InvalidArgument, "Unknown tagging directive {other:?}: COPY or REPLACE"));
+            }
+        };
+        let src = (src_bucket.as_str(), src_key.as_str(), src_version.as_deref());
+        let dst = (i.bucket.as_str(), i.key.as_str());
+        let m = self.layer.copy_object_with(src, &pre, dst, new_meta, tags, access, keys).await.map_err(to_s3)?;
         let c = checksums(&m.checksums, true);
         let e = crate::sse::echo(m.sse.as_ref());
+        let expiration = self.expiration(&i.bucket, &i.key, &m, None).await;
         Ok(S3Response::new(CopyObjectOutput {
+            expiration,
             server_side_encryption: e.sse,
             ssekms_key_id: e.kms_key_id,
             sse_customer_algorithm: e.customer_algorithm,
@@ -1438,11 +1578,8 @@ impl S3 for MosaicS3 {
             checksum_sha256: c.sha256,
             checksum_type: c.kind,
         });
-        let parts = if m.part_sizes.is_empty() {
-            None
-        } else {
-            Some(object_parts(&m.part_sizes, i.part_number_marker, i.max_parts)?)
-        };
+        let parts =
+            if m.part_sizes.is_empty() { None } else { Some(object_parts(&m, i.part_number_marker, i.max_parts)?) };
         Ok(S3Response::new(GetObjectAttributesOutput {
             e_tag: wants("ETag").then(|| etag_of(&m.etag)),
             checksum: checksum.filter(|_| wants("Checksum")),
@@ -1630,7 +1767,9 @@ impl S3 for MosaicS3 {
         req: S3Request<GetObjectTaggingInput>,
     ) -> S3Result<S3Response<GetObjectTaggingOutput>> {
         let i = req.input;
-        let tags = self.layer.get_tags(&i.bucket, &i.key, i.version_id.as_deref()).await.map_err(to_s3)?;
+        let mut tags = self.layer.get_tags(&i.bucket, &i.key, i.version_id.as_deref()).await.map_err(to_s3)?;
+        // In key order, as S3 answers (keys are unique in a set).
+        tags.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         Ok(S3Response::new(GetObjectTaggingOutput {
             tag_set: tags.into_iter().map(|(k, v)| Tag { key: Some(k), value: Some(v) }).collect(),
             version_id: i.version_id,
@@ -1807,10 +1946,14 @@ impl S3 for MosaicS3 {
         req: S3Request<CompleteMultipartUploadInput>,
     ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
         let i = req.input;
-        let parts: Vec<CompletePart> = i
-            .multipart_upload
-            .and_then(|m| m.parts)
-            .unwrap_or_default()
+        let named_whole = named_checksums!(i);
+        let completed = i.multipart_upload.and_then(|m| m.parts).unwrap_or_default();
+        let named_per_part: Vec<(u32, Vec<(&'static str, String)>)> = completed
+            .iter()
+            .filter_map(|p| p.part_number.map(|n| (n.max(0) as u32, named_checksums!(p))))
+            .filter(|(_, named)| !named.is_empty())
+            .collect();
+        let parts: Vec<CompletePart> = completed
             .into_iter()
             .map(|p| {
                 let n = p.part_number.filter(|n| (1..=10_000).contains(n));
@@ -1853,12 +1996,18 @@ impl S3 for MosaicS3 {
         let asked = upload.and_then(|o| o.checksum_type);
         let full_object = asked.as_deref() == Some("FULL_OBJECT");
         let extra = crate::multipart::composite_checksum(&listed, &parts, full_object);
+        // A retried completion (the upload gone) is answered from the object; there is nothing to check.
+        if !listed.is_empty() {
+            check_completion_checksums(&listed, &named_per_part, &named_whole, &extra)?;
+        }
         let m =
             self.layer.complete_multipart(&i.bucket, &i.key, &i.upload_id, parts, &pre, extra).await.map_err(to_s3)?;
         let c = checksums(&m.checksums, true);
         let e = crate::sse::echo(m.sse.as_ref());
         let customer_echo = crate::sse::customer_echo_headers(&e);
+        let expiration = self.expiration(&i.bucket, &i.key, &m, None).await;
         let mut resp = S3Response::new(CompleteMultipartUploadOutput {
+            expiration,
             server_side_encryption: e.sse,
             ssekms_key_id: e.kms_key_id,
             bucket: Some(i.bucket.clone()),
