@@ -311,6 +311,9 @@ pub struct S3BenchArgs {
     /// Turn versioning on in the bucket before the run (every PUT then makes a version).
     #[arg(long)]
     versioning: bool,
+    /// list with --versioning: write each key this many times and list with ListObjectVersions.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=mosaic_bench::s3::MAX_LIST_VERSIONS as i64))]
+    versions: u32,
     /// Give the bucket SSE-S3 default encryption before the run (every PUT is encrypted at rest).
     #[arg(long)]
     sse_s3: bool,
@@ -363,6 +366,10 @@ fn run_s3(a: S3BenchArgs) -> Result<ExitCode, String> {
     o.mix = a.mix;
     o.keep = a.keep;
     o.versioning = a.versioning;
+    o.versions = a.versions;
+    if a.versions > 1 && !(a.versioning && a.workload == S3Workload::List) {
+        return Err("--versions is for the list workload with --versioning".into());
+    }
     o.sse_s3 = a.sse_s3;
     o.progress = !a.json;
     o.drive_metrics = a.drive_metrics;

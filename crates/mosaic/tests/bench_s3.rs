@@ -42,6 +42,7 @@ fn every_workload_runs_against_mosaic_and_writes_its_report() {
         ("read-write", vec!["--size", "256KiB"]),
         ("read-only", vec!["--size", "4KiB", "--mix", "100/0/0"]),
         ("list", vec!["--objects", "2500", "--prefixes", "3"]),
+        ("list", vec!["--objects", "300", "--prefixes", "3", "--versioning", "--versions", "3"]),
         ("create", vec![]),
         ("append", vec![]),
         ("tenants", vec!["--tenants", "cosbench-b:1KiB-8KiB,cosbench-d:64KiB-128KiB"]),
@@ -69,6 +70,12 @@ fn every_workload_runs_against_mosaic_and_writes_its_report() {
             assert!(!text.is_empty() && !text.contains("NaN"), "{workload}: {f}");
         }
         match workload {
+            "list" if extra.contains(&"--versions") => {
+                // ListObjectVersions: each lister walks every version of the 300 keys (900 entries).
+                let l = &r["list"];
+                assert_eq!((l["versions"].as_u64(), l["keys_listed_flat"].as_u64()), (Some(3), Some(1800)));
+                assert_eq!(l["keys_listed_delimited"], 1800);
+            }
             "list" => {
                 let l = &r["list"];
                 // Two listers, each walking all 2,500 keys (3 pages flat), flat and by prefix.
@@ -142,7 +149,9 @@ fn the_same_seed_issues_the_same_keys_and_sizes() {
 
 #[test]
 fn bad_arguments_get_clear_errors() {
-    let cases: [(&[&str], &str); 8] = [
+    let cases: [(&[&str], &str); 10] = [
+        (&["--workload", "list", "--versions", "3"], "--versions is for the list workload with --versioning"),
+        (&["--workload", "list", "--versioning", "--versions", "101"], "101"),
         (&["--workload", "read-only", "--mix", "90/20/0"], "adding up to 100"),
         (&["--workload", "list", "--mix", "100/0/0"], "does not apply to list"),
         (&["--workload", "nope"], "unknown workload"),

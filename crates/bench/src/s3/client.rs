@@ -202,6 +202,44 @@ impl BenchClient {
         .await
     }
 
+    /// One page of ListObjectVersions: `keys` counts versions and delete markers. The page token is the
+    /// next key marker and version-id marker joined by a NUL (neither holds one).
+    pub async fn list_versions_page(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        delimiter: Option<&str>,
+        token: Option<String>,
+        max_keys: i32,
+    ) -> Result<ListPage, OpError> {
+        let (key_marker, version_marker) = match token.as_deref().and_then(|t| t.split_once('\0')) {
+            Some((k, v)) => (Some(k.to_string()), Some(v.to_string()).filter(|v| !v.is_empty())),
+            None => (None, None),
+        };
+        self.timed(async {
+            let out = self
+                .s3
+                .list_object_versions()
+                .bucket(bucket)
+                .prefix(prefix)
+                .max_keys(max_keys)
+                .set_delimiter(delimiter.map(str::to_string))
+                .set_key_marker(key_marker)
+                .set_version_id_marker(version_marker)
+                .send()
+                .await
+                .map_err(classify)?;
+            let next = match (out.is_truncated(), out.next_key_marker()) {
+                (Some(true), Some(k)) => Some(format!("{k}\0{}", out.next_version_id_marker().unwrap_or_default())),
+                _ => None,
+            };
+            let prefixes = out.common_prefixes().iter().filter_map(|p| p.prefix().map(str::to_string)).collect();
+            let keys = (out.versions().len() + out.delete_markers().len()) as u64;
+            Ok(ListPage { keys, prefixes, next })
+        })
+        .await
+    }
+
     /// Removes every object of the bucket (1,000 keys per DeleteObjects), not timed.
     pub async fn empty_bucket(&self, bucket: &str) -> Result<u64, OpError> {
         use aws_sdk_s3::types::{Delete, ObjectIdentifier};

@@ -51,6 +51,9 @@ pub struct S3BenchOptions {
     pub keep: bool,
     /// Turn versioning on in the bucket before the run.
     pub versioning: bool,
+    /// `list` with versioning: each key is written this many times and the listers walk
+    /// ListObjectVersions (every version is one listed entry). 1 to `MAX_LIST_VERSIONS`.
+    pub versions: u32,
     /// Give the bucket SSE-S3 default encryption before the run (every PUT is then encrypted at rest).
     pub sse_s3: bool,
     /// Print a live progress line on stderr.
@@ -87,12 +90,20 @@ impl S3BenchOptions {
             mix: None,
             keep: false,
             versioning: false,
+            versions: 1,
             sse_s3: false,
             progress: false,
             drive_metrics: None,
             ca_cert: None,
         }
     }
+}
+
+/// Most versions per key the `list` workload writes.
+pub const MAX_LIST_VERSIONS: u32 = 100;
+
+fn one() -> u32 {
+    1
 }
 
 /// The configuration as run, recorded in the result.
@@ -133,6 +144,9 @@ pub struct TimePoint {
 #[derive(Serialize, Deserialize, Clone, Debug, Default)]
 pub struct ListResult {
     pub objects: u64,
+    /// Versions per key; the entries listed count every version (1 without versioning).
+    #[serde(default = "one")]
+    pub versions: u32,
     pub prefixes: u64,
     pub keys_listed_flat: u64,
     pub keys_per_s_flat: f64,

@@ -65,8 +65,13 @@ pub fn workload_lines(r: &S3BenchResult) -> String {
     if let Some(l) = &r.list {
         let _ = writeln!(
             s,
-            "- listing {} objects under {} prefix(es): flat {:.0} keys/s ({} keys), with delimiter {:.0} keys/s ({} keys)",
+            "- listing {} objects{} under {} prefix(es): flat {:.0} keys/s ({} keys), with delimiter {:.0} keys/s ({} keys)",
             l.objects,
+            if l.versions > 1 {
+                format!(" x {} versions (ListObjectVersions; every version counts)", l.versions)
+            } else {
+                String::new()
+            },
             l.prefixes,
             l.keys_per_s_flat,
             l.keys_listed_flat,

@@ -119,15 +119,29 @@ fn now_rfc3339() -> String {
 
 /// Runs every worker's prepare steps (C at a time); any failure stops the run with the first error.
 async fn prepare(client: &BenchClient, bucket: &str, plans: Vec<WorkerPlan>) -> Result<Vec<WorkerPlan>, String> {
+    prepare_versions(client, bucket, plans, 1).await
+}
+
+/// `prepare`, each object written `versions` times (in a versioned bucket, that many versions of each).
+async fn prepare_versions(
+    client: &BenchClient,
+    bucket: &str,
+    plans: Vec<WorkerPlan>,
+    versions: u32,
+) -> Result<Vec<WorkerPlan>, String> {
+    assert!((1..=super::MAX_LIST_VERSIONS).contains(&versions));
     let mut set = JoinSet::new();
     for (i, mut plan) in plans.into_iter().enumerate() {
         let (client, bucket) = (client.clone(), bucket.to_string());
         set.spawn(async move {
-            for s in plan.prepare() {
-                client
-                    .put(&bucket, &s.key, s.size, s.offset, false)
-                    .await
-                    .map_err(|e| format!("preparing {}/{}: {} ({})", bucket, s.key, e.0.label(), e.1))?;
+            let steps = plan.prepare();
+            for _ in 0..versions {
+                for s in &steps {
+                    client
+                        .put(&bucket, &s.key, s.size, s.offset, false)
+                        .await
+                        .map_err(|e| format!("preparing {}/{}: {} ({})", bucket, s.key, e.0.label(), e.1))?;
+                }
             }
             Ok::<_, String>((i, plan))
         });
@@ -538,7 +552,9 @@ async fn run_list(o: &S3BenchOptions, client: &BenchClient) -> Result<S3BenchRes
     let bucket = o.bucket.as_str();
     let sizes = o.size.unwrap_or(S3Workload::List.default_size());
     let objects = o.objects.unwrap_or(S3Workload::List.default_objects());
-    let c = o.concurrency;
+    let versions = if o.versioning { o.versions } else { 1 };
+    // Versions take many writes: more writers prepare them than there are listers.
+    let c = if versions > 1 { o.concurrency.max(PREPARE_VERSIONS_WRITERS) } else { o.concurrency };
     create_bucket(o, client, bucket).await?;
     let plans: Vec<WorkerPlan> = (0..c)
         .map(|w| {
@@ -546,7 +562,7 @@ async fn run_list(o: &S3BenchOptions, client: &BenchClient) -> Result<S3BenchRes
         })
         .collect();
     let mut digest = 0u64;
-    let plans = prepare(client, bucket, plans).await?;
+    let plans = prepare_versions(client, bucket, plans, versions).await?;
     for (w, p) in plans.iter().enumerate() {
         for (i, (key, size)) in p.existing().iter().enumerate() {
             digest ^=
@@ -557,7 +573,7 @@ async fn run_list(o: &S3BenchOptions, client: &BenchClient) -> Result<S3BenchRes
     let warm_until = Instant::now() + o.warmup;
     let mut token = None;
     while Instant::now() < warm_until {
-        let page = client.list_page(bucket, "", None, token.take(), LIST_PAGE_KEYS).await.map_err(|e| e.1)?;
+        let page = list_page(client, o.versioning, bucket, "", None, token.take()).await.map_err(|e| e.1)?;
         token = page.next;
     }
     let now = Instant::now();
@@ -574,6 +590,7 @@ async fn run_list(o: &S3BenchOptions, client: &BenchClient) -> Result<S3BenchRes
     result.total = totals(&result.operations);
     result.list = Some(ListResult {
         objects,
+        versions,
         prefixes: o.prefixes,
         keys_listed_flat: flat_keys,
         keys_per_s_flat: flat_keys as f64 / flat_s.max(1e-9),
@@ -582,6 +599,25 @@ async fn run_list(o: &S3BenchOptions, client: &BenchClient) -> Result<S3BenchRes
     });
     cleanup(o, client, bucket).await?;
     Ok(result)
+}
+
+/// Writers that prepare a `list` run with several versions per key.
+const PREPARE_VERSIONS_WRITERS: usize = 16;
+
+/// A page of the bucket's listing: ListObjectVersions in a versioned bucket, else ListObjectsV2.
+async fn list_page(
+    client: &BenchClient,
+    versions: bool,
+    bucket: &str,
+    prefix: &str,
+    delimiter: Option<&str>,
+    token: Option<String>,
+) -> Result<super::client::ListPage, super::client::OpError> {
+    if versions {
+        client.list_versions_page(bucket, prefix, delimiter, token, LIST_PAGE_KEYS).await
+    } else {
+        client.list_page(bucket, prefix, delimiter, token, LIST_PAGE_KEYS).await
+    }
 }
 
 /// Every lister walks the whole bucket once; returns (keys listed by all listers, seconds).
@@ -595,6 +631,7 @@ async fn list_pass(
 ) -> (u64, f64) {
     let start = Instant::now();
     let keys = Arc::new(AtomicU64::new(0));
+    let versions = o.versioning;
     let mut set = JoinSet::new();
     for _ in 0..o.concurrency {
         let (client, bucket, rec, phase, keys) =
@@ -611,7 +648,7 @@ async fn list_pass(
                         return;
                     }
                     let started = Instant::now();
-                    let r = client.list_page(&bucket, &prefix, delimiter, token.take(), LIST_PAGE_KEYS).await;
+                    let r = list_page(&client, versions, &bucket, &prefix, delimiter, token.take()).await;
                     match r {
                         Ok(page) => {
                             rec.record(kind, started, &Ok(0));
