@@ -43,11 +43,60 @@ impl<S: Store> S3Semantics<S> {
             .op(Op::Reset { coll: self.sys().await?, name: name.clone() })
             .op(Op::SetAttr { coll: self.sys().await?, name, key: ATTR_BUCKET.to_vec(), value: rec.encode() });
         let r = match self.commit(txn).await {
-            Err(e) if e.is_op(0, ErrorKind::CollectionExists) => Err(LayerError::BucketExists),
-            r => r.map(|_| ()).map_err(LayerError::from),
+            Err(e) if e.is_op(0, ErrorKind::CollectionExists) => self.adopt_orphan_collection(bucket, &rec).await,
+            // Cut short (e.g. another node created the same bucket at the same instant and took some of the
+            // drives first): if the bucket is there now, it exists; else the error stands (retryable).
+            Err(e) => match self.record_present(bucket).await {
+                Ok(true) => Err(LayerError::BucketExists),
+                _ => Err(e.into()),
+            },
+            Ok(_) => Ok(()),
         };
         self.forget_bucket_state(bucket);
         r
+    }
+
+    /// Whether a bucket's record is there (whatever it holds).
+    async fn record_present(&self, bucket: &str) -> LayerResult<bool> {
+        let sys = self.sys().await?;
+        Ok(self.store.snapshot().lookup(&sys, &bucket_record_name(bucket)).await?.is_some())
+    }
+
+    /// CreateBucket found the bucket's collection. With its record, the bucket exists. Without one, and
+    /// empty, it is what a creation cut short left behind (its collection committed on a quorum of drives,
+    /// its record on fewer, e.g. two nodes creating one bucket at once): the creation finishes it. The record
+    /// is created, never replaced, so of two that finish it one wins and the other is told it exists.
+    async fn adopt_orphan_collection(&self, bucket: &str, rec: &BucketRecord) -> LayerResult<()> {
+        if self.record_present(bucket).await? {
+            return Err(LayerError::BucketExists);
+        }
+        let snap = self.store.snapshot();
+        let Some(coll) = snap.collection(&bucket_collection(bucket)).await? else {
+            // Removed meanwhile: the name is free again, but this creation raced a delete.
+            return Err(LayerError::Conflict);
+        };
+        if !snap.list_entries(&coll, b"", b"", 1).await?.is_empty() {
+            return Err(LayerError::Corrupt(format!("bucket {bucket} holds objects but has no record")));
+        }
+        drop(snap);
+        let (sys, name) = (self.sys().await?, bucket_record_name(bucket));
+        let txn = Txn::new().op(Op::Create { coll: sys.clone(), name: name.clone() }).op(Op::SetAttr {
+            coll: sys,
+            name,
+            key: ATTR_BUCKET.to_vec(),
+            value: rec.encode(),
+        });
+        match self.commit(txn).await {
+            Err(e) if e.is_op(0, ErrorKind::AlreadyExists) => Err(LayerError::BucketExists),
+            Err(e) => Err(e.into()),
+            Ok(_) => {
+                tracing::warn!(
+                    bucket,
+                    "an empty bucket collection without a record (a creation cut short) was completed"
+                );
+                Ok(())
+            }
+        }
     }
 
     pub(crate) async fn delete_bucket_impl(&self, bucket: &str) -> LayerResult<()> {
