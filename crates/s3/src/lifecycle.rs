@@ -23,6 +23,17 @@ fn days(d: Option<i32>, what: &str) -> S3Result<Option<u32>> {
     }
 }
 
+/// An Expiration Date: S3 takes only midnight UTC (a date, in ISO 8601).
+fn expiration_date(t: Option<&Timestamp>) -> S3Result<Option<i64>> {
+    const DAY_MS: i64 = 86_400_000;
+    match t.map(unix_ms) {
+        Some(ms) if ms.rem_euclid(DAY_MS) != 0 => {
+            Err(s3_error!(InvalidArgument, "'Date' must be at midnight GMT (an ISO 8601 date such as 2030-01-01)"))
+        }
+        other => Ok(other),
+    }
+}
+
 fn size(s: Option<i64>) -> S3Result<Option<u64>> {
     match s {
         None => Ok(None),
@@ -98,7 +109,7 @@ pub fn rules_of(c: &Option<dto::BucketLifecycleConfiguration>) -> S3Result<Vec<L
             enabled,
             filter: filter_of(r)?,
             expiration_days: days(exp.and_then(|e| e.days), "Expiration Days")?,
-            expiration_date_ms: exp.and_then(|e| e.date.as_ref()).map(unix_ms),
+            expiration_date_ms: expiration_date(exp.and_then(|e| e.date.as_ref()))?,
             expired_delete_marker: exp.and_then(|e| e.expired_object_delete_marker).unwrap_or(false),
             noncurrent_days: days(nc.and_then(|n| n.noncurrent_days), "NoncurrentDays")?,
             newer_noncurrent_versions: match nc.and_then(|n| n.newer_noncurrent_versions) {
@@ -203,5 +214,20 @@ mod tests {
         assert_eq!(back[1].id.as_deref(), Some("two"));
         let again = rules_of(&given).unwrap();
         assert_eq!(again[0].filter, rules[0].filter);
+    }
+
+    #[test]
+    fn an_expiration_date_is_a_midnight() {
+        let dated = |ms: i64| {
+            let mut r = rule(Some("d"), Some("a/"), None);
+            r.expiration = Some(dto::LifecycleExpiration { date: Some(timestamp(ms)), ..Default::default() });
+            rules_of(&config(vec![r]))
+        };
+        let midnight = 1_893_456_000_000; // 2030-01-01T00:00:00Z
+        assert_eq!(dated(midnight).unwrap()[0].expiration_date_ms, Some(midnight));
+        // botocore sends "20200101" as that many seconds after the epoch: 1970-08-22T19:08:21Z.
+        let e = dated(20_200_101_000).unwrap_err();
+        assert_eq!(*e.code(), s3s::S3ErrorCode::InvalidArgument);
+        assert!(dated(midnight + 1).is_err(), "a millisecond past midnight");
     }
 }
