@@ -159,6 +159,7 @@ impl<S: Store> S3Semantics<S> {
         meta.part_sizes = sizes.clone();
         meta.checksums.extend(extra_meta);
         meta.part_checksums = part_checksums(&parts, &stored, &meta.checksums);
+        drop_part_checksums_past_budget(&mut meta);
         // An encrypted upload's parts are streams of its object key, stored with their packages' tags.
         let stored_sizes: Vec<u64> = match &rec.opts.sse_sealed {
             None => sizes.clone(),
@@ -438,6 +439,19 @@ fn part_checksums(
     each.collect::<Option<Vec<String>>>().unwrap_or_default()
 }
 
+/// Largest metadata record that keeps its parts' checksums. The record is one attribute (at most 64 KiB
+/// on a drive) that already lists every part's size; the checksums (up to 47 bytes a part) are a hint
+/// for GET/HEAD `partNumber` and GetObjectAttributes, so an upload of many parts keeps only the object's
+/// checksum rather than fail a completion that would fit without them.
+const PART_CHECKSUMS_MAX_RECORD_BYTES: usize = 32 << 10;
+
+fn drop_part_checksums_past_budget(meta: &mut ObjectMeta) {
+    if !meta.part_checksums.is_empty() && meta.encode().len() > PART_CHECKSUMS_MAX_RECORD_BYTES {
+        meta.part_checksums = Vec::new();
+    }
+    debug_assert!(meta.part_checksums.is_empty() || meta.encode().len() <= PART_CHECKSUMS_MAX_RECORD_BYTES);
+}
+
 /// Checks the parts a completion names against the stored ones (ascending, present, same ETag, all but the
 /// last at least 5 MiB); returns their sizes.
 fn check_parts(parts: &[CompletePart], stored: &BTreeMap<u32, PartRecord>) -> LayerResult<Vec<u64>> {
@@ -460,4 +474,28 @@ fn check_parts(parts: &[CompletePart], stored: &BTreeMap<u32, PartRecord>) -> La
         sizes.push(s.size_bytes);
     }
     Ok(sizes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn part_checksums_are_kept_only_within_the_record_budget() {
+        let sha256 = "arcu6553sHVAiX4MjW0j7I7vD4w6R+Gz9Ok0Q9lTa+0=".to_string();
+        let with_parts = |n: usize| ObjectMeta {
+            part_sizes: vec![5 << 20; n],
+            part_checksums: vec![sha256.clone(); n],
+            ..Default::default()
+        };
+        let mut few = with_parts(100);
+        drop_part_checksums_past_budget(&mut few);
+        assert_eq!(few.part_checksums.len(), 100);
+        // 1,000 parts of SHA-256 checksums pass the budget: the sizes stay, the checksums go.
+        let mut many = with_parts(1000);
+        drop_part_checksums_past_budget(&mut many);
+        assert!(many.part_checksums.is_empty());
+        assert_eq!(many.part_sizes.len(), 1000);
+        assert!(many.encode().len() <= PART_CHECKSUMS_MAX_RECORD_BYTES);
+    }
 }
