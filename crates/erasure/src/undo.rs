@@ -1,11 +1,11 @@
 //! The undo log: until a write's outcome is known, every drive that applied it keeps, in the same drive
-//! transaction, what it needs to put each touched object back (the old object itself, renamed aside, or the
-//! old size and attributes of an object changed in place). When a write quorum committed, the entries are
-//! removed in the background (batched); when fewer did, the drives that applied it are put back at once.
-//! A crash can leave entries behind: at open, each write they name is settled by the drives' state: if a
-//! write quorum holds what the write left, it stands (the entries go), else every drive that holds it is
-//! put back, newest write first. An acknowledged write always stands; an unacknowledged one is wholly there
-//! or wholly absent.
+//! transaction, what it needs to put each touched object back (the old object itself, renamed aside; the
+//! name an object was renamed to; or the old size and attributes of an object changed in place). When a
+//! write quorum committed, the entries are removed in the background (batched); when fewer did, the drives
+//! that applied it are put back at once. A crash can leave entries behind: at open, each write they name
+//! is settled by the drives' state: if a write quorum holds what the write left, it stands (the entries
+//! go), else every drive that holds it is put back, newest write first. An acknowledged write always
+//! stands; an unacknowledged one is wholly there or wholly absent.
 
 use crate::read::{DriveState, drive_state};
 use crate::{SetColl, SetInner};
@@ -37,6 +37,11 @@ pub(crate) enum UndoAction {
     RestoreCopy { tag: Option<Vec<u8>> },
     /// The object was changed in place: set back its size, attributes, listing tag and priority.
     Revert { old_size: u64, attrs: Vec<(Vec<u8>, Option<Vec<u8>>)>, tag: Option<Vec<u8>>, priority: bool },
+    /// The old object was renamed to `from` (same collection): rename it back over whatever the write left
+    /// at this name, if `from` still holds that object (its layout's write id is `from_target`). Applied
+    /// before the drive's other entries of the write, since one of them may put back an object that was
+    /// at `from` before.
+    RenameBack { from: Vec<u8>, from_target: [u8; 16] },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -119,6 +124,11 @@ impl UndoEntry {
                 v.push(3);
                 put_opt(&mut v, tag);
             }
+            UndoAction::RenameBack { from, from_target } => {
+                v.push(4);
+                put_bytes(&mut v, from);
+                v.extend_from_slice(from_target);
+            }
             UndoAction::Revert { old_size, attrs, tag, priority } => {
                 v.push(2);
                 v.extend_from_slice(&old_size.to_be_bytes());
@@ -161,6 +171,11 @@ impl UndoEntry {
             0 => UndoAction::Restore,
             1 => UndoAction::RemoveCreated,
             3 => UndoAction::RestoreCopy { tag: c.opt()? },
+            4 => {
+                let from = c.bytes()?;
+                let from_target = c.take(16)?.try_into().expect("16 bytes");
+                UndoAction::RenameBack { from, from_target }
+            }
             2 => {
                 let old_size = c.u64()?;
                 let tag = c.opt()?;
@@ -215,6 +230,8 @@ pub(crate) async fn prepare<S: Store>(members: &[Option<Arc<S>>]) -> StoreResult
 }
 
 /// The ops that put one object back on a drive, given its entry (whose own object is `entry_obj`).
+/// `exists`: whether the object is on the drive; for a rename back, whether the name it was renamed to
+/// still holds it as the write left it.
 pub(crate) fn undo_ops<C: Clone, St>(
     coll: &C,
     undo_coll: &C,
@@ -243,6 +260,14 @@ pub(crate) fn undo_ops<C: Clone, St>(
                 ops.push(Op::SetNameTag { coll: coll.clone(), name, tag: t.clone() });
             }
             ops
+        }
+        UndoAction::RenameBack { from, .. } if exists => {
+            vec![Op::Rename { coll: coll.clone(), from: from.clone(), to_coll: coll.clone(), to: name }, remove_entry]
+        }
+        UndoAction::RenameBack { from, .. } => {
+            // A later write that stood changed or removed it: that write decided its fate.
+            tracing::warn!(from = %from.escape_ascii(), "a renamed object is not where its write left it; not renamed back");
+            vec![remove_entry]
         }
         UndoAction::RemoveCreated if exists => vec![Op::Remove { coll: coll.clone(), name }, remove_entry],
         UndoAction::RemoveCreated => vec![remove_entry],
@@ -289,10 +314,17 @@ pub(crate) async fn undo_on_drive<S: Store>(
     };
     let snap = store.snapshot();
     let mut txn: Txn<S::Coll, S::Staged> = Txn::new();
-    for (entry_obj, e) in entries {
+    // Renames back come first: another entry of the same write may put back what was at a rename's
+    // destination before it.
+    let is_rename = |e: &UndoEntry| matches!(e.action, UndoAction::RenameBack { .. });
+    let ordered = entries.iter().filter(|(_, e)| is_rename(e)).chain(entries.iter().filter(|(_, e)| !is_rename(e)));
+    for (entry_obj, e) in ordered {
         match snap.collection(&e.coll).await? {
             Some(c) => {
-                let exists = snap.lookup(&c, &e.name).await?.is_some();
+                let exists = match &e.action {
+                    UndoAction::RenameBack { from, from_target } => holds_write(&snap, &c, from, from_target).await?,
+                    _ => snap.lookup(&c, &e.name).await?.is_some(),
+                };
                 txn.ops.extend(undo_ops(&c, &undo_coll, entry_obj, e, exists));
             }
             // The collection went (it was only ever on this drive): nothing to put back.
@@ -300,6 +332,13 @@ pub(crate) async fn undo_on_drive<S: Store>(
         }
     }
     store.commit(txn).await.map(|_| ())
+}
+
+/// Whether object `name` is on the drive with the layout write `write_id` left.
+async fn holds_write<Sn: Snapshot>(snap: &Sn, coll: &Sn::Coll, name: &[u8], write_id: &[u8; 16]) -> StoreResult<bool> {
+    let Some(info) = snap.lookup(coll, name).await? else { return Ok(false) };
+    let raw = snap.attr(&info.obj, crate::LAYOUT_ATTR).await?;
+    Ok(raw.and_then(|r| crate::layout::ObjectLayout::decode(&r).ok()).is_some_and(|l| l.write_id == *write_id))
 }
 
 /// Queues the removal of a committed write's entries on the drives that applied it.
@@ -534,6 +573,12 @@ mod tests {
                 name: b"u".to_vec(),
                 target: None,
                 action: UndoAction::RestoreCopy { tag: None },
+            },
+            UndoEntry {
+                coll: "b/v".into(),
+                name: b"key".to_vec(),
+                target: Some([5; 16]),
+                action: UndoAction::RenameBack { from: b"key\0v1\0key".to_vec(), from_target: [6; 16] },
             },
             UndoEntry {
                 coll: "b/y".into(),

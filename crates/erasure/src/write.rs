@@ -147,6 +147,11 @@ struct ObjWork {
     before_priority: bool,
     /// Tail bytes this transaction appended (with the tail before it, what encoding the tail needs).
     appended_tail: Vec<u8>,
+    /// The object this one was renamed to (its index), if the transaction renamed it.
+    renamed_to: Option<usize>,
+    /// Whether the transaction renamed another object onto this one (it then takes no other operation:
+    /// undoing the rename moves it back whole, so nothing else may have changed it).
+    renamed_onto: bool,
 }
 
 /// How a drive kept an object's old state for its undo entry.
@@ -159,6 +164,10 @@ enum Saved {
     /// Cloned into the undo log (its blocks shared, nothing copied) before bytes of it were overwritten in
     /// place, which a revert to the old size could not put back.
     Copied,
+    /// Renamed to another name of its collection: the entry (an object of its own) renames it back.
+    RenamedAway,
+    /// Another object was renamed onto it where it was absent: that object's entry undoes both.
+    RenamedOnto,
 }
 
 struct Planner<'a, S: Store> {
@@ -178,6 +187,8 @@ struct Planner<'a, S: Store> {
     /// Drives that must commit for the transaction's collection operations.
     coll_participants: Vec<(String, u16)>,
     next_entry: u32,
+    /// Whether an operation renamed an object (later operations are checked against its destination).
+    renamed_any: bool,
     outcome: Outcome,
 }
 
@@ -224,6 +235,7 @@ impl<'a, S: Store> Planner<'a, S> {
             ops: (0..g.drives()).map(|_| Vec::new()).collect(),
             coll_participants: Vec::new(),
             next_entry: 0,
+            renamed_any: false,
             outcome: Outcome::default(),
         }
     }
@@ -295,6 +307,8 @@ impl<'a, S: Store> Planner<'a, S> {
             saved: HashMap::new(),
             before_priority,
             appended_tail: Vec::new(),
+            renamed_to: None,
+            renamed_onto: false,
         };
         self.objects.push(w);
         let i = self.objects.len() - 1;
@@ -493,6 +507,11 @@ impl<'a, S: Store> Planner<'a, S> {
     }
 
     async fn op(&mut self, i: usize, op: Op<SetColl<S::Coll>, SetStaged<S::Staged>>) -> StoreResult<()> {
+        if self.renamed_any
+            && changed_by(&op).iter().any(|n| self.index.get(n).is_some_and(|&o| self.objects[o].renamed_onto))
+        {
+            return Err(bad(i, "an object renamed onto in a transaction takes no further operations in it"));
+        }
         match op {
             Op::CreateCollection { name } => self.create_collection(i, name).await,
             Op::RemoveCollection { name } => self.remove_collection(i, name).await,
@@ -554,10 +573,13 @@ impl<'a, S: Store> Planner<'a, S> {
             Op::Remove { coll, name } => {
                 let o = self.object(&coll, &name).await?;
                 self.require(i, o)?;
+                // What this transaction made there is removed by the drives; what was there before is
+                // moved aside into the undo log (the removal itself) when the drives keep one.
+                let made_here = self.objects[o].replaced;
                 self.replace(o);
                 let c = self.coll_of(o);
                 let name = self.objects[o].name.clone();
-                if !self.logged {
+                if !self.logged || made_here {
                     for d in mask_iter(self.objects[o].participants) {
                         if let Some(cd) = c.members[d].clone() {
                             self.push(d, Some(o), Op::Remove { coll: cd, name: name.clone() });
@@ -607,9 +629,8 @@ impl<'a, S: Store> Planner<'a, S> {
                 }
                 Ok(())
             }
-            Op::Rename { .. } | Op::Truncate { .. } => {
-                Err(bad(i, "renames and truncation are not operations of an erasure set"))
-            }
+            Op::Rename { coll, from, to_coll, to } => self.rename(i, coll, from, to_coll, to).await,
+            Op::Truncate { .. } => Err(bad(i, "truncation is not an operation of an erasure set")),
         }
     }
 
@@ -752,6 +773,95 @@ impl<'a, S: Store> Planner<'a, S> {
         self.objects[t].participants = parts;
         self.objects[t].now = Some(ObjectLayout { write_id: self.write_id, mtime_ns: self.now_ns, ..src });
         Ok(())
+    }
+
+    /// Renames an object to another name of its collection: each drive holding its version moves the name
+    /// (no byte of it is read or written, no block reference changes). The source must be as the
+    /// transaction found it, the destination untouched by it. Where the destination exists it is moved
+    /// aside first; the source's entry renames it back, before the destination's entry (if any) puts the
+    /// old destination back.
+    async fn rename(
+        &mut self,
+        i: usize,
+        coll: SetColl<S::Coll>,
+        from: Vec<u8>,
+        to_coll: SetColl<S::Coll>,
+        to: Vec<u8>,
+    ) -> StoreResult<()> {
+        if coll.name != to_coll.name {
+            return Err(bad(i, "an erasure set renames within a collection"));
+        }
+        let s = self.object(&coll, &from).await?;
+        let src = self.require(i, s)?;
+        let t = self.object(&to_coll, &to).await?;
+        if s == t {
+            return Ok(());
+        }
+        if !self.untouched(s) || !self.untouched(t) {
+            return Err(bad(i, "a rename comes before any other change to its source and destination"));
+        }
+        let c = self.coll_of(s);
+        // Drives holding the source's version, able to log the rename where the set keeps an undo log.
+        let parts = mask_iter(self.objects[s].holders & Self::coll_drives(&c))
+            .filter(|&d| !self.logged || self.set.undo_coll(d).is_some())
+            .fold(0u16, |m, d| m | 1 << d);
+        let dest_present = self.objects[t].present_on;
+        for d in mask_iter(parts) {
+            let Some(cd) = c.members[d].clone() else { continue };
+            if let Some(undo) = self.set.undo_coll(d).filter(|_| self.logged) {
+                // The destination, where it is, goes aside (its entry restores it after the rename back).
+                let dest_saved = if dest_present & (1 << d) != 0 {
+                    let entry = self.take_entry();
+                    let to_entry = entry_name(&self.write_id, entry);
+                    self.push(
+                        d,
+                        Some(s),
+                        Op::Rename { coll: cd.clone(), from: to.clone(), to_coll: undo.clone(), to: to_entry },
+                    );
+                    (entry, Saved::Moved)
+                } else {
+                    (u32::MAX, Saved::RenamedOnto)
+                };
+                self.objects[t].saved.insert(d, dest_saved);
+                let entry = self.take_entry();
+                self.push(d, Some(s), Op::Create { coll: undo, name: entry_name(&self.write_id, entry) });
+                self.objects[s].saved.insert(d, (entry, Saved::RenamedAway));
+            }
+            self.push(d, Some(s), Op::Rename { coll: cd.clone(), from: from.clone(), to_coll: cd, to: to.clone() });
+        }
+        // Drives where the source's version is not (stale or absent) keep what they hold aside, as for any
+        // replacement; the destination is left alone there (healed later).
+        self.replace(s);
+        self.objects[s].now = None;
+        self.objects[s].renamed_to = Some(t);
+        let w = &mut self.objects[t];
+        w.participants = parts;
+        w.replaced = true;
+        w.present_on = 0;
+        w.renamed_onto = true;
+        w.now = Some(src);
+        self.renamed_any = true;
+        Ok(())
+    }
+
+    /// Whether the transaction has done nothing to the object so far.
+    fn untouched(&self, o: usize) -> bool {
+        let w = &self.objects[o];
+        !w.replaced
+            && w.now == w.before
+            && w.changed_attrs.is_empty()
+            && !w.changed_tag
+            && !w.changed_priority
+            && w.saved.is_empty()
+            && w.renamed_to.is_none()
+            && !w.renamed_onto
+    }
+
+    /// The index of a new undo entry of this write.
+    fn take_entry(&mut self) -> u32 {
+        let entry = self.next_entry;
+        self.next_entry += 1;
+        entry
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -956,9 +1066,20 @@ impl<'a, S: Store> Planner<'a, S> {
         // A copy kept in the undo log has no listing tag (a clone takes none): its entry carries it.
         let copied = self.objects[o].saved.values().any(|(_, s)| *s == Saved::Copied);
         let copied_tag = if copied { self.read_tag(o).await? } else { None };
+        // A renamed object's entry renames back the destination as this write leaves it.
+        let renamed = self.objects[o].renamed_to.map(|t| {
+            let dest = &self.objects[t];
+            let now = dest.now.expect("an object renamed onto takes no other operation, so it is there");
+            (dest.name.clone(), now.write_id)
+        });
         for d in mask_iter(participants) {
             let Some(undo) = self.set.undo_coll(d) else { continue };
             let (action, index) = match (&revert, self.objects[o].saved.get(&d).copied()) {
+                (_, Some((_, Saved::RenamedOnto))) => continue,
+                (_, Some((index, Saved::RenamedAway))) => {
+                    let (from, from_target) = renamed.clone().expect("a renamed object knows its destination");
+                    (UndoAction::RenameBack { from, from_target }, index)
+                }
                 (_, Some((index, Saved::Copied))) => (UndoAction::RestoreCopy { tag: copied_tag.clone() }, index),
                 (None, Some((index, Saved::Moved))) => (UndoAction::Restore, index),
                 (None, Some((index, Saved::Created))) => (UndoAction::RemoveCreated, index),
@@ -1172,6 +1293,15 @@ async fn apply<S: Store>(
         set.drives(),
         first_err.map(|e| format!(" ({e})")).unwrap_or_default()
     )))
+}
+
+/// The objects an operation may change (a clone's source is only read).
+fn changed_by<C, St>(op: &Op<SetColl<C>, St>) -> Vec<(Arc<str>, Vec<u8>)> {
+    match op {
+        Op::Clone { to_coll, to, .. } => vec![(to_coll.name.clone(), to.clone())],
+        Op::CloneRange { dst_coll, dst, .. } => vec![(dst_coll.name.clone(), dst.clone())],
+        _ => touched(op),
+    }
 }
 
 /// The objects an operation names.

@@ -22,6 +22,7 @@ mod meta;
 mod multipart;
 mod names;
 mod objects;
+mod parts;
 mod records;
 mod semantics;
 mod sse;

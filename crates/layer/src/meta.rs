@@ -4,6 +4,7 @@
 use crate::acl::ObjectAccess;
 use crate::error::{LayerError, LayerResult};
 use crate::names::MAX_USER_METADATA_BYTES;
+use crate::parts::RECORD_PARTS_MAX;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -11,6 +12,9 @@ pub const META_VERSION: u8 = 1;
 /// The version of an encrypted object's record: builds that know no encryption refuse it rather than
 /// serve its ciphertext as the object.
 pub const META_VERSION_ENCRYPTED: u8 = 2;
+/// The version of a record whose object keeps its part table apart (more than `RECORD_PARTS_MAX` parts,
+/// see `parts`), encrypted or not: builds that would read it without its parts refuse it.
+pub const META_VERSION_PARTS_APART: u8 = 3;
 
 /// User metadata (`x-amz-meta-mosaic-priority`) whose value `high` marks an object high-priority (paper
 /// 003's prioritized objects): its reads and writes run in the drive's foreground-high class and hold
@@ -45,6 +49,11 @@ pub struct ObjectMeta {
     /// GetObjectAttributes' parts.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub part_checksums: Vec<String>,
+    /// How many parts the object has when its part table (sizes, and salts when encrypted) is kept apart
+    /// (record version 3, see `parts`); 0 when the record holds them. A record read alone (`decode`) has
+    /// this set and `part_sizes` (and salts) empty until the table is read (`read_meta` does).
+    #[serde(default, skip_serializing_if = "is_zero_usize")]
+    pub parts_apart: usize,
     /// The multipart upload that made this object: a repeated CompleteMultipartUpload of it (an SDK retrying
     /// after a timeout) is answered again. Optional, so records without it (older builds) read as before.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -85,19 +94,78 @@ fn is_zero(n: &u64) -> bool {
 
 impl ObjectMeta {
     pub fn encode(&self) -> Vec<u8> {
+        debug_assert!(self.parts_apart == 0 || self.part_sizes.is_empty() || self.part_sizes.len() == self.parts_apart);
         let mut m = self.clone();
-        m.version = if m.sse.is_some() { META_VERSION_ENCRYPTED } else { META_VERSION };
+        if m.part_sizes.len() > RECORD_PARTS_MAX {
+            m.parts_apart = std::mem::take(&mut m.part_sizes).len();
+            if let Some(sse) = &mut m.sse {
+                sse.salts = Vec::new();
+            }
+        }
+        m.version = match (m.parts_apart > 0, m.sse.is_some()) {
+            (true, _) => META_VERSION_PARTS_APART,
+            (false, true) => META_VERSION_ENCRYPTED,
+            (false, false) => META_VERSION,
+        };
         serde_json::to_vec(&m).expect("metadata serializes")
     }
 
     pub fn decode(raw: &[u8]) -> LayerResult<Self> {
         let m: ObjectMeta =
             serde_json::from_slice(raw).map_err(|e| LayerError::Corrupt(format!("object metadata: {e}")))?;
-        let expected = if m.sse.is_some() { META_VERSION_ENCRYPTED } else { META_VERSION };
+        let expected = match (m.parts_apart > 0, m.sse.is_some()) {
+            (true, _) => META_VERSION_PARTS_APART,
+            (false, true) => META_VERSION_ENCRYPTED,
+            (false, false) => META_VERSION,
+        };
         if m.version != expected {
             return Err(LayerError::Corrupt(format!("object metadata version {}", m.version)));
         }
+        if m.parts_apart > 0
+            && (!m.part_sizes.is_empty()
+                || m.sse.as_ref().is_some_and(|s| !s.salts.is_empty())
+                || m.parts_apart <= RECORD_PARTS_MAX
+                || m.parts_apart > crate::MAX_PARTS as usize)
+        {
+            return Err(LayerError::Corrupt(format!("object metadata with {} parts kept apart", m.parts_apart)));
+        }
         Ok(ObjectMeta { version: META_VERSION, ..m })
+    }
+
+    /// Whether the part sizes are kept apart and not read yet.
+    pub(crate) fn parts_unread(&self) -> bool {
+        self.parts_apart > 0 && self.part_sizes.len() != self.parts_apart
+    }
+
+    /// The chunks of the part table to keep apart, when the object has more than `RECORD_PARTS_MAX` parts.
+    pub(crate) fn part_table(&self) -> LayerResult<Option<Vec<Vec<u8>>>> {
+        if self.part_sizes.len() <= RECORD_PARTS_MAX {
+            return Ok(None);
+        }
+        crate::parts::encode(&self.part_sizes, self.sse.as_ref().map(|s| &s.salts[..])).map(Some)
+    }
+
+    /// How many attributes hold the part table kept apart (0: the record holds it).
+    pub(crate) fn part_table_chunks(&self) -> usize {
+        match self.parts_apart {
+            0 => 0,
+            n => crate::parts::chunk_count(n, self.sse.is_some()),
+        }
+    }
+
+    /// Fills in the part sizes (and salts) kept apart from the table's chunks joined in order; refuses a
+    /// table that does not match the record.
+    pub(crate) fn read_part_table(&mut self, raw: &[u8]) -> LayerResult<()> {
+        let (sizes, salts) = crate::parts::decode(raw, self.parts_apart, self.sse.is_some())?;
+        if sizes.iter().sum::<u64>() != self.size_bytes {
+            return Err(LayerError::Corrupt("the part table's sizes do not add up to the object".into()));
+        }
+        self.part_sizes = sizes;
+        if let (Some(sse), Some(salts)) = (&mut self.sse, salts) {
+            sse.salts = salts;
+        }
+        debug_assert!(!self.parts_unread());
+        Ok(())
     }
 
     /// Whether the object's body is stored encrypted (its stored size is then not its size).
@@ -285,6 +353,7 @@ impl PutOptions {
             checksums: BTreeMap::new(),
             part_sizes: Vec::new(),
             part_checksums: Vec::new(),
+            parts_apart: 0,
             upload_id: None,
             version_id: None,
             version_ns: 0,
@@ -352,6 +421,47 @@ mod tests {
 
     fn meta() -> ObjectMeta {
         ObjectMeta { etag: "abc".into(), last_modified_unix_ms: 10_000, version: META_VERSION, ..Default::default() }
+    }
+
+    #[test]
+    fn a_part_table_past_the_record_limit_is_kept_apart_and_read_back() {
+        let n = crate::MAX_PARTS as usize;
+        let sizes: Vec<u64> = (0..n as u64).map(|i| (5 << 30) - i * 977).collect();
+        let salts: Vec<String> = (0..n).map(|i| format!("{i:032x}")).collect();
+        let sse = crate::sse::SseMeta {
+            mode: crate::sse::SseMode::S3,
+            kms_key_id: None,
+            customer_key_md5: None,
+            master_key_id: Some(1),
+            sealed_key: "00".into(),
+            salts: salts.clone(),
+        };
+        for m in [
+            ObjectMeta { size_bytes: sizes.iter().sum(), part_sizes: sizes.clone(), ..meta() },
+            ObjectMeta { size_bytes: sizes.iter().sum(), part_sizes: sizes.clone(), sse: Some(sse), ..meta() },
+        ] {
+            let record = m.encode();
+            assert!(record.len() < 1024, "the record stays small ({} bytes)", record.len());
+            let table = m.part_table().unwrap().expect("kept apart");
+            let mut read = ObjectMeta::decode(&record).unwrap();
+            assert!(read.parts_unread() && read.part_sizes.is_empty());
+            assert_eq!(read.part_table_chunks(), table.len());
+            // A record read alone and written again (a change of tags) keeps saying where its parts are.
+            assert_eq!(ObjectMeta::decode(&read.encode()).unwrap(), read);
+            read.read_part_table(&table.concat()).unwrap();
+            assert_eq!(read, ObjectMeta { parts_apart: n, ..m.clone() });
+            assert_eq!(read.encode(), record);
+            let mut wrong_total = ObjectMeta { size_bytes: 1, ..ObjectMeta::decode(&record).unwrap() };
+            assert!(wrong_total.read_part_table(&table.concat()).is_err(), "sizes that do not add up");
+        }
+        // Up to the limit, sizes and salts stay in the record (its version unchanged).
+        let few = ObjectMeta { part_sizes: vec![5 << 20; RECORD_PARTS_MAX], ..meta() };
+        assert!(few.part_table().unwrap().is_none());
+        assert_eq!(ObjectMeta::decode(&few.encode()).unwrap().part_sizes.len(), RECORD_PARTS_MAX);
+        assert_eq!(few.encode()[..12], *br#"{"version":1"#);
+        // A version 3 record must say how many parts it keeps apart, more than the limit.
+        let forged = String::from_utf8(few.encode()).unwrap().replacen(r#""version":1"#, r#""version":3"#, 1);
+        assert!(ObjectMeta::decode(forged.as_bytes()).is_err());
     }
 
     #[test]

@@ -137,7 +137,7 @@ impl<S: Store> S3Semantics<S> {
             return Err(LayerError::InvalidArgument("a multipart upload needs at least one part".into()));
         }
         let stored: BTreeMap<u32, PartRecord> = self.parts_of(&snap, bucket, upload_id).await?.into_iter().collect();
-        let sizes = check_parts(&parts, &stored)?;
+        let sizes = check_parts(&parts, &stored, self.cfg.min_part_bytes)?;
         // Conditional completion (If-None-Match: * / If-Match) is checked again inside the transaction.
         // A delete marker is no object: the key counts as absent.
         let existing = match snap.lookup(&coll, key.as_bytes()).await? {
@@ -223,7 +223,7 @@ impl<S: Store> S3Semantics<S> {
             }
         }
         drop(snap);
-        push_meta_ops(&mut txn, &coll, &name, &meta);
+        push_meta_ops(&mut txn, &coll, &name, &meta)?;
         if !rec.opts.tags.is_empty() {
             let value = encode_tags(&rec.opts.tags);
             txn.push(Op::SetAttr { coll: coll.clone(), name: name.clone(), key: ATTR_TAGS.to_vec(), value });
@@ -440,7 +440,7 @@ fn part_checksums(
 }
 
 /// Largest metadata record that keeps its parts' checksums. The record is one attribute (at most 64 KiB
-/// on a drive) that already lists every part's size; the checksums (up to 47 bytes a part) are a hint
+/// on a drive) that lists up to 1,000 part sizes; the checksums (up to 47 bytes a part) are a hint
 /// for GET/HEAD `partNumber` and GetObjectAttributes, so an upload of many parts keeps only the object's
 /// checksum rather than fail a completion that would fit without them.
 const PART_CHECKSUMS_MAX_RECORD_BYTES: usize = 32 << 10;
@@ -453,8 +453,12 @@ fn drop_part_checksums_past_budget(meta: &mut ObjectMeta) {
 }
 
 /// Checks the parts a completion names against the stored ones (ascending, present, same ETag, all but the
-/// last at least 5 MiB); returns their sizes.
-fn check_parts(parts: &[CompletePart], stored: &BTreeMap<u32, PartRecord>) -> LayerResult<Vec<u64>> {
+/// last at least `min_part_bytes`, 5 MiB as in S3); returns their sizes.
+fn check_parts(
+    parts: &[CompletePart],
+    stored: &BTreeMap<u32, PartRecord>,
+    min_part_bytes: u64,
+) -> LayerResult<Vec<u64>> {
     // The order first: a list out of order is refused whatever its parts are.
     if parts.windows(2).any(|w| w[1].part_number <= w[0].part_number) {
         return Err(LayerError::InvalidPartOrder);
@@ -468,7 +472,7 @@ fn check_parts(parts: &[CompletePart], stored: &BTreeMap<u32, PartRecord>) -> La
         if hex::decode(&s.etag).map_or(true, |d| d.len() != 16) {
             return Err(LayerError::Corrupt(format!("the ETag of part {} is damaged", p.part_number)));
         }
-        if i + 1 < parts.len() && s.size_bytes < MIN_PART_BYTES {
+        if i + 1 < parts.len() && s.size_bytes < min_part_bytes {
             return Err(LayerError::EntityTooSmall);
         }
         sizes.push(s.size_bytes);

@@ -88,7 +88,7 @@ impl<S: Store> S3Semantics<S> {
         version.stamp.apply(&mut meta);
         txn.push(Op::Reset { coll: coll.clone(), name: name.clone() });
         ing.push_ops(&mut txn, &coll, &name, 0);
-        push_meta_ops(&mut txn, &coll, &name, &meta);
+        push_meta_ops(&mut txn, &coll, &name, &meta)?;
         if !opts.tags.is_empty() {
             let value = encode_tags(&opts.tags);
             txn.push(Op::SetAttr { coll: coll.clone(), name: name.clone(), key: ATTR_TAGS.to_vec(), value });
@@ -205,7 +205,7 @@ impl<S: Store> S3Semantics<S> {
             txn.push(Op::AssertAttr { coll: coll.clone(), name: name.clone(), key: ATTR_ETAG.to_vec(), expected });
         let append =
             txn.push(Op::Append { coll: coll.clone(), name: name.clone(), data, expected_offset: Some(offset) });
-        push_meta_ops(&mut txn, &coll, &name, &meta);
+        push_meta_ops(&mut txn, &coll, &name, &meta)?;
         match self.commit(txn).await {
             // A concurrent writer changed the object between our read and the commit.
             Err(e) if e.is_op(same, ErrorKind::AssertionFailed) || e.is_op(append, ErrorKind::OffsetMismatch) => {
@@ -291,7 +291,7 @@ impl<S: Store> S3Semantics<S> {
         marker.delete_marker = true;
         version.stamp.apply(&mut marker);
         txn.push(Op::Reset { coll: coll.clone(), name: name.clone() });
-        push_meta_ops(&mut txn, &coll, &name, &marker);
+        push_meta_ops(&mut txn, &coll, &name, &marker)?;
         match self.commit(txn).await {
             Err(e) if version.is_conflict(&e) => Err(LayerError::Conflict),
             r => {
@@ -326,15 +326,13 @@ impl<S: Store> S3Semantics<S> {
             key: ATTR_META.to_vec(),
             expected: Some(raw),
         });
-        txn.push(Op::Remove { coll: coll.clone(), name: found.name.clone() });
-        if found.current
-            && let Some(next) = self.newest_noncurrent(&snap, coll, key).await?
-        {
-            // The next newest version becomes current.
-            let info = snap.lookup(coll, &next).await?.ok_or(LayerError::Conflict)?;
-            let meta = read_meta(&snap, &info.obj, bucket, key).await?;
-            crate::versions::push_clone_version(&mut txn, coll, &next, &found.name, &meta);
-            txn.push(Op::Remove { coll: coll.clone(), name: next });
+        match found.current {
+            // The next newest version becomes current, in the removed one's place.
+            true => match self.newest_noncurrent(&snap, coll, key).await? {
+                Some(next) => crate::versions::push_move_version(&mut txn, coll, &next, &found.name),
+                None => _ = txn.push(Op::Remove { coll: coll.clone(), name: found.name.clone() }),
+            },
+            false => _ = txn.push(Op::Remove { coll: coll.clone(), name: found.name.clone() }),
         }
         drop(snap);
         let done = DeleteResult { version_id: named, delete_marker: found.meta.delete_marker };
@@ -431,7 +429,7 @@ impl<S: Store> S3Semantics<S> {
                 value: encode_tags(&tags),
             }
         });
-        push_meta_ops(&mut txn, &dst_coll, &dst, &meta);
+        push_meta_ops(&mut txn, &dst_coll, &dst, &meta)?;
         match self.commit(txn).await {
             Err(e) if e.is_op(source, ErrorKind::AssertionFailed) => Err(LayerError::Conflict),
             Err(e) if version.is_conflict(&e) => Err(LayerError::Conflict),

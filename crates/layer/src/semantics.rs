@@ -26,11 +26,19 @@ pub struct SemanticsConfig {
     /// bucket's one writer (one node). A cluster's nodes each cache records another node may change, so
     /// they bound the staleness (S3 itself documents bucket settings as eventually consistent).
     pub bucket_state_ttl: Option<std::time::Duration>,
+    /// Smallest part but the last of a completed multipart upload (S3: 5 MiB); tests lower it to complete
+    /// uploads of many parts without writing gigabytes.
+    pub min_part_bytes: u64,
 }
 
 impl Default for SemanticsConfig {
     fn default() -> Self {
-        SemanticsConfig { max_object_bytes: DEFAULT_MAX_OBJECT_BYTES, sse_keys: None, bucket_state_ttl: None }
+        SemanticsConfig {
+            max_object_bytes: DEFAULT_MAX_OBJECT_BYTES,
+            sse_keys: None,
+            bucket_state_ttl: None,
+            min_part_bytes: crate::MIN_PART_BYTES,
+        }
     }
 }
 
@@ -188,16 +196,36 @@ pub(crate) async fn read_meta<Sn: Snapshot>(
         .attr(obj, ATTR_META)
         .await?
         .ok_or_else(|| LayerError::Corrupt(format!("object {bucket}/{key} has no metadata record")))?;
-    ObjectMeta::decode(&raw)
+    let mut meta = ObjectMeta::decode(&raw)?;
+    if meta.parts_unread() {
+        let mut table = Vec::new();
+        for i in 0..meta.part_table_chunks() {
+            let chunk = snap.attr(obj, &crate::parts::chunk_attr(i)).await?.ok_or_else(|| {
+                LayerError::Corrupt(format!("object {bucket}/{key} lacks part {i} of its part table"))
+            })?;
+            table.extend_from_slice(&chunk);
+        }
+        meta.read_part_table(&table)?;
+    }
+    Ok(meta)
 }
 
 /// The ops that record an object's metadata: the metadata attribute, the ETag attribute (what conditional
 /// writes assert on; a delete marker has none, as it is no object), the version attribute (in versioned
 /// buckets: what a new version asserts unchanged), the listing tag of its name entry (what a listing
 /// reads), and its priority.
-pub(crate) fn push_meta_ops<C: Clone, St>(txn: &mut Txn<C, St>, coll: &C, name: &[u8], meta: &ObjectMeta) {
+pub(crate) fn push_meta_ops<C: Clone, St>(
+    txn: &mut Txn<C, St>,
+    coll: &C,
+    name: &[u8],
+    meta: &ObjectMeta,
+) -> LayerResult<()> {
     let (c, n) = (|| coll.clone(), || name.to_vec());
+    debug_assert!(!meta.parts_unread(), "a record is written with its part table");
     txn.push(Op::SetAttr { coll: c(), name: n(), key: ATTR_META.to_vec(), value: meta.encode() });
+    for (i, chunk) in meta.part_table()?.into_iter().flatten().enumerate() {
+        txn.push(Op::SetAttr { coll: c(), name: n(), key: crate::parts::chunk_attr(i), value: chunk });
+    }
     if !meta.delete_marker {
         txn.push(Op::SetAttr { coll: c(), name: n(), key: ATTR_ETAG.to_vec(), value: meta.etag.as_bytes().to_vec() });
     }
@@ -208,6 +236,7 @@ pub(crate) fn push_meta_ops<C: Clone, St>(txn: &mut Txn<C, St>, coll: &C, name: 
     txn.push(Op::SetNameTag { coll: c(), name: n(), tag: crate::meta::ListTag::of(meta).encode() });
     let high = crate::meta::wants_high_priority(&meta.user_metadata);
     txn.push(Op::SetPriority { coll: c(), name: n(), high });
+    Ok(())
 }
 
 async fn ensure_collection<S: Store>(store: &S, name: &str) -> LayerResult<S::Coll> {

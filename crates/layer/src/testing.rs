@@ -44,6 +44,10 @@ pub async fn run_suite<S: Store>(mut new_store: impl FnMut() -> Arc<S>) {
     let encrypting = open(new_store(), cfg).await;
     encryption(&encrypting).await;
     encrypting.shutdown().await.expect("the store closes");
+    let cfg = SemanticsConfig { sse_keys: Some(test_sse_keys()), min_part_bytes: 1, ..Default::default() };
+    let tiny_parts = open(new_store(), cfg).await;
+    uploads_of_many_parts(&tiny_parts, crate::parts::RECORD_PARTS_MAX as u32 + 20).await;
+    tiny_parts.shutdown().await.expect("the store closes");
     let small = open(new_store(), SemanticsConfig { max_object_bytes: 100_000, ..Default::default() }).await;
     object_size_limit(&small).await;
     small.shutdown().await.expect("the store closes");
@@ -1075,6 +1079,56 @@ pub fn customer_key(seed: u8) -> CustomerKey {
     let key = [seed; 32];
     let md5 = b64.encode(Md5::digest(key));
     CustomerKey::from_headers(Some("AES256"), Some(&b64.encode(key)), Some(&md5)).unwrap().unwrap()
+}
+
+/// Uploads of `parts` parts (with more than `RECORD_PARTS_MAX`, their sizes and salts are kept apart from the
+/// metadata record), plain and encrypted (the layer needs SSE keys and `min_part_bytes` of 1): each
+/// completes, and a repeated completion answers it again; it reads back whole, by part number and by
+/// range; a change of its record (tags) keeps its parts; a copy reads back.
+pub async fn uploads_of_many_parts<L: ObjectLayer>(l: &L, parts: u32) {
+    l.create_bucket("many", None).await.unwrap();
+    for (key, sse) in [("plain", None), ("sealed", Some(SseRequest::S3))] {
+        let opts = PutOptions { sse, ..Default::default() };
+        let id = l.create_multipart("many", key, opts).await.unwrap();
+        let mut done = Vec::new();
+        let mut bodies = Vec::new();
+        for p in 1..=parts {
+            let data = pattern(u64::from(p), 1 + (p as usize * 7) % 23);
+            let info = l.upload_part("many", key, &id, p, body(&data, 64)).await.unwrap();
+            done.push(CompletePart { part_number: p, etag: info.etag });
+            bodies.push(data);
+        }
+        let pre = Precondition::default();
+        let meta = l
+            .complete_multipart("many", key, &id, done.clone(), &pre, vec![])
+            .await
+            .unwrap_or_else(|e| panic!("{key}: {e:?}"));
+        assert!(meta.etag.ends_with(&format!("-{parts}")), "{key}: {}", meta.etag);
+        let again = l.complete_multipart("many", key, &id, done, &pre, vec![]).await.unwrap();
+        assert_eq!(again.etag, meta.etag, "{key}: a repeated completion");
+        read_parts(l, key, &bodies).await;
+        l.put_tags("many", key, None, vec![("k".into(), "v".into())]).await.unwrap();
+        read_parts(l, key, &bodies).await;
+        let copy = format!("{key}-copy");
+        l.copy_object("many", key, None, &pre, "many", &copy, None).await.unwrap();
+        assert_eq!(get_all(l, "many", &copy).await.unwrap(), bodies.concat(), "{copy}");
+    }
+}
+
+/// Reads a multipart object whole, by part number (first, middle, last) and its last bytes by range.
+async fn read_parts<L: ObjectLayer>(l: &L, key: &str, bodies: &[Vec<u8>]) {
+    let all = bodies.concat();
+    let pre = Precondition::default();
+    assert_eq!(get_all(l, "many", key).await.unwrap(), all, "{key}: whole");
+    let head = l.head_object("many", key, None, &pre).await.unwrap();
+    assert_eq!(head.part_sizes.len(), bodies.len(), "{key}: its parts");
+    for p in [1, bodies.len() / 2, bodies.len()] {
+        let got = l.get_object("many", key, None, None, Some(p as u32), &pre).await.unwrap();
+        assert_eq!(collect(got.body).await.unwrap(), bodies[p - 1], "{key}: part {p}");
+    }
+    let range = RangeRequest::FromTo { first: all.len() as u64 - 100, last: None };
+    let got = l.get_object("many", key, None, Some(range), None, &pre).await.unwrap();
+    assert_eq!(collect(got.body).await.unwrap(), all[all.len() - 100..], "{key}: its last bytes");
 }
 
 fn encrypted(sse: SseRequest) -> PutOptions {

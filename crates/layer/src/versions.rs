@@ -79,6 +79,20 @@ impl Stamp {
         Stamp { ns, id: meta.version_id.clone() }
     }
 
+    /// The stamp a version attribute (its suffix) names; None for one this build would not write, then
+    /// the metadata record says.
+    pub(crate) fn of_suffix(suffix: &[u8]) -> Option<Stamp> {
+        let s = std::str::from_utf8(suffix).ok()?;
+        let ns = !u64::from_str_radix(s.get(..16)?, 16).ok()?;
+        let id = match s.get(16..)? {
+            NULL => None,
+            _ => Some(s.to_string()),
+        };
+        let stamp = Stamp { ns, id };
+        let valid = stamp.suffix() == s && stamp.id.as_deref().is_none_or(|id| validate_version_id(id).is_ok());
+        valid.then_some(stamp)
+    }
+
     /// A new version after `current` (strictly later, whatever the clock says); `null` or with a fresh id.
     pub(crate) fn next(current: Option<&Stamp>, null: bool) -> Stamp {
         let now = now_ns();
@@ -142,17 +156,10 @@ pub(crate) fn id_of_suffix(suffix: &[u8]) -> Option<String> {
     (!s.ends_with(NULL)).then(|| s.to_string())
 }
 
-/// Copies a version to another name of its key (a clone: data shared, attributes copied) with its
-/// listing tag. Erasure sets have no rename; a clone plus the removal or replacement of the source is one.
-pub(crate) fn push_clone_version<C: Clone, St>(
-    txn: &mut mosaic_store::Txn<C, St>,
-    coll: &C,
-    from: &[u8],
-    to: &[u8],
-    meta: &ObjectMeta,
-) {
-    txn.push(Op::Clone { coll: coll.clone(), from: from.to_vec(), to_coll: coll.clone(), to: to.to_vec() });
-    txn.push(Op::SetNameTag { coll: coll.clone(), name: to.to_vec(), tag: crate::ListTag::of(meta).encode() });
+/// Moves a version to another name of its key: a rename (its data, attributes and listing tag go with the
+/// name; nothing is copied).
+pub(crate) fn push_move_version<C: Clone, St>(txn: &mut mosaic_store::Txn<C, St>, coll: &C, from: &[u8], to: &[u8]) {
+    txn.push(Op::Rename { coll: coll.clone(), from: from.to_vec(), to_coll: coll.clone(), to: to.to_vec() });
 }
 
 /// Whether a stored version is the one a client names ("null" names the null version).
@@ -245,29 +252,34 @@ impl<S: Store> S3Semantics<S> {
         let current = match snap.lookup(coll, &name).await? {
             Some(info) => {
                 let raw_vid = snap.attr(&info.obj, ATTR_VERSION).await?;
-                let meta = read_meta(&snap, &info.obj, bucket, key).await?;
-                Some((raw_vid, Stamp::of(&meta), meta))
+                // The version attribute names the stamp; only versions written without one (unversioned
+                // buckets, older builds) need their metadata record read.
+                let stamp = match raw_vid.as_deref().and_then(Stamp::of_suffix) {
+                    Some(stamp) => stamp,
+                    None => Stamp::of(&read_meta(&snap, &info.obj, bucket, key).await?),
+                };
+                Some((raw_vid, stamp))
             }
             None => None,
         };
-        let expected = current.as_ref().and_then(|(raw, _, _)| raw.clone());
+        let expected = current.as_ref().and_then(|(raw, _)| raw.clone());
         let asserted_at =
             txn.push(Op::AssertAttr { coll: coll.clone(), name: name.clone(), key: ATTR_VERSION.to_vec(), expected });
         let null = versioning == Versioning::Suspended;
         let mut kept = None;
-        if let Some((_, cur, meta)) = &current {
+        if let Some((_, cur)) = &current {
             // A null version is replaced by a new null version; every other version is kept. The caller
             // replaces the key's name (reset or clone), which removes what is there.
             if !(null && cur.id.is_none()) {
                 let to = noncurrent_name(key, &cur.suffix());
-                push_clone_version(txn, coll, &name, &to, meta);
+                push_move_version(txn, coll, &name, &to);
                 kept = Some(to);
             }
         }
         if null && let Some(old_null) = self.noncurrent_null(&snap, coll, key).await? {
             txn.push(Op::Remove { coll: coll.clone(), name: old_null });
         }
-        let stamp = Stamp::next(current.as_ref().map(|(_, s, _)| s), null);
+        let stamp = Stamp::next(current.as_ref().map(|(_, s)| s), null);
         Ok(NewVersion { stamp, asserted_at: Some(asserted_at), kept, _lock: Some(lock) })
     }
 
@@ -366,6 +378,22 @@ mod tests {
         assert_eq!(mosaic_store::locator(&n_old), b"k", "a version is placed with its key");
         assert_eq!(parse_name(b"k\0x\0other"), None);
         assert_eq!(parse_name(b"k\0x"), None);
+    }
+
+    #[test]
+    fn a_version_attribute_names_its_stamp() {
+        for null in [false, true] {
+            let stamp = Stamp::next(Some(&Stamp { ns: 1_700_000_000_000_000_000, id: None }), null);
+            assert_eq!(Stamp::of_suffix(stamp.suffix().as_bytes()), Some(stamp));
+        }
+        let id = format!("{:016x}{:016x}", !5u64, 9);
+        for bad in [&b""[..], b"null", b"0123", &id.as_bytes()[..31], id.to_uppercase().as_bytes(), b"\xff\xfe"] {
+            assert_eq!(Stamp::of_suffix(bad), None, "{}", bad.escape_ascii());
+        }
+        let mut null_upper = format!("{:016X}null", !5u64);
+        assert_eq!(Stamp::of_suffix(null_upper.as_bytes()), None, "a suffix this build would not write");
+        null_upper.make_ascii_lowercase();
+        assert_eq!(Stamp::of_suffix(null_upper.as_bytes()), Some(Stamp { ns: 5, id: None }));
     }
 
     #[test]

@@ -60,6 +60,8 @@ pub enum Op<C, S> {
         name: Vec<u8>,
     },
     /// Renames an object, replacing any object at the destination (attributes and name tag move with it).
+    /// An erasure set renames within one collection, before any other change to the source or the
+    /// destination in the transaction, and the destination takes no change after it (a clone may read it).
     Rename {
         coll: C,
         from: Vec<u8>,

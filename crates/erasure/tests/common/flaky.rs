@@ -14,6 +14,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 pub struct Faults {
     pub collections: AtomicBool,
     pub lookups: AtomicBool,
+    /// Commits fail before they reach the drive.
+    pub commits: AtomicBool,
 }
 
 impl Faults {
@@ -99,6 +101,7 @@ impl<S: Store> Store for Flaky<S> {
         self.inner.stage(buf, len_bytes, hint).await
     }
     async fn commit(&self, txn: Txn<S::Coll, S::Staged>) -> StoreResult<Outcome> {
+        Faults::check(&self.faults.commits, "commit")?;
         self.inner.commit(txn).await
     }
     fn hold_priority(&self) -> PriorityHold {
