@@ -43,7 +43,10 @@ pub(crate) fn chunk_count(count: usize, salted: bool) -> usize {
 
 /// The table's chunks, in order. Salts are hex, as the metadata record keeps them.
 pub(crate) fn encode(sizes: &[u64], salts: Option<&[String]>) -> LayerResult<Vec<Vec<u8>>> {
-    assert!(sizes.len() <= crate::MAX_PARTS as usize, "at most 10,000 parts");
+    // Sizes come from stored part records: a damaged one is an error, never a panic.
+    if sizes.len() > crate::MAX_PARTS as usize || sizes.iter().any(|s| *s > crate::MAX_PART_BYTES) {
+        return Err(LayerError::Corrupt("a part table past 10,000 parts or 5 GiB a part".into()));
+    }
     if let Some(s) = salts
         && s.len() != sizes.len()
     {
@@ -54,7 +57,6 @@ pub(crate) fn encode(sizes: &[u64], salts: Option<&[String]>) -> LayerResult<Vec
     v.extend_from_slice(&(sizes.len() as u32).to_be_bytes());
     v.push(if salts.is_some() { FLAG_SALTS } else { 0 });
     for size in sizes {
-        assert!(*size <= crate::MAX_PART_BYTES, "a part is at most 5 GiB");
         v.extend_from_slice(&size.to_be_bytes()[8 - SIZE_BYTES..]);
     }
     for salt in salts.unwrap_or_default() {
@@ -128,6 +130,8 @@ mod tests {
         bad_salts[7] = "not hex".into();
         assert!(encode(&sizes, Some(&bad_salts)).is_err());
         assert!(encode(&sizes, Some(&salts[1..])).is_err());
+        assert!(encode(&[crate::MAX_PART_BYTES + 1], None).is_err(), "a size past 5 GiB");
+        assert!(encode(&vec![1; n + 1], None).is_err(), "past 10,000 parts");
         // An unknown version with a valid checksum is refused too.
         let mut v = encode(&sizes[..3], None).unwrap().concat();
         v[0] = 2;
