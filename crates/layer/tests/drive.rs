@@ -242,6 +242,6 @@ async fn an_upload_of_10000_parts_completes_and_reads() {
         ..Default::default()
     };
     let layer = S3Semantics::open(Arc::new(DriveStore::new(engine)), cfg).await.unwrap();
-    mosaic_layer::testing::uploads_of_many_parts(&layer, MAX_PARTS).await;
+    mosaic_layer::testing::uploads_of_many_parts(&layer, MAX_PARTS, true).await;
     layer.shutdown().await.unwrap();
 }
