@@ -12,6 +12,7 @@ WORKLOADS=(
   "list|--workload list --objects 100000 --prefixes 100 --concurrency 1"
   "list-c2|--workload list --objects 100000 --prefixes 100 --concurrency 2"
   "list-versions|--workload list --objects 100000 --prefixes 100 --concurrency 1 --versioning --versions 3"
+  "list-versions-lean|--workload list --objects 100000 --prefixes 100 --concurrency 1 --versioning --versions 3 --list-client lean"
   "create|--workload create --concurrency 16"
   "append|--workload append --objects 64 --concurrency 16"
   "tenants|--workload tenants --tenants cosbench-b,cosbench-d:1MiB-16MiB --objects 32 --concurrency 8"

@@ -634,8 +634,10 @@ async fn list_entries<S: Store>(
     limit: usize,
 ) -> StoreResult<Vec<NameEntry<SetObj<S>>>> {
     let quorum = set.geometry().read_quorum();
-    let mut out = Vec::new();
+    let mut out = Vec::with_capacity(limit.min(LIST_PREALLOC_ENTRIES));
     let mut from = from.to_vec();
+    // The tags the drives hold for one name (reused: a page is thousands of names).
+    let mut tags: Vec<Option<Vec<u8>>> = Vec::with_capacity(set.drives());
     // Each step moves past at least one drive's whole page; names that too few drives hold (a stale drive's)
     // are skipped, at most LIST_STEPS_MAX pages of them.
     for _ in 0..LIST_STEPS_MAX {
@@ -662,23 +664,30 @@ async fn list_entries<S: Store>(
         // Names past the end of a full page may be missing from it: stop there.
         let horizon: Option<Vec<u8>> =
             pages.iter().flatten().filter(|p| p.len() == want).filter_map(|p| p.last().map(|e| e.name.clone())).min();
-        let mut merged: BTreeMap<Vec<u8>, Vec<Option<Vec<u8>>>> = BTreeMap::new();
-        for page in pages.into_iter().flatten() {
-            for e in page {
-                if horizon.as_ref().is_some_and(|h| e.name > *h) {
-                    continue;
+        // The drives' pages merged in name order: each page with the position of its next name.
+        let mut cursors: Vec<(Vec<NameEntry<S::Obj>>, usize)> = pages.into_iter().flatten().map(|p| (p, 0)).collect();
+        while let Some(first) = next_name(&cursors, horizon.as_deref()) {
+            let (name, tag) = {
+                let (page, at) = &mut cursors[first];
+                let e = &mut page[*at];
+                *at += 1;
+                (std::mem::take(&mut e.name), e.tag.take())
+            };
+            tags.clear();
+            tags.push(tag);
+            for (i, (page, at)) in cursors.iter_mut().enumerate() {
+                if i != first
+                    && let Some(e) = page.get_mut(*at)
+                    && e.name == name
+                {
+                    tags.push(e.tag.take());
+                    *at += 1;
                 }
-                merged.entry(e.name).or_default().push(e.tag);
             }
-        }
-        let exhausted = horizon.is_none();
-        for (name, tags) in merged {
             if tags.len() < quorum {
                 continue;
             }
-            from = name.clone();
-            from.push(0);
-            let tag = most_common(tags);
+            let tag = most_common(&mut tags);
             let obj = SetObj {
                 coll: coll.clone(),
                 name: name.as_slice().into(),
@@ -689,8 +698,8 @@ async fn list_entries<S: Store>(
                 return Ok(out);
             }
         }
+        debug_assert!(out.windows(2).all(|w| w[0].name < w[1].name), "a listing is in name order");
         match horizon {
-            _ if exhausted => return Ok(out),
             Some(h) => {
                 from = h;
                 from.push(0);
@@ -704,14 +713,72 @@ async fn list_entries<S: Store>(
     )))
 }
 
+/// A listing reserves room for at most this many entries up front (a page asks for about 1,000).
+const LIST_PREALLOC_ENTRIES: usize = 1024;
+
 /// Pages a listing step walks past at most for names that too few drives hold.
 const LIST_STEPS_MAX: usize = 10_000;
 
-/// The value most drives hold (drives holding a stale version are the minority).
-fn most_common(values: Vec<Option<Vec<u8>>>) -> Option<Vec<u8>> {
-    let mut counts: BTreeMap<Option<Vec<u8>>, usize> = BTreeMap::new();
-    for v in values {
-        *counts.entry(v).or_default() += 1;
+/// The page whose next name comes first, among names up to `horizon` (None: every page is merged).
+fn next_name<O>(cursors: &[(Vec<NameEntry<O>>, usize)], horizon: Option<&[u8]>) -> Option<usize> {
+    let mut first: Option<(usize, &[u8])> = None;
+    for (i, (page, at)) in cursors.iter().enumerate() {
+        let Some(e) = page.get(*at) else { continue };
+        if horizon.is_some_and(|h| e.name.as_slice() > h) {
+            continue;
+        }
+        if first.is_none_or(|(_, name)| e.name.as_slice() < name) {
+            first = Some((i, &e.name));
+        }
     }
-    counts.into_iter().max_by_key(|(_, n)| *n).and_then(|(v, _)| v)
+    first.map(|(i, _)| i)
+}
+
+/// The value most drives hold (drives holding a stale version are the minority); between values held
+/// equally often, the greatest. Takes it out of `values`.
+fn most_common(values: &mut [Option<Vec<u8>>]) -> Option<Vec<u8>> {
+    debug_assert!(!values.is_empty());
+    // The common case: every drive holds the same.
+    if values.iter().all(|v| *v == values[0]) {
+        return values.first_mut().and_then(Option::take);
+    }
+    let count = |v: &Option<Vec<u8>>| values.iter().filter(|w| *w == v).count();
+    let best =
+        (0..values.len()).max_by(|&a, &b| count(&values[a]).cmp(&count(&values[b])).then(values[a].cmp(&values[b])));
+    best.and_then(|i| values[i].take())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(name: &str, tag: &str) -> NameEntry<()> {
+        NameEntry { name: name.as_bytes().to_vec(), obj: (), tag: Some(tag.as_bytes().to_vec()) }
+    }
+
+    #[test]
+    fn most_common_takes_the_majority_and_breaks_ties_by_the_greatest() {
+        let t = |s: &str| Some(s.as_bytes().to_vec());
+        assert_eq!(most_common(&mut [t("a"), t("a"), t("a")]), t("a"));
+        assert_eq!(most_common(&mut [t("b"), t("a"), t("a")]), t("a"));
+        assert_eq!(most_common(&mut [None, None, t("a")]), None);
+        assert_eq!(most_common(&mut [t("a"), t("b")]), t("b"));
+        assert_eq!(most_common(&mut [t("b"), t("a")]), t("b"));
+        assert_eq!(most_common(&mut [None]), None);
+    }
+
+    #[test]
+    fn next_name_is_the_smallest_head_within_the_horizon() {
+        let cursors = vec![
+            (vec![entry("a", "1"), entry("c", "1")], 1),
+            (vec![entry("b", "2"), entry("d", "2")], 0),
+            (vec![], 0),
+            (vec![entry("z", "3")], 1),
+        ];
+        assert_eq!(next_name(&cursors, None), Some(1));
+        assert_eq!(next_name(&cursors, Some(b"b")), Some(1));
+        assert_eq!(next_name(&cursors, Some(b"a")), None);
+        let done: Vec<(Vec<NameEntry<()>>, usize)> = vec![(vec![entry("a", "1")], 1)];
+        assert_eq!(next_name(&done, None), None);
+    }
 }

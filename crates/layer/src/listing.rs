@@ -175,6 +175,8 @@ impl<S: Store> S3Semantics<S> {
         let delim = q.delimiter.as_deref().filter(|d| !d.is_empty());
         let mut from = self.versions_start(&snap, &coll, bucket, q).await?;
         let mut returned = 0usize;
+        // Whether the last thing returned is a common prefix (else a version): the markers name it.
+        let mut last_is_prefix = false;
         // Every step returns an entry or common prefix, or ends the walk (or skips a prefix returned by the
         // previous page, once).
         'outer: for _ in 0..max_keys + 2 {
@@ -201,23 +203,21 @@ impl<S: Store> S3Semantics<S> {
                     if cp.as_str() <= q.key_marker.as_str() {
                         continue 'outer;
                     }
-                    page.next_key_marker = Some(cp.clone());
-                    page.next_version_id_marker = None;
+                    last_is_prefix = true;
                     page.common_prefixes.push(cp);
                     returned += 1;
                     continue 'outer;
                 }
-                let tag = match entry.tag.as_deref().and_then(ListTag::decode) {
+                let mut tag = match entry.tag.as_deref().and_then(ListTag::decode) {
                     Some(t) => t,
                     // Written before listing tags existed: the metadata record is the truth.
                     None => ListTag::of(&crate::semantics::read_meta(&snap, &entry.obj, bucket, &key).await?),
                 };
                 let version_id = match suffix {
-                    None => tag.version_id.clone(),
+                    None => tag.version_id.take(),
                     Some(s) => versions::id_of_suffix(s),
                 };
-                page.next_key_marker = Some(key.clone());
-                page.next_version_id_marker = Some(version_id.clone().unwrap_or_else(|| "null".into()));
+                last_is_prefix = false;
                 page.versions.push(ListedVersion {
                     key,
                     version_id,
@@ -232,14 +232,15 @@ impl<S: Store> S3Semantics<S> {
                 from.push(0);
             }
             if batch_len < want {
-                page.next_key_marker = None;
-                page.next_version_id_marker = None;
                 return Ok(page);
             }
         }
-        // Cut by the page size: the markers name the last entry returned.
-        if page.next_key_marker.is_none() {
-            page.next_version_id_marker = None;
+        // Cut by the page size: the markers name the last thing returned.
+        if last_is_prefix {
+            page.next_key_marker = page.common_prefixes.last().cloned();
+        } else if let Some(v) = page.versions.last() {
+            page.next_key_marker = Some(v.key.clone());
+            page.next_version_id_marker = Some(v.version_id.clone().unwrap_or_else(|| "null".into()));
         }
         Ok(page)
     }

@@ -44,6 +44,15 @@ enum WorkloadArg {
     Aligned,
 }
 
+/// The client that walks a `list` run's listing.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum ListClient {
+    /// aws-sdk-s3, like every other operation of the bench.
+    Sdk,
+    /// Signed GETs whose XML is scanned, not deserialized.
+    Lean,
+}
+
 #[derive(Clone, Copy, ValueEnum)]
 enum ModeArg {
     /// Unaligned pieces go to the fragment log in the KV store (no read on the write path).
@@ -314,6 +323,10 @@ pub struct S3BenchArgs {
     /// list with --versioning: write each key this many times and list with ListObjectVersions.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=mosaic_bench::s3::MAX_LIST_VERSIONS as i64))]
     versions: u32,
+    /// list: the client that walks the listing: the SDK (aws-sdk-s3), or lean (signed GETs whose XML is
+    /// scanned for counts and markers, not deserialized: the client's share of a page is then small).
+    #[arg(long, value_enum, default_value = "sdk")]
+    list_client: ListClient,
     /// Give the bucket SSE-S3 default encryption before the run (every PUT is encrypted at rest).
     #[arg(long)]
     sse_s3: bool,
@@ -369,6 +382,10 @@ fn run_s3(a: S3BenchArgs) -> Result<ExitCode, String> {
     o.versions = a.versions;
     if a.versions > 1 && !(a.versioning && a.workload == S3Workload::List) {
         return Err("--versions is for the list workload with --versioning".into());
+    }
+    o.lean_list = a.list_client == ListClient::Lean;
+    if o.lean_list && a.workload != S3Workload::List {
+        return Err("--list-client is for the list workload".into());
     }
     o.sse_s3 = a.sse_s3;
     o.progress = !a.json;

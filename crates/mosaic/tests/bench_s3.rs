@@ -43,6 +43,11 @@ fn every_workload_runs_against_mosaic_and_writes_its_report() {
         ("read-only", vec!["--size", "4KiB", "--mix", "100/0/0"]),
         ("list", vec!["--objects", "2500", "--prefixes", "3"]),
         ("list", vec!["--objects", "300", "--prefixes", "3", "--versioning", "--versions", "3"]),
+        (
+            "list",
+            vec!["--objects", "300", "--prefixes", "3", "--versioning", "--versions", "3", "--list-client", "lean"],
+        ),
+        ("list", vec!["--objects", "2500", "--prefixes", "3", "--list-client", "lean"]),
         ("create", vec![]),
         ("append", vec![]),
         ("tenants", vec!["--tenants", "cosbench-b:1KiB-8KiB,cosbench-d:64KiB-128KiB"]),
@@ -149,7 +154,8 @@ fn the_same_seed_issues_the_same_keys_and_sizes() {
 
 #[test]
 fn bad_arguments_get_clear_errors() {
-    let cases: [(&[&str], &str); 10] = [
+    let cases: [(&[&str], &str); 11] = [
+        (&["--workload", "cosbench-a", "--list-client", "lean"], "--list-client is for the list workload"),
         (&["--workload", "list", "--versions", "3"], "--versions is for the list workload with --versioning"),
         (&["--workload", "list", "--versioning", "--versions", "101"], "101"),
         (&["--workload", "read-only", "--mix", "90/20/0"], "adding up to 100"),

@@ -1730,7 +1730,7 @@ impl S3 for MosaicS3 {
                 });
             } else {
                 versions.push(ObjectVersion {
-                    e_tag: Some(etag_of(&v.etag)),
+                    e_tag: Some(ETag::Strong(v.etag)),
                     is_latest: Some(v.is_latest),
                     key: Some(enc(v.key)),
                     last_modified: Some(ts(v.last_modified_unix_ms)),

@@ -2,6 +2,7 @@
 //! failure) and a per-operation timeout. Bodies stream from the pool and are verified while they stream.
 
 use super::body::{BodySpec, Pool, PoolBody, Verifier, VerifyMode, key_hash};
+use super::lean_list::{LeanLister, ListRequest};
 use super::recorder::ErrorClass;
 use aws_credential_types::Credentials;
 use aws_sdk_s3::config::{BehaviorVersion, Region, RequestChecksumCalculation, ResponseChecksumValidation};
@@ -22,6 +23,8 @@ pub struct ListPage {
 #[derive(Clone)]
 pub struct BenchClient {
     s3: aws_sdk_s3::Client,
+    /// Lists through this instead of the SDK when set (`--list-client lean`).
+    lean: Option<LeanLister>,
     pool: Pool,
     timeout: Duration,
 }
@@ -64,7 +67,11 @@ impl BenchClient {
         if let Some(pem) = ca_pem {
             conf = conf.http_client(https_client(pem)?);
         }
-        Ok(BenchClient { s3: aws_sdk_s3::Client::from_conf(conf.build()), pool, timeout })
+        Ok(BenchClient { s3: aws_sdk_s3::Client::from_conf(conf.build()), lean: None, pool, timeout })
+    }
+
+    pub fn use_lean_lister(&mut self, lean: LeanLister) {
+        self.lean = Some(lean);
     }
 
     pub fn pool(&self) -> &Pool {
@@ -182,6 +189,10 @@ impl BenchClient {
         token: Option<String>,
         max_keys: i32,
     ) -> Result<ListPage, OpError> {
+        if let Some(lean) = &self.lean {
+            let r = ListRequest { bucket, prefix, delimiter, max_keys, versions: false, token };
+            return self.timed(lean.page(r)).await;
+        }
         self.timed(async {
             let out = self
                 .s3
@@ -212,6 +223,10 @@ impl BenchClient {
         token: Option<String>,
         max_keys: i32,
     ) -> Result<ListPage, OpError> {
+        if let Some(lean) = &self.lean {
+            let r = ListRequest { bucket, prefix, delimiter, max_keys, versions: true, token };
+            return self.timed(lean.page(r)).await;
+        }
         let (key_marker, version_marker) = match token.as_deref().and_then(|t| t.split_once('\0')) {
             Some((k, v)) => (Some(k.to_string()), Some(v.to_string()).filter(|v| !v.is_empty())),
             None => (None, None),

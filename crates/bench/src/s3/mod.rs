@@ -6,6 +6,7 @@
 pub mod body;
 pub mod client;
 pub mod drive_io;
+pub mod lean_list;
 pub mod output;
 pub mod plan;
 pub mod recorder;
@@ -54,6 +55,8 @@ pub struct S3BenchOptions {
     /// `list` with versioning: each key is written this many times and the listers walk
     /// ListObjectVersions (every version is one listed entry). 1 to `MAX_LIST_VERSIONS`.
     pub versions: u32,
+    /// `list`: walk the listing with the lean client (signed GETs, XML scanned) instead of the SDK.
+    pub lean_list: bool,
     /// Give the bucket SSE-S3 default encryption before the run (every PUT is then encrypted at rest).
     pub sse_s3: bool,
     /// Print a live progress line on stderr.
@@ -91,6 +94,7 @@ impl S3BenchOptions {
             keep: false,
             versioning: false,
             versions: 1,
+            lean_list: false,
             sse_s3: false,
             progress: false,
             drive_metrics: None,

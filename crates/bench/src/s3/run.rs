@@ -3,6 +3,7 @@
 use super::body::{Pool, VerifyMode};
 use super::client::BenchClient;
 use super::drive_io;
+use super::lean_list::LeanLister;
 use super::plan::{OpKind, S3Workload, SizeRange, Step, WorkerPlan, step_hash};
 use super::recorder::Recorder;
 use super::{ListResult, PriorityResult, RunConfig, S3BenchOptions, S3BenchResult, TimePoint, Totals, VerifyResult};
@@ -28,8 +29,25 @@ pub async fn run_s3_bench(o: &S3BenchOptions) -> Result<S3BenchResult, String> {
         Some(path) => Some(std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?),
         None => None,
     };
-    let client =
-        BenchClient::new(&o.endpoint, &o.access_key, &o.secret_key, &o.region, ca_pem, Pool::new(o.seed), o.timeout)?;
+    let mut client = BenchClient::new(
+        &o.endpoint,
+        &o.access_key,
+        &o.secret_key,
+        &o.region,
+        ca_pem.clone(),
+        Pool::new(o.seed),
+        o.timeout,
+    )?;
+    if o.lean_list {
+        client.use_lean_lister(LeanLister::new(
+            &o.endpoint,
+            &o.access_key,
+            &o.secret_key,
+            &o.region,
+            ca_pem.as_deref(),
+            o.timeout,
+        )?);
+    }
     match o.workload {
         S3Workload::Tenants => run_tenants(o, &client).await,
         S3Workload::List => run_list(o, &client).await,
