@@ -14,6 +14,7 @@ use std::time::Duration;
 
 pub type OpError = (ErrorClass, String);
 
+#[derive(Debug, PartialEq)]
 pub struct ListPage {
     pub keys: u64,
     pub prefixes: Vec<String>,
