@@ -88,7 +88,11 @@ pub async fn build(
         // Every node writes to every group; only the group's owner settles undo logs at open (writes old
         // enough not to be in flight elsewhere) and heals.
         let owner = owner_of(map, set) == Some(me);
+        // While it moves, writes must also reach the drives its step keeps (fewer than k are kept only when
+        // more than m drives of the set are gone, and then there is nothing to keep).
+        let kept_drives = map.kept_slots(entry).filter(|kept| kept.count_ones() >= u32::from(map.data_shards));
         let cfg = SetConfig {
+            kept_drives,
             settle_at_open: if owner { Settle::OlderThan(SETTLE_GRACE) } else { Settle::Never },
             heal_in_background: owner && set_cfg.heal_in_background,
             scan_interval: set_cfg.scan_interval.filter(|_| owner),

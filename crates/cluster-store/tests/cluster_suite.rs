@@ -28,6 +28,8 @@ struct Cluster {
     /// Per node: its drives by id.
     local: Vec<HashMap<DriveId, DriveStore>>,
     client: RpcClient,
+    /// Every drive's simulated device, by id (to fail one).
+    devices: HashMap<DriveId, SimDevice>,
     stops: Vec<oneshot::Sender<()>>,
     _dirs: Vec<tempfile::TempDir>,
 }
@@ -45,6 +47,7 @@ impl Cluster {
         })
         .unwrap();
         let (mut local, mut stops, mut dirs) = (Vec::new(), Vec::new(), Vec::new());
+        let mut devices = HashMap::new();
         for node in 0..NODES {
             let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
             let address = listener.local_addr().unwrap().to_string();
@@ -63,12 +66,15 @@ impl Cluster {
                     kv_block_cache_bytes: 8 << 20,
                     ..Default::default()
                 };
-                let engine = Engine::format(dir.path(), Arc::new(SimDevice::new(DRIVE_BYTES)), config).unwrap();
+                let device = SimDevice::new(DRIVE_BYTES);
+                let engine = Engine::format(dir.path(), Arc::new(device.clone()), config).unwrap();
                 let drive = DriveStore::new(engine);
                 let name = format!("d{d}");
                 served.insert(name.clone(), Arc::new(drive.clone()));
                 // Ids come in the order drives are added: node by node, drive by drive.
-                drives.insert((node as usize * DRIVES_PER_NODE + d) as DriveId, drive);
+                let id = (node as usize * DRIVES_PER_NODE + d) as DriveId;
+                drives.insert(id, drive);
+                devices.insert(id, device);
                 changes.push(Change::AddDrive { node, name, weight: 100 });
                 dirs.push(dir);
             }
@@ -86,7 +92,7 @@ impl Cluster {
             }
         }
         assert_eq!(map.pgs.len(), PG_COUNT as usize);
-        Cluster { map, local, client: RpcClient::new(secret).unwrap(), stops, _dirs: dirs }
+        Cluster { map, local, client: RpcClient::new(secret).unwrap(), devices, stops, _dirs: dirs }
     }
 
     /// The cluster's store as node `me` composes it.
@@ -186,6 +192,61 @@ async fn every_node_reads_and_lists_what_one_node_wrote() {
             assert_eq!(get_all(layer, &key).await, seen);
         }
     }
+    cluster.stop();
+}
+
+/// While a group moves, a node's store acknowledges the group's writes only once the drives its step keeps
+/// hold them (`ClusterMap::kept_slots`): with one of those drives failed, a write that a quorum of the
+/// served set would take is refused, while a group whose served set has that drive and does not keep it
+/// (a step leaving it, or no move) takes its write from the same drives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_moving_group_refuses_a_write_its_step_would_not_keep() {
+    let mut cluster = Cluster::start().await;
+    // A fourth node makes some groups move (its drives never answer: only the map matters here).
+    let (address, zone) = ("127.0.0.1:1".to_string(), "z".to_string());
+    let mut changes = vec![Change::AddNode { node: NODES, address: address.clone(), s3_address: address, zone }];
+    changes.extend((0..2).map(|d| Change::AddDrive { node: NODES, name: format!("d{d}"), weight: 100 }));
+    cluster.map.apply(&Change::Batch(changes)).unwrap();
+    let map = &cluster.map;
+    // A drive that one moving group keeps and another group serves without keeping it.
+    let kept_by = |pg: usize, drive: DriveId| {
+        let entry = &map.pgs[pg];
+        let slot = entry.served().iter().position(|d| *d == drive);
+        slot.map(|s| map.kept_slots(entry).is_some_and(|kept| kept & (1 << s) != 0))
+    };
+    let groups = 0..map.pgs.len();
+    let (drive, keeping, other) = map
+        .drives
+        .keys()
+        .find_map(|d| {
+            let keeping = groups.clone().find(|pg| kept_by(*pg, *d) == Some(true))?;
+            let other = groups.clone().find(|pg| kept_by(*pg, *d) == Some(false))?;
+            Some((*d, keeping, other))
+        })
+        .expect("the fourth node's placement moves some groups");
+    let key_in = |pg: usize| {
+        (0..10_000).map(|i| format!("k{i}")).find(|k| pg_of(k.as_bytes(), PG_COUNT) as usize == pg).unwrap()
+    };
+    let layer = S3Semantics::open(Arc::new(cluster.store(0).await), SemanticsConfig::default()).await.unwrap();
+    layer.create_bucket("bkt", None).await.unwrap();
+    let put = |key: String| {
+        let layer = &layer;
+        async move { layer.put_object("bkt", &key, body(&pattern(1, 20_000), 65_536), PutOptions::default()).await }
+    };
+    put(key_in(keeping)).await.unwrap();
+    cluster.devices[&drive].set_failing(true);
+    let refused = put(key_in(keeping)).await;
+    assert!(matches!(refused, Err(LayerError::Unavailable(_))), "group {keeping}: {refused:?}");
+    put(key_in(other)).await.unwrap_or_else(|e| panic!("group {other}: {e:?}"));
+    // Once the drive's node is marked down, the group's step waits for it (its report is refused) and
+    // its writes need only their quorum: a node failure during a move stops no write.
+    let node = cluster.map.drives[&drive].node;
+    cluster.map.apply(&Change::SetNodeState { node, state: mosaic_cluster::NodeState::Down }).unwrap();
+    assert_eq!(cluster.map.kept_slots(&cluster.map.pgs[keeping]), None);
+    let layer = S3Semantics::open(Arc::new(cluster.store(0).await), SemanticsConfig::default()).await.unwrap();
+    let data = pattern(2, 20_000);
+    layer.put_object("bkt", &key_in(keeping), body(&data, 65_536), PutOptions::default()).await.unwrap();
+    assert_eq!(get_all(&layer, &key_in(keeping)).await, data);
     cluster.stop();
 }
 

@@ -99,8 +99,8 @@ pub struct ClusterMap {
     pub next_drive_id: DriveId,
     /// Empty until the cluster has enough failure domains for one set, then `pg_count` entries.
     pub pgs: Vec<PgEntry>,
-    /// The epoch at which some group's served set last changed (a move's step done, a node removed): the
-    /// rebalancer waits until every node serves it before it moves on.
+    /// The epoch at which some group's served set or the slots its step keeps last changed (a move begun or
+    /// a step done, a node removed): the rebalancer waits until every node serves it before it fills a step.
     #[serde(default)]
     pub placement_epoch: u64,
     /// Set by `admin cluster rebalance pause`: groups keep serving where they are; no move starts.
@@ -246,7 +246,7 @@ impl ClusterMap {
             next.place()?;
         }
         next.epoch += 1;
-        if next.served_sets() != self.served_sets() {
+        if next.served_placement() != self.served_placement() {
             next.placement_epoch = next.epoch;
         }
         next.check_invariants();
@@ -374,8 +374,10 @@ impl ClusterMap {
             return Err(MapError::NotBootstrapped);
         }
         let entry = self.pgs.get(pg as usize).ok_or(MapError::Invalid(format!("no group {pg}")))?;
-        // Only the step being served: a later change of placement makes the report stale.
-        if entry.from.is_none() || self.step_target(entry) != reached {
+        // Only the step being served: a later change of placement makes the report stale, and so does a
+        // node of the served set marked down since (writes of the group went to a quorum without the kept
+        // drives' rule meanwhile: `kept_slots`).
+        if entry.from.is_none() || self.step_target(entry) != reached || self.kept_slots(entry).is_none() {
             return Err(MapError::StaleMove { pg });
         }
         let entry = &mut self.pgs[pg as usize];
@@ -389,6 +391,28 @@ impl ClusterMap {
     /// Every group's served set.
     pub fn served_sets(&self) -> Vec<&[DriveId]> {
         self.pgs.iter().map(PgEntry::served).collect()
+    }
+
+    /// What every node must serve before a group's step is filled: each group's served set and, while it
+    /// moves, the slots its step keeps (writes must reach them: `SetConfig::kept_drives`).
+    pub fn served_placement(&self) -> Vec<(&[DriveId], Option<u16>)> {
+        self.pgs.iter().map(|e| (e.served(), self.kept_slots(e))).collect()
+    }
+
+    /// The slots of group `entry`'s served set that its next step keeps (a bit per slot), or None when it
+    /// does not move. A write acknowledged on enough of them keeps k shards where the group is served
+    /// after the step, whatever happens to the drives the step leaves. Also None while a drive of the
+    /// served set is on a node marked down: the step waits for the node (its report is refused, and the
+    /// set is healed whole before the next fill), so the group's writes need only their quorum meanwhile
+    /// and a node failure during a move stops no write.
+    pub fn kept_slots(&self, entry: &PgEntry) -> Option<u16> {
+        let from = entry.from.as_ref()?;
+        if from.iter().any(|d| self.drive_is_on_a_down_node(*d)) {
+            return None;
+        }
+        let target = self.step_target(entry);
+        debug_assert!(from.len() <= 16 && from.len() == target.len());
+        Some(from.iter().zip(&target).enumerate().filter(|(_, (a, b))| a == b).fold(0, |mask, (i, _)| mask | 1 << i))
     }
 
     /// The set group `entry`'s next step moves to: its set when it is not moving, else the set it moves
@@ -420,6 +444,13 @@ impl ClusterMap {
         }
         debug_assert!(serving != *from || differing.is_empty(), "every step moves");
         serving
+    }
+
+    /// Whether drive `id` is in the map on a node marked down or dead.
+    fn drive_is_on_a_down_node(&self, id: DriveId) -> bool {
+        self.drives.get(&id).is_some_and(|d| {
+            self.nodes.get(&d.node).is_none_or(|n| matches!(n.state, NodeState::Down | NodeState::Dead))
+        })
     }
 
     /// The drives of `node`.

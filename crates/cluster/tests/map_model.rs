@@ -70,8 +70,9 @@ fn change_of(map: &ClusterMap, next_node: &mut u64, op: &Op) -> Option<Change> {
 }
 
 fn check(before: &ClusterMap, after: &ClusterMap, change: &Change) {
-    // The placement epoch moves exactly when some group is served from other drives.
-    if before.served_sets() != after.served_sets() {
+    // The placement epoch moves exactly when some group is served from other drives or its step keeps
+    // other slots.
+    if before.served_placement() != after.served_placement() {
         assert_eq!(after.placement_epoch, after.epoch);
     } else {
         assert_eq!(after.placement_epoch, before.placement_epoch);
@@ -135,6 +136,23 @@ fn check_serving(map: &ClusterMap, pg: &PgEntry) {
         assert!(serving[i] == pg.set[i] || map.drives.contains_key(&from[i]), "a gone drive is swapped first");
     }
     assert!(swapped_live <= map.parity_shards as usize);
+    // The slots the step keeps are exactly those it does not swap; while no more than m drives of the set
+    // are gone, at least k of them (writes acknowledged on them survive the step).
+    let down = from.iter().any(|d| {
+        map.drives.get(d).is_some_and(|d| matches!(map.nodes[&d.node].state, NodeState::Down | NodeState::Dead))
+    });
+    let Some(kept) = map.kept_slots(pg) else {
+        assert!(down, "a moving group keeps slots unless a node of its served set is down");
+        return;
+    };
+    assert!(!down);
+    for i in 0..serving.len() {
+        assert_eq!(kept & (1 << i) != 0, serving[i] == from[i]);
+    }
+    let gone = from.iter().filter(|d| !map.drives.contains_key(d)).count();
+    if gone <= map.parity_shards as usize {
+        assert!(kept.count_ones() as usize >= map.data_shards as usize, "{kept:#b}");
+    }
 }
 
 proptest! {
@@ -162,6 +180,13 @@ proptest! {
             // The same change on a replica with the same history gives the same outcome and the same map.
             prop_assert_eq!(&replica.apply(&change), &result);
             prop_assert_eq!(&replica, &map);
+            // A step is not done while a node of the group's served set is down (its writes need only
+            // their quorum then, not the kept drives).
+            if let Change::MoveDone { pg, .. } = &change
+                && before.pgs.get(*pg as usize).is_some_and(|e| e.from.is_some() && before.kept_slots(e).is_none())
+            {
+                prop_assert_eq!(&result, &Err(MapError::StaleMove { pg: *pg }));
+            }
             match result {
                 Ok(_) => {
                     prop_assert_eq!(map.epoch, epoch + 1);

@@ -64,6 +64,11 @@ pub struct SetConfig {
     /// part of where its data is (a cluster group's next set, filled before it is served) must not: what
     /// it lacks may be whole elsewhere, so it only rebuilds.
     pub heal_removes: bool,
+    /// While a cluster group moves a step (issue 16): the slots (a bit each) whose drives the step keeps.
+    /// A write must then also commit on `min(write quorum, their count)` of them, so that after the step
+    /// (when the drives it leaves are gone) every acknowledged write still has at least k shards where
+    /// the group is served. None: no such rule.
+    pub kept_drives: Option<u16>,
 }
 
 impl SetConfig {
@@ -81,7 +86,21 @@ impl SetConfig {
             lazy_encode_min_bytes: LAZY_ENCODE_MIN_BYTES,
             settle_at_open: Settle::All,
             heal_removes: true,
+            kept_drives: None,
         }
+    }
+
+    /// Drives a write must commit on among the kept ones (0 without a rule): as many as a write quorum,
+    /// or all of them when fewer are kept.
+    pub fn kept_quorum(&self) -> usize {
+        self.kept_drives.map_or(0, |kept| (kept.count_ones() as usize).min(self.geometry.write_quorum()))
+    }
+
+    /// Whether a write that committed on `committed` (a bit per slot) is durable: a write quorum, and the
+    /// kept drives' share while a step moves.
+    pub fn write_is_durable(&self, committed: u16) -> bool {
+        let kept = self.kept_drives.map_or(0, |kept| (committed & kept).count_ones() as usize);
+        committed.count_ones() as usize >= self.geometry.write_quorum() && kept >= self.kept_quorum()
     }
 }
 
@@ -302,6 +321,17 @@ impl<S: Store> ErasureSet<S> {
             return Err(StoreError::new(
                 ErrorKind::InvalidArgument,
                 format!("a {}+{} set has {} drives, not {}", g.data, g.parity, g.drives(), members.len()),
+            ));
+        }
+        if let Some(kept) = cfg.kept_drives
+            && (kept & !g.all_drives() != 0 || (kept.count_ones() as usize) < g.read_quorum())
+        {
+            return Err(StoreError::new(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "a {}+{} set keeps at least {} of its drives in a step, not {kept:#b}",
+                    g.data, g.parity, g.data
+                ),
             ));
         }
         let undo_colls = undo::prepare(&members).await?;

@@ -1212,11 +1212,12 @@ async fn apply<S: Store>(
     let quorum = set.geometry().write_quorum();
     let f = planner.finish().await?;
     for w in f.objects.iter().filter(|w| w.changed) {
-        if (w.participants.count_ones() as usize) < quorum {
+        if !set.cfg.write_is_durable(w.participants) {
             return Err(StoreError::unavailable(format!(
-                "{} drives can take object {}; {quorum} are needed",
+                "{} drives can take object {}; {quorum} are needed{}",
                 w.participants.count_ones(),
-                w.name.escape_ascii()
+                w.name.escape_ascii(),
+                kept_needed(&set.cfg)
             )));
         }
     }
@@ -1240,7 +1241,7 @@ async fn apply<S: Store>(
     let committed: u16 = results.iter().enumerate().filter(|(_, r)| r.is_ok()).fold(0, |m, (d, _)| m | 1 << d);
     // A test's simulated crash: the process stops here, before the outcome is settled on any drive.
     set.maybe_die()?;
-    let enough = |parts: u16| (parts & committed).count_ones() as usize >= quorum;
+    let enough = |parts: u16| set.cfg.write_is_durable(parts & committed);
     let ok = f.objects.iter().filter(|w| w.changed).all(|w| enough(w.participants))
         && f.coll_participants.iter().all(|(_, p)| enough(*p));
     for (d, r) in results.iter().enumerate() {
@@ -1288,11 +1289,20 @@ async fn apply<S: Store>(
     }
     let first_err = results.into_iter().find_map(|r| r.err());
     Err(StoreError::unavailable(format!(
-        "{} of {} drives committed the write; {quorum} are needed{}",
+        "{} of {} drives committed the write; {quorum} are needed{}{}",
         committed.count_ones(),
         set.drives(),
+        kept_needed(&set.cfg),
         first_err.map(|e| format!(" ({e})")).unwrap_or_default()
     )))
+}
+
+/// What an error adds when a moving group's kept drives must take a write too.
+fn kept_needed(cfg: &crate::SetConfig) -> String {
+    match cfg.kept_drives {
+        Some(kept) => format!(", {} of them among the drives the group's move keeps ({kept:#b})", cfg.kept_quorum()),
+        None => String::new(),
+    }
 }
 
 /// The objects an operation may change (a clone's source is only read).

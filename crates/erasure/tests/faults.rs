@@ -342,3 +342,65 @@ async fn a_drive_that_failed_a_collection_lookup_is_asked_again() {
     let info = snap.lookup(&coll, b"o").await.expect("drives 0 and 2 agree").expect("the object");
     assert_eq!(snap.read(&info.obj, 0, 64).await.unwrap().as_ref(), b"first+second");
 }
+
+/// While a cluster group moves a step, a write must also reach the drives the step keeps
+/// (`SetConfig::kept_drives`): once the step is served the drives it left are gone, and a write that a
+/// quorum took only with their help would have fewer than k shards left. Shown on a 2+1 set whose step
+/// replaces slot 2: the same failure (the kept drive 0 down) that the quorum alone accepts and then loses
+/// is refused with the rule, and everything the rule acknowledged reads back from the step's set.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_moving_group_acknowledges_a_write_only_where_the_step_keeps_it() {
+    let kept = 0b011;
+    let t = TestSet::with_config(mosaic_erasure::SetConfig { kept_drives: Some(kept), ..set_config(2, 1) }).await;
+    let moving = layer(&t).await;
+    moving.create_bucket("bkt", None).await.unwrap();
+    let all_up = pattern(1, 100_000);
+    put(&moving, "all-up", &all_up).await.unwrap();
+    // The drive the step leaves may fail: the kept drives hold the write.
+    t.devices[2].set_failing(true);
+    let leaving_down = pattern(2, 20_000);
+    put(&moving, "leaving-down", &leaving_down).await.unwrap();
+    t.devices[2].set_failing(false);
+    t.reopen_drive(2).await;
+    // The quorum alone: a set of the same drives without the rule.
+    let plain_set = ErasureSet::open(set_config(2, 1), t.set.members()).await.unwrap();
+    let plain = S3Semantics::open(Arc::new(plain_set), SemanticsConfig::default()).await.unwrap();
+    assert_eq!(get(&plain, "all-up").await.unwrap(), all_up);
+    // A kept drive down: drives 1 and 2 are a write quorum, but only one of them stays. The rule refuses
+    // the write; the quorum alone acknowledges it.
+    t.devices[0].set_failing(true);
+    let refused = put(&moving, "kept-down", &pattern(3, 20_000)).await;
+    assert!(matches!(refused, Err(LayerError::Unavailable(_))), "{refused:?}");
+    put(&plain, "quorum-only", &pattern(4, 20_000)).await.unwrap();
+    drop(plain);
+    t.devices[0].set_failing(false);
+    t.reopen_drive(0).await;
+
+    // The step is served: slot 2 is a new, empty drive (its heal has not run yet) and the old one is gone.
+    let (new_devices, new_dirs) = formatted_drives(1);
+    let engine =
+        mosaic_engine::Engine::open(new_dirs[0].path(), Arc::new(new_devices[0].clone()), engine_config()).unwrap();
+    let mut members = t.set.members();
+    members[2] = Some(Arc::new(mosaic_drive::DriveStore::new(engine)));
+    let stepped_set = ErasureSet::open(set_config(2, 1), members).await.unwrap();
+    let stepped = S3Semantics::open(Arc::new(stepped_set), SemanticsConfig::default()).await.unwrap();
+    assert_eq!(get(&stepped, "all-up").await.unwrap(), all_up);
+    assert_eq!(get(&stepped, "leaving-down").await.unwrap(), leaving_down);
+    assert_eq!(get(&stepped, "kept-down").await, Err(LayerError::NoSuchKey), "the refused write was undone");
+    // What the quorum alone acknowledged has one shard left where the group is served, and two drives
+    // without it: an acknowledged write answers 404, lost.
+    assert_eq!(get(&stepped, "quorum-only").await, Err(LayerError::NoSuchKey));
+}
+
+/// A set refuses a kept-drives rule that names a slot it does not have or keeps fewer than k drives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_must_keep_k_drives_of_the_set() {
+    let t = TestSet::new(2, 1).await;
+    for kept in [0b001, 0b1011, 0] {
+        let cfg = mosaic_erasure::SetConfig { kept_drives: Some(kept), ..set_config(2, 1) };
+        let refused = ErasureSet::open(cfg, t.set.members()).await.err().map(|e| e.kind);
+        assert_eq!(refused, Some(mosaic_store::ErrorKind::InvalidArgument), "{kept:#b}");
+    }
+    let cfg = mosaic_erasure::SetConfig { kept_drives: Some(0b110), ..set_config(2, 1) };
+    assert!(ErasureSet::open(cfg, t.set.members()).await.is_ok(), "k drives kept");
+}

@@ -12,7 +12,9 @@
 //!
 //! Moves (a node added, drained or removed, a weight changed): a moving group is served from the set its
 //! data is whole on until a step is done. The group's owner (the node of that set's first drive) waits
-//! until every node serves the current placement, heals the served set whole, fills the step's set
+//! until every node serves the current placement (a node says so once no call is left on the stores it
+//! replaced; while a group moves, its writes must also reach the drives the step keeps:
+//! `ClusterMap::kept_slots`), heals the served set whole, fills the step's set
 //! (`ClusterMap::step_target`: at most `parity` drives swapped) through a set of its own that only
 //! rebuilds, reports the step done through Raft (every node serves the new set from then on, and what
 //! was written meanwhile is rebuilt on its new drives from the k it shares with the old), and clears the
@@ -53,6 +55,9 @@ const SEE_SELF_WAIT: Duration = Duration::from_secs(15);
 const COMPOSE_RETRY: Duration = Duration::from_secs(1);
 /// Pause before composing again a store that some drives were missing from.
 const COMPOSE_INCOMPLETE_RETRY: Duration = Duration::from_secs(3);
+/// How often a node looks whether the calls on a store it replaced have ended, and when it says they last.
+const DRAIN_POLL: Duration = Duration::from_millis(5);
+const DRAIN_WARN_AFTER: Duration = Duration::from_secs(30);
 /// How stale a node's view of a bucket's settings may be (another node may change them).
 const BUCKET_STATE_TTL: Duration = Duration::from_secs(1);
 /// A node that answers the leader's probes for this long is marked down: its drives are left out of every
@@ -144,8 +149,11 @@ pub struct Cluster {
     layer_cfg: OnceLock<SemanticsConfig>,
     following: AtomicBool,
     served: Mutex<Option<Served>>,
-    /// The placement epoch of the store served (the rebalancer waits until every node serves its own).
+    /// The placement epoch of the store served, once no call is left on the stores it replaced (the
+    /// rebalancer waits until every node serves its own).
     placement_epoch: AtomicU64,
+    /// The last switch-over's report of its placement epoch (each waits for the one before).
+    draining: Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// Wakes the rebalancer when a new store is served.
     served_changed: tokio::sync::Notify,
     moves: MoveStats,
@@ -198,6 +206,7 @@ impl Cluster {
             following: AtomicBool::new(false),
             served: Mutex::new(None),
             placement_epoch: AtomicU64::new(0),
+            draining: Mutex::new(None),
             served_changed: tokio::sync::Notify::new(),
             moves: MoveStats::default(),
             switch: Arc::new(Switch::new(
@@ -501,9 +510,8 @@ impl Cluster {
             if !map.pgs.is_empty() && (incomplete || built.as_ref().is_none_or(|b| !same_placement(b, &map))) {
                 match self.compose(&map, running).await {
                     Ok((layer, unreachable)) => {
-                        self.switch.set(layer);
-                        self.placement_epoch.fetch_max(map.placement_epoch, SeqCst);
-                        self.served_changed.notify_one();
+                        let replaced = self.switch.set(layer);
+                        self.report_when_drained(replaced, map.placement_epoch);
                         // What changed while this node composed its previous store (a node was down, a
                         // node crashed mid-write) is found by comparing the drives of the groups it owns.
                         tokio::spawn(self.clone().scan_owned());
@@ -531,6 +539,41 @@ impl Cluster {
                 _ = stop.wait_for(|s| *s) => return,
             }
         }
+    }
+
+    /// Reports `placement_epoch` as served (to this node's rebalancer, and to the others' through
+    /// `/node/serving`) once no call is left on the layer `replaced`, nor on any replaced before it: a write
+    /// that began on an older store may land without the drives a step keeps, and a step filled before it
+    /// lands could lose it. A long upload delays the report and the moves that wait for it, never a request.
+    fn report_when_drained(self: &Arc<Self>, replaced: Option<Arc<dyn ObjectLayer>>, placement_epoch: u64) {
+        let mut draining = self.draining.lock();
+        let previous = draining.take();
+        let node = Arc::downgrade(self);
+        let mut stop = self.stop.clone();
+        *draining = Some(tokio::spawn(async move {
+            if let Some(previous) = previous {
+                let _ = previous.await;
+            }
+            if let Some(replaced) = replaced {
+                let started = Instant::now();
+                let mut warned = false;
+                // The switch gave its own reference away: every other one is a call in flight.
+                while Arc::strong_count(&replaced) > 1 {
+                    if !warned && started.elapsed() >= DRAIN_WARN_AFTER {
+                        tracing::warn!(placement_epoch, "calls on a replaced store are still in flight; moves wait");
+                        warned = true;
+                    }
+                    tokio::select! {
+                        _ = tokio::time::sleep(DRAIN_POLL) => {}
+                        _ = stop.wait_for(|s| *s) => return,
+                    }
+                }
+            }
+            if let Some(node) = node.upgrade() {
+                node.placement_epoch.fetch_max(placement_epoch, SeqCst);
+                node.served_changed.notify_one();
+            }
+        }));
     }
 
     /// The S3 layer over the store `map` gives this node, and how many drives did not answer.
@@ -687,8 +730,9 @@ impl Cluster {
         Ok(())
     }
 
-    /// Waits until every node that answers serves `map`'s placement (or a newer one): from then on no
-    /// write lands on the drives a group is leaving without landing on the ones it moves to.
+    /// Waits until every node that answers serves `map`'s placement (or a newer one): from then on every
+    /// write of a moving group is acknowledged only once the drives its step keeps hold it, so what the
+    /// step's fill misses is rebuilt on the new drives from those after the step.
     async fn wait_for_placement(&self, map: &ClusterMap, running: &Running) -> Result<(), String> {
         let me = self.node_id();
         let others: Vec<(u64, &str)> = map

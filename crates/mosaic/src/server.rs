@@ -100,6 +100,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
         // This node owns its sets: it settles what a crash left in their undo logs.
         settle_at_open: mosaic_erasure::Settle::All,
         heal_removes: true,
+        kept_drives: None,
     };
     // A cluster node's drives are each its own 1+0 set here, for the admin port only: the cluster's sets
     // (placement groups) write through them, and settle and heal as the map says.
