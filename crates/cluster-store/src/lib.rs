@@ -45,6 +45,50 @@ pub struct ClusterStoreConfig {
 pub struct Composed {
     pub store: ClusterStore,
     pub unreachable: Vec<DriveId>,
+    /// The groups whose sets were opened anew; the others' were taken over from the previous store.
+    pub opened: Vec<usize>,
+}
+
+/// The store a node composed from an earlier map: a new composition takes over each group's set whose
+/// composition is the same (`GroupKey`) and that has every drive, instead of opening it again (a move's
+/// step changes one group; opening all of them on every node at every step cost the foreground its CPU).
+pub struct Previous<'a> {
+    pub map: &'a ClusterMap,
+    pub store: &'a ClusterStore,
+}
+
+/// Everything a group's set is opened from: its served drives (with each one's node, name, address and
+/// node state), the slots its step keeps, and whether this node owns it.
+#[derive(PartialEq, Eq)]
+struct GroupKey<'a> {
+    drives: Vec<(DriveId, Option<DrivePlace<'a>>)>,
+    kept: Option<u16>,
+    owner: bool,
+}
+
+/// Where a drive is: its node, its name there, the node's address and state.
+type DrivePlace<'a> = (NodeId, &'a str, &'a str, mosaic_cluster::NodeState);
+
+fn group_key<'a>(map: &'a ClusterMap, pg: usize, me: NodeId) -> GroupKey<'a> {
+    let entry = &map.pgs[pg];
+    let drives = entry
+        .served()
+        .iter()
+        .map(|id| {
+            let place = map
+                .drives
+                .get(id)
+                .and_then(|d| map.nodes.get(&d.node).map(|n| (d.node, d.name.as_str(), n.address.as_str(), n.state)));
+            (*id, place)
+        })
+        .collect();
+    GroupKey { drives, kept: kept_drives(map, entry), owner: owner_of(map, entry.served()) == Some(me) }
+}
+
+/// The slots a moving group's writes must reach (`SetConfig::kept_drives`): fewer than k are kept only when
+/// more than m drives of the set are gone, and then there is nothing to keep.
+fn kept_drives(map: &ClusterMap, entry: &mosaic_cluster::PgEntry) -> Option<u16> {
+    map.kept_slots(entry).filter(|kept| kept.count_ones() >= u32::from(map.data_shards))
 }
 
 /// Composes the cluster's store as node `me` sees it: `local` are its own drives by id; the others are
@@ -56,6 +100,7 @@ pub async fn build(
     local: &HashMap<DriveId, DriveStore>,
     client: &RpcClient,
     cfg: &ClusterStoreConfig,
+    previous: Option<Previous<'_>>,
 ) -> StoreResult<Composed> {
     if map.pgs.is_empty() {
         return Err(StoreError::unavailable(format!(
@@ -68,16 +113,37 @@ pub async fn build(
     let geometry = SetGeometry::new(map.data_shards as usize, map.parity_shards as usize)
         .map_err(|e| StoreError::new(ErrorKind::InvalidArgument, e.to_string()))?;
     let set_cfg = SetConfig { geometry, ..cfg.set.clone() };
-    let drives = connect_drives(map, me, local, client).await;
+    let taken_over: Vec<Option<Arc<ErasureSet<PgDrive<NodeDrive>>>>> = (0..map.pgs.len())
+        .map(|pg| {
+            let same_shape = |p: &&Previous| {
+                p.map.pgs.len() == map.pgs.len()
+                    && (p.map.data_shards, p.map.parity_shards) == (map.data_shards, map.parity_shards)
+            };
+            let prev = previous.as_ref().filter(same_shape)?;
+            let set = &prev.store.members()[pg];
+            let whole = set.members().iter().all(Option::is_some);
+            (whole && group_key(prev.map, pg, me) == group_key(map, pg, me)).then(|| set.clone())
+        })
+        .collect();
+    // Only the drives of the sets opened anew are connected.
+    let needed: std::collections::BTreeSet<DriveId> = (0..map.pgs.len())
+        .filter(|pg| taken_over[*pg].is_none())
+        .flat_map(|pg| map.pgs[pg].served().iter().copied())
+        .collect();
+    let drives = connect_drives(map, me, local, client, &needed).await;
     // Drives of nodes marked down or dead are left out on purpose (calls to them would wait for timeouts).
-    let unreachable = map
-        .drives
+    let unreachable = needed
         .iter()
-        .filter(|(id, d)| !drives.contains_key(id) && !node_is_down(map, d.node))
-        .map(|(id, _)| *id)
+        .filter(|id| !drives.contains_key(id) && map.drives.get(id).is_some_and(|d| !node_is_down(map, d.node)))
+        .copied()
         .collect();
     let mut sets = Vec::with_capacity(map.pgs.len());
-    for (pg, entry) in map.pgs.iter().enumerate() {
+    let mut opened = Vec::new();
+    for (pg, (entry, taken)) in map.pgs.iter().zip(taken_over).enumerate() {
+        if let Some(set) = taken {
+            sets.push(set);
+            continue;
+        }
         // While a group moves, its data is whole on the set it moves from: serve that one.
         let set = entry.served();
         let members = set
@@ -88,19 +154,17 @@ pub async fn build(
         // Every node writes to every group; only the group's owner settles undo logs at open (writes old
         // enough not to be in flight elsewhere) and heals.
         let owner = owner_of(map, set) == Some(me);
-        // While it moves, writes must also reach the drives its step keeps (fewer than k are kept only when
-        // more than m drives of the set are gone, and then there is nothing to keep).
-        let kept_drives = map.kept_slots(entry).filter(|kept| kept.count_ones() >= u32::from(map.data_shards));
         let cfg = SetConfig {
-            kept_drives,
+            kept_drives: kept_drives(map, entry),
             settle_at_open: if owner { Settle::OlderThan(SETTLE_GRACE) } else { Settle::Never },
             heal_in_background: owner && set_cfg.heal_in_background,
             scan_interval: set_cfg.scan_interval.filter(|_| owner),
             ..set_cfg.clone()
         };
         sets.push(Arc::new(ErasureSet::open(cfg, members).await?));
+        opened.push(pg);
     }
-    Ok(Composed { store: Pool::new(sets)?, unreachable })
+    Ok(Composed { store: Pool::new(sets)?, unreachable, opened })
 }
 
 /// The node that owns a group's set: the node of its first drive whose node is in the map and not marked
@@ -138,16 +202,18 @@ pub async fn connect_drive(
     }
 }
 
-/// Every drive of the map this node can reach (not on a node marked down), by id.
+/// The drives `ids` of the map that this node can reach (not on a node marked down), by id.
 async fn connect_drives(
     map: &ClusterMap,
     me: NodeId,
     local: &HashMap<DriveId, DriveStore>,
     client: &RpcClient,
+    ids: &std::collections::BTreeSet<DriveId>,
 ) -> HashMap<DriveId, Arc<NodeDrive>> {
     let connects = map
         .drives
         .iter()
+        .filter(|(id, _)| ids.contains(id))
         .filter(|(_, d)| d.node == me || !node_is_down(map, d.node))
         .map(|(id, _)| async move { connect_drive(map, me, *id, local, client).await.map(|d| (*id, d)) });
     futures::future::join_all(connects).await.into_iter().flatten().collect()

@@ -99,7 +99,8 @@ impl Cluster {
     async fn store(&self, me: NodeId) -> ClusterStore {
         // The geometry is the map's; the rest are the defaults.
         let set = SetConfig::new(SetGeometry::new(1, 0).unwrap());
-        build(&self.map, me, &self.local[me as usize], &self.client, &ClusterStoreConfig { set }).await.unwrap().store
+        let cfg = ClusterStoreConfig { set };
+        build(&self.map, me, &self.local[me as usize], &self.client, &cfg, None).await.unwrap().store
     }
 
     fn stop(self) {
@@ -247,6 +248,52 @@ async fn a_moving_group_refuses_a_write_its_step_would_not_keep() {
     let data = pattern(2, 20_000);
     layer.put_object("bkt", &key_in(keeping), body(&data, 65_536), PutOptions::default()).await.unwrap();
     assert_eq!(get_all(&layer, &key_in(keeping)).await, data);
+    cluster.stop();
+}
+
+/// A composition takes over the sets of the groups whose composition did not change (same served drives
+/// on the same nodes and addresses in the same states, same kept slots, same owner) and opens the others:
+/// a step of a move reopens one group on every node, not all of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_new_map_reopens_only_the_groups_it_changes() {
+    use mosaic_cluster_store::{Composed, Previous};
+    async fn compose(c: &Cluster, map: &ClusterMap, previous: Option<(&ClusterMap, &ClusterStore)>) -> Composed {
+        let cfg = ClusterStoreConfig { set: SetConfig::new(SetGeometry::new(1, 0).unwrap()) };
+        let previous = previous.map(|(map, store)| Previous { map, store });
+        build(map, 0, &c.local[0], &c.client, &cfg, previous).await.unwrap()
+    }
+    let mut cluster = Cluster::start().await;
+    let all: Vec<usize> = (0..PG_COUNT as usize).collect();
+    let first = compose(&cluster, &cluster.map, None).await;
+    assert_eq!(first.opened, all);
+    let same = compose(&cluster, &cluster.map, Some((&cluster.map, &first.store))).await;
+    assert!(same.opened.is_empty());
+    for (a, b) in first.store.members().iter().zip(same.store.members()) {
+        assert!(Arc::ptr_eq(a, b));
+    }
+    // A fourth node: the groups that move now keep slots (their writes change), the others stay as they are.
+    let before = cluster.map.clone();
+    let (address, zone) = ("127.0.0.1:1".to_string(), "z".to_string());
+    let mut changes = vec![Change::AddNode { node: NODES, address: address.clone(), s3_address: address, zone }];
+    changes.extend((0..2).map(|d| Change::AddDrive { node: NODES, name: format!("d{d}"), weight: 100 }));
+    cluster.map.apply(&Change::Batch(changes)).unwrap();
+    let moving: Vec<usize> = all.iter().copied().filter(|pg| cluster.map.pgs[*pg].from.is_some()).collect();
+    assert!(!moving.is_empty() && moving.len() < all.len(), "{moving:?}");
+    let grown = compose(&cluster, &cluster.map, Some((&before, &same.store))).await;
+    assert_eq!(grown.opened, moving);
+    // A node marked down: every group with a drive on it is opened again (without that drive).
+    let down = cluster.map.clone();
+    cluster.map.apply(&Change::SetNodeState { node: 2, state: mosaic_cluster::NodeState::Down }).unwrap();
+    let on_node_2: Vec<usize> = all
+        .iter()
+        .copied()
+        .filter(|pg| cluster.map.pgs[*pg].served().iter().any(|d| cluster.map.drives[d].node == 2))
+        .collect();
+    let after_down = compose(&cluster, &cluster.map, Some((&down, &grown.store))).await;
+    assert_eq!(after_down.opened, on_node_2);
+    // Sets missing a drive are never taken over: the next composition tries the drive again.
+    let again = compose(&cluster, &cluster.map, Some((&cluster.map, &after_down.store))).await;
+    assert_eq!(again.opened, on_node_2);
     cluster.stop();
 }
 

@@ -100,6 +100,8 @@ struct Served {
     map: Arc<ClusterMap>,
     store: Arc<ClusterStore>,
     owned: Vec<usize>,
+    /// The groups whose sets this composition opened (the others' were taken over from the one before).
+    opened: Vec<usize>,
 }
 
 /// What this node's rebalancer did since it started.
@@ -514,7 +516,7 @@ impl Cluster {
                         self.report_when_drained(replaced, map.placement_epoch);
                         // What changed while this node composed its previous store (a node was down, a
                         // node crashed mid-write) is found by comparing the drives of the groups it owns.
-                        tokio::spawn(self.clone().scan_owned());
+                        tokio::spawn(self.clone().scan_owned(false));
                         tracing::info!(
                             epoch = map.epoch,
                             groups = map.pgs.len(),
@@ -580,9 +582,12 @@ impl Cluster {
     async fn compose(&self, map: &ClusterMap, running: &Running) -> Result<(Arc<dyn ObjectLayer>, usize), String> {
         let me = self.node_id();
         let cfg = ClusterStoreConfig { set: self.set_cfg.clone() };
-        let composed = mosaic_cluster_store::build(map, me, &self.local_drives(map), &running.client, &cfg)
+        let served = self.served.lock().clone();
+        let previous = served.as_ref().map(|s| mosaic_cluster_store::Previous { map: &s.map, store: &s.store });
+        let composed = mosaic_cluster_store::build(map, me, &self.local_drives(map), &running.client, &cfg, previous)
             .await
             .map_err(|e| e.to_string())?;
+        drop(served);
         let layer_cfg = self.layer_cfg.get().ok_or("the server is not serving yet")?.clone();
         let store = Arc::new(composed.store);
         let layer = S3Semantics::open(store.clone(), layer_cfg).await.map_err(|e| e.to_string())?;
@@ -592,7 +597,7 @@ impl Cluster {
                 mosaic_cluster_store::owner_of(map, entry.served()) == Some(me)
             })
             .collect();
-        *self.served.lock() = Some(Served { map: Arc::new(map.clone()), store, owned });
+        *self.served.lock() = Some(Served { map: Arc::new(map.clone()), store, owned, opened: composed.opened });
         Ok((Arc::new(layer), composed.unreachable.len()))
     }
 
@@ -608,12 +613,14 @@ impl Cluster {
             .collect()
     }
 
-    /// Compares the drives of every group this node owns and queues what one lacks for heal (which runs in
-    /// the background on the owner). Returns the objects scanned and the scans that failed.
-    async fn scan_owned(self: Arc<Self>) -> (u64, Vec<String>) {
-        let Some(Served { store, owned, .. }) = self.served.lock().clone() else { return (0, Vec::new()) };
+    /// Compares the drives of every group this node owns (`all`), or of those whose sets the last
+    /// composition opened (a set taken over was scanned when it was opened, and queues what its own writes
+    /// miss), and queues what one lacks for heal (which runs in the background on the owner). Returns the
+    /// objects scanned and the scans that failed.
+    async fn scan_owned(self: Arc<Self>, all: bool) -> (u64, Vec<String>) {
+        let Some(Served { store, owned, opened, .. }) = self.served.lock().clone() else { return (0, Vec::new()) };
         let (mut scanned, mut failed) = (0, Vec::new());
-        for pg in owned {
+        for pg in owned.into_iter().filter(|pg| all || opened.contains(pg)) {
             match store.members()[pg].scan().await {
                 Ok(n) => scanned += n,
                 Err(e) => failed.push(format!("group {pg}: {e}")),
@@ -628,7 +635,7 @@ impl Cluster {
     /// `mosaic admin heal` on a cluster node: scans the groups it owns and heals what they lack now.
     pub async fn heal(self: &Arc<Self>) -> serde_json::Value {
         const HEAL_STEP: usize = 1024;
-        let (scanned, failed) = self.clone().scan_owned().await;
+        let (scanned, failed) = self.clone().scan_owned(true).await;
         let Some(Served { store, owned, .. }) = self.served.lock().clone() else {
             return serde_json::json!({ "error": "this node serves no cluster map yet" });
         };
