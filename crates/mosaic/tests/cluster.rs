@@ -268,6 +268,102 @@ async fn a_killed_leader_loses_no_acknowledged_write() {
     }
 }
 
+/// A manager that does not lead is killed while a fourth node's share moves onto it, under a mixed load
+/// (new keys, overwrites, deletes) through another node: writes go on while it is down (the steps of its
+/// groups wait for it), it returns, the moves finish, and every node reads every acknowledged write
+/// exactly and none of the deleted keys; healed, everything survives the loss of one more node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_killed_during_a_move_loses_no_acknowledged_write() {
+    const OPS: usize = 45;
+    const KILL_AFTER: usize = 8;
+    let Formed { dir, mut nodes, ak, sk } = form();
+    let first = s3_client(&nodes[0].s3, &ak, &sk);
+    first.create_bucket().bucket(BUCKET).send().await.unwrap();
+    let mut model = BTreeMap::new();
+    for i in 0..12usize {
+        let key = format!("before/{i:03}");
+        let data = pattern(5000 + i, [0, 3_000, 400_000][i % 3]);
+        first.put_object().bucket(BUCKET).key(&key).body(ByteStream::from(data.clone())).send().await.unwrap();
+        model.insert(key, data);
+    }
+    let secret = "0123456789abcdef".repeat(4);
+    let leader = nodes[0].cluster.clone().unwrap();
+    let added =
+        node(&dir.path().join("node3"), "127.0.0.1:0", &[("MOSAIC_CLUSTER_SECRET", &secret)], &["--join", &leader]);
+    logged(&added, "serving the cluster map");
+    nodes.push(added);
+
+    // The load: every fifth op deletes a key of the model, every fifth overwrites one, the rest are new.
+    let writer = s3_client(&nodes[1].s3, &ak, &sk);
+    let (acked_tx, acked_rx) = std::sync::mpsc::channel::<usize>();
+    let mut load_model = model.clone();
+    let load = tokio::spawn(async move {
+        let mut deleted = Vec::new();
+        for i in 0..OPS {
+            let victim = load_model.keys().nth(i % load_model.len().max(1)).cloned();
+            let acked = match (i % 5, victim) {
+                (0, Some(key)) => {
+                    let done = writer.delete_object().bucket(BUCKET).key(&key).send().await.is_ok();
+                    if done {
+                        load_model.remove(&key);
+                        deleted.push(key);
+                    }
+                    done
+                }
+                (kind, victim) => {
+                    let key = victim.filter(|_| kind == 1).unwrap_or(format!("load/{i:03}"));
+                    let data = pattern(6000 + i, [20, 50_000, 600_000][i % 3]);
+                    let put = writer.put_object().bucket(BUCKET).key(&key).body(ByteStream::from(data.clone()));
+                    let done = put.send().await.is_ok();
+                    if done {
+                        load_model.insert(key, data);
+                    }
+                    done
+                }
+            };
+            if acked {
+                let _ = acked_tx.send(i);
+            }
+        }
+        (load_model, deleted)
+    });
+    let killed_address = nodes[2].cluster.clone().unwrap();
+    tokio::task::spawn_blocking(move || while acked_rx.recv().is_ok_and(|n| n < KILL_AFTER) {}).await.unwrap();
+    let status = json(admin(&nodes[0], &ak, &sk, &["cluster", "status"]));
+    assert!(status["groups_moving"].as_u64() > Some(0), "the kill lands during the move: {status}");
+    kill9(nodes.remove(2));
+    let down = first_logged(&nodes, |v| v["message"] == "node state changed by the leader's probes");
+    assert_eq!(down["state"], "Down", "{down}");
+    let (model, deleted) = load.await.unwrap();
+    assert!(deleted.len() >= 3, "deletes were acknowledged: {deleted:?}");
+
+    // It returns on its address; the moves finish with every node serving the last placement.
+    let back = node(&dir.path().join("node2"), &killed_address, &[], &[]);
+    logged(&back, "serving the cluster map");
+    nodes.insert(2, back);
+    for s in &nodes {
+        while logged(s, "serving the cluster map")["down_nodes"] != 0 {}
+    }
+    status_when(&nodes[0], &ak, &sk, |s| s["groups_moving"] == 0 && s["rebalance"]["nodes_behind"] == 0);
+    let clients: Vec<_> = nodes.iter().map(|s| s3_client(&s.s3, &ak, &sk)).collect();
+    verify(&clients, &model, "after a node killed during a move returned and the move finished").await;
+    for key in &deleted {
+        for c in &clients {
+            assert!(get(c, key).await.is_err(), "{key} was deleted and is back");
+        }
+    }
+    for s in &nodes {
+        let healed = json(admin(s, &ak, &sk, &["heal"]));
+        assert_eq!(healed["objects_left"].as_u64(), Some(0), "{healed}");
+    }
+    kill9(nodes.remove(1));
+    let clients: Vec<_> = nodes.iter().map(|s| s3_client(&s.s3, &ak, &sk)).collect();
+    verify(&clients, &model, "healed, with another node killed").await;
+    for s in nodes {
+        assert_eq!(stop(s).0, 0);
+    }
+}
+
 /// `cluster status` on `s` once `done` holds for it (asked again until then, at most two minutes).
 fn status_when(s: &Server, ak: &str, sk: &str, done: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
