@@ -99,8 +99,13 @@ pub(crate) fn decide<S: Store>(states: Vec<DriveState<S>>, read_quorum: usize, w
         // on at least `write_quorum - failed` of the drives that answered. When fewer failed than a write
         // quorum and every version seen is held by fewer than that, none is current: they are what drives
         // that missed a delete (or hold an undone write's remains) still keep, and the object is absent.
-        // Without this, a stale drive among only k survivors would leave the read with no quorum.
-        _ if failed < write_quorum && counts.values().all(|n| n + failed < write_quorum) => Verdict::Absent,
+        // Without this, a stale drive among only k survivors would leave the read with no quorum. Only
+        // one version may be seen: two or more below a quorum are writes racing from several nodes (each
+        // node's key locks serialize only its own), where the last acknowledged one may be among them;
+        // calling the object absent then would be a stale read (found by the cluster's history check).
+        _ if failed < write_quorum && counts.len() <= 1 && counts.values().all(|n| n + failed < write_quorum) => {
+            Verdict::Absent
+        }
         best => Verdict::NoQuorum { answered, agreeing: best.map_or(absent, |b| b.0.max(absent)) },
     }
 }

@@ -325,13 +325,38 @@ pub(crate) async fn undo_on_drive<S: Store>(
                     UndoAction::RenameBack { from, from_target } => holds_write(&snap, &c, from, from_target).await?,
                     _ => snap.lookup(&c, &e.name).await?.is_some(),
                 };
-                txn.ops.extend(undo_ops(&c, &undo_coll, entry_obj, e, exists));
+                // Only what the write left is put back: in a cluster another node's write of the same
+                // name (its key locks are its own) may have replaced it since, and was perhaps
+                // acknowledged; it decided the object's fate, and the entry only goes.
+                let replaced = !matches!(e.action, UndoAction::RenameBack { .. })
+                    && !e.coll.is_empty()
+                    && !holds_target(&snap, &c, &e.name, e.target).await?;
+                if replaced {
+                    tracing::debug!(name = %e.name.escape_ascii(), "a failed write's object was replaced since; not put back");
+                    txn.ops.push(Op::Remove { coll: undo_coll.clone(), name: entry_obj.clone() });
+                } else {
+                    txn.ops.extend(undo_ops(&c, &undo_coll, entry_obj, e, exists));
+                }
             }
             // The collection went (it was only ever on this drive): nothing to put back.
             None => txn.ops.push(Op::Remove { coll: undo_coll.clone(), name: entry_obj.clone() }),
         }
     }
     store.commit(txn).await.map(|_| ())
+}
+
+/// Whether the drive holds object `name` as a write left it: with the layout of write `target`, or absent
+/// when the write removed it.
+async fn holds_target<Sn: Snapshot>(
+    snap: &Sn,
+    coll: &Sn::Coll,
+    name: &[u8],
+    target: Option<[u8; 16]>,
+) -> StoreResult<bool> {
+    match target {
+        Some(write_id) => holds_write(snap, coll, name, &write_id).await,
+        None => Ok(snap.lookup(coll, name).await?.is_none()),
+    }
 }
 
 /// Whether object `name` is on the drive with the layout write `write_id` left.
