@@ -260,9 +260,10 @@ async fn a_session_past_its_age_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let s = start_with_root(dir.path(), ROOT_AK, ROOT_SK, &[("MOSAIC_CONSOLE_SESSION_MAX_SECS", "1")]);
     let mut b = Browser::new(&s.admin);
+    // Taken before the sign-in: the server starts the session's clock while answering it, after this.
+    let signed_in = std::time::Instant::now();
     let (status, _) = b.sign_in(ROOT_AK, ROOT_SK).await;
     assert_eq!(status, StatusCode::OK);
-    let signed_in = std::time::Instant::now();
     // Used all along, the session still ends one second after sign-in (a clock, not a synchronization).
     loop {
         let (status, v) = b.call("GET", "me", &[], None).await;
