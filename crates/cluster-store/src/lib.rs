@@ -113,13 +113,13 @@ pub async fn build(
     let geometry = SetGeometry::new(map.data_shards as usize, map.parity_shards as usize)
         .map_err(|e| StoreError::new(ErrorKind::InvalidArgument, e.to_string()))?;
     let set_cfg = SetConfig { geometry, ..cfg.set.clone() };
+    let previous = previous.filter(|p| {
+        p.map.pgs.len() == map.pgs.len()
+            && (p.map.data_shards, p.map.parity_shards) == (map.data_shards, map.parity_shards)
+    });
     let taken_over: Vec<Option<Arc<ErasureSet<PgDrive<NodeDrive>>>>> = (0..map.pgs.len())
         .map(|pg| {
-            let same_shape = |p: &&Previous| {
-                p.map.pgs.len() == map.pgs.len()
-                    && (p.map.data_shards, p.map.parity_shards) == (map.data_shards, map.parity_shards)
-            };
-            let prev = previous.as_ref().filter(same_shape)?;
+            let prev = previous.as_ref()?;
             let set = &prev.store.members()[pg];
             let whole = set.members().iter().all(Option::is_some);
             (whole && group_key(prev.map, pg, me) == group_key(map, pg, me)).then(|| set.clone())

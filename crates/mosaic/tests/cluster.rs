@@ -173,10 +173,24 @@ struct Formed {
     sk: String,
 }
 
+/// The secret the formed clusters are started with.
+fn cluster_secret() -> String {
+    "0123456789abcdef".repeat(4)
+}
+
+/// A node `name` (in `dir`) that joins the cluster through `member`, once it serves the map.
+fn join(dir: &Path, name: &str, member: &Server) -> Server {
+    let secret = cluster_secret();
+    let through = member.cluster.clone().unwrap();
+    let s = node(&dir.join(name), "127.0.0.1:0", &[("MOSAIC_CLUSTER_SECRET", &secret)], &["--join", &through]);
+    logged(&s, "serving the cluster map");
+    s
+}
+
 fn form() -> Formed {
     let dir = tempfile::tempdir().unwrap();
     // Started with the secret, as a deployment gives every node one: init takes it instead of making one.
-    let given = "0123456789abcdef".repeat(4);
+    let given = cluster_secret();
     let a = node(&dir.path().join("node0"), "127.0.0.1:0", &[("MOSAIC_CLUSTER_SECRET", &given)], &[]);
     let (ak, sk) = (printed(&a, "access key:"), printed(&a, "secret key:"));
     let init = json(admin(&a, &ak, &sk, &["cluster", "init", "--erasure", "2+1", "--groups", "8"]));
@@ -290,12 +304,7 @@ async fn a_node_killed_during_a_move_loses_no_acknowledged_write() {
         first.put_object().bucket(BUCKET).key(&key).body(ByteStream::from(data.clone())).send().await.unwrap();
         model.insert(key, data);
     }
-    let secret = "0123456789abcdef".repeat(4);
-    let leader = nodes[0].cluster.clone().unwrap();
-    let added =
-        node(&dir.path().join("node3"), "127.0.0.1:0", &[("MOSAIC_CLUSTER_SECRET", &secret)], &["--join", &leader]);
-    logged(&added, "serving the cluster map");
-    nodes.push(added);
+    nodes.push(join(dir.path(), "node3", &nodes[0]));
 
     // The load: every fifth op deletes a key of the model, every fifth overwrites one, the rest are new.
     let writer = s3_client(&nodes[1].s3, &ak, &sk);
@@ -464,12 +473,7 @@ async fn nodes_are_added_drained_and_removed_as_dead_without_losing_a_byte() {
 
     // A fourth node joins: the groups whose sets now name its drives move there, one drive each (2+1 sets
     // move one drive at a time), while writes go on through it.
-    let secret = "0123456789abcdef".repeat(4);
-    let first = nodes[0].cluster.clone().unwrap();
-    let added =
-        node(&dir.path().join("node3"), "127.0.0.1:0", &[("MOSAIC_CLUSTER_SECRET", &secret)], &["--join", &first]);
-    logged(&added, "serving the cluster map");
-    nodes.push(added);
+    nodes.push(join(dir.path(), "node3", &nodes[0]));
     let clients: Vec<_> = nodes.iter().map(|s| s3_client(&s.s3, &ak, &sk)).collect();
     for i in 0..8usize {
         let key = format!("during/{i:03}");
@@ -511,10 +515,7 @@ async fn nodes_are_added_drained_and_removed_as_dead_without_losing_a_byte() {
     // first node (the Raft leader) is killed and removed as dead: its groups are rebuilt on the others.
     let out = admin(&nodes[1], &ak, &sk, &["cluster", "rebalance", "pause"]);
     assert!(out.status.success(), "{out:?}");
-    let fifth =
-        node(&dir.path().join("node4"), "127.0.0.1:0", &[("MOSAIC_CLUSTER_SECRET", &secret)], &["--join", &first]);
-    logged(&fifth, "serving the cluster map");
-    nodes.push(fifth);
+    nodes.push(join(dir.path(), "node4", &nodes[0]));
     let paused = json(admin(&nodes[1], &ak, &sk, &["cluster", "status"]));
     assert_eq!(paused["rebalance"]["paused"], true, "{paused}");
     // Every group that names the new node's drives is still moving (none can have moved there).
