@@ -3,6 +3,8 @@
 # as three node processes on loopback (two drive files each; every set spans the three nodes)
 # The same client runs the same workloads through the single server and through node 0. Usage:
 #   scripts/bench-cluster.sh [OUT]        (DURATION=20s by default; needs bin/mosaic from `make build`)
+# TARGETS="cluster" runs one store only, ONLY="small-put small-get" some workloads only (an A/B of two
+# builds: run it twice with MOSAIC=... and compare the two result.json with `mosaic bench compare`).
 # Both stores run on drive files under $DIR (removed on exit); only one runs at a time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -77,12 +79,16 @@ mkdir -p "$OUT"
   echo "single: one process, three drives, one 2+1 set; cluster: three processes, two drives each, 64 groups of 2+1 across the nodes"
   echo "common arguments: ${COMMON[*]}; the client talks to 127.0.0.1:19000 (the single server, or node 0)"
 } >"$OUT/machine.txt"
-for target in single cluster; do
+selected() { # name
+  [[ -z ${ONLY:-} || " $ONLY " == *" $1 "* ]]
+}
+for target in ${TARGETS:-single cluster}; do
   stop_all
   "start_$target"
   for entry in "${WORKLOADS[@]}"; do
     name=${entry%%|*}
     args=${entry#*|}
+    selected "$name" || continue
     echo "== $name on $target: mosaic bench s3 --endpoint http://127.0.0.1:19000 ${COMMON[*]} $args"
     # shellcheck disable=SC2086
     "$MOSAIC" bench s3 --endpoint http://127.0.0.1:19000 --access-key $AK --secret-key $SK "${COMMON[@]}" $args \
@@ -93,6 +99,7 @@ done
 stop_all
 for entry in "${WORKLOADS[@]}"; do
   name=${entry%%|*}
+  [[ -f $OUT/$name/cluster/result.json && -f $OUT/$name/single/result.json ]] || continue
   "$MOSAIC" bench compare "$OUT/$name/cluster/result.json" "$OUT/$name/single/result.json" \
     >"$OUT/$name/compare.md" || true
 done

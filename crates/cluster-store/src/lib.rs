@@ -16,10 +16,12 @@ pub use clear::{Cleared, clear_group};
 pub use node_drive::{NodeDrive, NodeSnapshot, NodeStaged};
 pub use pg_drive::PgDrive;
 
+use futures::future::BoxFuture;
+use mosaic_cluster::locks::{HeldLocks, LockClient, LockError};
 use mosaic_cluster::rpc::RpcClient;
 use mosaic_cluster::{ClusterMap, DriveId, NodeId};
 use mosaic_drive::DriveStore;
-use mosaic_erasure::{ErasureSet, SetConfig, SetGeometry, Settle};
+use mosaic_erasure::{ErasureSet, HeldShared, SetConfig, SetGeometry, Settle, SharedLocks};
 use mosaic_pool::Pool;
 use mosaic_remote::RemoteStore;
 use mosaic_store::{ErrorKind, StoreError, StoreResult};
@@ -165,6 +167,38 @@ pub async fn build(
         opened.push(pg);
     }
     Ok(Composed { store: Pool::new(sets)?, unreachable, opened })
+}
+
+/// The cluster's object locks (`mosaic_cluster::locks`) as the shared locks of the groups' sets: every
+/// node writes to every group, and its sets' own locks order only its own writes.
+pub struct NodeLocks(pub Arc<LockClient>);
+
+impl SharedLocks for NodeLocks {
+    fn lock(&self, keys: Vec<u64>) -> BoxFuture<'_, StoreResult<Box<dyn HeldShared>>> {
+        Box::pin(async move {
+            let held = self.0.acquire(keys).await.map_err(lock_error)?;
+            Ok(Box::new(NodeHeld(held)) as Box<dyn HeldShared>)
+        })
+    }
+}
+
+struct NodeHeld(HeldLocks);
+
+impl HeldShared for NodeHeld {
+    fn holds(&self) -> bool {
+        self.0.holds()
+    }
+
+    fn renew(&mut self) -> BoxFuture<'_, StoreResult<()>> {
+        Box::pin(async move { self.0.renew().await.map_err(lock_error) })
+    }
+}
+
+fn lock_error(e: LockError) -> StoreError {
+    match e {
+        LockError::TooMany => StoreError::new(ErrorKind::InvalidArgument, e.to_string()),
+        LockError::Busy | LockError::NoMembers => StoreError::unavailable(e.to_string()),
+    }
 }
 
 /// The node that owns a group's set: the node of its first drive whose node is in the map and not marked

@@ -1,22 +1,27 @@
 //! The store of a three-node cluster (in one process: each node a drive server with two simulated drives on
 //! loopback, placement groups as 2+1 sets on three distinct nodes): the semantics suite holds as on one
-//! drive; what one node writes, every other node reads and lists; objects live in the group the map's hash
-//! names.
+//! drive; what one node writes, every other node reads and lists; writes of one key through two nodes at
+//! once both land, one after the other (the cluster's object locks, each node serving its lock table beside
+//! its drives); objects live in the group the map's hash names.
 
 use futures::StreamExt;
-use mosaic_cluster::rpc::{self, RpcClient, Secret};
+use mosaic_cluster::locks::{LockClient, LockServer, LockTable};
+use mosaic_cluster::rpc::{self, Router, RpcClient, Secret};
 use mosaic_cluster::{Change, ClusterMap, DriveId, FailureDomain, NodeId, pg_of};
-use mosaic_cluster_store::{ClusterStore, ClusterStoreConfig, build};
+use mosaic_cluster_store::{ClusterStore, ClusterStoreConfig, NodeLocks, build};
 use mosaic_drive::DriveStore;
 use mosaic_engine::{Engine, EngineConfig, SimDevice};
-use mosaic_erasure::{SetConfig, SetGeometry};
+use mosaic_erasure::{SetConfig, SetGeometry, SharedLocks};
 use mosaic_layer::testing::{body, pattern, run_suite};
-use mosaic_layer::{LayerError, ListQuery, ObjectLayer, Precondition, PutOptions, S3Semantics, SemanticsConfig};
+use mosaic_layer::{
+    LayerError, ListQuery, ObjectLayer, Precondition, PutOptions, S3Semantics, SemanticsConfig, VersionQuery,
+    Versioning,
+};
 use mosaic_remote::DriveServer;
 use std::collections::HashMap;
 use std::sync::Arc;
 use tokio::net::TcpListener;
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 
 const NODES: u64 = 3;
 const DRIVES_PER_NODE: usize = 2;
@@ -31,6 +36,9 @@ struct Cluster {
     /// Every drive's simulated device, by id (to fail one).
     devices: HashMap<DriveId, SimDevice>,
     stops: Vec<oneshot::Sender<()>>,
+    /// Per node: its lock table (served beside its drives).
+    tables: Vec<Arc<LockTable>>,
+    maps: watch::Sender<Arc<ClusterMap>>,
     _dirs: Vec<tempfile::TempDir>,
 }
 
@@ -47,6 +55,7 @@ impl Cluster {
         })
         .unwrap();
         let (mut local, mut stops, mut dirs) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut listeners, mut tables) = (Vec::new(), Vec::new());
         let mut devices = HashMap::new();
         for node in 0..NODES {
             let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -79,12 +88,22 @@ impl Cluster {
                 dirs.push(dir);
             }
             map.apply(&Change::Batch(changes)).unwrap();
+            listeners.push((listener, served));
+            local.push(drives);
+        }
+        // Served once the map names every node (a lock server checks callers against its map).
+        let (maps, map_rx) = watch::channel(Arc::new(map.clone()));
+        for (listener, served) in listeners {
+            let table = Arc::new(LockTable::new(false));
+            let router = Router::new()
+                .route("/drive/", DriveServer::new(served))
+                .route("/lock/", LockServer::new(table.clone(), map_rx.clone()));
             let (stop, stopped) = oneshot::channel::<()>();
-            tokio::spawn(rpc::serve(listener, secret.clone(), DriveServer::new(served), async {
+            tokio::spawn(rpc::serve(listener, secret.clone(), Arc::new(router), async {
                 let _ = stopped.await;
             }));
-            local.push(drives);
             stops.push(stop);
+            tables.push(table);
         }
         for (node, drives) in local.iter().enumerate() {
             for id in drives.keys() {
@@ -92,15 +111,28 @@ impl Cluster {
             }
         }
         assert_eq!(map.pgs.len(), PG_COUNT as usize);
-        Cluster { map, local, client: RpcClient::new(secret).unwrap(), devices, stops, _dirs: dirs }
+        Cluster { map, local, client: RpcClient::new(secret).unwrap(), devices, stops, tables, maps, _dirs: dirs }
     }
 
     /// The cluster's store as node `me` composes it.
     async fn store(&self, me: NodeId) -> ClusterStore {
-        // The geometry is the map's; the rest are the defaults.
-        let set = SetConfig::new(SetGeometry::new(1, 0).unwrap());
+        // The geometry is the map's; the rest are the defaults, with the cluster's object locks.
+        let set = SetConfig { shared_locks: Some(self.locks(me)), ..SetConfig::new(SetGeometry::new(1, 0).unwrap()) };
         let cfg = ClusterStoreConfig { set };
         build(&self.map, me, &self.local[me as usize], &self.client, &cfg, None).await.unwrap().store
+    }
+
+    /// Node `me`'s side of the cluster's object locks.
+    fn locks(&self, me: NodeId) -> Arc<dyn SharedLocks> {
+        let table = self.tables[me as usize].clone();
+        let client = LockClient::new(me, table, self.maps.subscribe(), self.client.clone(), Default::default());
+        Arc::new(NodeLocks(client))
+    }
+
+    /// Node `me`'s S3 layer, as a cluster node opens it.
+    async fn layer(&self, me: NodeId) -> S3Semantics<ClusterStore> {
+        let cfg = SemanticsConfig { shared_locks: Some(self.locks(me)), ..Default::default() };
+        S3Semantics::open(Arc::new(self.store(me).await), cfg).await.unwrap()
     }
 
     fn stop(self) {
@@ -140,8 +172,7 @@ async fn every_node_reads_and_lists_what_one_node_wrote() {
     let cluster = Cluster::start().await;
     let mut layers = Vec::new();
     for me in 0..NODES {
-        let store = Arc::new(cluster.store(me).await);
-        layers.push(S3Semantics::open(store, SemanticsConfig::default()).await.unwrap());
+        layers.push(cluster.layer(me).await);
     }
     layers[0].create_bucket("bkt", None).await.unwrap();
     let mut keys = Vec::new();
@@ -174,8 +205,8 @@ async fn every_node_reads_and_lists_what_one_node_wrote() {
         assert_eq!(e, Some(LayerError::NoSuchKey));
     }
 
-    // Two nodes write one key at once: each write succeeds or is refused as a conflict, and afterwards
-    // every node reads the same whole object, one of the two.
+    // Two nodes write one key at once: both land, one after the other, and afterwards every node reads the
+    // same whole object, one of the two.
     for round in 0..10u64 {
         let key = format!("race{round}");
         let (a, b) = (pattern(1000 + round, 30_000), pattern(2000 + round, 40_000));
@@ -183,15 +214,47 @@ async fn every_node_reads_and_lists_what_one_node_wrote() {
             layers[0].put_object("bkt", &key, body(&a, 65_536), PutOptions::default()),
             layers[1].put_object("bkt", &key, body(&b, 65_536), PutOptions::default()),
         );
-        for r in [&ra, &rb] {
-            assert!(r.is_ok() || matches!(r, Err(LayerError::Conflict)), "{r:?}");
-        }
-        assert!(ra.is_ok() || rb.is_ok(), "one of two racing writes lands");
+        assert!(ra.is_ok() && rb.is_ok(), "round {round}: {ra:?} {rb:?}");
         let seen = get_all(&layers[2], &key).await;
         assert!(seen == a || seen == b, "round {round}: a torn object of {} bytes", seen.len());
         for layer in &layers {
             assert_eq!(get_all(layer, &key).await, seen);
         }
+    }
+    cluster.stop();
+}
+
+/// Two nodes write one key of a versioned bucket at once: both writes land as versions of their own (the
+/// layer makes a new version under the key's shared lock, so neither reads a current version the other is
+/// replacing), and every node lists both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn versions_written_through_two_nodes_at_once_are_all_kept() {
+    const ROUNDS: u64 = 10;
+    let cluster = Cluster::start().await;
+    let mut layers = Vec::new();
+    for me in 0..NODES {
+        layers.push(cluster.layer(me).await);
+    }
+    layers[0].create_bucket("bkt", None).await.unwrap();
+    layers[0].put_bucket_versioning("bkt", Versioning::Enabled).await.unwrap();
+    let mut last = Vec::new();
+    for round in 0..ROUNDS {
+        let (a, b) = (pattern(round, 3_000), pattern(100 + round, 50_000));
+        let (ra, rb) = tokio::join!(
+            layers[1].put_object("bkt", "v", body(&a, 65_536), PutOptions::default()),
+            layers[2].put_object("bkt", "v", body(&b, 65_536), PutOptions::default()),
+        );
+        let (ma, mb) = (ra.unwrap(), rb.unwrap());
+        assert_ne!(ma.version_id, mb.version_id);
+        last = vec![a, b];
+    }
+    let current = get_all(&layers[0], "v").await;
+    assert!(last.contains(&current), "the current version is one of the last round's");
+    for layer in &layers {
+        let q = VersionQuery { max_keys: 1000, ..Default::default() };
+        let page = layer.list_object_versions("bkt", &q).await.unwrap();
+        assert_eq!(page.versions.len() as u64, 2 * ROUNDS, "every version is kept");
+        assert_eq!(get_all(layer, "v").await, current, "every node reads the same current version");
     }
     cluster.stop();
 }

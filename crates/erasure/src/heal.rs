@@ -58,7 +58,7 @@ pub(crate) async fn heal_object<S: Store>(set: &Arc<SetInner<S>>, coll_name: &st
     let coll = ensure_collection(set, coll).await;
     // Before the lock, so that a foreground request for this very object is not kept waiting by it.
     set.yield_to_foreground().await;
-    let _lock = set.locks.write(std::iter::once((coll_name, name))).await;
+    let mut lock = crate::locks::Exclusive::take(set, std::iter::once((coll_name, name))).await?;
     let states = drive_states(set, &coll, name).await;
     let present: Vec<bool> = states.iter().map(|s| matches!(s, DriveState::Present { .. })).collect();
     let answered: Vec<bool> = states.iter().map(|s| !matches!(s, DriveState::Failed)).collect();
@@ -69,6 +69,7 @@ pub(crate) async fn heal_object<S: Store>(set: &Arc<SetInner<S>>, coll_name: &st
             let mut n = 0;
             for d in (0..set.drives()).filter(|d| present[*d]) {
                 let (Some(store), Some(c)) = (set.member(d), coll.members[d].clone()) else { continue };
+                lock.check_held()?;
                 let txn =
                     Txn::new().with_priority(Priority::Background).op(Op::Remove { coll: c, name: name.to_vec() });
                 store.commit(txn).await?;
@@ -86,7 +87,7 @@ pub(crate) async fn heal_object<S: Store>(set: &Arc<SetInner<S>>, coll_name: &st
                 if !answered[d] && set.member(d).is_none() {
                     continue;
                 }
-                rebuild_on(set, &coll, name, &r, d).await?;
+                rebuild_on(set, &coll, name, &r, d, &mut lock).await?;
                 n += 1;
             }
             Ok(if n == 0 { Healed::Nothing } else { Healed::Drives(n) })
@@ -142,6 +143,7 @@ async fn rebuild_on<S: Store>(
     name: &[u8],
     r: &Resolved<S>,
     d: usize,
+    lock: &mut crate::locks::Exclusive,
 ) -> StoreResult<()> {
     let (Some(store), Some(c)) = (set.member(d), coll.members[d].clone()) else {
         return Err(StoreError::unavailable(format!("drive {d} is missing")));
@@ -154,6 +156,8 @@ async fn rebuild_on<S: Store>(
     let mut at = 0u64;
     while at < l.encoded_bytes {
         set.yield_to_foreground().await;
+        // A large rebuild outlasts a lease: renewed step by step.
+        lock.renew().await?;
         let end = (at + HEAL_STEP_STRIPES * stripe).min(l.encoded_bytes);
         let bytes = rebuild_shard_range(r, &g, shard, at, end).await?;
         let len = bytes.len();
@@ -177,6 +181,7 @@ async fn rebuild_on<S: Store>(
     }
     txn.push(Op::SetPriority { coll: c, name: name.to_vec(), high: r.high_priority });
     debug_assert!(txn.ops.iter().any(|op| matches!(op, Op::SetAttr { key, .. } if key == LAYOUT_ATTR)));
+    lock.check_held()?;
     store.commit(txn).await?;
     Ok(())
 }

@@ -11,7 +11,8 @@
 //! - `read`: snapshots, quorum lookups, degraded reads (any k shards), quorum listing.
 //! - `write`: a logical transaction as one transaction per drive, committed on a write quorum or undone.
 //! - `undo`: the undo log each drive keeps for a write until its outcome is known, and recovery from it.
-//! - `locks`: per-object locks that keep readers from seeing a write halfway.
+//! - `locks`: per-object locks that keep readers from seeing a write halfway, and the shared locks that
+//!   keep other processes' writes out.
 
 mod codec;
 mod heal;
@@ -24,6 +25,7 @@ mod write;
 pub use codec::{CODEC_NONE, CODEC_REED_SOLOMON, Codec, CodecId, codec_by_id, codec_for};
 pub use heal::{HealProgress, Healed};
 pub use layout::{MAX_SET_DRIVES, ObjectLayout, SHARD_UNIT_BYTES, SetGeometry};
+pub use mosaic_store::{HeldShared, SharedLocks};
 pub use read::{SetObj, SetSnapshot};
 
 use async_trait::async_trait;
@@ -69,6 +71,21 @@ pub struct SetConfig {
     /// (when the drives it leaves are gone) every acknowledged write still has at least k shards where
     /// the group is served. None: no such rule.
     pub kept_drives: Option<u16>,
+    /// Locks a write also takes when other processes write the same drives (a cluster's nodes): the set's
+    /// own locks order only its own writes. None: this set is the drives' only writer.
+    pub shared_locks: Option<Arc<dyn SharedLocks>>,
+}
+
+/// The shared-lock key of an object: a hash of its collection and name. A write and a heal of a set take
+/// the keys of the objects they change after the set's own locks (`SetConfig::shared_locks`) and hold
+/// them until the outcome is decided, so that writes of one object from two processes never interleave
+/// on its drives.
+pub fn shared_lock_key(coll: &str, name: &[u8]) -> u64 {
+    let mut h = crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc64Nvme);
+    h.update(coll.as_bytes());
+    h.update(&[0]);
+    h.update(name);
+    h.finalize()
 }
 
 impl SetConfig {
@@ -87,6 +104,7 @@ impl SetConfig {
             settle_at_open: Settle::All,
             heal_removes: true,
             kept_drives: None,
+            shared_locks: None,
         }
     }
 

@@ -1,8 +1,11 @@
 //! Per-object locks of a set: a write holds its objects' locks exclusively from planning until its outcome
 //! is decided (committed on a quorum, or undone), and a lookup holds the object's lock shared while it reads
 //! the drives' versions, so no reader ever sees a write halfway through its drives. Locks are striped: an
-//! object maps to one of a fixed number of locks by a hash of its collection and name.
+//! object maps to one of a fixed number of locks by a hash of its collection and name. When other processes
+//! write the same drives (a cluster's nodes), a write then takes the set's `SharedLocks` too.
 
+use crate::{HeldShared, SetInner, shared_lock_key};
+use mosaic_store::{Store, StoreError, StoreResult};
 use std::sync::Arc;
 use tokio::sync::{OwnedRwLockReadGuard, OwnedRwLockWriteGuard, RwLock};
 
@@ -22,6 +25,49 @@ impl Default for ObjectLocks {
 /// Held locks of a write.
 pub(crate) struct WriteLocks {
     _held: Vec<OwnedRwLockWriteGuard<()>>,
+}
+
+/// A write's locks: the set's own, then the shared ones when other processes write the same drives.
+pub(crate) struct Exclusive {
+    _own: WriteLocks,
+    shared: Option<Box<dyn HeldShared>>,
+}
+
+impl Exclusive {
+    /// Takes the locks of `objects` for a write of `set`.
+    pub(crate) async fn take<'a, S: Store>(
+        set: &SetInner<S>,
+        objects: impl Iterator<Item = (&'a str, &'a [u8])> + Clone,
+    ) -> StoreResult<Exclusive> {
+        let own = set.locks.write(objects.clone()).await;
+        let shared = match &set.cfg.shared_locks {
+            Some(locks) => {
+                let keys: Vec<u64> = objects.map(|(c, n)| shared_lock_key(c, n)).collect();
+                // A transaction of collections only (a bucket made or removed) changes no object to lock.
+                if keys.is_empty() { None } else { Some(locks.lock(keys).await?) }
+            }
+            None => None,
+        };
+        Ok(Exclusive { _own: own, shared })
+    }
+
+    /// Extends the shared locks' lease.
+    pub(crate) async fn renew(&mut self) -> StoreResult<()> {
+        match &mut self.shared {
+            Some(s) => s.renew().await,
+            None => Ok(()),
+        }
+    }
+
+    /// Fails when the shared locks' lease is too short now to begin a commit under them.
+    pub(crate) fn check_held(&self) -> StoreResult<()> {
+        match &self.shared {
+            Some(s) if !s.holds() => {
+                Err(StoreError::unavailable("the write took too long to commit under its locks; try again"))
+            }
+            _ => Ok(()),
+        }
+    }
 }
 
 impl ObjectLocks {

@@ -1189,7 +1189,7 @@ async fn apply<S: Store>(
     names: Vec<(Arc<str>, Vec<u8>)>,
     plan: Plan<S>,
 ) -> StoreResult<Outcome> {
-    let _locks = set.locks.write(names.iter().map(|(c, n)| (&**c, n.as_slice()))).await;
+    let locks = crate::locks::Exclusive::take(set, names.iter().map(|(c, n)| (&**c, n.as_slice()))).await?;
     let mut planner = Planner::new(set);
     let mut encoded = 0;
     match plan {
@@ -1221,6 +1221,7 @@ async fn apply<S: Store>(
             )));
         }
     }
+    locks.check_held()?;
     let results = join_all(f.txns.into_iter().enumerate().map(|(d, mut t)| async move {
         if t.ops.is_empty() {
             return Ok(true);

@@ -404,3 +404,74 @@ async fn a_step_must_keep_k_drives_of_the_set() {
     let cfg = mosaic_erasure::SetConfig { kept_drives: Some(0b110), ..set_config(2, 1) };
     assert!(ErasureSet::open(cfg, t.set.members()).await.is_ok(), "k drives kept");
 }
+
+/// Shared locks as a test sets them: refused, or held with their lease run out.
+#[derive(Default)]
+struct TestLocks {
+    refuse: std::sync::atomic::AtomicBool,
+    lapsed: Arc<std::sync::atomic::AtomicBool>,
+    calls: std::sync::atomic::AtomicUsize,
+}
+
+struct TestHeld(Arc<std::sync::atomic::AtomicBool>);
+
+impl mosaic_erasure::HeldShared for TestHeld {
+    fn holds(&self) -> bool {
+        !self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn renew(&mut self) -> futures::future::BoxFuture<'_, mosaic_store::StoreResult<()>> {
+        Box::pin(async { Ok(()) })
+    }
+}
+
+impl mosaic_erasure::SharedLocks for TestLocks {
+    fn lock(
+        &self,
+        keys: Vec<u64>,
+    ) -> futures::future::BoxFuture<'_, mosaic_store::StoreResult<Box<dyn mosaic_erasure::HeldShared>>> {
+        use std::sync::atomic::Ordering::SeqCst;
+        Box::pin(async move {
+            assert!(!keys.is_empty());
+            self.calls.fetch_add(1, SeqCst);
+            if self.refuse.load(SeqCst) {
+                return Err(mosaic_store::StoreError::unavailable("held by another node"));
+            }
+            Ok(Box::new(TestHeld(self.lapsed.clone())) as Box<dyn mosaic_erasure::HeldShared>)
+        })
+    }
+}
+
+/// A set whose drives other processes write too (`SetConfig::shared_locks`, a cluster's nodes) takes the
+/// shared locks for every write, changes nothing when they are refused, and begins no commit once their
+/// lease ran out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_commits_only_under_its_shared_locks() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let locks = Arc::new(TestLocks::default());
+    let cfg = mosaic_erasure::SetConfig { shared_locks: Some(locks.clone()), ..set_config(2, 1) };
+    let t = TestSet::with_config(cfg).await;
+    let l = layer(&t).await;
+    l.create_bucket("bkt", None).await.unwrap();
+    let first = pattern(1, 40_000);
+    put(&l, "o", &first).await.unwrap();
+    let calls = locks.calls.load(SeqCst);
+    assert!(calls >= 2, "the bucket and the object were written under shared locks: {calls}");
+
+    locks.refuse.store(true, SeqCst);
+    let refused = put(&l, "o", &pattern(2, 30_000)).await;
+    assert!(matches!(refused, Err(LayerError::Unavailable(_))), "{refused:?}");
+    assert!(matches!(put(&l, "new", b"x").await, Err(LayerError::Unavailable(_))));
+    locks.refuse.store(false, SeqCst);
+
+    locks.lapsed.store(true, SeqCst);
+    let late = put(&l, "o", &pattern(3, 30_000)).await;
+    assert!(matches!(late, Err(LayerError::Unavailable(_))), "{late:?}");
+    locks.lapsed.store(false, SeqCst);
+
+    assert_eq!(get(&l, "o").await.unwrap(), first, "no refused write changed the object");
+    assert_eq!(get(&l, "new").await, Err(LayerError::NoSuchKey));
+    let second = pattern(4, 30_000);
+    put(&l, "o", &second).await.unwrap();
+    assert_eq!(get(&l, "o").await.unwrap(), second);
+}

@@ -310,7 +310,7 @@ impl<S: Store> S3Semantics<S> {
         v: &str,
         opts: &DeleteOptions,
     ) -> LayerResult<DeleteResult> {
-        let _lock = self.key_locks.lock(bucket, key).await;
+        let _lock = self.key_locks.lock(bucket, key).await?;
         let snap = self.store.snapshot();
         let named = opts.version_id.clone();
         let Some(found) = self.locate(&snap, coll, bucket, key, v).await? else {
@@ -488,7 +488,7 @@ impl<S: Store> S3Semantics<S> {
         tags: Vec<(String, String)>,
     ) -> LayerResult<()> {
         validate_object_tags(&tags)?;
-        let _lock = self.key_locks.lock(bucket, key).await;
+        let _lock = self.key_locks.lock(bucket, key).await?;
         let Stat { snap, coll, name, info, .. } = self.stat_object(bucket, key, version_id).await?;
         // The tag count lives in the metadata record, changed with the tags in one transaction.
         let raw = crate::semantics::read_meta_raw(&*snap, &info.obj, bucket, key).await?;
@@ -539,7 +539,7 @@ impl<S: Store> S3Semantics<S> {
         version_id: Option<&str>,
         f: impl FnOnce(&mut ObjectMeta) -> LayerResult<()>,
     ) -> LayerResult<()> {
-        let _lock = self.key_locks.lock(bucket, key).await;
+        let _lock = self.key_locks.lock(bucket, key).await?;
         let stat = self.stat_object(bucket, key, version_id).await?;
         let raw = crate::semantics::read_meta_raw(&*stat.snap, &stat.info.obj, bucket, key).await?;
         let mut meta = ObjectMeta::decode(&raw)?;

@@ -29,6 +29,10 @@ pub struct SemanticsConfig {
     /// Smallest part but the last of a completed multipart upload (S3: 5 MiB); tests lower it to complete
     /// uploads of many parts without writing gigabytes.
     pub min_part_bytes: u64,
+    /// Locks shared with the other processes that serve the same store (a cluster's nodes): a new version
+    /// of a key is made under its shared lock too, so that two nodes writing one versioned key take turns
+    /// instead of one failing with a conflict. None: this process is the store's only writer.
+    pub shared_locks: Option<Arc<dyn mosaic_store::SharedLocks>>,
 }
 
 impl Default for SemanticsConfig {
@@ -38,6 +42,7 @@ impl Default for SemanticsConfig {
             sse_keys: None,
             bucket_state_ttl: None,
             min_part_bytes: crate::MIN_PART_BYTES,
+            shared_locks: None,
         }
     }
 }
@@ -85,6 +90,7 @@ impl<S: Store> S3Semantics<S> {
     /// Opens the semantics on a store, creating the layer's own collections on first use.
     /// A store that cannot answer now (too few drives) still opens: requests get `Unavailable` until it can.
     pub async fn open(store: Arc<S>, cfg: SemanticsConfig) -> LayerResult<Self> {
+        let key_locks = crate::versions::KeyLocks::new(cfg.shared_locks.clone());
         let s = S3Semantics {
             store,
             cfg,
@@ -92,7 +98,7 @@ impl<S: Store> S3Semantics<S> {
             mpu: tokio::sync::OnceCell::new(),
             stage_buffers: Arc::default(),
             bucket_cache: Default::default(),
-            key_locks: Default::default(),
+            key_locks,
         };
         let collections = [s.sys().await.map(|_| ()), s.mpu().await.map(|_| ())];
         let upgraded = if collections.iter().all(|r| r.is_ok()) { s.upgrade_names().await } else { Ok(()) };

@@ -17,7 +17,7 @@ use crate::error::{LayerError, LayerResult};
 use crate::meta::ObjectMeta;
 use crate::records::*;
 use crate::semantics::{S3Semantics, StoreTxn, read_meta};
-use mosaic_store::{ObjectInfo, Op, Snapshot, Store};
+use mosaic_store::{HeldShared, ObjectInfo, Op, SharedLocks, Snapshot, Store};
 use std::hash::{Hash, Hasher};
 
 /// Lock stripes for writers of versioned keys (two keys may share a stripe; that only serializes them).
@@ -32,20 +32,44 @@ const NULL: &str = "null";
 
 pub(crate) struct KeyLocks {
     stripes: Vec<tokio::sync::Mutex<()>>,
+    /// Other processes' writers of the same keys (a cluster's nodes), when there are any.
+    shared: Option<std::sync::Arc<dyn SharedLocks>>,
 }
 
-impl Default for KeyLocks {
-    fn default() -> Self {
-        KeyLocks { stripes: (0..KEY_LOCK_STRIPES).map(|_| tokio::sync::Mutex::new(())).collect() }
-    }
+/// A key's lock: this process's stripe, and the shared lock when other processes write the key too.
+pub(crate) struct KeyLock<'a> {
+    _local: tokio::sync::MutexGuard<'a, ()>,
+    _shared: Option<Box<dyn HeldShared>>,
 }
 
 impl KeyLocks {
-    pub(crate) async fn lock(&self, bucket: &str, key: &str) -> tokio::sync::MutexGuard<'_, ()> {
+    pub(crate) fn new(shared: Option<std::sync::Arc<dyn SharedLocks>>) -> Self {
+        KeyLocks { stripes: (0..KEY_LOCK_STRIPES).map(|_| tokio::sync::Mutex::new(())).collect(), shared }
+    }
+
+    /// Holds `key` of `bucket` while its current version is read and replaced (the replacement also
+    /// asserts the version it read, so a lock lost on the way turns into a conflict, never a lost version).
+    pub(crate) async fn lock(&self, bucket: &str, key: &str) -> LayerResult<KeyLock<'_>> {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         (bucket, key).hash(&mut h);
-        self.stripes[(h.finish() as usize) % self.stripes.len()].lock().await
+        let local = self.stripes[(h.finish() as usize) % self.stripes.len()].lock().await;
+        let shared = match &self.shared {
+            Some(locks) => Some(locks.lock(vec![shared_key(bucket, key)]).await?),
+            None => None,
+        };
+        Ok(KeyLock { _local: local, _shared: shared })
     }
+}
+
+/// A versioned key's shared-lock key: its own namespace, apart from the store's objects (a store locks
+/// the objects a commit changes under keys of its own, and the two are held at once).
+fn shared_key(bucket: &str, key: &str) -> u64 {
+    let mut h = crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc64Nvme);
+    h.update(b"layer.version-key\0");
+    h.update(bucket.as_bytes());
+    h.update(&[0]);
+    h.update(key.as_bytes());
+    h.finalize()
 }
 
 /// Buckets' states, and a generation counting the changes of any bucket's record.
@@ -185,7 +209,7 @@ pub(crate) struct NewVersion<'a> {
     pub(crate) asserted_at: Option<usize>,
     /// Where the current version was moved to be kept as a noncurrent one, if it was.
     pub(crate) kept: Option<Vec<u8>>,
-    pub(crate) _lock: Option<tokio::sync::MutexGuard<'a, ()>>,
+    pub(crate) _lock: Option<KeyLock<'a>>,
 }
 
 impl NewVersion<'_> {
@@ -246,7 +270,7 @@ impl<S: Store> S3Semantics<S> {
         if versioning == Versioning::Unversioned {
             return Ok(NewVersion { stamp: Stamp { ns: 0, id: None }, asserted_at: None, kept: None, _lock: None });
         }
-        let lock = self.key_locks.lock(bucket, key).await;
+        let lock = self.key_locks.lock(bucket, key).await?;
         let snap = self.store.snapshot();
         let name = key.as_bytes().to_vec();
         let current = match snap.lookup(coll, &name).await? {

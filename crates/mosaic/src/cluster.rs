@@ -25,6 +25,7 @@ use crate::datadir;
 use bytes::Bytes;
 use hyper::StatusCode;
 use mosaic::datadir_format::{self as format, ClusterNodeFile};
+use mosaic_cluster::locks::{LockClient, LockServer, LockTable};
 use mosaic_cluster::rpc::{self, Answer, Handler, Router, RpcClient, Secret};
 use mosaic_cluster::{Change, ClusterError, ClusterMap, ClusterNode, DriveId, FailureDomain, NodeConfig, NodeState};
 use mosaic_cluster_store::{ClusterStore, ClusterStoreConfig};
@@ -126,10 +127,19 @@ struct ServingReport {
     last_error: Option<String>,
 }
 
+/// Whether a node starting its cluster port was a member before (it restarts) or becomes one now.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Membership {
+    Restarted,
+    New,
+}
+
 /// A node's Raft and the client it calls other nodes with, once it has the secret.
 struct Running {
     node: Arc<ClusterNode>,
     client: RpcClient,
+    /// Object locks on a majority of the nodes, taken by every write of the groups' sets.
+    locks: Arc<LockClient>,
 }
 
 pub struct Cluster {
@@ -235,7 +245,7 @@ impl Cluster {
             if self.cfg.join.is_some() {
                 tracing::info!("this node is in a cluster already; --join is ignored");
             }
-            self.start(Secret::parse(&secret)?).await?;
+            self.start(Secret::parse(&secret)?, Membership::Restarted).await?;
             return Ok(());
         }
         let Some(peer) = self.cfg.join.clone() else {
@@ -264,7 +274,7 @@ impl Cluster {
     }
 
     /// Starts Raft and the cluster port with `secret` (once).
-    async fn start(self: &Arc<Self>, secret: Secret) -> Result<&Running, String> {
+    async fn start(self: &Arc<Self>, secret: Secret, membership: Membership) -> Result<&Running, String> {
         self.running
             .get_or_try_init(|| async {
                 let id = self.node_id();
@@ -278,11 +288,16 @@ impl Cluster {
                 };
                 let node = ClusterNode::start(config).await?;
                 let client = RpcClient::new(secret.clone())?;
+                // A member that restarts may have granted locks its writers still hold: it grants none
+                // for a lease.
+                let table = Arc::new(LockTable::new(membership == Membership::Restarted));
+                let locks = LockClient::new(id, table.clone(), node.watch_map(), client.clone(), Default::default());
                 let served = self.drives.iter().map(|(name, d, _)| (name.clone(), Arc::new(d.clone()))).collect();
                 let router = Router::new()
                     .route("/cluster/", node.clone())
                     .route("/raft/", node.clone())
                     .route("/drive/", mosaic_remote::DriveServer::new(served))
+                    .route("/lock/", LockServer::new(table, node.watch_map()))
                     .route("/node/", Arc::new(NodeCalls { dir: self.data_dir.clone(), cluster: Arc::downgrade(self) }));
                 let listener = self.listener.lock().take().ok_or("the cluster port is gone")?;
                 let mut stop = self.stop.clone();
@@ -290,7 +305,7 @@ impl Cluster {
                     let _ = stop.wait_for(|s| *s).await;
                 }));
                 tracing::info!(node = id, address = %self.advertise, "cluster node started");
-                Ok::<_, String>(Running { node, client })
+                Ok::<_, String>(Running { node, client, locks })
             })
             .await?;
         // Started after the server began serving (init): follow the map from now.
@@ -301,7 +316,7 @@ impl Cluster {
     /// Joins the cluster of the member at `peer`.
     async fn join(self: &Arc<Self>, peer: &str, secret: Secret) -> Result<(), String> {
         let _changing = self.changing.lock().await;
-        let running = self.start(secret.clone()).await?;
+        let running = self.start(secret.clone(), Membership::New).await?;
         running.node.join(peer).await.map_err(|e| format!("joining the cluster at {peer}: {e}"))?;
         let files: BTreeMap<String, String> = running
             .client
@@ -332,7 +347,7 @@ impl Cluster {
         };
         // Recorded first: a crash after Raft was initialized must not leave a node that cannot start it.
         self.record_secret(&secret)?;
-        let running = self.start(secret.clone()).await?;
+        let running = self.start(secret.clone(), Membership::New).await?;
         if running.node.status().managers.is_empty() {
             running.node.initialize().await.map_err(|e| format!("initializing the cluster: {e}"))?;
         }
@@ -581,7 +596,11 @@ impl Cluster {
     /// The S3 layer over the store `map` gives this node, and how many drives did not answer.
     async fn compose(&self, map: &ClusterMap, running: &Running) -> Result<(Arc<dyn ObjectLayer>, usize), String> {
         let me = self.node_id();
-        let cfg = ClusterStoreConfig { set: self.set_cfg.clone() };
+        let shared_locks: Arc<dyn mosaic_erasure::SharedLocks> =
+            Arc::new(mosaic_cluster_store::NodeLocks(running.locks.clone()));
+        let cfg = ClusterStoreConfig {
+            set: mosaic_erasure::SetConfig { shared_locks: Some(shared_locks.clone()), ..self.set_cfg.clone() },
+        };
         let served = self.served.lock().clone();
         let previous = served.as_ref().map(|s| mosaic_cluster_store::Previous { map: &s.map, store: &s.store });
         let composed = mosaic_cluster_store::build(map, me, &self.local_drives(map), &running.client, &cfg, previous)
@@ -589,6 +608,7 @@ impl Cluster {
             .map_err(|e| e.to_string())?;
         drop(served);
         let layer_cfg = self.layer_cfg.get().ok_or("the server is not serving yet")?.clone();
+        let layer_cfg = SemanticsConfig { shared_locks: Some(shared_locks), ..layer_cfg };
         let store = Arc::new(composed.store);
         let layer = S3Semantics::open(store.clone(), layer_cfg).await.map_err(|e| e.to_string())?;
         let owned = (0..map.pgs.len())
@@ -834,6 +854,9 @@ impl Cluster {
             scan_interval: None,
             settle_at_open: mosaic_erasure::Settle::Never,
             heal_removes: false,
+            // The fill copies what the served set holds; a write racing it is kept by the step's kept
+            // drives (`kept_drives`), so the fill takes no object locks.
+            shared_locks: None,
             ..self.set_cfg.clone()
         };
         mosaic_erasure::ErasureSet::open(cfg, members).await.map_err(|e| e.to_string())

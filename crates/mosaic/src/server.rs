@@ -101,6 +101,8 @@ pub fn run(cfg: Config) -> Result<(), String> {
         settle_at_open: mosaic_erasure::Settle::All,
         heal_removes: true,
         kept_drives: None,
+        // A cluster node's groups take the cluster's locks when they are composed.
+        shared_locks: None,
     };
     // A cluster node's drives are each its own 1+0 set here, for the admin port only: the cluster's sets
     // (placement groups) write through them, and settle and heal as the map says.

@@ -22,10 +22,12 @@
 
 mod aligned;
 mod error;
+mod shared_locks;
 mod txn;
 
 pub use aligned::{AlignedBuf, IO_ALIGN_BYTES, assert_io_aligned};
 pub use error::{ErrorKind, StoreError, StoreResult};
+pub use shared_locks::{BoxFuture, HeldShared, SharedLocks};
 pub use txn::{Op, Outcome, Priority, Txn};
 
 use async_trait::async_trait;
