@@ -9,7 +9,7 @@ use crate::raft::{self, NodeId, Raft, RaftSettings};
 use crate::rpc::{self, Answer, Handler, RpcClient, Secret};
 use bytes::Bytes;
 use hyper::StatusCode;
-use openraft::error::{ClientWriteError, RaftError};
+use openraft::error::{ChangeMembershipError, ClientWriteError, RaftError};
 use openraft::{BasicNode, ChangeMembers, ServerState};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -33,6 +33,8 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(20);
 /// How often a leader probes the other nodes, and how long it waits for each answer.
 const PROBE_EVERY: Duration = Duration::from_secs(1);
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+/// Pause before a membership change is asked again while another is in flight.
+const MEMBERSHIP_RETRY: Duration = Duration::from_millis(50);
 /// How long a stopping node waits for Raft's tasks to let go of its store.
 const STORE_CLOSE_WAIT: Duration = Duration::from_secs(10);
 
@@ -366,7 +368,7 @@ impl ClusterNode {
         let answer: Result<(), String> = self
             .through_leader(PATH_JOIN, request, |node| async move {
                 let node_info = BasicNode { addr: request.address.clone() };
-                node.raft.add_learner(request.id, node_info, true).await.map(|_| Ok(()))
+                retry_in_progress(|| node.raft.add_learner(request.id, node_info.clone(), true)).await.map(|_| Ok(()))
             })
             .await?;
         answer.map_err(ClusterError::Refused)?;
@@ -389,8 +391,7 @@ impl ClusterNode {
             return Ok(());
         }
         let added: BTreeSet<NodeId> = learners.into_iter().take(target - voters.len()).collect();
-        self.raft
-            .change_membership(ChangeMembers::AddVoterIds(added), true)
+        retry_in_progress(|| self.raft.change_membership(ChangeMembers::AddVoterIds(added.clone()), true))
             .await
             .map_err(|e| ClusterError::Failed(e.to_string()))?;
         Ok(())
@@ -416,6 +417,26 @@ impl ClusterNode {
             }
             PATH_STATUS => rpc::answer(&self.status()),
             _ => Err((StatusCode::NOT_FOUND, format!("no cluster call {path}"))),
+        }
+    }
+}
+
+/// Runs a membership change again while another one is in flight (nodes joining at once each ask for one;
+/// Raft takes one at a time), for at most `LEADER_WAIT`.
+async fn retry_in_progress<A, F, Fut>(change: F) -> Result<A, RaftError<NodeId, ClientWriteError<NodeId, BasicNode>>>
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Result<A, RaftError<NodeId, ClientWriteError<NodeId, BasicNode>>>>,
+{
+    let deadline = tokio::time::Instant::now() + LEADER_WAIT;
+    loop {
+        match change().await {
+            Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(ChangeMembershipError::InProgress(_))))
+                if tokio::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(MEMBERSHIP_RETRY).await;
+            }
+            result => return result,
         }
     }
 }

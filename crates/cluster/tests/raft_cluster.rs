@@ -178,3 +178,30 @@ async fn managers_agree_survive_a_leader_and_restart() {
         drop(r.stop().await);
     }
 }
+
+/// Nodes that join at once each ask for a membership change, and Raft makes one at a time: every join
+/// lands (the leader asks again while another change is in flight), and the managers become three, then
+/// five.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn nodes_joining_at_once_all_join() {
+    let tmp = tempfile::tempdir().unwrap();
+    let secret = Secret::generate();
+    let a = Running::start(1, &tmp.path().join("a"), &secret, None).await;
+    a.node.initialize().await.unwrap();
+    a.node.propose(bootstrap()).await.unwrap();
+    let mut others = Vec::new();
+    for id in 2..=5 {
+        others.push(Running::start(id, &tmp.path().join(format!("n{id}")), &secret, None).await);
+    }
+    let joins = others.iter().map(|r| r.node.join(&a.address));
+    for (r, joined) in others.iter().zip(futures::future::join_all(joins).await) {
+        joined.unwrap_or_else(|e| panic!("node {} did not join: {e}", r.node.id()));
+    }
+    let status = a.node.status();
+    assert_eq!(status.managers.len() + status.learners.len(), 5, "{status:?}");
+    let mut all = vec![a];
+    all.extend(others);
+    for r in all {
+        drop(r.stop().await);
+    }
+}
