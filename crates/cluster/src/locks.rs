@@ -169,6 +169,14 @@ struct LockCall {
     releases: Vec<(Holder, Vec<u64>)>,
 }
 
+impl LockCall {
+    /// At most `MAX_BATCH` grants and releases, each of at most `MAX_KEYS_PER_LOCK` keys.
+    fn within_limits(&self) -> bool {
+        let mut keys = self.grants.iter().map(|(_, _, k)| k.len()).chain(self.releases.iter().map(|(_, k)| k.len()));
+        self.grants.len() + self.releases.len() <= MAX_BATCH && keys.all(|n| n <= MAX_KEYS_PER_LOCK)
+    }
+}
+
 #[derive(Debug, Serialize, Deserialize)]
 struct LockAnswer {
     /// One per grant asked, in order.
@@ -208,9 +216,7 @@ impl Handler for LockServer {
                 return Err((StatusCode::NOT_FOUND, format!("no lock call {path}")));
             }
             let call: LockCall = rpc::parse(&body)?;
-            let asked: usize =
-                call.grants.iter().map(|(_, _, k)| k.len()).chain(call.releases.iter().map(|(_, k)| k.len())).sum();
-            if call.grants.len() + call.releases.len() > MAX_BATCH || asked > MAX_BATCH * MAX_KEYS_PER_LOCK {
+            if !call.within_limits() {
                 return Err((StatusCode::BAD_REQUEST, "a lock call over its limits".into()));
             }
             rpc::answer(&self.answer(call))
@@ -525,6 +531,24 @@ mod tests {
         assert_eq!(t.grant(h(2, 2), &[2]), Err(Refusal::Held));
         tokio::time::advance(Duration::from_millis(2)).await;
         assert_eq!(t.grant(h(2, 2), &[2, 3]), Ok(()), "a lease not renewed lapses");
+    }
+
+    #[tokio::test]
+    async fn a_node_refuses_a_lock_call_past_its_limits() {
+        let (_tx, map) = watch::channel(Arc::new(ClusterMap::empty()));
+        let server = LockServer::new(Arc::new(LockTable::new(false)), map);
+        let call = |grants: usize, keys: usize| {
+            let grants = (0..grants as u64).map(|seq| (h(1, seq), 0, vec![7; keys])).collect();
+            crate::frame::encode(crate::frame::Kind::Rpc, &LockCall { grants, releases: Vec::new() }).unwrap()
+        };
+        let status = |body: Vec<u8>| {
+            let server = server.clone();
+            async move { server.handle(PATH_LOCK.into(), body.into()).await.err().map(|(s, _)| s) }
+        };
+        assert_eq!(status(call(MAX_BATCH, 1)).await, None, "at the limits");
+        assert_eq!(status(call(1, MAX_KEYS_PER_LOCK)).await, None, "at the limits");
+        assert_eq!(status(call(MAX_BATCH + 1, 1)).await, Some(StatusCode::BAD_REQUEST));
+        assert_eq!(status(call(1, MAX_KEYS_PER_LOCK + 1)).await, Some(StatusCode::BAD_REQUEST));
     }
 
     #[tokio::test(start_paused = true)]

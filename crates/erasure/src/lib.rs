@@ -80,7 +80,7 @@ pub struct SetConfig {
 /// the keys of the objects they change after the set's own locks (`SetConfig::shared_locks`) and hold
 /// them until the outcome is decided, so that writes of one object from two processes never interleave
 /// on its drives.
-pub fn shared_lock_key(coll: &str, name: &[u8]) -> u64 {
+pub(crate) fn shared_lock_key(coll: &str, name: &[u8]) -> u64 {
     let mut h = crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc64Nvme);
     h.update(coll.as_bytes());
     h.update(&[0]);
