@@ -99,7 +99,7 @@ impl Cluster {
                 .route("/drive/", DriveServer::new(served))
                 .route("/lock/", LockServer::new(table.clone(), map_rx.clone()));
             let (stop, stopped) = oneshot::channel::<()>();
-            tokio::spawn(rpc::serve(listener, secret.clone(), Arc::new(router), async {
+            tokio::spawn(rpc::serve(listener, secret.clone(), None, Arc::new(router), async {
                 let _ = stopped.await;
             }));
             stops.push(stop);
@@ -111,7 +111,7 @@ impl Cluster {
             }
         }
         assert_eq!(map.pgs.len(), PG_COUNT as usize);
-        Cluster { map, local, client: RpcClient::new(secret).unwrap(), devices, stops, tables, maps, _dirs: dirs }
+        Cluster { map, local, client: RpcClient::new(secret, None).unwrap(), devices, stops, tables, maps, _dirs: dirs }
     }
 
     /// The cluster's store as node `me` composes it.

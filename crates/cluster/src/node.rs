@@ -6,7 +6,7 @@
 use crate::map::{Change, ClusterMap, NodeState};
 use crate::raft::network::{Network, PATH_APPEND, PATH_SNAPSHOT, PATH_VOTE};
 use crate::raft::{self, NodeId, Raft, RaftSettings};
-use crate::rpc::{self, Answer, Handler, RpcClient, Secret};
+use crate::rpc::{self, Answer, Handler, RpcClient};
 use bytes::Bytes;
 use hyper::StatusCode;
 use openraft::error::{ChangeMembershipError, ClientWriteError, RaftError};
@@ -45,7 +45,8 @@ pub struct NodeConfig {
     pub dir: PathBuf,
     /// Where other nodes reach this one.
     pub address: String,
-    pub secret: Secret,
+    /// How this node calls the others (signed with the cluster secret, over TLS when configured).
+    pub client: RpcClient,
     pub raft: RaftSettings,
     /// While this node leads: a node that answers no probe for this long is marked down in the map, and
     /// up again at its first answer. None: nodes are not probed.
@@ -102,7 +103,7 @@ impl ClusterNode {
         let (published, map) = watch::channel(Arc::new(ClusterMap::empty()));
         let state_machine = raft::store::StateMachine::open(db.clone(), published)?;
         let log = raft::store::LogStore::new(db);
-        let client = RpcClient::new(config.secret.clone())?;
+        let client = config.client;
         let network = Network { client: client.clone() };
         let raft = Raft::new(config.id, Arc::new(raft::config(config.raft)?), network, log, state_machine)
             .await

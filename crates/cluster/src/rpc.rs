@@ -1,7 +1,8 @@
 //! Calls between nodes: HTTP/1.1 POSTs whose bodies are frames (`frame::Kind::Rpc`), each authenticated
 //! by an HMAC-SHA256 of the cluster secret over a timestamp, the path and the body, accepted within five
 //! minutes. A node without the secret can neither send nor forge a call; a call altered on the way fails
-//! its HMAC.
+//! its HMAC. With `Tls`, calls go over TLS: they are private on the way, and a caller talks only to a
+//! node whose certificate the cluster's authority signed for the address it calls.
 
 use crate::frame::{self, Kind};
 use bytes::Bytes;
@@ -96,22 +97,48 @@ pub enum RpcError {
     BadAnswer { addr: String, reason: String },
 }
 
-/// Sends calls to other nodes. Cheap to clone.
+/// TLS on the cluster port: the certificate this node serves, and the authorities whose certificates it
+/// accepts from the nodes it calls (each node's certificate names the address other nodes reach it at).
+/// The secret still authenticates every call; TLS adds privacy and the called node's identity.
 #[derive(Clone)]
+pub struct Tls {
+    acceptor: tokio_rustls::TlsAcceptor,
+    roots: Vec<reqwest::Certificate>,
+}
+
+impl Tls {
+    pub fn new(acceptor: tokio_rustls::TlsAcceptor, roots: Vec<reqwest::Certificate>) -> Result<Self, String> {
+        if roots.is_empty() {
+            return Err("cluster TLS needs the certificate of the authority that signed the nodes' certificates".into());
+        }
+        Ok(Tls { acceptor, roots })
+    }
+}
+
+/// Sends calls to other nodes. Cheap to clone.
+#[derive(Clone, Debug)]
 pub struct RpcClient {
     http: reqwest::Client,
     secret: Secret,
+    /// "http", or "https" with TLS.
+    scheme: &'static str,
 }
 
 impl RpcClient {
-    pub fn new(secret: Secret) -> Result<Self, String> {
-        let http = reqwest::Client::builder()
+    /// Calls signed with `secret`; over TLS, trusting `tls`'s authorities, when `tls` is given.
+    pub fn new(secret: Secret, tls: Option<&Tls>) -> Result<Self, String> {
+        let mut http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(2))
             .pool_max_idle_per_host(8)
-            .tcp_nodelay(true)
-            .build()
-            .map_err(|e| format!("cluster RPC client: {e}"))?;
-        Ok(RpcClient { http, secret })
+            .tcp_nodelay(true);
+        if let Some(tls) = tls {
+            http = http.https_only(true).tls_built_in_root_certs(false);
+            for root in &tls.roots {
+                http = http.add_root_certificate(root.clone());
+            }
+        }
+        let http = http.build().map_err(|e| format!("cluster RPC client: {e}"))?;
+        Ok(RpcClient { http, secret, scheme: if tls.is_some() { "https" } else { "http" } })
     }
 
     /// Calls `path` on the node at `addr` with `request` (JSON), waiting at most `timeout`.
@@ -134,18 +161,18 @@ impl RpcClient {
         let auth = self.secret.sign(now_s(), path, &body);
         let response = self
             .http
-            .post(format!("http://{addr}{path}"))
+            .post(format!("{}://{addr}{path}", self.scheme))
             .header(AUTH_HEADER, auth)
             .body(body)
             .timeout(timeout)
             .send()
             .await
-            .map_err(|e| unreachable(e.to_string()))?;
+            .map_err(|e| unreachable(with_causes(&e)))?;
         let status = response.status();
         if response.content_length().is_some_and(|n| n > MAX_RPC_BYTES as u64) {
             return Err(RpcError::BadAnswer { addr: addr.into(), reason: "an answer over the size limit".into() });
         }
-        let raw = response.bytes().await.map_err(|e| unreachable(e.to_string()))?;
+        let raw = response.bytes().await.map_err(|e| unreachable(with_causes(&e)))?;
         if !status.is_success() {
             let message = String::from_utf8_lossy(&raw[..raw.len().min(512)]).into_owned();
             return Err(RpcError::Refused { addr: addr.into(), path: path.into(), status: status.as_u16(), message });
@@ -155,6 +182,21 @@ impl RpcClient {
         }
         Ok(raw)
     }
+}
+
+/// An error with what caused it (reqwest says only "error sending request"; the cause says a refused
+/// connection, a timeout or a certificate the caller does not trust).
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    // Bounded: a chain is a few links; a cycle must not loop.
+    for _ in 0..8 {
+        let Some(c) = cause else { break };
+        out.push_str(": ");
+        out.push_str(&c.to_string());
+        cause = c.source();
+    }
+    out
 }
 
 /// What a node does with an authenticated call: the answer's frame, or a status and a message.
@@ -206,9 +248,15 @@ pub fn answer<A: Serialize>(value: &A) -> Answer {
     frame::encode(Kind::Rpc, value).map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
 }
 
-/// Serves calls on `listener` until `stop` resolves; then open connections are closed too (a node that
-/// stops serving must not go on answering on connections kept alive).
-pub async fn serve(listener: TcpListener, secret: Secret, handler: Arc<dyn Handler>, stop: impl Future<Output = ()>) {
+/// Serves calls on `listener` (over TLS with `tls`) until `stop` resolves; then open connections are closed
+/// too (a node that stops serving must not go on answering on connections kept alive).
+pub async fn serve(
+    listener: TcpListener,
+    secret: Secret,
+    tls: Option<Tls>,
+    handler: Arc<dyn Handler>,
+    stop: impl Future<Output = ()>,
+) {
     let permits = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     let mut connections = tokio::task::JoinSet::new();
     let mut stop = std::pin::pin!(stop);
@@ -230,18 +278,35 @@ pub async fn serve(listener: TcpListener, secret: Secret, handler: Arc<dyn Handl
         };
         let Ok(permit) = permits.clone().acquire_owned().await else { return };
         let _ = stream.set_nodelay(true);
-        let (secret, handler) = (secret.clone(), handler.clone());
+        let (secret, handler, acceptor) = (secret.clone(), handler.clone(), tls.as_ref().map(|t| t.acceptor.clone()));
         connections.spawn(async move {
-            let service = service_fn(move |req| serve_call(req, secret.clone(), handler.clone()));
-            let conn = hyper::server::conn::http1::Builder::new()
-                .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(HEADER_TIMEOUT)
-                .serve_connection(TokioIo::new(stream), service);
-            if let Err(e) = conn.await {
-                tracing::debug!(error = %e, "cluster RPC connection");
+            match acceptor {
+                None => serve_connection(stream, secret, handler).await,
+                // The handshake is bounded like a request's headers: a caller that stalls in it holds a
+                // connection permit no longer.
+                Some(acceptor) => match tokio::time::timeout(HEADER_TIMEOUT, acceptor.accept(stream)).await {
+                    Ok(Ok(stream)) => serve_connection(stream, secret, handler).await,
+                    Ok(Err(e)) => tracing::debug!(error = %e, "cluster RPC TLS handshake failed"),
+                    Err(_) => tracing::debug!("cluster RPC TLS handshake timed out"),
+                },
             }
             drop(permit);
         });
+    }
+}
+
+/// Serves the calls of one connection.
+async fn serve_connection<Io>(io: Io, secret: Secret, handler: Arc<dyn Handler>)
+where
+    Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let service = service_fn(move |req| serve_call(req, secret.clone(), handler.clone()));
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT)
+        .serve_connection(TokioIo::new(io), service);
+    if let Err(e) = conn.await {
+        tracing::debug!(error = %e, "cluster RPC connection");
     }
 }
 

@@ -47,12 +47,12 @@ async fn members_with_silent(n: u64, acquire_within: Duration, silent: Option<us
         let silent = if silent == Some(i) {
             Some(listener)
         } else {
-            tokio::spawn(rpc::serve(listener, secret.clone(), server, async {
+            tokio::spawn(rpc::serve(listener, secret.clone(), None, server, async {
                 let _ = stopped.await;
             }));
             None
         };
-        let rpc = RpcClient::new(secret.clone()).unwrap();
+        let rpc = RpcClient::new(secret.clone(), None).unwrap();
         let client = LockClient::new(i as u64 + 1, table, rx, rpc, LockClientConfig { acquire_within });
         out.push(Member { client, map: tx, stop: Some(stop), _silent: silent });
     }

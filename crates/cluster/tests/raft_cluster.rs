@@ -3,7 +3,7 @@
 //! restarts from its store, a late joiner that catches up from a snapshot, and a node without the secret.
 
 use mosaic_cluster::raft::RaftSettings;
-use mosaic_cluster::rpc::{self, Secret};
+use mosaic_cluster::rpc::{self, RpcClient, Secret};
 use mosaic_cluster::{Change, ClusterError, ClusterNode, FailureDomain, NodeConfig};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -42,13 +42,13 @@ impl Running {
             id,
             dir: dir.to_path_buf(),
             address: address.clone(),
-            secret: secret.clone(),
+            client: RpcClient::new(secret.clone(), None).unwrap(),
             raft: settings(),
             down_after: None,
         };
         let node = ClusterNode::start(config).await.unwrap();
         let (stop, stopped) = oneshot::channel::<()>();
-        let server = tokio::spawn(rpc::serve(listener, secret.clone(), node.clone(), async {
+        let server = tokio::spawn(rpc::serve(listener, secret.clone(), None, node.clone(), async {
             let _ = stopped.await;
         }));
         Running { node, address, dir: dir.to_path_buf(), stop: Some(stop), server }

@@ -64,7 +64,7 @@ impl Client {
 /// Largest CA file read.
 const MAX_CA_FILE_BYTES: u64 = 1 << 20;
 
-fn trusted_certificates(path: &Path) -> Result<Vec<reqwest::Certificate>, String> {
+pub(crate) fn trusted_certificates(path: &Path) -> Result<Vec<reqwest::Certificate>, String> {
     let size = std::fs::metadata(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?.len();
     if size > MAX_CA_FILE_BYTES {
         return Err(format!("{}: larger than {MAX_CA_FILE_BYTES} bytes", path.display()));

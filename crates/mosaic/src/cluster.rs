@@ -153,6 +153,8 @@ pub struct Cluster {
     drives: Vec<(String, DriveStore, u32)>,
     /// Bound at start (the port is taken and known), served once the secret is known.
     listener: Mutex<Option<TcpListener>>,
+    /// TLS on the cluster port and in calls to other nodes, when configured.
+    tls: Option<rpc::Tls>,
     running: tokio::sync::OnceCell<Running>,
     /// Serializes init and join.
     changing: tokio::sync::Mutex<()>,
@@ -182,6 +184,7 @@ impl Cluster {
         drives: Vec<(String, DriveStore)>,
         s3_address: String,
         set_cfg: mosaic_erasure::SetConfig,
+        tls: Option<rpc::Tls>,
         stop: watch::Receiver<bool>,
     ) -> Result<Arc<Cluster>, String> {
         let listener = TcpListener::bind(cfg.address)
@@ -211,6 +214,7 @@ impl Cluster {
             node_file: Mutex::new(node_file),
             drives,
             listener: Mutex::new(Some(listener)),
+            tls,
             running: tokio::sync::OnceCell::new(),
             changing: tokio::sync::Mutex::new(()),
             set_cfg,
@@ -278,16 +282,16 @@ impl Cluster {
         self.running
             .get_or_try_init(|| async {
                 let id = self.node_id();
+                let client = RpcClient::new(secret.clone(), self.tls.as_ref())?;
                 let config = NodeConfig {
                     id,
                     dir: self.data_dir.join(datadir::CLUSTER_DIR).join("raft"),
                     address: self.advertise.clone(),
-                    secret: secret.clone(),
+                    client: client.clone(),
                     raft: Default::default(),
                     down_after: Some(DOWN_AFTER),
                 };
                 let node = ClusterNode::start(config).await?;
-                let client = RpcClient::new(secret.clone())?;
                 // A member that restarts may have granted locks its writers still hold: it grants none
                 // for a lease.
                 let table = Arc::new(LockTable::new(membership == Membership::Restarted));
@@ -301,7 +305,7 @@ impl Cluster {
                     .route("/node/", Arc::new(NodeCalls { dir: self.data_dir.clone(), cluster: Arc::downgrade(self) }));
                 let listener = self.listener.lock().take().ok_or("the cluster port is gone")?;
                 let mut stop = self.stop.clone();
-                tokio::spawn(rpc::serve(listener, secret, Arc::new(router), async move {
+                tokio::spawn(rpc::serve(listener, secret, self.tls.clone(), Arc::new(router), async move {
                     let _ = stop.wait_for(|s| *s).await;
                 }));
                 tracing::info!(node = id, address = %self.advertise, "cluster node started");

@@ -43,6 +43,7 @@ pub struct FileConfig {
     pub tls_key: Option<PathBuf>,
     pub cluster_address: Option<String>,
     pub cluster_advertise: Option<String>,
+    pub cluster_ca: Option<PathBuf>,
     pub join: Option<String>,
     pub zone: Option<String>,
     pub microstores: Option<crate::microstore_config::MicrostoresFile>,
@@ -172,6 +173,11 @@ pub struct ServerArgs {
     /// Where other nodes reach this one, when not --cluster-address (behind NAT or a wildcard bind).
     #[arg(long, env = "MOSAIC_CLUSTER_ADVERTISE", value_name = "HOST:PORT")]
     pub cluster_advertise: Option<String>,
+    /// Calls between nodes go over TLS: the certificates (PEM) of the authority that signed every node's
+    /// --tls-cert. This node serves its cluster port with --tls-cert, which must name the address other
+    /// nodes reach it at, and calls only nodes whose certificates this authority signed.
+    #[arg(long, env = "MOSAIC_CLUSTER_CA", value_name = "FILE")]
+    pub cluster_ca: Option<PathBuf>,
     /// Join the cluster of the node at this cluster address (once; a member restarts without it). Needs
     /// the cluster's secret in MOSAIC_CLUSTER_SECRET (printed by `mosaic admin cluster init`).
     #[arg(long, env = "MOSAIC_JOIN", value_name = "HOST:PORT")]
@@ -254,6 +260,8 @@ pub struct ClusterConfig {
     /// The cluster secret to join with (MOSAIC_CLUSTER_SECRET; never a flag, so it is not in `ps`).
     pub secret: Option<String>,
     pub zone: String,
+    /// Calls between nodes go over TLS, trusting this authority (PEM); the node serves with `Config::tls`.
+    pub ca: Option<PathBuf>,
 }
 
 /// The certificate chain and private key files of HTTPS.
@@ -323,12 +331,19 @@ fn tls_files(args: &ServerArgs, file: &FileConfig) -> Result<Option<TlsFiles>, S
 fn cluster_config(args: &ServerArgs, file: &FileConfig) -> Result<Option<ClusterConfig>, String> {
     let pick = |a: &Option<String>, f: &Option<String>| a.clone().or_else(|| f.clone());
     let join = pick(&args.join, &file.join);
+    let ca = args.cluster_ca.clone().or_else(|| file.cluster_ca.clone());
     let Some(address) = pick(&args.cluster_address, &file.cluster_address) else {
         if join.is_some() {
             return Err("join: a node joins a cluster only with a cluster_address of its own".into());
         }
+        if ca.is_some() {
+            return Err("cluster_ca: TLS between nodes needs a cluster_address".into());
+        }
         return Ok(None);
     };
+    if ca.is_some() && tls_files(args, file)?.is_none() {
+        return Err("cluster_ca: a node serves its cluster port over TLS with tls_cert and tls_key; set both".into());
+    }
     let address = addr("cluster_address", &address)?;
     let advertised = pick(&args.cluster_advertise, &file.cluster_advertise);
     if let Some(a) = &advertised {
@@ -352,7 +367,7 @@ fn cluster_config(args: &ServerArgs, file: &FileConfig) -> Result<Option<Cluster
     {
         return Err("MOSAIC_CLUSTER_SECRET: 64 hex digits, as `mosaic admin cluster init` printed".into());
     }
-    Ok(Some(ClusterConfig { address, advertise, join, secret, zone }))
+    Ok(Some(ClusterConfig { address, advertise, join, secret, zone, ca }))
 }
 
 impl Config {
@@ -562,7 +577,10 @@ mod tests {
         let args = ServerArgs { join: Some("node0.example:9100".into()), ..Default::default() };
         assert_eq!(resolve(args, file).unwrap().cluster.unwrap().join.as_deref(), Some("node0.example:9100"));
         let c = resolve(ServerArgs::default(), "cluster_address = \"127.0.0.1:0\"").unwrap().cluster.unwrap();
-        assert_eq!((c.advertise.as_str(), c.zone.as_str()), ("127.0.0.1:0", "default"));
+        assert_eq!((c.advertise.as_str(), c.zone.as_str(), c.ca), ("127.0.0.1:0", "default", None));
+        let tls = "cluster_address = \"127.0.0.1:0\"\ntls_cert = \"/c.pem\"\ntls_key = \"/k.pem\"\n";
+        let c = resolve(ServerArgs::default(), &format!("{tls}cluster_ca = \"/ca.pem\"")).unwrap().cluster.unwrap();
+        assert_eq!(c.ca, Some(PathBuf::from("/ca.pem")));
         for (bad, says) in [
             ("join = \"a:1\"", "join"),
             ("cluster_address = \"0.0.0.0:9100\"", "wildcard"),
@@ -572,6 +590,8 @@ mod tests {
             ("cluster_address = \"127.0.0.1:1\"\njoin = \"peer\"", "join"),
             ("cluster_address = \"127.0.0.1:1\"\nzone = \"\"", "zone"),
             ("cluster_address = \"127.0.0.1:1\"\nzone = \"a/b\"", "zone"),
+            ("cluster_ca = \"/ca.pem\"", "cluster_address"),
+            ("cluster_address = \"127.0.0.1:1\"\ncluster_ca = \"/ca.pem\"", "tls_cert"),
         ] {
             let e = resolve(ServerArgs::default(), bad).unwrap_err();
             assert!(e.contains(says), "{bad}: {e}");

@@ -125,6 +125,11 @@ pub fn run(cfg: Config) -> Result<(), String> {
     );
     let listeners = rt.block_on(Listeners::bind(&cfg))?;
     let (stop_tx, stop_rx) = watch::channel(false);
+    // One certificate for the S3, admin and cluster ports (one SIGHUP reloads it for all).
+    let certificates = match &cfg.tls {
+        Some(files) => Some(mosaic_s3::tls::Certificates::load(&files.cert, &files.key)?),
+        None => None,
+    };
     let cluster = match &cfg.cluster {
         Some(c) => {
             let local = drives.each().into_iter().zip(drives.sets.iter()).filter_map(|(view, set)| {
@@ -132,7 +137,9 @@ pub fn run(cfg: Config) -> Result<(), String> {
                 Some((view.path.display().to_string(), (*store).clone()))
             });
             let s3 = listeners.s3.local_addr().map_err(|e| e.to_string())?.to_string();
-            let opened = Cluster::open(c.clone(), cfg.data_dir.clone(), local.collect(), s3, set_cfg, stop_rx.clone());
+            let tls = cluster_tls(c, certificates.as_ref())?;
+            let opened =
+                Cluster::open(c.clone(), cfg.data_dir.clone(), local.collect(), s3, set_cfg, tls, stop_rx.clone());
             let cluster = rt.block_on(opened)?;
             // A joining node takes the cluster's credentials and keys here, before they are read below.
             rt.block_on(cluster.prepare())?;
@@ -165,8 +172,15 @@ pub fn run(cfg: Config) -> Result<(), String> {
         }
         None => rt.block_on(semantics_over(&drives, sse_keys))?,
     };
-    let serving =
-        Serving { cfg: cfg.clone(), layer: layer.clone(), drives: drives.clone(), creds, prometheus, started };
+    let serving = Serving {
+        cfg: cfg.clone(),
+        layer: layer.clone(),
+        drives: drives.clone(),
+        creds,
+        certificates,
+        prometheus,
+        started,
+    };
     let result = rt.block_on(serve_all(serving, listeners, cluster.clone(), (stop_tx, stop_rx)));
     let mut closed = rt.block_on(layer.shutdown());
     if let Some(cluster) = &cluster {
@@ -208,8 +222,21 @@ struct Serving {
     layer: Arc<dyn ObjectLayer>,
     drives: Arc<Drives>,
     creds: Credentials,
+    certificates: Option<Arc<mosaic_s3::tls::Certificates>>,
     prometheus: metrics_exporter_prometheus::PrometheusHandle,
     started: Instant,
+}
+
+/// TLS between nodes, when the cluster names the authority of the nodes' certificates: this node serves
+/// its cluster port with its own certificate.
+fn cluster_tls(
+    cluster: &crate::config::ClusterConfig,
+    certificates: Option<&Arc<mosaic_s3::tls::Certificates>>,
+) -> Result<Option<mosaic_cluster::rpc::Tls>, String> {
+    let Some(ca) = &cluster.ca else { return Ok(None) };
+    let certificates = certificates.ok_or("cluster_ca: the cluster port serves over TLS with tls_cert and tls_key")?;
+    let roots = crate::admin_client::trusted_certificates(ca).map_err(|e| format!("cluster_ca: {e}"))?;
+    mosaic_cluster::rpc::Tls::new(certificates.acceptor()?, roots).map(Some)
 }
 
 /// The S3 semantics over the store's sets: one set directly, several as a pool (each object on the set its
@@ -271,7 +298,7 @@ async fn serve_all(
     cluster: Option<Arc<Cluster>>,
     (stop_tx, stop_rx): (watch::Sender<bool>, watch::Receiver<bool>),
 ) -> Result<(), String> {
-    let Serving { cfg, layer, drives, creds, prometheus, started } = serving;
+    let Serving { cfg, layer, drives, creds, certificates, prometheus, started } = serving;
     let (s3_listener, admin_listener) = (listeners.s3, listeners.admin);
     let s3_bound = s3_listener.local_addr().map_err(|e| e.to_string())?;
     let admin_bound = admin_listener.local_addr().map_err(|e| e.to_string())?;
@@ -295,10 +322,6 @@ async fn serve_all(
     let handlers = signal(SignalKind::interrupt()).and_then(|i| Ok((i, signal(SignalKind::terminate())?)));
     let (int, term) = handlers.map_err(|e| format!("cannot install signal handlers: {e}"))?;
     tokio::spawn(signals(int, term, stop_tx));
-    let certificates = match &cfg.tls {
-        Some(files) => Some(mosaic_s3::tls::Certificates::load(&files.cert, &files.key)?),
-        None => None,
-    };
     let tls = certificates.as_ref().map(|c| c.acceptor()).transpose()?;
     let hangup = signal(SignalKind::hangup()).map_err(|e| format!("cannot install signal handlers: {e}"))?;
     tokio::spawn(reload_on_hangup(hangup, certificates));

@@ -2,7 +2,9 @@
 //! (scripts/test-cert.sh): S3 through aws-sdk-s3 and the admin CLI over TLS, SSE-C accepted over TLS
 //! without being allowed over HTTP, aws:SecureTransport true in policies, plain HTTP refused on the TLS
 //! port; SIGHUP serves a renewed certificate to new connections while open ones keep going, and a broken
-//! renewal keeps the previous certificate.
+//! renewal keeps the previous certificate. Three nodes whose calls to each other go over TLS (--cluster-ca)
+//! serve what one wrote from the others; the cluster port refuses plain HTTP, and a node that trusts
+//! another authority cannot join.
 
 mod support;
 
@@ -10,7 +12,7 @@ use aws_sdk_s3::primitives::ByteStream;
 use base64::Engine;
 use md5::{Digest, Md5};
 use std::path::{Path, PathBuf};
-use support::{logged, run, start_with_root, stop};
+use support::{Server, logged, run, start_with_args, start_with_root, stop};
 
 const ROOT_AK: &str = "rootkey";
 const ROOT_SK: &str = "rootsecret-0123456789";
@@ -207,4 +209,95 @@ fn bad_tls_settings_are_refused_at_start() {
     let (code, _, err) = run(&[&base[..], &["--tls-cert", cert, "--tls-key", "/nonexistent/key.pem"]].concat());
     assert_ne!(code, 0);
     assert!(err.contains("cannot read /nonexistent/key.pem"), "{err}");
+    // The cluster's authority must be certificates: a key file is not (a new data directory: a cluster
+    // node's is its own kind).
+    let node = tempfile::tempdir().unwrap();
+    let key = t.key.to_str().unwrap();
+    let (server, addresses) = (&["server", "--data", node.path().to_str().unwrap()], &base[3..]);
+    let cluster = ["--cluster-address", "127.0.0.1:0", "--tls-cert", cert, "--tls-key", key, "--cluster-ca", key];
+    let (code, _, err) = run(&[&server[..], addresses, &cluster[..]].concat());
+    assert_ne!(code, 0);
+    assert!(err.contains("cluster_ca") && err.contains("CERTIFICATE"), "{err}");
+}
+
+/// A cluster node over TLS: two drives, its certificate for every port, `ca` as the cluster's authority.
+fn tls_node(dir: &Path, t: &Tls, ca: &Path, join: Option<&str>) -> Server {
+    let drives = format!("{},{}", dir.join("d0").display(), dir.join("d1").display());
+    let secret = "0123456789abcdef".repeat(4);
+    let env = [
+        ("MOSAIC_DRIVES", drives.as_str()),
+        ("MOSAIC_DRIVE_SIZE", "96MiB"),
+        ("MOSAIC_CLUSTER_SECRET", secret.as_str()),
+        ("MOSAIC_ACCESS_KEY", ROOT_AK),
+        ("MOSAIC_SECRET_KEY", ROOT_SK),
+    ];
+    let (cert, key, ca) = (t.cert.to_str().unwrap(), t.key.to_str().unwrap(), ca.to_str().unwrap());
+    let mut args = vec!["--tls-cert", cert, "--tls-key", key, "--cluster-ca", ca, "--cluster-address", "127.0.0.1:0"];
+    if let Some(peer) = join {
+        args.extend(["--join", peer]);
+    }
+    start_with_args(&dir.join("data"), &env, &args)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_nodes_call_each_other_over_tls() {
+    let t = tls_files();
+    let dir = tempfile::tempdir().unwrap();
+    let a = tls_node(&dir.path().join("a"), &t, &t.ca, None);
+    let out = support::mosaic()
+        .env("MOSAIC_ACCESS_KEY", ROOT_AK)
+        .env("MOSAIC_SECRET_KEY", ROOT_SK)
+        .args(["admin", "--json", "--admin", &a.admin, "--ca-cert", t.ca.to_str().unwrap()])
+        .args(["cluster", "init", "--erasure", "2+1", "--groups", "8"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "cluster init over HTTPS: {}", String::from_utf8_lossy(&out.stderr));
+    let a_cluster = a.cluster.clone().unwrap();
+    let b = tls_node(&dir.path().join("b"), &t, &t.ca, Some(&a_cluster));
+    let c = tls_node(&dir.path().join("c"), &t, &t.ca, Some(&a_cluster));
+    for s in [&a, &b, &c] {
+        logged(s, "serving the cluster map");
+    }
+    // 2+1 sets over three nodes: every object has shards on the other nodes, written and read over TLS.
+    let body: Vec<u8> = (0..(3u32 << 20)).map(|i| (i % 249) as u8).collect();
+    sdk_client(&a.s3, &t.ca).create_bucket().bucket("spread").send().await.unwrap();
+    for i in 0..6 {
+        let put = sdk_client(&a.s3, &t.ca).put_object().bucket("spread").key(format!("k{i}"));
+        put.body(ByteStream::from(body[..body.len() >> i].to_vec())).send().await.unwrap();
+    }
+    for s in [&b, &c] {
+        for i in 0..6 {
+            let got = sdk_client(&s.s3, &t.ca).get_object().bucket("spread").key(format!("k{i}")).send().await.unwrap();
+            assert!(got.body.collect().await.unwrap().to_vec() == body[..body.len() >> i], "k{i} read back wrong");
+        }
+    }
+
+    // Plain HTTP on the cluster port gets no answer.
+    let plain = tokio::task::spawn_blocking({
+        let url = format!("http://{a_cluster}/cluster/status");
+        move || reqwest::blocking::Client::new().post(url).send().map(|r| r.status().as_u16())
+    });
+    assert!(plain.await.unwrap().is_err(), "the cluster port answered plain HTTP");
+
+    // A node that trusts another authority does not accept the cluster's certificates: it cannot join.
+    let other = dir.path().join("other-ca");
+    make_cert(&other, "node");
+    let data = dir.path().join("stranger");
+    let drives = format!("{},{}", data.join("d0").display(), data.join("d1").display());
+    let refused = support::mosaic()
+        .env("MOSAIC_CLUSTER_SECRET", "0123456789abcdef".repeat(4))
+        .env("MOSAIC_DRIVES", &drives)
+        .args(["server", "--data", data.join("data").to_str().unwrap(), "--drive-size", "96MiB"])
+        .args(["--s3-address", "127.0.0.1:0", "--admin-address", "127.0.0.1:0", "--cluster-address", "127.0.0.1:0"])
+        .args(["--tls-cert", other.join("node.pem").to_str().unwrap()])
+        .args(["--tls-key", other.join("node.key").to_str().unwrap()])
+        .args(["--cluster-ca", other.join("ca.pem").to_str().unwrap(), "--join", &a_cluster])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(err.contains("joining the cluster") && err.contains("invalid peer certificate"), "{err}");
+    for s in [a, b, c] {
+        assert_eq!(stop(s).0, 0);
+    }
 }

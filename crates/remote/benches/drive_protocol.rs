@@ -1,7 +1,8 @@
 //! What the object-drive protocol costs: the same S3 operations on a 1+0 set whose drive is this process's
 //! own and on one whose drive is reached through the protocol on loopback (one drive server). The drive
 //! is a simulated device in memory, so the difference is the protocol (encoding, HTTP, copies), not the
-//! disk. Run: `cargo bench -p mosaic-remote --bench drive_protocol`.
+//! disk; "remote-tls" is the protocol over TLS (a certificate made by scripts/test-cert.sh, needs openssl).
+//! Run: `cargo bench -p mosaic-remote --bench drive_protocol`.
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use futures::StreamExt;
@@ -34,13 +35,35 @@ async fn local_layer(dir: &tempfile::TempDir) -> Arc<dyn ObjectLayer> {
     Arc::new(S3Semantics::open(Arc::new(set), SemanticsConfig::default()).await.expect("a layer"))
 }
 
-async fn remote_layer(dir: &tempfile::TempDir) -> Arc<dyn ObjectLayer> {
+/// TLS for the drive server and its client: a test authority and a certificate for 127.0.0.1 in `dir`.
+fn tls(dir: &std::path::Path) -> rpc::Tls {
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/test-cert.sh");
+    let made = std::process::Command::new(script).arg(dir).arg("node").status().expect("running test-cert.sh");
+    assert!(made.success(), "test-cert.sh failed");
+    let chain: Vec<_> = CertificateDer::pem_file_iter(dir.join("node.pem")).expect("a chain").flatten().collect();
+    let key = PrivateKeyDer::from_pem_file(dir.join("node.key")).expect("a key");
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("TLS versions")
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .expect("a certificate");
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let ca = std::fs::read(dir.join("ca.pem")).expect("the authority");
+    let roots = reqwest::Certificate::from_pem_bundle(&ca).expect("PEM");
+    rpc::Tls::new(tokio_rustls::TlsAcceptor::from(Arc::new(config)), roots).expect("TLS")
+}
+
+async fn remote_layer(dir: &tempfile::TempDir, tls: Option<rpc::Tls>) -> Arc<dyn ObjectLayer> {
     let secret = Secret::generate();
     let server = DriveServer::new(HashMap::from([("d0".to_string(), Arc::new(drive(dir)))]));
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("a port");
     let address = listener.local_addr().expect("an address").to_string();
-    tokio::spawn(rpc::serve(listener, secret.clone(), server, std::future::pending()));
-    let client = RpcClient::new(secret).expect("a client");
+    tokio::spawn(rpc::serve(listener, secret.clone(), tls.clone(), server, std::future::pending()));
+    let client = RpcClient::new(secret, tls.as_ref()).expect("a client");
     let remote = RemoteStore::connect(client, &address, "d0").await.expect("the drive answers");
     let set = ErasureSet::open(set_config(), vec![Some(Arc::new(remote))]).await.expect("a set");
     Arc::new(S3Semantics::open(Arc::new(set), SemanticsConfig::default()).await.expect("a layer"))
@@ -57,9 +80,13 @@ async fn get(layer: &dyn ObjectLayer, key: &str) -> usize {
 
 fn protocol(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("a runtime");
-    let (local_dir, remote_dir) = (tempfile::tempdir().expect("a dir"), tempfile::tempdir().expect("a dir"));
+    let dirs: Vec<_> = (0..4).map(|_| tempfile::tempdir().expect("a dir")).collect();
     let layers = rt.block_on(async {
-        let layers = [("local", local_layer(&local_dir).await), ("remote", remote_layer(&remote_dir).await)];
+        let layers = [
+            ("local", local_layer(&dirs[0]).await),
+            ("remote", remote_layer(&dirs[1], None).await),
+            ("remote-tls", remote_layer(&dirs[2], Some(tls(dirs[3].path()))).await),
+        ];
         for (_, layer) in &layers {
             layer.create_bucket("bench", None).await.expect("a bucket");
             for size in SIZES {

@@ -37,7 +37,7 @@ impl Node {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap().to_string();
         let (stop, stopped) = oneshot::channel::<()>();
-        tokio::spawn(rpc::serve(listener, secret.clone(), server.clone(), async {
+        tokio::spawn(rpc::serve(listener, secret.clone(), None, server.clone(), async {
             let _ = stopped.await;
         }));
         Node { address, server, stop: Some(stop), _dir: dir }
@@ -58,7 +58,7 @@ fn set_config(k: usize, m: usize) -> SetConfig {
 async fn remote_set(k: usize, m: usize, secret: &Secret) -> (ErasureSet<RemoteStore>, Vec<Node>) {
     let mut nodes = Vec::new();
     let mut members = Vec::new();
-    let client = RpcClient::new(secret.clone()).unwrap();
+    let client = RpcClient::new(secret.clone(), None).unwrap();
     for _ in 0..k + m {
         let node = Node::start(secret).await;
         members.push(Some(Arc::new(RemoteStore::connect(client.clone(), &node.address, "d0").await.unwrap())));
@@ -150,11 +150,11 @@ async fn a_small_get_is_one_request_per_drive() {
 async fn a_client_without_the_secret_is_refused_and_nothing_is_left_behind() {
     let secret = Secret::generate();
     let node = Node::start(&secret).await;
-    let stranger = RpcClient::new(Secret::generate()).unwrap();
+    let stranger = RpcClient::new(Secret::generate(), None).unwrap();
     let e = RemoteStore::connect(stranger, &node.address, "d0").await.err().expect("refused");
     assert_eq!(e.kind, ErrorKind::Unavailable);
     assert!(e.message.contains("401"), "{e}");
-    let client = RpcClient::new(secret.clone()).unwrap();
+    let client = RpcClient::new(secret.clone(), None).unwrap();
     let e = RemoteStore::connect(client.clone(), &node.address, "nope").await.err().expect("no such drive");
     assert!(e.message.contains("no drive nope"), "{e}");
 
