@@ -15,7 +15,7 @@ mod support;
 use aws_sdk_s3::primitives::ByteStream;
 use std::collections::BTreeMap;
 use std::path::Path;
-use support::{Server, admin, kill9, logged, printed, s3_client, start_with_args, stop};
+use support::{Server, admin, json, kill9, logged, printed, s3_client, start_with_args, status_when, stop};
 
 const BUCKET: &str = "spread";
 
@@ -60,11 +60,6 @@ async fn verify(clients: &[aws_sdk_s3::Client], model: &BTreeMap<String, Vec<u8>
         }
         assert_eq!(list_all(c).await, model.keys().cloned().collect::<Vec<_>>(), "{phase}: node {n} lists");
     }
-}
-
-fn json(out: std::process::Output) -> serde_json::Value {
-    assert!(out.status.success(), "mosaic admin failed: {}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -430,18 +425,6 @@ async fn history_client(c: aws_sdk_s3::Client, client: usize, base: std::time::I
         ops.push(history::Op { client, start_ns, end_ns: done.then(now_ns), kind });
     }
     ops
-}
-
-/// `cluster status` on `s` once `done` holds for it (asked again until then, at most two minutes).
-fn status_when(s: &Server, ak: &str, sk: &str, done: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-    loop {
-        let status = json(admin(s, ak, sk, &["cluster", "status"]));
-        if done(&status) {
-            return status;
-        }
-        assert!(std::time::Instant::now() < deadline, "the cluster did not get there in two minutes: {status}");
-    }
 }
 
 /// The id of the node whose cluster address is `s`'s, in `status`.

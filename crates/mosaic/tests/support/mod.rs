@@ -7,7 +7,19 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
 pub fn mosaic() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_mosaic"));
+    clean(Command::new(env!("CARGO_BIN_EXE_mosaic")))
+}
+
+/// The binary run inside network namespace `ns` (`ip netns exec` enters it and execs the binary, so the
+/// child is the server itself and signals reach it).
+pub fn mosaic_in_netns(ns: &str) -> Command {
+    let mut c = clean(Command::new("ip"));
+    c.args(["netns", "exec", ns, env!("CARGO_BIN_EXE_mosaic")]);
+    c
+}
+
+/// `c` without the test's own MOSAIC_ settings.
+fn clean(mut c: Command) -> Command {
     for (k, _) in std::env::vars() {
         if k.starts_with("MOSAIC_") {
             c.env_remove(k);
@@ -62,26 +74,16 @@ pub fn start_with_env(data: &Path, env: &[(&str, &str)]) -> Server {
 
 /// Like [`start`], with extra environment variables and arguments.
 pub fn start_with_args(data: &Path, env: &[(&str, &str)], args: &[&str]) -> Server {
-    let mut child = mosaic()
-        .envs(env.iter().copied())
-        .args([
-            "server",
-            "--data",
-            data.to_str().unwrap(),
-            "--s3-address",
-            "127.0.0.1:0",
-            "--admin-address",
-            "127.0.0.1:0",
-            "--log-format",
-            "json",
-            "--drive-size",
-            "256MiB",
-        ])
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut command = mosaic();
+    command.envs(env.iter().copied()).args(["server", "--data", data.to_str().unwrap()]);
+    command.args(["--s3-address", "127.0.0.1:0", "--admin-address", "127.0.0.1:0"]);
+    command.args(["--log-format", "json", "--drive-size", "256MiB"]).args(args);
+    spawn_server(command)
+}
+
+/// Spawns `command` (a `mosaic server` with `--log-format json`) and waits for its "serving" log line.
+pub fn spawn_server(mut command: Command) -> Server {
+    let mut child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     let out = child.stdout.take().unwrap();
     std::thread::spawn(move || {
@@ -123,10 +125,17 @@ pub fn start_with_args(data: &Path, env: &[(&str, &str)], args: &[&str]) -> Serv
     Server { child, s3, admin, cluster, stdout: rx, log }
 }
 
+/// The longest wait for a log line.
+pub const LOGGED_WITHIN: std::time::Duration = std::time::Duration::from_secs(300);
+
 /// Reads the server's log until a line with this message, and returns that line.
 pub fn logged(s: &Server, message: &str) -> serde_json::Value {
     loop {
-        let line = s.log.recv().expect("the server's log ended before the line was logged");
+        // Bounded: a line that never comes fails the test instead of hanging it.
+        let line = match s.log.recv_timeout(LOGGED_WITHIN) {
+            Ok(line) => line,
+            Err(e) => panic!("the server did not log {message:?} ({e})"),
+        };
         if let Ok(v) = serde_json::from_str::<serde_json::Value>(&line)
             && v["message"] == message
         {
@@ -196,4 +205,22 @@ pub fn admin(s: &Server, access_key: &str, secret_key: &str, args: &[&str]) -> s
         .args(args)
         .output()
         .expect("running mosaic admin")
+}
+
+/// The JSON `mosaic admin --json` printed, once it succeeded.
+pub fn json(out: std::process::Output) -> serde_json::Value {
+    assert!(out.status.success(), "mosaic admin failed: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// `cluster status` on `s` once `done` holds for it (asked again until then, at most two minutes).
+pub fn status_when(s: &Server, ak: &str, sk: &str, done: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        let status = json(admin(s, ak, sk, &["cluster", "status"]));
+        if done(&status) {
+            return status;
+        }
+        assert!(std::time::Instant::now() < deadline, "the cluster did not get there in two minutes: {status}");
+    }
 }
