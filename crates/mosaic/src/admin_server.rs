@@ -377,6 +377,15 @@ async fn cluster_route(state: &AdminState, method: &str, path: &str) -> Resp {
     if method != "POST" {
         return not_found();
     }
+    if let Some(address) = path.strip_prefix("/admin/v1/cluster/add-node/") {
+        if let Err(e) = crate::config::host_port("address", address) {
+            return json(400, serde_json::json!({ "error": e }));
+        }
+        return match cluster.add_node(address).await {
+            Ok(node) => json(200, serde_json::json!({ "node": node, "address": address })),
+            Err(e) => json(409, serde_json::json!({ "error": e })),
+        };
+    }
     if let Some(args) = path.strip_prefix("/admin/v1/cluster/").filter(|a| !a.starts_with("init/")) {
         let change = match cluster_change(args) {
             Ok(Some(c)) => c,

@@ -47,6 +47,10 @@ use tokio::sync::watch;
 /// serves (its placement epoch and its moves).
 const PATH_SHARED: &str = "/node/shared";
 const PATH_SERVING: &str = "/node/serving";
+/// A member asks a waiting node to join through it (`admin cluster add-node`).
+const PATH_INVITE: &str = "/node/invite";
+/// How long an invited node may take to join (admitted to Raft, the shared files taken, added to the map).
+const INVITE_TIMEOUT: Duration = Duration::from_secs(60);
 /// The data directory's files every node of a cluster holds alike.
 const SHARED_FILES: [&str; 3] = ["credentials", "sse-keys", "keys"];
 const CALL_TIMEOUT: Duration = Duration::from_secs(20);
@@ -153,6 +157,9 @@ pub struct Cluster {
     drives: Vec<(String, DriveStore, u32)>,
     /// Bound at start (the port is taken and known), served once the secret is known.
     listener: Mutex<Option<TcpListener>>,
+    /// The root credentials and SSE master keys this node serves with, as their files write them (set
+    /// once by the server before it serves).
+    shared_state: OnceLock<(String, String)>,
     /// TLS on the cluster port and in calls to other nodes, when configured.
     tls: Option<rpc::Tls>,
     running: tokio::sync::OnceCell<Running>,
@@ -214,6 +221,7 @@ impl Cluster {
             node_file: Mutex::new(node_file),
             drives,
             listener: Mutex::new(Some(listener)),
+            shared_state: OnceLock::new(),
             tls,
             running: tokio::sync::OnceCell::new(),
             changing: tokio::sync::Mutex::new(()),
@@ -253,6 +261,16 @@ impl Cluster {
             return Ok(());
         }
         let Some(peer) = self.cfg.join.clone() else {
+            if let Some(secret) = self.cfg.secret.as_deref() {
+                // With the secret it can be called: a member may invite it (`admin cluster add-node`).
+                self.start(Secret::parse(secret)?, Membership::New).await?;
+                tracing::info!(
+                    "this node is in no cluster: `mosaic admin cluster add-node {}` on a member adds it, \
+                     `mosaic admin cluster init` makes one here",
+                    self.advertise
+                );
+                return Ok(());
+            }
             tracing::info!("this node is in no cluster: `mosaic admin cluster init` makes one here");
             return Ok(());
         };
@@ -332,6 +350,61 @@ impl Cluster {
         self.record_secret(&secret)?;
         tracing::info!(node = self.node_id(), peer, "joined the cluster");
         Ok(())
+    }
+
+    /// Records what this node serves with (its root credentials and SSE master keys).
+    pub fn set_shared_state(&self, creds: &datadir::Credentials, master: &mosaic_crypt::MasterKeys) {
+        let state = (format::encode_credentials(creds), format::encode_master_keys(master));
+        let _ = self.shared_state.set(state);
+    }
+
+    /// What every node must serve with alike, as the shared files write it: the root credentials and SSE
+    /// master keys in effect (given ones included) and the access keys.
+    fn effective_shared(&self) -> Result<BTreeMap<String, String>, String> {
+        let (creds, sse) = self.shared_state.get().ok_or("this node is not serving yet")?;
+        let mut out =
+            BTreeMap::from([("credentials".to_string(), creds.clone()), ("sse-keys".to_string(), sse.clone())]);
+        let keys = self.data_dir.join("keys");
+        if keys.exists() {
+            out.insert("keys".to_string(), datadir::read_small_file(&keys)?);
+        }
+        Ok(out)
+    }
+
+    /// Asks the node waiting at `address` (started with the cluster's secret and no --join) to join the
+    /// cluster through this member; returns its node id once it is in the map.
+    pub async fn add_node(&self, address: &str) -> Result<u64, String> {
+        let map = self.running_map()?;
+        if map.nodes.values().any(|n| n.address == address) {
+            return Err(format!("{address} is a member already"));
+        }
+        let running = self.running.get().ok_or("this node is in no cluster")?;
+        let invite = Invite { peer: self.advertise.clone(), shared: self.effective_shared()? };
+        let joined: Joined = running
+            .client
+            .call(address, PATH_INVITE, &invite, INVITE_TIMEOUT)
+            .await
+            .map_err(|e| format!("inviting {address}: {e}"))?;
+        debug_assert!(joined.node != self.node_id(), "a node does not invite itself");
+        Ok(joined.node)
+    }
+
+    /// Joins through `peer` when a member invites this node; refused once it is in a cluster.
+    async fn accept_invite(self: &Arc<Self>, peer: &str, shared: &BTreeMap<String, String>) -> Result<u64, String> {
+        if self.node_file.lock().secret.is_some() {
+            return Err("this node is in a cluster already".into());
+        }
+        // This node serves with what it read at its start: joining with other credentials or keys would
+        // serve S3 with them (and seal objects with another master key) until it restarts.
+        if self.effective_shared()? != *shared {
+            return Err("this node's root credentials, SSE master keys or access keys differ from the cluster's: \
+                 start it with --join PEER instead (it takes the cluster's before it serves), or give every node \
+                 the same MOSAIC_ACCESS_KEY, MOSAIC_SECRET_KEY and sse_master_key"
+                .into());
+        }
+        let secret = self.cfg.secret.as_deref().ok_or("this node was started without the cluster secret")?;
+        self.join(peer, Secret::parse(secret)?).await?;
+        Ok(self.node_id())
     }
 
     /// Makes a new cluster with this node as its first member; returns the secret other nodes join with.
@@ -956,6 +1029,21 @@ fn same_placement(a: &ClusterMap, b: &ClusterMap) -> bool {
         && (a.data_shards, a.parity_shards) == (b.data_shards, b.parity_shards)
 }
 
+/// A member's invitation to join the cluster through it.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Invite {
+    /// The member's cluster address.
+    peer: String,
+    /// What the member serves with (`Cluster::effective_shared`): the invited node must serve with the same.
+    shared: BTreeMap<String, String>,
+}
+
+/// An invited node's answer once it joined.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Joined {
+    node: u64,
+}
+
 /// Answers this binary's node-to-node calls (only a node with the secret can call): the shared files a
 /// joining node takes, and what this node serves.
 struct NodeCalls {
@@ -964,11 +1052,18 @@ struct NodeCalls {
 }
 
 impl Handler for NodeCalls {
-    fn handle(self: Arc<Self>, path: String, _body: Bytes) -> Pin<Box<dyn Future<Output = Answer> + Send>> {
+    fn handle(self: Arc<Self>, path: String, body: Bytes) -> Pin<Box<dyn Future<Output = Answer> + Send>> {
         Box::pin(async move {
             if path == PATH_SERVING {
                 let cluster = self.cluster.upgrade().ok_or((StatusCode::SERVICE_UNAVAILABLE, "stopping".into()))?;
                 return rpc::answer(&cluster.serving_report());
+            }
+            if path == PATH_INVITE {
+                let invite: Invite = rpc::parse(&body)?;
+                let cluster = self.cluster.upgrade().ok_or((StatusCode::SERVICE_UNAVAILABLE, "stopping".into()))?;
+                let joined = cluster.accept_invite(&invite.peer, &invite.shared).await;
+                let node = joined.map_err(|e| (StatusCode::CONFLICT, e))?;
+                return rpc::answer(&Joined { node });
             }
             if path != PATH_SHARED {
                 return Err((StatusCode::NOT_FOUND, format!("no node call {path}")));

@@ -302,7 +302,7 @@ fn addr(name: &str, v: &str) -> Result<SocketAddr, String> {
 }
 
 /// A HOST:PORT whose host may be a name (other nodes resolve it), as a cluster address is advertised.
-fn host_port(name: &str, v: &str) -> Result<(), String> {
+pub(crate) fn host_port(name: &str, v: &str) -> Result<(), String> {
     let bad = || format!("{name}: {v:?} is not of the form HOST:PORT (e.g. node1.example:9100)");
     let (host, port) = v.rsplit_once(':').ok_or_else(bad)?;
     let host_ok = !host.is_empty() && host.len() <= 253 && !host.chars().any(|c| c.is_whitespace() || c == '/');

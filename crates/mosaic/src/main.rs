@@ -166,8 +166,15 @@ enum ClusterCommand {
     /// This node's view of the cluster: its role, the map's epoch, the nodes, their drives and placement
     /// groups, and the rebalancer's progress.
     Status,
+    /// Add the node waiting at cluster address ADDRESS (started with --cluster-address and the cluster's
+    /// MOSAIC_CLUSTER_SECRET, without --join): it joins through this node and takes its share of the
+    /// placement groups. (Starting a node with --join PEER does the same from its side.)
+    AddNode {
+        /// The new node's cluster address, HOST:PORT, as other nodes reach it.
+        address: String,
+    },
     /// Move every placement group off node NODE (its drives stop receiving shards); `remove-node` takes it
-    /// out once `status` shows it holds no groups. A new node is added by starting it with --join.
+    /// out once `status` shows it holds no groups.
     Drain {
         /// The node's id, as `status` shows it.
         node: u64,
@@ -328,6 +335,13 @@ fn run_admin(a: AdminArgs) -> Result<ExitCode, String> {
                 "POST",
                 format!("/admin/v1/cluster/init/{}/{}/{groups}/{}", g.data, g.parity, path_segment(failure_domain)),
             )
+        }
+        AdminCommand::Cluster(ClusterCommand::AddNode { address }) => {
+            let host_port = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | ':' | '[' | ']');
+            if address.is_empty() || !address.chars().all(host_port) {
+                return Err(format!("add-node: {address:?} is not a cluster address HOST:PORT"));
+            }
+            ("POST", format!("/admin/v1/cluster/add-node/{address}"))
         }
         AdminCommand::Cluster(ClusterCommand::Drain { node }) => ("POST", format!("/admin/v1/cluster/drain/{node}")),
         AdminCommand::Cluster(ClusterCommand::RemoveNode { node, dead }) => {

@@ -163,7 +163,12 @@ pub fn run(cfg: Config) -> Result<(), String> {
             tracing::warn!(error = %e, "could not print the root credentials; they are in the data directory");
         }
     }
-    let sse_keys = sse_keys(&cfg)?;
+    let master = crate::sse_keys_file::load_or_create(&cfg.data_dir, cfg.sse_master_key)?;
+    if let Some(cluster) = &cluster {
+        // What a member compares with its own before this node may join it (`admin cluster add-node`).
+        cluster.set_shared_state(&creds, &master);
+    }
+    let sse_keys = sse_keys(&cfg, master)?;
     let layer: Arc<dyn ObjectLayer> = match &cluster {
         Some(cluster) => {
             let _entered = rt.enter();
@@ -287,8 +292,7 @@ fn console_for(
 
 /// The keys of SSE-S3 and SSE-KMS: the master keys (config, else the data directory's) and the KMS key
 /// ids served.
-fn sse_keys(cfg: &Config) -> Result<mosaic_layer::SseKeys, String> {
-    let master = crate::sse_keys_file::load_or_create(&cfg.data_dir, cfg.sse_master_key)?;
+fn sse_keys(cfg: &Config, master: mosaic_crypt::MasterKeys) -> Result<mosaic_layer::SseKeys, String> {
     mosaic_layer::SseKeys::new(master, cfg.kms_keys.iter().cloned().collect()).map_err(|e| format!("kms_keys: {e}"))
 }
 

@@ -539,3 +539,56 @@ fn first_logged(servers: &[Server], matches: impl Fn(&serde_json::Value) -> bool
     }
     panic!("no server logged the line within a minute");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_node_is_added_with_add_node() {
+    let dir = tempfile::tempdir().unwrap();
+    // As a deployment starts every node: the same secret, root credentials and SSE master key.
+    let config = dir.path().join("mosaic.toml");
+    std::fs::write(&config, format!("sse_master_key = \"{}\"\n", "42".repeat(32))).unwrap();
+    let secret = cluster_secret();
+    let alike = [
+        ("MOSAIC_CLUSTER_SECRET", secret.as_str()),
+        ("MOSAIC_CONFIG", config.to_str().unwrap()),
+        ("MOSAIC_ACCESS_KEY", "clusterroot"),
+        ("MOSAIC_SECRET_KEY", "clusterroot-secret-0123"),
+    ];
+    let (ak, sk) = ("clusterroot", "clusterroot-secret-0123");
+    let a = node(&dir.path().join("a"), "127.0.0.1:0", &alike, &[]);
+    json(admin(&a, ak, sk, &["cluster", "init", "--erasure", "1+1", "--groups", "4"]));
+    // Started with the secret and no --join: they wait to be invited.
+    let b = node(&dir.path().join("b"), "127.0.0.1:0", &alike, &[]);
+    let b_cluster = b.cluster.clone().unwrap();
+    let own_keys = node(&dir.path().join("c"), "127.0.0.1:0", &alike[..1], &[]);
+
+    let stranger = own_keys.cluster.clone().unwrap();
+    for (bad, says) in [
+        ("no-port", "HOST:PORT"),
+        ("a/b:1", "HOST:PORT"),
+        ("127.0.0.1:1", "inviting 127.0.0.1:1"),
+        // It made its own root credentials and SSE master key: it would serve with them.
+        (stranger.as_str(), "differ from the cluster's"),
+    ] {
+        let out = admin(&a, ak, sk, &["cluster", "add-node", bad]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(says), "add-node {bad}: {err}");
+    }
+    let added = json(admin(&a, ak, sk, &["cluster", "add-node", &b_cluster]));
+    logged(&b, "serving the cluster map");
+    let status = json(admin(&b, ak, sk, &["cluster", "status"]));
+    assert_eq!(status["node"], added["node"], "{added} {status}");
+    assert_eq!(status["nodes"].as_array().map(Vec::len), Some(2), "{status}");
+    let again = admin(&a, ak, sk, &["cluster", "add-node", &b_cluster]);
+    assert!(!again.status.success() && String::from_utf8_lossy(&again.stderr).contains("member already"));
+
+    // The added node serves what the first wrote, SSE-S3 sealed objects too.
+    let (ca, cb) = (s3_client(&a.s3, ak, sk), s3_client(&b.s3, ak, sk));
+    ca.create_bucket().bucket(BUCKET).send().await.unwrap();
+    let data = pattern(3, 100_000);
+    let put = ca.put_object().bucket(BUCKET).key("k").body(ByteStream::from(data.clone()));
+    put.server_side_encryption(aws_sdk_s3::types::ServerSideEncryption::Aes256).send().await.unwrap();
+    assert!(get(&cb, "k").await.unwrap() == data);
+    for s in [a, b, own_keys] {
+        assert_eq!(stop(s).0, 0);
+    }
+}
