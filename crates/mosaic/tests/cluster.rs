@@ -15,7 +15,9 @@ mod support;
 use aws_sdk_s3::primitives::ByteStream;
 use std::collections::BTreeMap;
 use std::path::Path;
-use support::{Server, admin, json, kill9, logged, printed, s3_client, start_with_args, status_when, stop};
+use support::{
+    Server, admin, cluster_secret, json, kill9, logged, pattern, printed, s3_client, start_with_args, status_when, stop,
+};
 
 const BUCKET: &str = "spread";
 
@@ -27,10 +29,6 @@ fn node(dir: &Path, cluster: &str, env: &[(&str, &str)], args: &[&str]) -> Serve
     let mut all_args = vec!["--cluster-address", cluster];
     all_args.extend_from_slice(args);
     start_with_args(&dir.join("data"), &all_env, &all_args)
-}
-
-fn pattern(seed: usize, len: usize) -> Vec<u8> {
-    (0..len).map(|i| (i.wrapping_mul(131).wrapping_add(seed * 7919) % 253) as u8).collect()
 }
 
 async fn get(c: &aws_sdk_s3::Client, key: &str) -> Result<Vec<u8>, String> {
@@ -166,11 +164,6 @@ struct Formed {
     nodes: Vec<Server>,
     ak: String,
     sk: String,
-}
-
-/// The secret the formed clusters are started with.
-fn cluster_secret() -> String {
-    "0123456789abcdef".repeat(4)
 }
 
 /// A node `name` (in `dir`) that joins the cluster through `member`, once it serves the map.

@@ -12,7 +12,9 @@ use aws_sdk_s3::primitives::ByteStream;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
-use support::{Server, admin, json, logged, mosaic_in_netns, s3_client, spawn_server, status_when, stop};
+use support::{
+    Server, admin, cluster_secret, json, logged, mosaic_in_netns, pattern, s3_client, spawn_server, status_when, stop,
+};
 
 const BUCKET: &str = "split";
 const AK: &str = "rootkey";
@@ -136,7 +138,7 @@ fn node(net: &Net, dir: &Path, i: usize, join: Option<&str>) -> Server {
     let mut command = mosaic_in_netns(&net.ns(i));
     command
         .envs([("MOSAIC_ACCESS_KEY", AK), ("MOSAIC_SECRET_KEY", SK), ("MOSAIC_DRIVES", drives.as_str())])
-        .env("MOSAIC_CLUSTER_SECRET", "0123456789abcdef".repeat(4))
+        .env("MOSAIC_CLUSTER_SECRET", cluster_secret())
         .args(["server", "--data", data.join("data").to_str().unwrap(), "--log-format", "json"])
         .args(["--drive-size", "96MiB", "--s3-address", &format!("{client}:9000")])
         .args(["--admin-address", &format!("{client}:9001"), "--cluster-address", &cluster]);
@@ -144,10 +146,6 @@ fn node(net: &Net, dir: &Path, i: usize, join: Option<&str>) -> Server {
         command.args(["--join", peer]);
     }
     spawn_server(command)
-}
-
-fn pattern(seed: usize, len: usize) -> Vec<u8> {
-    (0..len).map(|i| (i.wrapping_mul(131).wrapping_add(seed * 7919) % 253) as u8).collect()
 }
 
 async fn put(c: &aws_sdk_s3::Client, key: &str, data: &[u8]) -> Result<(), String> {

@@ -12,7 +12,7 @@ use aws_sdk_s3::primitives::ByteStream;
 use base64::Engine;
 use md5::{Digest, Md5};
 use std::path::{Path, PathBuf};
-use support::{Server, logged, run, start_with_args, start_with_root, stop};
+use support::{Server, cluster_secret, logged, run, start_with_args, start_with_root, stop};
 
 const ROOT_AK: &str = "rootkey";
 const ROOT_SK: &str = "rootsecret-0123456789";
@@ -223,7 +223,7 @@ fn bad_tls_settings_are_refused_at_start() {
 /// A cluster node over TLS: two drives, its certificate for every port, `ca` as the cluster's authority.
 fn tls_node(dir: &Path, t: &Tls, ca: &Path, join: Option<&str>) -> Server {
     let drives = format!("{},{}", dir.join("d0").display(), dir.join("d1").display());
-    let secret = "0123456789abcdef".repeat(4);
+    let secret = cluster_secret();
     let env = [
         ("MOSAIC_DRIVES", drives.as_str()),
         ("MOSAIC_DRIVE_SIZE", "96MiB"),
@@ -285,7 +285,7 @@ async fn cluster_nodes_call_each_other_over_tls() {
     let data = dir.path().join("stranger");
     let drives = format!("{},{}", data.join("d0").display(), data.join("d1").display());
     let refused = support::mosaic()
-        .env("MOSAIC_CLUSTER_SECRET", "0123456789abcdef".repeat(4))
+        .env("MOSAIC_CLUSTER_SECRET", cluster_secret())
         .env("MOSAIC_DRIVES", &drives)
         .args(["server", "--data", data.join("data").to_str().unwrap(), "--drive-size", "96MiB"])
         .args(["--s3-address", "127.0.0.1:0", "--admin-address", "127.0.0.1:0", "--cluster-address", "127.0.0.1:0"])

@@ -224,3 +224,13 @@ pub fn status_when(s: &Server, ak: &str, sk: &str, done: impl Fn(&serde_json::Va
         assert!(std::time::Instant::now() < deadline, "the cluster did not get there in two minutes: {status}");
     }
 }
+
+/// Test data: `len` bytes that differ with `seed` (so a read of the wrong object or version is caught).
+pub fn pattern(seed: usize, len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i.wrapping_mul(131).wrapping_add(seed * 7919) % 253) as u8).collect()
+}
+
+/// The secret the tests' clusters are started with.
+pub fn cluster_secret() -> String {
+    "0123456789abcdef".repeat(4)
+}
