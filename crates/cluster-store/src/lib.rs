@@ -7,12 +7,15 @@
 //! - `node_drive`: a drive as this node reaches it, local or remote.
 //! - `pg_drive`: one group's view of a shared drive (its own collections).
 //! - `clear`: a group's old shards removed from a drive it moved off.
+//! - `fence`: drive commands planned from a stale map refused by the drive's node.
 
 pub mod clear;
+pub mod fence;
 pub mod node_drive;
 pub mod pg_drive;
 
 pub use clear::{Cleared, clear_group};
+pub use fence::{fence_check, fence_of, group_placement};
 pub use node_drive::{NodeDrive, NodeSnapshot, NodeStaged};
 pub use pg_drive::PgDrive;
 
@@ -148,10 +151,14 @@ pub async fn build(
         }
         // While a group moves, its data is whole on the set it moves from: serve that one.
         let set = entry.served();
+        let placement = group_placement(map, pg);
         let members = set
             .iter()
             .enumerate()
-            .map(|(slot, d)| drives.get(d).map(|drive| Arc::new(PgDrive::new(drive.clone(), pg as u32, slot))))
+            .map(|(slot, d)| {
+                let drive = Arc::new(drives.get(d)?.for_group(placement.clone()));
+                Some(Arc::new(PgDrive::new(drive, pg as u32, slot)))
+            })
             .collect();
         // Every node writes to every group; only the group's owner settles undo logs at open (writes old
         // enough not to be in flight elsewhere) and heals.
@@ -215,6 +222,7 @@ fn node_is_down(map: &ClusterMap, node: NodeId) -> bool {
 }
 
 /// Drive `id` of the map as node `me` reaches it (None: not on this node and its node does not answer).
+/// Its commands carry `map`'s fence (`NodeDrive::for_group` adds a group's placement).
 pub async fn connect_drive(
     map: &ClusterMap,
     me: NodeId,
@@ -227,7 +235,7 @@ pub async fn connect_drive(
         return local.get(&id).map(|d| Arc::new(NodeDrive::Local(d.clone())));
     }
     let node = map.nodes.get(&drive.node)?;
-    match RemoteStore::connect(client.clone(), &node.address, &drive.name).await {
+    match RemoteStore::connect(client.clone(), &node.address, &drive.name, Some(fence_of(map, me))).await {
         Ok(remote) => Some(Arc::new(NodeDrive::Remote(remote))),
         Err(e) => {
             tracing::warn!(drive = id, node = drive.node, error = %e, "a drive of the cluster does not answer");

@@ -25,6 +25,17 @@ pub enum NodeSnapshot {
     Remote(RemoteSnapshot),
 }
 
+impl NodeDrive {
+    /// The drive as group `placement.pg`'s commands reach it: a remote drive's commands name the group's
+    /// placement (its node refuses them once its map places the group otherwise); a local one is the same.
+    pub fn for_group(&self, placement: mosaic_remote::wire::GroupPlacement) -> NodeDrive {
+        match self {
+            NodeDrive::Local(d) => NodeDrive::Local(d.clone()),
+            NodeDrive::Remote(d) => NodeDrive::Remote(d.for_group(placement)),
+        }
+    }
+}
+
 fn foreign_units(i: usize) -> StoreError {
     StoreError::new(ErrorKind::InvalidArgument, "units staged on another drive").in_op(i)
 }

@@ -8,7 +8,7 @@ use futures::StreamExt;
 use mosaic_cluster::locks::{LockClient, LockServer, LockTable};
 use mosaic_cluster::rpc::{self, Router, RpcClient, Secret};
 use mosaic_cluster::{Change, ClusterMap, DriveId, FailureDomain, NodeId, pg_of};
-use mosaic_cluster_store::{ClusterStore, ClusterStoreConfig, NodeLocks, build};
+use mosaic_cluster_store::{ClusterStore, ClusterStoreConfig, NodeLocks, build, fence_check};
 use mosaic_drive::DriveStore;
 use mosaic_engine::{Engine, EngineConfig, SimDevice};
 use mosaic_erasure::{SetConfig, SetGeometry, SharedLocks};
@@ -96,7 +96,7 @@ impl Cluster {
         for (listener, served) in listeners {
             let table = Arc::new(LockTable::new(false));
             let router = Router::new()
-                .route("/drive/", DriveServer::new(served))
+                .route("/drive/", DriveServer::new(served, Some(fence_check(map_rx.clone()))))
                 .route("/lock/", LockServer::new(table.clone(), map_rx.clone()));
             let (stop, stopped) = oneshot::channel::<()>();
             tokio::spawn(rpc::serve(listener, secret.clone(), None, Arc::new(router), async {
@@ -311,6 +311,70 @@ async fn a_moving_group_refuses_a_write_its_step_would_not_keep() {
     let data = pattern(2, 20_000);
     layer.put_object("bkt", &key_in(keeping), body(&data, 65_536), PutOptions::default()).await.unwrap();
     assert_eq!(get_all(&layer, &key_in(keeping)).await, data);
+    cluster.stop();
+}
+
+/// A store composed from an older map is refused by the drives' nodes where the newer map changed what it
+/// planned with (issue 16: a request carrying an older epoch is never served from a stale placement): a
+/// moving group's reads and writes, and every command of a node the newer map marks down. What the newer
+/// map did not change is served, and a store composed from the newer map is served everywhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn commands_planned_from_an_older_map_are_refused_where_it_changed() {
+    let mut cluster = Cluster::start().await;
+    let key_in = |pg: usize| {
+        (0..10_000).map(|i| format!("k{i}")).find(|k| pg_of(k.as_bytes(), PG_COUNT) as usize == pg).unwrap()
+    };
+    let data = pattern(3, 20_000);
+    let old = S3Semantics::open(Arc::new(cluster.store(0).await), SemanticsConfig::default()).await.unwrap();
+    old.create_bucket("bkt", None).await.unwrap();
+    for pg in 0..PG_COUNT as usize {
+        old.put_object("bkt", &key_in(pg), body(&data, 65_536), PutOptions::default()).await.unwrap();
+    }
+    // A fourth node (its drives never answer: only the map matters): some groups start moving.
+    let (address, zone) = ("127.0.0.1:1".to_string(), "z".to_string());
+    let mut changes = vec![Change::AddNode { node: NODES, address: address.clone(), s3_address: address, zone }];
+    changes.extend((0..2).map(|d| Change::AddDrive { node: NODES, name: format!("d{d}"), weight: 100 }));
+    cluster.map.apply(&Change::Batch(changes)).unwrap();
+    cluster.maps.send(Arc::new(cluster.map.clone())).unwrap();
+    let (moving, still): (Vec<usize>, Vec<usize>) =
+        (0..PG_COUNT as usize).partition(|pg| cluster.map.pgs[*pg].from.is_some());
+    assert!(!moving.is_empty() && !still.is_empty(), "{moving:?}");
+    // One change behind is served (the rebalancer's protocol keeps what such writes make).
+    for pg in 0..PG_COUNT as usize {
+        assert_eq!(get_all(&old, &key_in(pg)).await, data, "group {pg}");
+    }
+    // A step of every moving group done: the store of the first map is two changes behind on them.
+    let one_behind = S3Semantics::open(Arc::new(cluster.store(0).await), SemanticsConfig::default()).await.unwrap();
+    for pg in &moving {
+        let target = cluster.map.step_target(&cluster.map.pgs[*pg]);
+        cluster.map.apply(&Change::MoveDone { pg: *pg as u32, set: target }).unwrap();
+    }
+    cluster.maps.send(Arc::new(cluster.map.clone())).unwrap();
+    for pg in &moving {
+        let got = old.get_object("bkt", &key_in(*pg), None, None, None, &Precondition::default()).await;
+        assert!(matches!(got, Err(LayerError::Unavailable(_))), "group {pg}: {:?}", got.err());
+        let put = old.put_object("bkt", &key_in(*pg), body(&pattern(4, 100), 65_536), PutOptions::default()).await;
+        assert!(matches!(put, Err(LayerError::Unavailable(_))), "group {pg}: {put:?}");
+    }
+    for pg in &still {
+        assert_eq!(get_all(&old, &key_in(*pg)).await, data, "group {pg}");
+    }
+    // Composed from the map one step behind, or the newest: served everywhere (nothing refused was written).
+    let new = S3Semantics::open(Arc::new(cluster.store(0).await), SemanticsConfig::default()).await.unwrap();
+    for pg in 0..PG_COUNT as usize {
+        assert_eq!(get_all(&one_behind, &key_in(pg)).await, data, "group {pg}");
+        assert_eq!(get_all(&new, &key_in(pg)).await, data, "group {pg}");
+    }
+    // Node 0 marked down: the others refuse what it planned before, even where no placement changed.
+    let down = mosaic_cluster::NodeState::Down;
+    cluster.map.apply(&Change::SetNodeState { node: 0, state: down }).unwrap();
+    cluster.maps.send(Arc::new(cluster.map.clone())).unwrap();
+    let got = new.get_object("bkt", &key_in(still[0]), None, None, None, &Precondition::default()).await;
+    assert!(matches!(got, Err(LayerError::Unavailable(_))), "{:?}", got.err());
+    // Marked up again (no placement changed for that group): its commands are served once more.
+    cluster.map.apply(&Change::SetNodeState { node: 0, state: mosaic_cluster::NodeState::Up }).unwrap();
+    cluster.maps.send(Arc::new(cluster.map.clone())).unwrap();
+    assert_eq!(get_all(&new, &key_in(still[0])).await, data);
     cluster.stop();
 }
 

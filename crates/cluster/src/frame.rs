@@ -31,7 +31,11 @@ pub enum Kind {
 impl Kind {
     /// The version this build writes and the only one it reads.
     fn version(self) -> u8 {
-        1
+        match self {
+            // 2: drive requests carry the caller's fence (its map epochs and group placement).
+            Kind::Drive => 2,
+            _ => 1,
+        }
     }
 }
 

@@ -77,6 +77,17 @@ pub struct PgEntry {
     pub set: Vec<DriveId>,
     /// The set whose data is whole while a move is under way.
     pub from: Option<Vec<DriveId>>,
+    /// The epochs of the group's last two changes of placement (its served set or the slots its step
+    /// keeps), latest first; 0 when there was none. A drive command planned before the earlier one is two
+    /// changes behind and refused (`mosaic_cluster_store::fence`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub changed_at: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub changed_before: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl PgEntry {
@@ -246,7 +257,7 @@ impl ClusterMap {
             next.place()?;
         }
         next.epoch += 1;
-        if next.served_placement() != self.served_placement() {
+        if next.note_placement_changes(self) {
             next.placement_epoch = next.epoch;
         }
         next.check_invariants();
@@ -384,8 +395,33 @@ impl ClusterMap {
         entry.from = if entry.set == reached { None } else { Some(reached.to_vec()) };
         self.epoch += 1;
         self.placement_epoch = self.epoch;
+        let entry = &mut self.pgs[pg as usize];
+        entry.changed_before = entry.changed_at;
+        entry.changed_at = self.epoch;
         debug_assert!(self.pgs[pg as usize].from.as_ref().is_none_or(|f| f != &self.pgs[pg as usize].set));
         Ok(self.epoch)
+    }
+
+    /// Stamps this map's epoch on every group whose placement differs from its placement in `before` (the
+    /// map this one was made from); returns whether any did.
+    fn note_placement_changes(&mut self, before: &ClusterMap) -> bool {
+        if before.pgs.len() != self.pgs.len() {
+            // The groups were made (placement begins): nothing was planned with them before.
+            return !self.pgs.is_empty();
+        }
+        let changed: Vec<usize> = (0..self.pgs.len())
+            .filter(|pg| {
+                let (a, b) = (&before.pgs[*pg], &self.pgs[*pg]);
+                a.served() != b.served() || before.kept_slots(a) != self.kept_slots(b)
+            })
+            .collect();
+        for pg in &changed {
+            let entry = &mut self.pgs[*pg];
+            entry.changed_before = entry.changed_at;
+            entry.changed_at = self.epoch;
+        }
+        debug_assert_eq!(!changed.is_empty(), self.served_placement() != before.served_placement());
+        !changed.is_empty()
     }
 
     /// Every group's served set.
@@ -497,7 +533,8 @@ impl ClusterMap {
         };
         drop(candidates);
         if self.pgs.is_empty() {
-            self.pgs = sets.into_iter().map(|set| PgEntry { set, from: None }).collect();
+            self.pgs =
+                sets.into_iter().map(|set| PgEntry { set, from: None, changed_at: 0, changed_before: 0 }).collect();
             return Ok(());
         }
         let drives = &self.drives;

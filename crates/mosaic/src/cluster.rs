@@ -28,7 +28,7 @@ use mosaic::datadir_format::{self as format, ClusterNodeFile};
 use mosaic_cluster::locks::{LockClient, LockServer, LockTable};
 use mosaic_cluster::rpc::{self, Answer, Handler, Router, RpcClient, Secret};
 use mosaic_cluster::{Change, ClusterError, ClusterMap, ClusterNode, DriveId, FailureDomain, NodeConfig, NodeState};
-use mosaic_cluster_store::{ClusterStore, ClusterStoreConfig};
+use mosaic_cluster_store::{ClusterStore, ClusterStoreConfig, fence_check};
 use mosaic_drive::DriveStore;
 use mosaic_layer::{ObjectLayer, S3Semantics, SemanticsConfig, Switch};
 use parking_lot::Mutex;
@@ -318,7 +318,7 @@ impl Cluster {
                 let router = Router::new()
                     .route("/cluster/", node.clone())
                     .route("/raft/", node.clone())
-                    .route("/drive/", mosaic_remote::DriveServer::new(served))
+                    .route("/drive/", mosaic_remote::DriveServer::new(served, Some(fence_check(node.watch_map()))))
                     .route("/lock/", LockServer::new(table, node.watch_map()))
                     .route("/node/", Arc::new(NodeCalls { dir: self.data_dir.clone(), cluster: Arc::downgrade(self) }));
                 let listener = self.listener.lock().take().ok_or("the cluster port is gone")?;
@@ -900,7 +900,7 @@ impl Cluster {
         metrics::counter!("mosaic_rebalance_groups_moved_total").increment(1);
         tracing::info!(pg, bytes, done = entry.set == target, "placement group moved a step");
         for (slot, drive) in from.iter().enumerate().filter(|(i, d)| target[*i] != **d) {
-            self.clear_left_drive(map, pg as u32, slot, *drive, running).await;
+            self.clear_left_drive(pg as u32, slot, *drive, running).await;
         }
         Ok(())
     }
@@ -917,10 +917,14 @@ impl Cluster {
     {
         let local = self.local_drives(map);
         let mut members = Vec::with_capacity(target.len());
+        // Fenced with the placement served: once a newer map places the group otherwise, the fill is refused
+        // (its step would be reported stale anyway).
+        let placement = mosaic_cluster_store::group_placement(map, pg);
         for (slot, id) in target.iter().enumerate() {
             let drive = mosaic_cluster_store::connect_drive(map, self.node_id(), *id, &local, &running.client)
                 .await
                 .ok_or(format!("drive {id} of its next set does not answer"))?;
+            let drive = Arc::new(drive.for_group(placement.clone()));
             members.push(Some(Arc::new(mosaic_cluster_store::PgDrive::new(drive, pg as u32, slot))));
         }
         let geometry = mosaic_erasure::SetGeometry::new(map.data_shards as usize, map.parity_shards as usize)
@@ -942,13 +946,17 @@ impl Cluster {
     /// Removes group `pg`'s old shards at position `slot` from `drive`, which the group left there. Stops
     /// when a newer map puts the drive back at that position (in the set served, the set moved to or the
     /// next step's); a drive that does not answer keeps the shards (space, never data: nothing reads them).
-    async fn clear_left_drive(&self, map: &ClusterMap, pg: u32, slot: usize, drive: DriveId, running: &Running) {
-        let local = self.local_drives(map);
+    async fn clear_left_drive(&self, pg: u32, slot: usize, drive: DriveId, running: &Running) {
+        // The map the step's report made (or a newer one): the drive's node refuses the clearing's commands
+        // once its map places the group otherwise.
+        let map = running.node.map();
+        let local = self.local_drives(&map);
         let Some(store) =
-            mosaic_cluster_store::connect_drive(map, self.node_id(), drive, &local, &running.client).await
+            mosaic_cluster_store::connect_drive(&map, self.node_id(), drive, &local, &running.client).await
         else {
             return;
         };
+        let store = Arc::new(store.for_group(mosaic_cluster_store::group_placement(&map, pg as usize)));
         let node = running.node.clone();
         let still_away = move || {
             let now = node.map();

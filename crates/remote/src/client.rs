@@ -3,7 +3,7 @@
 //! by a later request; staged units are consumed by the commit that names them, or released in passing
 //! when dropped unused.
 
-use crate::wire::{self, Answer, Command, Reply, Request, SnapshotId, StagedId};
+use crate::wire::{self, Answer, Command, Fence, GroupPlacement, Reply, Request, SnapshotId, StagedId};
 use async_trait::async_trait;
 use bytes::Bytes;
 use mosaic_cluster::frame::{self, Kind};
@@ -44,12 +44,13 @@ impl Remote {
         StoreError::unavailable(format!("drive {} on {}: {e}", self.drive, self.addr))
     }
 
-    async fn send(&self, command: Command) -> StoreResult<(Option<SnapshotId>, Answer)> {
+    async fn send(&self, command: Command, fence: Option<&Fence>) -> StoreResult<(Option<SnapshotId>, Answer)> {
         let (release_snapshots, release_staged) = {
             let mut r = self.releases.lock();
             (std::mem::take(&mut r.snapshots), std::mem::take(&mut r.staged))
         };
-        let request = Request { drive: self.drive.clone(), release_snapshots, release_staged, command };
+        let fence = fence.cloned();
+        let request = Request { drive: self.drive.clone(), fence, release_snapshots, release_staged, command };
         let body = frame::encode_binary(Kind::Drive, &request).map_err(|e| self.unavailable(e))?;
         let raw = match self.client.call_raw(&self.addr, wire::PATH, body, CALL_TIMEOUT).await {
             Ok(raw) => raw,
@@ -77,7 +78,7 @@ impl Remote {
         if flush && let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let remote = self.clone();
             runtime.spawn(async move {
-                if let Err(e) = remote.send(Command::Release).await {
+                if let Err(e) = remote.send(Command::Release, None).await {
                     tracing::debug!(error = %e, "releasing on a remote drive");
                 }
             });
@@ -94,11 +95,14 @@ fn unexpected(answer: &Answer) -> StoreError {
 pub struct RemoteStore {
     remote: Arc<Remote>,
     geometry: Geometry,
+    /// Sent with every command (the caller's view of the cluster).
+    fence: Option<Arc<Fence>>,
 }
 
 impl RemoteStore {
-    /// Connects to drive `drive` served at `addr`: asks for its geometry (the drive must answer).
-    pub async fn connect(client: RpcClient, addr: &str, drive: &str) -> StoreResult<Self> {
+    /// Connects to drive `drive` served at `addr`: asks for its geometry (the drive must answer). `fence`
+    /// goes with every command; a server in a cluster refuses commands without one.
+    pub async fn connect(client: RpcClient, addr: &str, drive: &str, fence: Option<Fence>) -> StoreResult<Self> {
         let remote = Arc::new(Remote {
             client,
             addr: addr.to_string(),
@@ -106,10 +110,21 @@ impl RemoteStore {
             releases: Mutex::new(Releases::default()),
             ready: AtomicBool::new(false),
         });
-        let (_, answer) = remote.send(Command::Hello).await?;
+        let (_, answer) = remote.send(Command::Hello, fence.as_ref()).await?;
         let Answer::Hello { geometry, ready } = answer else { return Err(unexpected(&answer)) };
         remote.ready.store(ready, Ordering::Relaxed);
-        Ok(RemoteStore { remote, geometry })
+        Ok(RemoteStore { remote, geometry, fence: fence.map(Arc::new) })
+    }
+
+    /// The same drive as one placement group's commands reach it: they name the group's placement as the
+    /// caller's map has it (the drive's node refuses them once its map places the group otherwise).
+    pub fn for_group(&self, group: GroupPlacement) -> RemoteStore {
+        let fence = self.fence.as_deref().map(|f| Arc::new(Fence { group: Some(group), ..f.clone() }));
+        RemoteStore { fence, ..self.clone() }
+    }
+
+    fn fence(&self) -> Option<&Fence> {
+        self.fence.as_deref()
     }
 }
 
@@ -146,7 +161,12 @@ impl Store for RemoteStore {
     }
 
     fn snapshot(&self) -> RemoteSnapshot {
-        RemoteSnapshot { remote: self.remote.clone(), id: tokio::sync::OnceCell::new(), prefetched: Mutex::default() }
+        RemoteSnapshot {
+            remote: self.remote.clone(),
+            fence: self.fence.clone(),
+            id: tokio::sync::OnceCell::new(),
+            prefetched: Mutex::default(),
+        }
     }
 
     async fn stage(&self, buf: AlignedBuf, len_bytes: usize, hint: &[u8]) -> StoreResult<(RemoteStaged, AlignedBuf)> {
@@ -154,7 +174,7 @@ impl Store for RemoteStore {
             return Err(StoreError::new(ErrorKind::InvalidArgument, "staged bytes must lie in the buffer"));
         }
         let command = Command::Stage { hint: ByteBuf::from(hint), data: ByteBuf::from(&buf.as_slice()[..len_bytes]) };
-        let (_, answer) = self.remote.send(command).await?;
+        let (_, answer) = self.remote.send(command, self.fence()).await?;
         let Answer::Staged { id, len_bytes: got } = answer else { return Err(unexpected(&answer)) };
         let staged = RemoteStaged { remote: self.remote.clone(), id: Some(id), len_bytes: got };
         if got != len_bytes as u64 {
@@ -171,7 +191,8 @@ impl Store for RemoteStore {
                 staged.id.take().ok_or_else(|| StoreError::internal("staged units used twice").in_op(i))
             })?);
         }
-        let (_, answer) = self.remote.send(Command::Commit { txn: Txn { ops, priority: txn.priority } }).await?;
+        let commit = Command::Commit { txn: Txn { ops, priority: txn.priority } };
+        let (_, answer) = self.remote.send(commit, self.fence()).await?;
         let Answer::Committed(outcome) = answer else { return Err(unexpected(&answer)) };
         Ok(outcome)
     }
@@ -187,13 +208,14 @@ impl Store for RemoteStore {
 
     async fn close(&self) -> StoreResult<()> {
         // The drive belongs to its node; closing here only sends what is queued for release.
-        self.remote.send(Command::Release).await.map(|_| ())
+        self.remote.send(Command::Release, None).await.map(|_| ())
     }
 }
 
 /// A snapshot of a remote drive, opened on the server by its first read.
 pub struct RemoteSnapshot {
     remote: Arc<Remote>,
+    fence: Option<Arc<Fence>>,
     id: tokio::sync::OnceCell<SnapshotId>,
     /// What lookups brought along, by object: served here, as the snapshot is one view (bounded).
     prefetched: Mutex<HashMap<wire::Obj, Prefetched>>,
@@ -222,7 +244,7 @@ impl RemoteSnapshot {
         let id = self
             .id
             .get_or_try_init(|| async {
-                let (opened, answer) = self.remote.send(command(None)).await?;
+                let (opened, answer) = self.remote.send(command(None), self.fence.as_deref()).await?;
                 let id = opened.ok_or_else(|| StoreError::internal("a drive opened no snapshot for a read"))?;
                 first = Some(answer);
                 Ok::<_, StoreError>(id)
@@ -231,7 +253,7 @@ impl RemoteSnapshot {
         if let Some(answer) = first {
             return Ok(answer);
         }
-        let (opened, answer) = self.remote.send(command(Some(*id))).await?;
+        let (opened, answer) = self.remote.send(command(Some(*id)), self.fence.as_deref()).await?;
         debug_assert!(opened.is_none(), "a read on an open snapshot opens none");
         Ok(answer)
     }
@@ -373,10 +395,11 @@ impl Snapshot for RemoteSnapshot {
     fn prioritize(&self) {
         // Sent on its own (the caller does not wait); a snapshot not opened yet has nothing to mark.
         let remote = self.remote.clone();
+        let fence = self.fence.clone();
         let id = self.id.get().copied();
         if let (Some(id), Ok(runtime)) = (id, tokio::runtime::Handle::try_current()) {
             runtime.spawn(async move {
-                let _ = remote.send(Command::Prioritize { snapshot: Some(id) }).await;
+                let _ = remote.send(Command::Prioritize { snapshot: Some(id) }, fence.as_deref()).await;
             });
         }
     }

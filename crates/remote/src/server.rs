@@ -1,9 +1,10 @@
 //! A node's drives served to other nodes: each request runs one command on one local drive. Snapshots
 //! and staged units that a request opens stay on the server under an id until the client releases them,
 //! or until they sit idle past a limit (a client that died must not pin a snapshot or staged space
-//! forever); both tables are bounded.
+//! forever); both tables are bounded. A server in a cluster checks each request's fence (`wire::Fence`)
+//! against its own map first and refuses what a stale view of the cluster planned.
 
-use crate::wire::{self, Answer, Command, Reply, Request, SnapshotId, StagedId};
+use crate::wire::{self, Answer, Command, Fence, Reply, Request, SnapshotId, StagedId};
 use bytes::Bytes;
 use hyper::StatusCode;
 use mosaic_cluster::frame::{self, Kind};
@@ -37,13 +38,20 @@ struct Sessions<S: Store> {
     staged: HashMap<StagedId, (S::Staged, Instant)>,
 }
 
+/// Decides whether a request's fence is current enough to be served (the cluster's rule, with its map).
+pub type FenceCheck = Arc<dyn Fn(&Fence) -> StoreResult<()> + Send + Sync>;
+
 /// Serves the drives of this node. Drives are stores whose collections and objects are numbered as the
 /// engine numbers them.
 pub struct DriveServer<S: Store<Coll = wire::Coll, Obj = wire::Obj>> {
     drives: HashMap<String, Arc<S>>,
     sessions: Mutex<Sessions<S>>,
+    /// None: every request is served (a server outside a cluster map).
+    fence: Option<FenceCheck>,
     /// Requests served (for metrics and tests).
     requests: AtomicU64,
+    /// Requests refused by the fence.
+    refused: AtomicU64,
 }
 
 fn limit(what: &str, max: usize) -> StoreError {
@@ -51,14 +59,45 @@ fn limit(what: &str, max: usize) -> StoreError {
 }
 
 impl<S: Store<Coll = wire::Coll, Obj = wire::Obj>> DriveServer<S> {
-    pub fn new(drives: HashMap<String, Arc<S>>) -> Arc<Self> {
+    /// Serves `drives`; with `fence`, only requests whose fence it accepts (a request without one is
+    /// refused).
+    pub fn new(drives: HashMap<String, Arc<S>>, fence: Option<FenceCheck>) -> Arc<Self> {
         let sessions = Sessions { next_id: 1, snapshots: HashMap::new(), staged: HashMap::new() };
-        Arc::new(DriveServer { drives, sessions: Mutex::new(sessions), requests: AtomicU64::new(0) })
+        Arc::new(DriveServer {
+            drives,
+            sessions: Mutex::new(sessions),
+            fence,
+            requests: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
+        })
     }
 
     /// Requests served so far.
     pub fn requests(&self) -> u64 {
         self.requests.load(Ordering::Relaxed)
+    }
+
+    /// Requests refused by the fence so far.
+    pub fn refused(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
+    }
+
+    /// Whether `request` may be served: releases always may (they only give back what the caller held).
+    fn admit(&self, request: &Request) -> StoreResult<()> {
+        let Some(check) = &self.fence else { return Ok(()) };
+        if matches!(request.command, Command::Release) {
+            return Ok(());
+        }
+        let checked = match &request.fence {
+            Some(fence) => check(fence),
+            None => Err(StoreError::unavailable("a drive call that names no cluster map is refused here")),
+        };
+        if let Err(e) = &checked {
+            self.refused.fetch_add(1, Ordering::Relaxed);
+            metrics::counter!("mosaic_drive_calls_refused_total").increment(1);
+            tracing::debug!(drive = %request.drive, error = %e, "a drive call refused");
+        }
+        checked
     }
 
     /// Snapshots and staged units held for clients (for metrics and tests).
@@ -134,6 +173,9 @@ impl<S: Store<Coll = wire::Coll, Obj = wire::Obj>> DriveServer<S> {
     async fn run(&self, request: Request) -> Reply {
         self.requests.fetch_add(1, Ordering::Relaxed);
         self.release(&request.release_snapshots, &request.release_staged);
+        if let Err(e) = self.admit(&request) {
+            return Reply { opened: None, answer: Err(e) };
+        }
         let Some(drive) = self.drives.get(&request.drive).cloned() else {
             let e = StoreError::unavailable(format!("no drive {} on this node", request.drive));
             return Reply { opened: None, answer: Err(e) };

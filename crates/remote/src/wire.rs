@@ -22,9 +22,33 @@ pub type Obj = u64;
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Request {
     pub drive: String,
+    /// The caller's view of the cluster, for the drive's node to refuse a stale one (`DriveServer`'s
+    /// fence); None from callers outside a cluster map (tests, benchmarks), which a fenced server refuses.
+    pub fence: Option<Fence>,
     pub release_snapshots: Vec<SnapshotId>,
     pub release_staged: Vec<StagedId>,
     pub command: Command,
+}
+
+/// What a caller's request was planned from: its node, the epochs of the map it composed its store from,
+/// and, for a placement group's command, that group's placement as the caller's map has it. A drive's node
+/// whose map is newer refuses a request from a node it marks down or does not know, and one whose group
+/// placement differs from its own: the caller would read or write a set the group no longer uses.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fence {
+    pub node: u64,
+    pub epoch: u64,
+    pub placement_epoch: u64,
+    pub group: Option<GroupPlacement>,
+}
+
+/// One placement group as a map places it: the set it is served from and, while it moves, the slots the
+/// step keeps (both change the drives a write must reach).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupPlacement {
+    pub pg: u32,
+    pub served: Vec<u32>,
+    pub kept: Option<u16>,
 }
 
 /// A read within a snapshot: `None` opens a new one on the server (its id comes back with the answer).

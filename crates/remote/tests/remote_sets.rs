@@ -33,7 +33,7 @@ impl Node {
         let config =
             EngineConfig { kv_write_buffer_bytes: 4 << 20, kv_block_cache_bytes: 8 << 20, ..Default::default() };
         let engine = Engine::format(dir.path(), Arc::new(SimDevice::new(DRIVE_BYTES)), config).unwrap();
-        let server = DriveServer::new(HashMap::from([("d0".to_string(), Arc::new(DriveStore::new(engine)))]));
+        let server = DriveServer::new(HashMap::from([("d0".to_string(), Arc::new(DriveStore::new(engine)))]), None);
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap().to_string();
         let (stop, stopped) = oneshot::channel::<()>();
@@ -61,7 +61,7 @@ async fn remote_set(k: usize, m: usize, secret: &Secret) -> (ErasureSet<RemoteSt
     let client = RpcClient::new(secret.clone(), None).unwrap();
     for _ in 0..k + m {
         let node = Node::start(secret).await;
-        members.push(Some(Arc::new(RemoteStore::connect(client.clone(), &node.address, "d0").await.unwrap())));
+        members.push(Some(Arc::new(RemoteStore::connect(client.clone(), &node.address, "d0", None).await.unwrap())));
         nodes.push(node);
     }
     (ErasureSet::open(set_config(k, m), members).await.unwrap(), nodes)
@@ -151,15 +151,15 @@ async fn a_client_without_the_secret_is_refused_and_nothing_is_left_behind() {
     let secret = Secret::generate();
     let node = Node::start(&secret).await;
     let stranger = RpcClient::new(Secret::generate(), None).unwrap();
-    let e = RemoteStore::connect(stranger, &node.address, "d0").await.err().expect("refused");
+    let e = RemoteStore::connect(stranger, &node.address, "d0", None).await.err().expect("refused");
     assert_eq!(e.kind, ErrorKind::Unavailable);
     assert!(e.message.contains("401"), "{e}");
     let client = RpcClient::new(secret.clone(), None).unwrap();
-    let e = RemoteStore::connect(client.clone(), &node.address, "nope").await.err().expect("no such drive");
+    let e = RemoteStore::connect(client.clone(), &node.address, "nope", None).await.err().expect("no such drive");
     assert!(e.message.contains("no drive nope"), "{e}");
 
     // Reads open snapshots and staging holds units; dropping them releases both with later requests.
-    let drive = RemoteStore::connect(client, &node.address, "d0").await.unwrap();
+    let drive = RemoteStore::connect(client, &node.address, "d0", None).await.unwrap();
     drive.commit(Txn::new().op(Op::CreateCollection { name: "c".into() })).await.unwrap();
     for _ in 0..10 {
         let snapshot = drive.snapshot();
