@@ -8,6 +8,8 @@
 # TARGETS="cluster minio" compares the cluster with MinIO distributed on the same machine: three minio
 # processes on the same ports, two drives each (directories on the XFS mount $MINIO_DIR, see
 # docs/bench/README.md), one erasure set of six drives with parity 2 (4+2: 1.5x stored, as 2+1).
+# ALL_NODES=1 sends the requests of the cluster and MinIO targets through all three nodes in turn (one
+# endpoint per node) instead of through node 0; the single server has one endpoint either way.
 # KEEP=1 leaves each workload's objects in a bucket of its own instead of deleting them after it (deleting
 # 10,000 objects through a cluster takes minutes; the store is removed after its target anyway).
 # Both stores run on drive files under $DIR (removed on exit); only one runs at a time.
@@ -121,7 +123,11 @@ mkdir -p "$OUT"
   if [[ " ${TARGETS:-} " == *" minio "* ]]; then
     echo "minio: $("$MINIO" --version | head -1); three processes, two drives each on $(df -T "$(dirname "$MINIO_DIR")" | awk 'NR==2 {print $2" "$1}'), one set of six, EC:2"
   fi
-  echo "common arguments: ${COMMON[*]}; the client talks to 127.0.0.1:19000 (the single server, or node 0)"
+  if [[ -n ${ALL_NODES:-} ]]; then
+    echo "common arguments: ${COMMON[*]}; the client sends requests to the three nodes in turn (ports 19000, 19010, 19020)"
+  else
+    echo "common arguments: ${COMMON[*]}; the client talks to port 19000 (the single server, or node 0)"
+  fi
 } >"$OUT/machine.txt"
 selected() { # name
   [[ -z ${ONLY:-} || " $ONLY " == *" $1 "* ]]
@@ -135,11 +141,15 @@ for target in ${TARGETS:-single cluster}; do
     selected "$name" || continue
     host=127.0.0.1
     [[ $target == minio ]] && host=$MINIO_HOST
-    echo "== $name on $target: mosaic bench s3 --endpoint http://$host:19000 ${COMMON[*]} $args"
+    endpoint=http://$host:19000
+    if [[ -n ${ALL_NODES:-} && $target != single ]]; then
+      endpoint=http://$host:19000,http://$host:19010,http://$host:19020
+    fi
+    echo "== $name on $target: mosaic bench s3 --endpoint $endpoint ${COMMON[*]} $args"
     keep=()
     [[ -n ${KEEP:-} ]] && keep=(--keep --bucket "bench-$name")
     # shellcheck disable=SC2086
-    "$MOSAIC" bench s3 --endpoint "http://$host:19000" --access-key $AK --secret-key $SK "${COMMON[@]}" $args \
+    "$MOSAIC" bench s3 --endpoint "$endpoint" --access-key $AK --secret-key $SK "${COMMON[@]}" $args \
       "${keep[@]}" --out "$OUT/$name/$target" >"$OUT/$name.$target.txt" 2>&1 || echo "FAILED: see $OUT/$name.$target.txt"
     tail -3 "$OUT/$name.$target.txt"
   done

@@ -260,8 +260,9 @@ fn tenant_arg(s: &str) -> Result<(S3Workload, Option<SizeRange>), String> {
 
 #[derive(clap::Args)]
 pub struct S3BenchArgs {
-    /// The S3 endpoint, e.g. http://127.0.0.1:9000.
-    #[arg(long, value_name = "URL")]
+    /// The S3 endpoint, e.g. http://127.0.0.1:9000; several separated by commas spread the requests over
+    /// them in turn (every node of a cluster; listings with --list-client lean use the first).
+    #[arg(long, value_name = "URL[,URL...]")]
     endpoint: String,
     #[arg(long, env = "MOSAIC_BENCH_ACCESS_KEY", value_name = "KEY")]
     access_key: String,

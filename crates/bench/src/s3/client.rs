@@ -23,7 +23,9 @@ pub struct ListPage {
 
 #[derive(Clone)]
 pub struct BenchClient {
-    s3: aws_sdk_s3::Client,
+    /// One client per endpoint; requests take them in turn (`--endpoint A,B,C`: load through every node).
+    s3: Vec<aws_sdk_s3::Client>,
+    next: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     /// Lists through this instead of the SDK when set (`--list-client lean`).
     lean: Option<LeanLister>,
     pool: Pool,
@@ -45,6 +47,21 @@ fn https_client(pem: Vec<u8>) -> Result<aws_smithy_runtime_api::client::http::Sh
         .build_https())
 }
 
+/// Most endpoints one run spreads its requests over.
+pub const MAX_ENDPOINTS: usize = 64;
+
+/// The endpoints of `--endpoint`: one URL, or several separated by commas.
+pub fn endpoints(list: &str) -> Result<Vec<&str>, String> {
+    let all: Vec<&str> = list.split(',').map(str::trim).collect();
+    if all.iter().any(|e| e.is_empty()) {
+        return Err(format!("--endpoint has an empty entry: {list:?}"));
+    }
+    if all.len() > MAX_ENDPOINTS {
+        return Err(format!("--endpoint names at most {MAX_ENDPOINTS} endpoints, not {}", all.len()));
+    }
+    Ok(all)
+}
+
 impl BenchClient {
     pub fn new(
         endpoint: &str,
@@ -55,20 +72,31 @@ impl BenchClient {
         pool: Pool,
         timeout: Duration,
     ) -> Result<Self, String> {
-        let mut conf = aws_sdk_s3::Config::builder()
-            .behavior_version(BehaviorVersion::latest())
-            .region(Region::new(region.to_string()))
-            .endpoint_url(endpoint)
-            .credentials_provider(Credentials::new(access_key, secret_key, None, None, "mosaic-bench"))
-            .force_path_style(true)
-            // Same work for every store: no SDK checksums beyond what S3 requires, no retries.
-            .request_checksum_calculation(RequestChecksumCalculation::WhenRequired)
-            .response_checksum_validation(ResponseChecksumValidation::WhenRequired)
-            .retry_config(RetryConfig::disabled());
-        if let Some(pem) = ca_pem {
-            conf = conf.http_client(https_client(pem)?);
+        let endpoints = endpoints(endpoint)?;
+        let mut s3 = Vec::with_capacity(endpoints.len());
+        for endpoint in endpoints {
+            let mut conf = aws_sdk_s3::Config::builder()
+                .behavior_version(BehaviorVersion::latest())
+                .region(Region::new(region.to_string()))
+                .endpoint_url(endpoint)
+                .credentials_provider(Credentials::new(access_key, secret_key, None, None, "mosaic-bench"))
+                .force_path_style(true)
+                // Same work for every store: no SDK checksums beyond what S3 requires, no retries.
+                .request_checksum_calculation(RequestChecksumCalculation::WhenRequired)
+                .response_checksum_validation(ResponseChecksumValidation::WhenRequired)
+                .retry_config(RetryConfig::disabled());
+            if let Some(pem) = &ca_pem {
+                conf = conf.http_client(https_client(pem.clone())?);
+            }
+            s3.push(aws_sdk_s3::Client::from_conf(conf.build()));
         }
-        Ok(BenchClient { s3: aws_sdk_s3::Client::from_conf(conf.build()), lean: None, pool, timeout })
+        Ok(BenchClient { s3, next: Default::default(), lean: None, pool, timeout })
+    }
+
+    /// The client of the next request (endpoints in turn).
+    fn s3(&self) -> &aws_sdk_s3::Client {
+        debug_assert!(!self.s3.is_empty());
+        &self.s3[self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % self.s3.len()]
     }
 
     pub fn use_lean_lister(&mut self, lean: LeanLister) {
@@ -87,7 +115,7 @@ impl BenchClient {
     }
 
     pub async fn create_bucket(&self, bucket: &str) -> Result<(), OpError> {
-        let r = self.timed(async { self.s3.create_bucket().bucket(bucket).send().await.map_err(classify) }).await;
+        let r = self.timed(async { self.s3().create_bucket().bucket(bucket).send().await.map_err(classify) }).await;
         match r {
             Err((ErrorClass::Http(_, code), _)) if code == "BucketAlreadyOwnedByYou" => Ok(()),
             other => other.map(|_| ()),
@@ -98,7 +126,7 @@ impl BenchClient {
     pub async fn enable_versioning(&self, bucket: &str) -> Result<(), OpError> {
         use aws_sdk_s3::types::{BucketVersioningStatus, VersioningConfiguration};
         let cfg = VersioningConfiguration::builder().status(BucketVersioningStatus::Enabled).build();
-        let req = self.s3.put_bucket_versioning().bucket(bucket).versioning_configuration(cfg);
+        let req = self.s3().put_bucket_versioning().bucket(bucket).versioning_configuration(cfg);
         self.timed(async { req.send().await.map(|_| ()).map_err(classify) }).await
     }
 
@@ -114,12 +142,12 @@ impl BenchClient {
             .build();
         let cfg = ServerSideEncryptionConfiguration::builder().rules(rule).build();
         let cfg = cfg.map_err(|e| (ErrorClass::Transport, e.to_string()))?;
-        let req = self.s3.put_bucket_encryption().bucket(bucket).server_side_encryption_configuration(cfg);
+        let req = self.s3().put_bucket_encryption().bucket(bucket).server_side_encryption_configuration(cfg);
         self.timed(async { req.send().await.map(|_| ()).map_err(classify) }).await
     }
 
     pub async fn delete_bucket(&self, bucket: &str) -> Result<(), OpError> {
-        self.timed(async { self.s3.delete_bucket().bucket(bucket).send().await.map(|_| ()).map_err(classify) }).await
+        self.timed(async { self.s3().delete_bucket().bucket(bucket).send().await.map(|_| ()).map_err(classify) }).await
     }
 
     /// PUT of a self-verifying body; returns the bytes sent.
@@ -133,7 +161,7 @@ impl BenchClient {
     ) -> Result<u64, OpError> {
         let spec = BodySpec { key_hash: key_hash(key), len: size, pool_offset };
         let body = ByteStream::new(SdkBody::from_body_1_x(PoolBody::object(&self.pool, spec)));
-        let mut req = self.s3.put_object().bucket(bucket).key(key).content_length(size as i64).body(body);
+        let mut req = self.s3().put_object().bucket(bucket).key(key).content_length(size as i64).body(body);
         if priority {
             req = req.metadata(PRIORITY_META_KEY, "high");
         }
@@ -144,7 +172,7 @@ impl BenchClient {
     pub async fn append(&self, bucket: &str, key: &str, offset: u64, len: u64) -> Result<u64, OpError> {
         let body = ByteStream::new(SdkBody::from_body_1_x(PoolBody::append(&self.pool, key_hash(key), offset, len)));
         let req = self
-            .s3
+            .s3()
             .put_object()
             .bucket(bucket)
             .key(key)
@@ -157,7 +185,7 @@ impl BenchClient {
     /// GET, verified byte by byte; `expected_len` is what this client last wrote.
     pub async fn get(&self, bucket: &str, key: &str, mode: VerifyMode, expected_len: u64) -> Result<u64, OpError> {
         self.timed(async {
-            let out = self.s3.get_object().bucket(bucket).key(key).send().await.map_err(classify)?;
+            let out = self.s3().get_object().bucket(bucket).key(key).send().await.map_err(classify)?;
             let mut verifier = Verifier::new(&self.pool, key, mode);
             let mut body = out.body;
             loop {
@@ -177,8 +205,10 @@ impl BenchClient {
     }
 
     pub async fn delete(&self, bucket: &str, key: &str) -> Result<u64, OpError> {
-        self.timed(async { self.s3.delete_object().bucket(bucket).key(key).send().await.map(|_| 0).map_err(classify) })
-            .await
+        self.timed(async {
+            self.s3().delete_object().bucket(bucket).key(key).send().await.map(|_| 0).map_err(classify)
+        })
+        .await
     }
 
     /// One ListObjectsV2 page.
@@ -196,7 +226,7 @@ impl BenchClient {
         }
         self.timed(async {
             let out = self
-                .s3
+                .s3()
                 .list_objects_v2()
                 .bucket(bucket)
                 .prefix(prefix)
@@ -234,7 +264,7 @@ impl BenchClient {
         };
         self.timed(async {
             let out = self
-                .s3
+                .s3()
                 .list_object_versions()
                 .bucket(bucket)
                 .prefix(prefix)
@@ -265,7 +295,7 @@ impl BenchClient {
         loop {
             let out = self
                 .timed(async {
-                    self.s3.list_object_versions().bucket(bucket).max_keys(1000).send().await.map_err(classify)
+                    self.s3().list_object_versions().bucket(bucket).max_keys(1000).send().await.map_err(classify)
                 })
                 .await?;
             let versions = out.versions().iter().map(|v| (v.key(), v.version_id()));
@@ -286,7 +316,7 @@ impl BenchClient {
                 .quiet(true)
                 .build()
                 .map_err(|e| (ErrorClass::Transport, e.to_string()))?;
-            self.timed(async { self.s3.delete_objects().bucket(bucket).delete(del).send().await.map_err(classify) })
+            self.timed(async { self.s3().delete_objects().bucket(bucket).delete(del).send().await.map_err(classify) })
                 .await?;
         }
     }
@@ -308,5 +338,39 @@ fn classify<E: ProvideErrorMetadata + std::fmt::Debug>(
             (ErrorClass::Http(r.raw().status().as_u16(), String::new()), format!("unreadable response: {e:?}"))
         }
         _ => (ErrorClass::Transport, format!("{e:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_are_one_or_a_comma_separated_list_within_a_limit() {
+        assert_eq!(endpoints("http://a:1").unwrap(), ["http://a:1"]);
+        assert_eq!(endpoints("http://a:1, http://b:2,http://c:3").unwrap(), ["http://a:1", "http://b:2", "http://c:3"]);
+        assert!(endpoints("http://a:1,,http://b:2").is_err());
+        assert!(endpoints("").is_err());
+        let at_limit = vec!["http://a:1"; MAX_ENDPOINTS].join(",");
+        assert_eq!(endpoints(&at_limit).unwrap().len(), MAX_ENDPOINTS);
+        assert!(endpoints(&format!("{at_limit},http://b:2")).is_err());
+    }
+
+    #[test]
+    fn requests_take_the_endpoints_in_turn() {
+        let c = BenchClient::new(
+            "http://a:1,http://b:2",
+            "k",
+            "s",
+            "us-east-1",
+            None,
+            Pool::new(1),
+            Duration::from_secs(1),
+        )
+        .unwrap();
+        assert_eq!(c.s3.len(), 2);
+        for i in 0..4 {
+            assert!(std::ptr::eq(c.s3(), &c.s3[i % 2]), "request {i}");
+        }
     }
 }

@@ -39,8 +39,9 @@ pub async fn run_s3_bench(o: &S3BenchOptions) -> Result<S3BenchResult, String> {
         o.timeout,
     )?;
     if o.lean_list {
+        // Listings go through the first endpoint.
         client.use_lean_lister(LeanLister::new(
-            &o.endpoint,
+            crate::s3::client::endpoints(&o.endpoint)?[0],
             &o.access_key,
             &o.secret_key,
             &o.region,
