@@ -160,7 +160,7 @@ for entry in "${WORKLOADS[@]}"; do
   for peer in single minio; do
     [[ -f $OUT/$name/cluster/result.json && -f $OUT/$name/$peer/result.json ]] || continue
     "$MOSAIC" bench compare "$OUT/$name/cluster/result.json" "$OUT/$name/$peer/result.json" \
-      >"$OUT/$name/compare-$peer.md" || true
+      --plot "$OUT/$name/compare-$peer.svg" >"$OUT/$name/compare-$peer.md" || true
   done
 done
 echo "done: $OUT"
