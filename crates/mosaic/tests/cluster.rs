@@ -49,6 +49,18 @@ async fn list_all(c: &aws_sdk_s3::Client) -> Vec<String> {
     }
 }
 
+/// Waits until `s` serves a store composed with every node up and every drive answering. A node that
+/// returns composes first from the map it had, whose commands the others refuse while their newer map marks
+/// it down (`mosaic_cluster_store::fence`); it composes again once marked up.
+fn serves_every_node(s: &Server) {
+    loop {
+        let line = logged(s, "serving the cluster map");
+        if line["down_nodes"] == 0 && line["unreachable_drives"] == 0 {
+            return;
+        }
+    }
+}
+
 /// Every node reads every object of `model` exactly and lists exactly its keys.
 async fn verify(clients: &[aws_sdk_s3::Client], model: &BTreeMap<String, Vec<u8>>, phase: &str) {
     for (n, c) in clients.iter().enumerate() {
@@ -246,11 +258,10 @@ async fn a_killed_leader_loses_no_acknowledged_write() {
 
     // The killed node comes back on its address, rejoins, is marked up, and reads everything too.
     let back = node(&dir.path().join("node0"), &leader_cluster, &[], &[]);
-    logged(&back, "serving the cluster map");
-    for s in &nodes {
-        while logged(s, "serving the cluster map")["down_nodes"] != 0 {}
-    }
     nodes.insert(0, back);
+    for s in &nodes {
+        serves_every_node(s);
+    }
     let clients: Vec<_> = nodes.iter().map(|s| s3_client(&s.s3, &ak, &sk)).collect();
     verify(&clients, &model, "after the killed node returned").await;
 
@@ -356,10 +367,9 @@ async fn a_node_killed_during_a_move_loses_no_acknowledged_write() {
 
     // It returns on its address; the moves finish with every node serving the last placement.
     let back = node(&dir.path().join("node2"), &killed_address, &[], &[]);
-    logged(&back, "serving the cluster map");
     nodes.insert(2, back);
     for s in &nodes {
-        while logged(s, "serving the cluster map")["down_nodes"] != 0 {}
+        serves_every_node(s);
     }
     status_when(&nodes[0], &ak, &sk, |s| s["groups_moving"] == 0 && s["rebalance"]["nodes_behind"] == 0);
     let clients: Vec<_> = nodes.iter().map(|s| s3_client(&s.s3, &ak, &sk)).collect();
