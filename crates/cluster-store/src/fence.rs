@@ -55,26 +55,23 @@ pub fn check(map: &ClusterMap, fence: &Fence) -> StoreResult<()> {
     let Some(entry) = map.pgs.get(group.pg as usize) else {
         return Err(stale(format!("no placement group {}", group.pg)));
     };
-    let now = group_placement(map, group.pg as usize);
-    // The group's placement now, however old the plan (a set taken over keeps the fence it was opened with).
-    let current = now == *group;
     // Planned after the change before the last: the placement it has is the one the last change replaced.
     let one_behind = fence.placement_epoch >= entry.changed_before && fence.placement_epoch < entry.changed_at;
-    if current || one_behind {
+    // The group's placement now, however old the plan (a set taken over keeps the fence it was opened with).
+    let (served, kept) = (entry.served(), map.kept_slots(entry));
+    if one_behind || (group.served == served && group.kept == kept) {
         return Ok(());
     }
     Err(stale(format!(
-        "placement group {} is served from drives {:?} (kept slots {:?}) since epoch {}, not {:?} (kept {:?})",
-        group.pg, now.served, now.kept, entry.changed_at, group.served, group.kept
+        "placement group {} is served from drives {served:?} (kept slots {kept:?}) since epoch {}, not {:?} \
+         (kept {:?})",
+        group.pg, entry.changed_at, group.served, group.kept
     )))
 }
 
 /// The fence check of a node whose map is the latest `maps` holds.
 pub fn fence_check(maps: watch::Receiver<Arc<ClusterMap>>) -> FenceCheck {
-    Arc::new(move |fence: &Fence| {
-        let map = maps.borrow().clone();
-        check(&map, fence)
-    })
+    Arc::new(move |fence: &Fence| check(&maps.borrow(), fence))
 }
 
 #[cfg(test)]
@@ -107,6 +104,18 @@ mod tests {
         map.apply(&Change::Batch(changes)).unwrap();
     }
 
+    /// `before` with a fourth node added and the first step of one of the groups that move done: the map,
+    /// the map between the two, and that group.
+    fn a_step_done(before: &ClusterMap) -> (ClusterMap, ClusterMap, usize) {
+        let mut between = before.clone();
+        add_node(&mut between, 3);
+        let moved = (0..16).find(|pg| between.pgs[*pg].from.is_some()).expect("a group moves");
+        let mut map = between.clone();
+        let target = map.step_target(&map.pgs[moved]);
+        map.apply(&Change::MoveDone { pg: moved as u32, set: target }).unwrap();
+        (map, between, moved)
+    }
+
     fn group_fence(map: &ClusterMap, me: NodeId, pg: usize) -> Fence {
         Fence { group: Some(group_placement(map, pg)), ..fence_of(map, me) }
     }
@@ -124,13 +133,10 @@ mod tests {
     #[test]
     fn a_changed_group_and_a_node_marked_down_are_refused() {
         let old = map_of(3);
-        let mut map = old.clone();
-        add_node(&mut map, 3);
-        let moved = (0..16).find(|pg| map.pgs[*pg].from.is_some()).expect("a group moves");
-        let kept = (0..16).find(|pg| map.pgs[*pg].from.is_none()).expect("a group stays");
         // Its first step done: the old map is two changes behind on the group.
-        let target = map.step_target(&map.pgs[moved]);
-        map.apply(&Change::MoveDone { pg: moved as u32, set: target }).unwrap();
+        let (mut map, _, moved) = a_step_done(&old);
+        let kept =
+            (0..16).find(|pg| map.pgs[*pg].from.is_none() && map.pgs[*pg].changed_at == 0).expect("a group stays");
         let e = check(&map, &group_fence(&old, 0, moved)).unwrap_err();
         assert_eq!(e.kind, mosaic_store::ErrorKind::Unavailable);
         assert!(e.message.contains("stale cluster map"), "{e}");
@@ -147,12 +153,7 @@ mod tests {
     #[test]
     fn a_group_one_change_behind_is_served_and_two_are_refused() {
         let older = map_of(3);
-        let mut old = older.clone();
-        add_node(&mut old, 3);
-        let moved = (0..16).find(|pg| old.pgs[*pg].from.is_some()).expect("a group moves");
-        let mut map = old.clone();
-        let target = map.step_target(&map.pgs[moved]);
-        map.apply(&Change::MoveDone { pg: moved as u32, set: target }).unwrap();
+        let (map, old, moved) = a_step_done(&older);
         assert_eq!((map.pgs[moved].changed_before, map.pgs[moved].changed_at), (old.epoch, map.epoch));
         assert!(check(&map, &group_fence(&old, 0, moved)).is_ok(), "one step behind");
         let e = check(&map, &group_fence(&older, 0, moved)).unwrap_err();

@@ -91,6 +91,13 @@ fn is_zero(n: &u64) -> bool {
 }
 
 impl PgEntry {
+    /// Notes a change of the group's placement made at `epoch`.
+    fn stamp_change(&mut self, epoch: u64) {
+        debug_assert!(epoch > self.changed_at);
+        self.changed_before = self.changed_at;
+        self.changed_at = epoch;
+    }
+
     /// The set the group is read and written on now: the one its data is whole on.
     pub fn served(&self) -> &[DriveId] {
         self.from.as_deref().unwrap_or(&self.set)
@@ -395,9 +402,7 @@ impl ClusterMap {
         entry.from = if entry.set == reached { None } else { Some(reached.to_vec()) };
         self.epoch += 1;
         self.placement_epoch = self.epoch;
-        let entry = &mut self.pgs[pg as usize];
-        entry.changed_before = entry.changed_at;
-        entry.changed_at = self.epoch;
+        self.pgs[pg as usize].stamp_change(self.epoch);
         debug_assert!(self.pgs[pg as usize].from.as_ref().is_none_or(|f| f != &self.pgs[pg as usize].set));
         Ok(self.epoch)
     }
@@ -416,9 +421,7 @@ impl ClusterMap {
             })
             .collect();
         for pg in &changed {
-            let entry = &mut self.pgs[*pg];
-            entry.changed_before = entry.changed_at;
-            entry.changed_at = self.epoch;
+            self.pgs[*pg].stamp_change(self.epoch);
         }
         debug_assert_eq!(!changed.is_empty(), self.served_placement() != before.served_placement());
         !changed.is_empty()

@@ -50,8 +50,6 @@ pub struct DriveServer<S: Store<Coll = wire::Coll, Obj = wire::Obj>> {
     fence: Option<FenceCheck>,
     /// Requests served (for metrics and tests).
     requests: AtomicU64,
-    /// Requests refused by the fence.
-    refused: AtomicU64,
 }
 
 fn limit(what: &str, max: usize) -> StoreError {
@@ -63,23 +61,12 @@ impl<S: Store<Coll = wire::Coll, Obj = wire::Obj>> DriveServer<S> {
     /// refused).
     pub fn new(drives: HashMap<String, Arc<S>>, fence: Option<FenceCheck>) -> Arc<Self> {
         let sessions = Sessions { next_id: 1, snapshots: HashMap::new(), staged: HashMap::new() };
-        Arc::new(DriveServer {
-            drives,
-            sessions: Mutex::new(sessions),
-            fence,
-            requests: AtomicU64::new(0),
-            refused: AtomicU64::new(0),
-        })
+        Arc::new(DriveServer { drives, sessions: Mutex::new(sessions), fence, requests: AtomicU64::new(0) })
     }
 
     /// Requests served so far.
     pub fn requests(&self) -> u64 {
         self.requests.load(Ordering::Relaxed)
-    }
-
-    /// Requests refused by the fence so far.
-    pub fn refused(&self) -> u64 {
-        self.refused.load(Ordering::Relaxed)
     }
 
     /// Whether `request` may be served: releases always may (they only give back what the caller held).
@@ -93,7 +80,6 @@ impl<S: Store<Coll = wire::Coll, Obj = wire::Obj>> DriveServer<S> {
             None => Err(StoreError::unavailable("a drive call that names no cluster map is refused here")),
         };
         if let Err(e) = &checked {
-            self.refused.fetch_add(1, Ordering::Relaxed);
             metrics::counter!("mosaic_drive_calls_refused_total").increment(1);
             tracing::debug!(drive = %request.drive, error = %e, "a drive call refused");
         }
