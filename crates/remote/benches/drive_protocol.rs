@@ -3,6 +3,8 @@
 //! is a simulated device in memory, so the difference is the protocol (encoding, HTTP, copies), not the
 //! disk; "remote-tls" is the protocol over TLS (a certificate made by scripts/test-cert.sh, needs openssl).
 //! Run: `cargo bench -p mosaic-remote --bench drive_protocol`.
+//! The allocator is the server binary's (mimalloc): with the system's, fresh megabyte buffers are page
+//! faults that the binary does not pay, and they would dominate the large rows.
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use futures::StreamExt;
@@ -18,6 +20,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 const DRIVE_BYTES: u64 = 1 << 30;
 const SIZES: [usize; 2] = [4 << 10, 1 << 20];
