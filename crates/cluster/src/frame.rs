@@ -5,7 +5,12 @@
 //! checksum that fails.
 //!
 //! `magic(4) kind(1) version(1) length_bytes(4, BE) crc32c(4, BE) body`
+//!
+//! A bincode body is `value_bytes(4, BE) value payload`: the payload is bulk bytes (a read's data, staged
+//! units) that follow the value as they are, so they are never copied into or out of the encoding; the
+//! frame's checksum covers them like the rest.
 
+use bytes::Bytes;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -33,7 +38,8 @@ impl Kind {
     fn version(self) -> u8 {
         match self {
             // 2: drive requests carry the caller's fence (its map epochs and group placement).
-            Kind::Drive => 2,
+            // 3: bulk bytes travel as the body's payload, after the value.
+            Kind::Drive => 3,
             _ => 1,
         }
     }
@@ -74,19 +80,28 @@ fn bincode_options() -> impl bincode::Options {
     bincode::DefaultOptions::new().with_limit(MAX_BODY_BYTES as u64)
 }
 
-/// `value` in a frame of `kind`, its body in bincode.
-pub fn encode_binary<T: Serialize>(kind: Kind, value: &T) -> Result<Vec<u8>, FrameError> {
+/// Bytes of a bincode body's value length.
+const VALUE_LEN_BYTES: usize = 4;
+
+/// The head of a frame of `kind` whose body is `value` in bincode followed by `payload`: the frame is the
+/// head, then the payload (sent after it as it is, not copied in).
+pub fn encode_binary<T: Serialize>(kind: Kind, value: &T, payload: &[u8]) -> Result<Vec<u8>, FrameError> {
     use bincode::Options;
-    // Written after room for the header, which is filled in last: bulk bytes are copied once.
-    let mut out = vec![0u8; HEADER_BYTES];
-    bincode_options().serialize_into(&mut out, value).map_err(|e| FrameError::Body(e.to_string()))?;
-    let body_bytes = out.len() - HEADER_BYTES;
+    // Written after room for the header and the value's length, which are filled in last.
+    let mut head = vec![0u8; HEADER_BYTES + VALUE_LEN_BYTES];
+    bincode_options().serialize_into(&mut head, value).map_err(|e| FrameError::Body(e.to_string()))?;
+    let value_bytes = head.len() - HEADER_BYTES - VALUE_LEN_BYTES;
+    let body_bytes = head.len() - HEADER_BYTES + payload.len();
     if body_bytes > MAX_BODY_BYTES {
         return Err(FrameError::TooLarge(body_bytes));
     }
-    let crc = crc32c(&out[HEADER_BYTES..]);
-    write_header(&mut out[..HEADER_BYTES], kind, body_bytes, crc);
-    Ok(out)
+    head[HEADER_BYTES..HEADER_BYTES + VALUE_LEN_BYTES].copy_from_slice(&(value_bytes as u32).to_be_bytes());
+    let mut crc = crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc32Iscsi);
+    crc.update(&head[HEADER_BYTES..]);
+    crc.update(payload);
+    write_header(&mut head[..HEADER_BYTES], kind, body_bytes, crc.finalize() as u32);
+    debug_assert_eq!(head.len() + payload.len(), HEADER_BYTES + body_bytes);
+    Ok(head)
 }
 
 fn write_header(header: &mut [u8], kind: Kind, body_bytes: usize, crc: u32) {
@@ -98,11 +113,22 @@ fn write_header(header: &mut [u8], kind: Kind, body_bytes: usize, crc: u32) {
     header[10..14].copy_from_slice(&crc.to_be_bytes());
 }
 
-/// The value in a frame of `kind` whose body is bincode, checked whole before it is parsed.
-pub fn decode_binary<T: DeserializeOwned>(kind: Kind, raw: &[u8]) -> Result<T, FrameError> {
+/// The value and the payload of a frame of `kind` whose body is bincode, checked whole before it is
+/// parsed; the payload is a slice of `raw` (not copied).
+pub fn decode_binary<T: DeserializeOwned>(kind: Kind, raw: &Bytes) -> Result<(T, Bytes), FrameError> {
     use bincode::Options;
     let body = open(kind, raw)?;
-    bincode_options().deserialize(body).map_err(|e| FrameError::Body(e.to_string()))
+    let Some((len, rest)) = body.split_first_chunk::<VALUE_LEN_BYTES>() else {
+        return Err(FrameError::Body("a binary body shorter than its value's length".into()));
+    };
+    let value_bytes = u32::from_be_bytes(*len) as usize;
+    if value_bytes > rest.len() {
+        return Err(FrameError::Body(format!("a value of {value_bytes} bytes in a body of {}", rest.len())));
+    }
+    let value = bincode_options().deserialize(&rest[..value_bytes]).map_err(|e| FrameError::Body(e.to_string()))?;
+    let payload_at = HEADER_BYTES + VALUE_LEN_BYTES + value_bytes;
+    debug_assert!(payload_at <= raw.len());
+    Ok((value, raw.slice(payload_at..)))
 }
 
 fn seal(kind: Kind, body: Vec<u8>) -> Result<Vec<u8>, FrameError> {
@@ -174,27 +200,63 @@ mod tests {
         assert!(matches!(decode::<Vec<u32>>(Kind::Map, &huge), Err(FrameError::TooLarge(_))));
     }
 
+    /// A whole frame: its head, then its payload.
+    fn binary(kind: Kind, value: &impl Serialize, payload: &[u8]) -> Bytes {
+        let mut raw = encode_binary(kind, value, payload).unwrap();
+        raw.extend_from_slice(payload);
+        Bytes::from(raw)
+    }
+
     #[test]
     fn binary_bodies_round_trip_and_are_bounded() {
+        type V = (u64, serde_bytes::ByteBuf, Option<String>);
         let value = (7u64, serde_bytes::ByteBuf::from(vec![1u8; 1000]), Some("x".to_string()));
-        let raw = encode_binary(Kind::Drive, &value).unwrap();
+        let raw = binary(Kind::Drive, &value, b"");
         assert!(raw.len() < 1100, "bytes travel as bytes: {}", raw.len());
-        assert_eq!(decode_binary::<(u64, serde_bytes::ByteBuf, Option<String>)>(Kind::Drive, &raw).unwrap(), value);
-        assert!(decode_binary::<Vec<u32>>(Kind::Map, &raw).is_err());
+        assert_eq!(decode_binary::<V>(Kind::Drive, &raw).unwrap(), (value.clone(), Bytes::new()));
+        assert!(decode_binary::<V>(Kind::Map, &raw).is_err());
         // A body that claims a huge vector is refused, not allocated.
-        let lie = seal(Kind::Drive, vec![0xfc, 0xff, 0xff, 0xff, 0xff]).unwrap();
-        assert!(matches!(decode_binary::<Vec<u8>>(Kind::Drive, &lie), Err(FrameError::Body(_))));
+        let lie = seal(Kind::Drive, vec![0, 0, 0, 5, 0xfc, 0xff, 0xff, 0xff, 0xff]).unwrap();
+        assert!(matches!(decode_binary::<Vec<u8>>(Kind::Drive, &Bytes::from(lie)), Err(FrameError::Body(_))));
+        // A value length past the body, or no room for one, is refused.
+        for body in [vec![0, 0, 0, 9, 1], vec![0, 0, 1]] {
+            let raw = Bytes::from(seal(Kind::Drive, body).unwrap());
+            assert!(matches!(decode_binary::<u8>(Kind::Drive, &raw), Err(FrameError::Body(_))));
+        }
+    }
+
+    /// The payload follows the value untouched, comes back as a slice of the frame, and is covered by the
+    /// checksum; a frame of the previous version is refused by its version.
+    #[test]
+    fn payloads_travel_after_the_value() {
+        let payload: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+        let raw = binary(Kind::Drive, &("read", 5u64), &payload);
+        let ((name, n), got) = decode_binary::<(String, u64)>(Kind::Drive, &raw).unwrap();
+        assert_eq!((name.as_str(), n, &got[..]), ("read", 5, &payload[..]));
+        assert_eq!(got.as_ptr(), raw[raw.len() - payload.len()..].as_ptr(), "a slice of the frame, not a copy");
+
+        let mut flipped = raw.to_vec();
+        *flipped.last_mut().unwrap() ^= 1;
+        assert_eq!(decode_binary::<(String, u64)>(Kind::Drive, &Bytes::from(flipped)), Err(FrameError::Checksum));
+        let mut older = raw.to_vec();
+        older[5] = 2;
+        let refused = decode_binary::<(String, u64)>(Kind::Drive, &Bytes::from(older));
+        assert_eq!(refused, Err(FrameError::Version { kind: Kind::Drive as u8, got: 2, want: 3 }));
+        assert!(matches!(
+            encode_binary(Kind::Drive, &0u8, &vec![0u8; MAX_BODY_BYTES]),
+            Err(FrameError::TooLarge(n)) if n > MAX_BODY_BYTES
+        ));
     }
 
     proptest::proptest! {
         #[test]
         fn arbitrary_bytes_never_panic(raw in proptest::collection::vec(proptest::num::u8::ANY, 0..64)) {
             let _ = decode::<Vec<u32>>(Kind::Map, &raw);
-            let _ = decode_binary::<Vec<String>>(Kind::Drive, &raw);
+            let _ = decode_binary::<Vec<String>>(Kind::Drive, &Bytes::from(raw.clone()));
             let mut framed = seal(Kind::Drive, raw.clone()).unwrap();
-            let _ = decode_binary::<(u64, Vec<Vec<u8>>, Option<String>)>(Kind::Drive, &framed);
+            let _ = decode_binary::<(u64, Vec<Vec<u8>>, Option<String>)>(Kind::Drive, &Bytes::from(framed.clone()));
             framed.truncate(14);
-            let _ = decode_binary::<Vec<u8>>(Kind::Drive, &framed);
+            let _ = decode_binary::<Vec<u8>>(Kind::Drive, &Bytes::from(framed));
         }
     }
 }

@@ -7,7 +7,7 @@
 use crate::frame::{self, Kind};
 use bytes::Bytes;
 use hmac::{KeyInit, Mac};
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Limited};
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
@@ -54,18 +54,26 @@ impl Secret {
         hex::encode(self.0)
     }
 
-    fn mac(&self, unix_s: u64, path: &str, body: &[u8]) -> hmac::Hmac<Sha256> {
+    /// The MAC of a call whose body is `parts` one after the other.
+    fn mac(&self, unix_s: u64, path: &str, parts: &[&[u8]]) -> hmac::Hmac<Sha256> {
         let mut mac = hmac::Hmac::<Sha256>::new_from_slice(&self.0).expect("any key length");
         mac.update(&unix_s.to_be_bytes());
         mac.update(path.as_bytes());
         mac.update(&[0]);
-        mac.update(body);
+        for part in parts {
+            mac.update(part);
+        }
         mac
     }
 
     /// The value of `AUTH_HEADER` for a call to `path` with `body` at `unix_s`.
     pub fn sign(&self, unix_s: u64, path: &str, body: &[u8]) -> String {
-        format!("{unix_s}:{}", hex::encode(self.mac(unix_s, path, body).finalize().into_bytes()))
+        self.sign_parts(unix_s, path, &[body])
+    }
+
+    /// `sign` of a body sent in parts (the same value as for the parts joined).
+    fn sign_parts(&self, unix_s: u64, path: &str, parts: &[&[u8]]) -> String {
+        format!("{unix_s}:{}", hex::encode(self.mac(unix_s, path, parts).finalize().into_bytes()))
     }
 
     /// Checks `header` for a call to `path` with `body`, received at `now_s`.
@@ -77,7 +85,7 @@ impl Secret {
             return Err("cluster call too far from this node's time");
         }
         let raw = hex::decode(mac).map_err(|_| "malformed cluster authentication")?;
-        self.mac(unix_s, path, body).verify_slice(&raw).map_err(|_| "cluster authentication fails (wrong secret?)")
+        self.mac(unix_s, path, &[body]).verify_slice(&raw).map_err(|_| "cluster authentication fails (wrong secret?)")
     }
 }
 
@@ -151,19 +159,20 @@ impl RpcClient {
     ) -> Result<A, RpcError> {
         let body = frame::encode(Kind::Rpc, request)
             .map_err(|e| RpcError::BadAnswer { addr: addr.into(), reason: format!("the call does not encode: {e}") })?;
-        let raw = self.call_raw(addr, path, body, timeout).await?;
+        let raw = self.call_raw(addr, path, Parts::from(body), timeout).await?;
         frame::decode(Kind::Rpc, &raw).map_err(|e| RpcError::BadAnswer { addr: addr.into(), reason: e.to_string() })
     }
 
-    /// Calls `path` on the node at `addr` with a framed `body`; the answer's frame, unchecked.
-    pub async fn call_raw(&self, addr: &str, path: &str, body: Vec<u8>, timeout: Duration) -> Result<Bytes, RpcError> {
+    /// Calls `path` on the node at `addr` with a framed `body` (sent part after part, not joined); the
+    /// answer's frame, unchecked.
+    pub async fn call_raw(&self, addr: &str, path: &str, body: Parts, timeout: Duration) -> Result<Bytes, RpcError> {
         let unreachable = |reason: String| RpcError::Unreachable { addr: addr.to_string(), reason };
-        let auth = self.secret.sign(now_s(), path, &body);
+        let auth = self.secret.sign_parts(now_s(), path, &[&body.head, &body.payload]);
         let response = self
             .http
             .post(format!("{}://{addr}{path}", self.scheme))
             .header(AUTH_HEADER, auth)
-            .body(body)
+            .body(reqwest::Body::wrap(body))
             .timeout(timeout)
             .send()
             .await
@@ -200,7 +209,56 @@ fn with_causes(e: &dyn std::error::Error) -> String {
 }
 
 /// What a node does with an authenticated call: the answer's frame, or a status and a message.
-pub type Answer = Result<Vec<u8>, (StatusCode, String)>;
+pub type Answer = Result<Parts, (StatusCode, String)>;
+
+/// A call's or an answer's body as it is sent: a head, then a payload of bulk bytes that is sent as it is
+/// rather than copied after the head (a drive frame's data). Sent with its exact length.
+#[derive(Debug, Default)]
+pub struct Parts {
+    pub head: Bytes,
+    pub payload: Bytes,
+}
+
+impl Parts {
+    pub fn new(head: impl Into<Bytes>, payload: Bytes) -> Self {
+        Parts { head: head.into(), payload }
+    }
+
+    pub fn len_bytes(&self) -> usize {
+        self.head.len() + self.payload.len()
+    }
+}
+
+impl From<Vec<u8>> for Parts {
+    fn from(head: Vec<u8>) -> Self {
+        Parts { head: head.into(), payload: Bytes::new() }
+    }
+}
+
+impl hyper::body::Body for Parts {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Self::Error>>> {
+        let next = match (self.head.is_empty(), self.payload.is_empty()) {
+            (false, _) => std::mem::take(&mut self.head),
+            (true, false) => std::mem::take(&mut self.payload),
+            (true, true) => return std::task::Poll::Ready(None),
+        };
+        std::task::Poll::Ready(Some(Ok(hyper::body::Frame::data(next))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.head.is_empty() && self.payload.is_empty()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        hyper::body::SizeHint::with_exact(self.len_bytes() as u64)
+    }
+}
 
 pub trait Handler: Send + Sync + 'static {
     fn handle(self: Arc<Self>, path: String, body: Bytes) -> Pin<Box<dyn Future<Output = Answer> + Send>>;
@@ -245,7 +303,7 @@ pub fn parse<Q: DeserializeOwned>(body: &[u8]) -> Result<Q, (StatusCode, String)
 
 /// An answer's frame.
 pub fn answer<A: Serialize>(value: &A) -> Answer {
-    frame::encode(Kind::Rpc, value).map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
+    frame::encode(Kind::Rpc, value).map(Parts::from).map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
 }
 
 /// Serves calls on `listener` (over TLS with `tls`) until `stop` resolves; then open connections are closed
@@ -314,27 +372,27 @@ async fn serve_call(
     req: Request<hyper::body::Incoming>,
     secret: Secret,
     handler: Arc<dyn Handler>,
-) -> Result<Response<Full<Bytes>>, std::convert::Infallible> {
-    let reply = |status: StatusCode, body: Vec<u8>| {
-        let mut r = Response::new(Full::new(Bytes::from(body)));
+) -> Result<Response<Parts>, std::convert::Infallible> {
+    let reply = |status: StatusCode, body: Parts| {
+        let mut r = Response::new(body);
         *r.status_mut() = status;
         Ok(r)
     };
     if req.method() != hyper::Method::POST {
-        return reply(StatusCode::METHOD_NOT_ALLOWED, b"cluster calls are POSTs".to_vec());
+        return reply(StatusCode::METHOD_NOT_ALLOWED, b"cluster calls are POSTs".to_vec().into());
     }
     let path = req.uri().path().to_string();
     let auth = req.headers().get(AUTH_HEADER).and_then(|v| v.to_str().ok()).map(str::to_string);
     let body = match Limited::new(req.into_body(), MAX_RPC_BYTES).collect().await {
         Ok(b) => b.to_bytes(),
-        Err(e) => return reply(StatusCode::PAYLOAD_TOO_LARGE, format!("cluster call body: {e}").into_bytes()),
+        Err(e) => return reply(StatusCode::PAYLOAD_TOO_LARGE, format!("cluster call body: {e}").into_bytes().into()),
     };
     if let Err(why) = secret.verify(auth.as_deref(), now_s(), &path, &body) {
-        return reply(StatusCode::UNAUTHORIZED, why.as_bytes().to_vec());
+        return reply(StatusCode::UNAUTHORIZED, why.as_bytes().to_vec().into());
     }
     match handler.handle(path, body).await {
         Ok(frame) => reply(StatusCode::OK, frame),
-        Err((status, message)) => reply(status, message.into_bytes()),
+        Err((status, message)) => reply(status, message.into_bytes().into()),
     }
 }
 

@@ -7,7 +7,7 @@ use crate::wire::{self, Answer, Command, Fence, GroupPlacement, Reply, Request, 
 use async_trait::async_trait;
 use bytes::Bytes;
 use mosaic_cluster::frame::{self, Kind};
-use mosaic_cluster::rpc::{RpcClient, RpcError};
+use mosaic_cluster::rpc::{Parts, RpcClient, RpcError};
 use mosaic_store::{
     AlignedBuf, ErrorKind, Geometry, NameEntry, ObjectInfo, Outcome, PriorityHold, Snapshot, Store, StoreError,
     StoreResult, Txn,
@@ -50,8 +50,10 @@ impl Remote {
             (std::mem::take(&mut r.snapshots), std::mem::take(&mut r.staged))
         };
         let fence = fence.cloned();
-        let request = Request { drive: self.drive.clone(), fence, release_snapshots, release_staged, command };
-        let body = frame::encode_binary(Kind::Drive, &request).map_err(|e| self.unavailable(e))?;
+        let mut request = Request { drive: self.drive.clone(), fence, release_snapshots, release_staged, command };
+        let payload = request.take_payload();
+        let head = frame::encode_binary(Kind::Drive, &request, &payload).map_err(|e| self.unavailable(e))?;
+        let body = Parts::new(head, payload);
         let raw = match self.client.call_raw(&self.addr, wire::PATH, body, CALL_TIMEOUT).await {
             Ok(raw) => raw,
             Err(e) => {
@@ -63,7 +65,9 @@ impl Remote {
             }
         };
         self.ready.store(true, Ordering::Relaxed);
-        let reply: Reply = frame::decode_binary(Kind::Drive, &raw).map_err(|e| self.unavailable(e))?;
+        let (mut reply, payload): (Reply, Bytes) =
+            frame::decode_binary(Kind::Drive, &raw).map_err(|e| self.unavailable(e))?;
+        reply.put_payload(payload).map_err(|e| self.unavailable(e))?;
         Ok((reply.opened, reply.answer?))
     }
 
@@ -173,7 +177,9 @@ impl Store for RemoteStore {
         if len_bytes == 0 || len_bytes > buf.len() {
             return Err(StoreError::new(ErrorKind::InvalidArgument, "staged bytes must lie in the buffer"));
         }
-        let command = Command::Stage { hint: ByteBuf::from(hint), data: ByteBuf::from(&buf.as_slice()[..len_bytes]) };
+        // One copy: the buffer goes back to the caller, the copy travels as the request's payload.
+        let data = Bytes::copy_from_slice(&buf.as_slice()[..len_bytes]);
+        let command = Command::Stage { hint: ByteBuf::from(hint), data };
         let (_, answer) = self.remote.send(command, self.fence()).await?;
         let Answer::Staged { id, len_bytes: got } = answer else { return Err(unexpected(&answer)) };
         let staged = RemoteStaged { remote: self.remote.clone(), id: Some(id), len_bytes: got };
@@ -377,12 +383,16 @@ impl Snapshot for RemoteSnapshot {
             let at = offset.saturating_add(out.len() as u64);
             let want = (len - out.len() as u64).min(crate::server::MAX_READ_BYTES);
             let piece = match self.ask(|snapshot| Command::Read { snapshot, obj, offset: at, len: want }).await? {
-                Answer::Data(data) => data.into_vec(),
+                Answer::Data { bytes } => bytes,
                 other => return Err(unexpected(&other)),
             };
+            if piece.len() as u64 > want {
+                return Err(StoreError::corrupt(format!("a drive answered {} bytes to a read of {want}", piece.len())));
+            }
             let short = (piece.len() as u64) < want;
             if out.is_empty() && (short || want == len) {
-                return Ok(Bytes::from(piece));
+                // The reply's own buffer: not copied on this side either.
+                return Ok(piece);
             }
             out.extend_from_slice(&piece);
             if short {

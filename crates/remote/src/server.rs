@@ -8,7 +8,7 @@ use crate::wire::{self, Answer, Command, Fence, Reply, Request, SnapshotId, Stag
 use bytes::Bytes;
 use hyper::StatusCode;
 use mosaic_cluster::frame::{self, Kind};
-use mosaic_cluster::rpc::{Answer as RpcAnswer, Handler};
+use mosaic_cluster::rpc::{Answer as RpcAnswer, Handler, Parts};
 use mosaic_store::{AlignedBuf, ErrorKind, Snapshot, Store, StoreError, StoreResult, Txn};
 use parking_lot::Mutex;
 use serde_bytes::ByteBuf;
@@ -263,8 +263,8 @@ async fn read<Sn: Snapshot<Coll = wire::Coll, Obj = wire::Obj>>(
             Answer::Stats(stats.into_iter().map(|(i, a)| (i, a.map(ByteBuf::from))).collect())
         }
         Command::Read { obj, offset, len, .. } => {
-            let data = snapshot.read(&obj, offset, len.min(MAX_READ_BYTES)).await?;
-            Answer::Data(ByteBuf::from(Vec::from(data)))
+            // The drive's buffer itself goes out as the reply's payload: no copy on this side.
+            Answer::Data { bytes: snapshot.read(&obj, offset, len.min(MAX_READ_BYTES)).await? }
         }
         Command::Prioritize { .. } => {
             snapshot.prioritize();
@@ -282,11 +282,14 @@ impl<S: Store<Coll = wire::Coll, Obj = wire::Obj>> Handler for DriveServer<S> {
             if path != wire::PATH {
                 return Err((StatusCode::NOT_FOUND, format!("no drive call {path}")));
             }
-            let request: Request =
+            let (mut request, payload): (Request, Bytes) =
                 frame::decode_binary(Kind::Drive, &body).map_err(|e| (StatusCode::BAD_REQUEST, e.to_string()))?;
-            drop(body);
-            let reply = self.run(request).await;
-            frame::encode_binary(Kind::Drive, &reply).map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
+            request.put_payload(payload).map_err(|e| (StatusCode::BAD_REQUEST, e))?;
+            let mut reply = self.run(request).await;
+            let payload = reply.take_payload();
+            let head = frame::encode_binary(Kind::Drive, &reply, &payload)
+                .map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+            Ok(Parts::new(head, payload))
         })
     }
 }

@@ -1,8 +1,10 @@
 //! The object-drive protocol's messages: a request names a drive and carries one command (paper 003's
 //! commands: snapshot reads, staging, transactions), plus the snapshots and staged units the client let
 //! go of since its last request (released in passing, not by calls of their own). Bodies are bincode in
-//! a `Kind::Drive` frame (versioned, checksummed).
+//! a `Kind::Drive` frame (versioned, checksummed); the bulk bytes of staging and of a read travel as the
+//! frame's payload, after the bincode, so neither side copies them into or out of the encoding.
 
+use bytes::Bytes;
 use mosaic_store::{Geometry, NameEntry, ObjectInfo, Outcome, StoreError, Txn};
 use serde::{Deserialize, Serialize};
 use serde_bytes::ByteBuf;
@@ -55,17 +57,61 @@ pub struct GroupPlacement {
 #[derive(Debug, Serialize, Deserialize)]
 pub enum Command {
     Hello,
-    Collection { snapshot: Option<SnapshotId>, name: String },
-    Collections { snapshot: Option<SnapshotId>, prefix: String, limit: u64 },
-    Lookup { snapshot: Option<SnapshotId>, coll: Coll, name: ByteBuf },
-    Attr { snapshot: Option<SnapshotId>, obj: Obj, key: ByteBuf },
-    Attrs { snapshot: Option<SnapshotId>, obj: Obj, start_after: ByteBuf, limit: u64 },
-    ListEntries { snapshot: Option<SnapshotId>, coll: Coll, prefix: ByteBuf, from: ByteBuf, limit: u64 },
-    StatMany { snapshot: Option<SnapshotId>, objs: Vec<Obj>, attr_key: ByteBuf },
-    Read { snapshot: Option<SnapshotId>, obj: Obj, offset: u64, len: u64 },
-    Prioritize { snapshot: Option<SnapshotId> },
-    Stage { hint: ByteBuf, data: ByteBuf },
-    Commit { txn: Txn<Coll, StagedId> },
+    Collection {
+        snapshot: Option<SnapshotId>,
+        name: String,
+    },
+    Collections {
+        snapshot: Option<SnapshotId>,
+        prefix: String,
+        limit: u64,
+    },
+    Lookup {
+        snapshot: Option<SnapshotId>,
+        coll: Coll,
+        name: ByteBuf,
+    },
+    Attr {
+        snapshot: Option<SnapshotId>,
+        obj: Obj,
+        key: ByteBuf,
+    },
+    Attrs {
+        snapshot: Option<SnapshotId>,
+        obj: Obj,
+        start_after: ByteBuf,
+        limit: u64,
+    },
+    ListEntries {
+        snapshot: Option<SnapshotId>,
+        coll: Coll,
+        prefix: ByteBuf,
+        from: ByteBuf,
+        limit: u64,
+    },
+    StatMany {
+        snapshot: Option<SnapshotId>,
+        objs: Vec<Obj>,
+        attr_key: ByteBuf,
+    },
+    Read {
+        snapshot: Option<SnapshotId>,
+        obj: Obj,
+        offset: u64,
+        len: u64,
+    },
+    Prioritize {
+        snapshot: Option<SnapshotId>,
+    },
+    /// Units to stage: the request's payload (`data` is filled from it and never encoded).
+    Stage {
+        hint: ByteBuf,
+        #[serde(skip)]
+        data: Bytes,
+    },
+    Commit {
+        txn: Txn<Coll, StagedId>,
+    },
     Release,
 }
 
@@ -89,7 +135,10 @@ impl Command {
 
 #[derive(Debug, Serialize, Deserialize)]
 pub enum Answer {
-    Hello { geometry: Geometry, ready: bool },
+    Hello {
+        geometry: Geometry,
+        ready: bool,
+    },
     Collection(Option<Coll>),
     Collections(Vec<(String, Coll)>),
     Lookup(Option<Found>),
@@ -97,8 +146,15 @@ pub enum Answer {
     Attrs(Vec<(ByteBuf, ByteBuf)>),
     Entries(Vec<NameEntry<Obj>>),
     Stats(Vec<(ObjectInfo<Obj>, Option<ByteBuf>)>),
-    Data(ByteBuf),
-    Staged { id: StagedId, len_bytes: u64 },
+    /// A read's bytes: the reply's payload (`bytes` is filled from it and never encoded).
+    Data {
+        #[serde(skip)]
+        bytes: Bytes,
+    },
+    Staged {
+        id: StagedId,
+        len_bytes: u64,
+    },
     Committed(Outcome),
     Done,
 }
@@ -119,4 +175,46 @@ pub struct Reply {
     /// The snapshot a read opened.
     pub opened: Option<SnapshotId>,
     pub answer: Result<Answer, StoreError>,
+}
+
+impl Request {
+    /// The bytes that travel as the request's payload (taken out of the command).
+    pub fn take_payload(&mut self) -> Bytes {
+        match &mut self.command {
+            Command::Stage { data, .. } => std::mem::take(data),
+            _ => Bytes::new(),
+        }
+    }
+
+    /// Puts a received payload back where the command takes it; a payload the command does not take is
+    /// refused.
+    pub fn put_payload(&mut self, payload: Bytes) -> Result<(), String> {
+        match &mut self.command {
+            Command::Stage { data, .. } => *data = payload,
+            _ if payload.is_empty() => {}
+            _ => return Err(format!("a drive request with {} bytes its command does not take", payload.len())),
+        }
+        Ok(())
+    }
+}
+
+impl Reply {
+    /// The bytes that travel as the reply's payload (taken out of the answer).
+    pub fn take_payload(&mut self) -> Bytes {
+        match &mut self.answer {
+            Ok(Answer::Data { bytes }) => std::mem::take(bytes),
+            _ => Bytes::new(),
+        }
+    }
+
+    /// Puts a received payload back where the answer takes it; a payload the answer does not take is
+    /// refused.
+    pub fn put_payload(&mut self, payload: Bytes) -> Result<(), String> {
+        match &mut self.answer {
+            Ok(Answer::Data { bytes }) => *bytes = payload,
+            _ if payload.is_empty() => {}
+            _ => return Err(format!("a drive reply with {} bytes its answer does not take", payload.len())),
+        }
+        Ok(())
+    }
 }
