@@ -17,6 +17,6 @@ pub mod placement;
 pub mod raft;
 pub mod rpc;
 
-pub use map::{Change, ClusterMap, DriveEntry, DriveState, MapError, NodeEntry, NodeState, PgEntry};
+pub use map::{Change, ClusterMap, DriveEntry, DriveState, MapError, NodeEntry, NodeState, PgEntry, SharedSetting};
 pub use node::{ClusterError, ClusterNode, NodeConfig, Status};
 pub use placement::{DriveId, FailureDomain, NodeId, pg_of};

@@ -28,6 +28,10 @@ pub const MAX_NAME_BYTES: usize = 256;
 /// Removed nodes remembered (their Raft membership is retired, and they may not come back under the same
 /// id); the oldest are forgotten first, long after they were retired.
 pub const MAX_REMOVED_REMEMBERED: usize = 1024;
+/// Most shared settings a map holds (`Change::SetShared`).
+pub const MAX_SHARED_SETTINGS: usize = 16;
+/// Largest value of one shared setting.
+pub const MAX_SHARED_VALUE_BYTES: usize = 1 << 20;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -127,6 +131,16 @@ pub struct ClusterMap {
     /// Nodes removed, oldest first (at most `MAX_REMOVED_REMEMBERED`): the leader takes them out of Raft.
     #[serde(default)]
     pub removed: Vec<NodeId>,
+    /// Settings every node serves with alike (the binary's, such as its access keys), by name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub shared: BTreeMap<String, SharedSetting>,
+}
+
+/// A shared setting's value and its version: 1 when first set, one more at each change.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SharedSetting {
+    pub version: u64,
+    pub value: String,
 }
 
 /// A change to the map, as proposed through Raft.
@@ -177,6 +191,14 @@ pub enum Change {
     PauseMoves {
         paused: bool,
     },
+    /// Sets shared setting `name` to `value` as its version `version`, which must be one more than the
+    /// map's (1 for a setting not set yet): of two nodes changing it at once from the same version, the
+    /// second is refused and tries again from the newer value, so neither change is lost.
+    SetShared {
+        name: String,
+        value: String,
+        version: u64,
+    },
     /// Several changes as one (one epoch, one placement), such as a node with its drives.
     Batch(Vec<Change>),
 }
@@ -225,6 +247,7 @@ impl ClusterMap {
             placement_epoch: 0,
             moves_paused: false,
             removed: Vec::new(),
+            shared: BTreeMap::new(),
         }
     }
 
@@ -260,7 +283,8 @@ impl ClusterMap {
             }
             c => next.apply_one(c)?,
         };
-        if !matches!(change, Change::MoveDone { .. } | Change::Bootstrap { .. }) {
+        // A shared setting changes nothing placed.
+        if !matches!(change, Change::MoveDone { .. } | Change::Bootstrap { .. } | Change::SetShared { .. }) {
             next.place()?;
         }
         next.epoch += 1;
@@ -379,6 +403,26 @@ impl ClusterMap {
             }
             Change::PauseMoves { paused } => {
                 self.moves_paused = *paused;
+                Ok(self.epoch + 1)
+            }
+            Change::SetShared { name, value, version } => {
+                check_name("a shared setting's name", name)?;
+                if value.len() > MAX_SHARED_VALUE_BYTES {
+                    return Err(MapError::Invalid(format!(
+                        "a shared setting holds at most {MAX_SHARED_VALUE_BYTES} bytes"
+                    )));
+                }
+                let current = self.shared.get(name).map_or(0, |s| s.version);
+                if *version != current + 1 {
+                    return Err(MapError::Invalid(format!(
+                        "shared setting {name} is at version {current}: a change to version {version} was planned from \
+                         another one"
+                    )));
+                }
+                if current == 0 && self.shared.len() >= MAX_SHARED_SETTINGS {
+                    return Err(MapError::Invalid(format!("at most {MAX_SHARED_SETTINGS} shared settings")));
+                }
+                self.shared.insert(name.clone(), SharedSetting { version: *version, value: value.clone() });
                 Ok(self.epoch + 1)
             }
             Change::MoveDone { .. } => Err(MapError::Invalid("a finished move is reported on its own".into())),

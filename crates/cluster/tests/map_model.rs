@@ -348,3 +348,43 @@ fn removed_nodes_are_remembered_up_to_the_limit_and_may_not_come_back() {
     assert!(matches!(map.apply(&again(first + count - 1)), Err(MapError::Invalid(_))), "a removed id is refused");
     map.apply(&again(first)).unwrap();
 }
+
+/// A shared setting changes only from the version it was planned from: of two changes planned from one
+/// version the second is refused (neither is lost silently), nothing placed moves, and the limits hold.
+#[test]
+fn shared_settings_change_from_the_version_they_were_planned_from() {
+    let mut map = bootstrapped();
+    for node in 0..3 {
+        add_node(&mut map, node);
+    }
+    finish_moves(&mut map);
+    let placed = (map.pgs.clone(), map.placement_epoch);
+    let set = |name: &str, value: &str, version| Change::SetShared { name: name.into(), value: value.into(), version };
+
+    assert!(map.apply(&set("keys", "a", 2)).is_err(), "version 2 of a setting never set");
+    map.apply(&set("keys", "a", 1)).unwrap();
+    let epoch = map.epoch;
+    assert!(map.apply(&set("keys", "b", 1)).is_err(), "planned from the version before");
+    assert_eq!((map.epoch, map.shared["keys"].value.as_str()), (epoch, "a"), "a refused change changes nothing");
+    map.apply(&set("keys", "b", 2)).unwrap();
+    assert_eq!((map.shared["keys"].version, map.shared["keys"].value.as_str()), (2, "b"));
+    assert_eq!((map.pgs.clone(), map.placement_epoch), placed, "a setting moves nothing");
+
+    let big = "x".repeat(mosaic_cluster::map::MAX_SHARED_VALUE_BYTES);
+    map.apply(&set("big", &big, 1)).unwrap();
+    assert!(map.apply(&set("big", &format!("{big}x"), 2)).is_err(), "past the value limit");
+    assert!(map.apply(&set("", "v", 1)).is_err(), "a setting needs a name");
+    for i in map.shared.len()..mosaic_cluster::map::MAX_SHARED_SETTINGS {
+        map.apply(&set(&format!("s{i}"), "v", 1)).unwrap();
+    }
+    assert!(map.apply(&set("one-more", "v", 1)).is_err(), "past the count limit");
+    map.apply(&set("keys", "c", 3)).unwrap();
+
+    // The settings travel with the map, and a map without them (an older one) reads as having none.
+    let raw = frame::encode(Kind::Map, &map).unwrap();
+    assert_eq!(frame::decode::<ClusterMap>(Kind::Map, &raw).unwrap(), map);
+    let mut plain = map.clone();
+    plain.shared.clear();
+    let json = serde_json::to_string(&plain).unwrap();
+    assert!(!json.contains("shared"), "an empty set of settings is not written");
+}

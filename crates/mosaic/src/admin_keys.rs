@@ -6,10 +6,13 @@
 //! - `POST /admin/v1/keys/{key}/allow/{bucket}/{read|write|read-write}`
 //! - `POST /admin/v1/keys/{key}/deny/{bucket}/{read|write|read-write}`
 //!
-//! Every change is written to the data directory (synced) before it is answered and before it applies.
+//! Every change is written to the data directory (synced) before it is answered and before it applies. On
+//! a cluster node the keys are the cluster's: a change is made to the map's shared setting `keys` through
+//! Raft first, and every node applies the map's keys as they change, so a key made through one node is
+//! served by all of them.
 
 use crate::admin_server::AdminState;
-use mosaic_s3::access::{AccessKey, Grant, KeySet};
+use mosaic_s3::access::{AccessKey, Grant, KeyRing, KeySet};
 use serde_json::{Value, json};
 
 fn error(status: u16, msg: impl Into<String>) -> (u16, Value) {
@@ -51,10 +54,57 @@ fn now_unix_s() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 
+/// The map's shared setting that holds a cluster's access keys (the keys file's text).
+pub const CLUSTER_SETTING: &str = "keys";
+/// Tries of a change that other nodes' changes to the cluster's keys refused.
+const CLUSTER_CHANGE_TRIES: usize = 5;
+
+/// Applies `f` to the key set and saves it before it applies: on a standalone server this node's set; on a
+/// cluster node the cluster's, planned from the map's version and set there first (a node whose set the
+/// map does not hold yet publishes its own), then saved here.
+fn change<T>(state: &AdminState, f: impl Fn(&mut KeySet) -> Result<T, String>) -> Result<T, String> {
+    let save = |set: &KeySet| crate::keys_file::save(&state.data_dir, set);
+    let Some(cluster) = state.cluster.as_ref().filter(|c| c.runs()) else { return state.keys.update(f, save) };
+    let runtime = tokio::runtime::Handle::current();
+    let mut last = String::new();
+    for _ in 0..CLUSTER_CHANGE_TRIES {
+        let shared = cluster.shared(CLUSTER_SETTING);
+        let version = shared.as_ref().map_or(0, |s| s.version);
+        let base = shared.map(|s| mosaic::datadir_format::parse_keys(&s.value)).transpose()?;
+        let planned = |set: &mut KeySet| {
+            if let Some(base) = &base {
+                set.clone_from(base);
+            }
+            f(set)
+        };
+        let publish = |set: &KeySet| {
+            let text = mosaic::datadir_format::encode_keys(set)?;
+            runtime.block_on(cluster.set_shared(CLUSTER_SETTING, text, version + 1))?;
+            save(set)
+        };
+        match state.keys.update(planned, publish) {
+            // Another node changed the keys since this one read them: plan again from theirs.
+            Err(e) if e.contains("was planned from another") => last = e,
+            done => return done,
+        }
+    }
+    Err(format!("the cluster's access keys kept changing on other nodes; try again ({last})"))
+}
+
+/// Applies the cluster's access keys as the map has them (`text`, the keys file's) on this node: saved in
+/// `data_dir`, then served.
+pub fn apply_cluster_keys(keys: &KeyRing, data_dir: &std::path::Path, text: &str) -> Result<(), String> {
+    let cluster_keys = mosaic::datadir_format::parse_keys(text)?;
+    let replace = |set: &mut KeySet| {
+        set.clone_from(&cluster_keys);
+        Ok(())
+    };
+    keys.update(replace, |set| crate::keys_file::save(data_dir, set))
+}
+
 pub fn route(state: &AdminState, method: &str, path: &str) -> (u16, Value) {
     let rest = path.strip_prefix("/admin/v1/keys").unwrap_or("");
     let parts: Vec<&str> = rest.split('/').filter(|p| !p.is_empty()).collect();
-    let persist = |set: &KeySet| crate::keys_file::save(&state.data_dir, set);
     match (method, parts.as_slice()) {
         ("GET", []) => (200, list(&state.keys.snapshot())),
         // An owning key (`owner`) may create buckets, which it then owns.
@@ -70,26 +120,21 @@ pub fn route(state: &AdminState, method: &str, path: &str) -> (u16, Value) {
                 grants: Default::default(),
                 owner,
             };
-            let ak = access_key.clone();
-            match state.keys.update(
-                move |set| {
-                    if set.keys.contains_key(&ak) {
-                        return Err("key collision, try again".into());
-                    }
-                    set.keys.insert(ak, key);
-                    Ok(())
-                },
-                persist,
-            ) {
+            let added = change(state, |set| {
+                if set.keys.contains_key(&access_key) {
+                    return Err("key collision, try again".into());
+                }
+                set.keys.insert(access_key.clone(), key.clone());
+                Ok(())
+            });
+            match added {
                 Ok(()) => (200, json!({ "access_key": access_key, "secret_key": secret_key, "owner": owner })),
                 Err(e) => error(409, e),
             }
         }
         ("DELETE", [ak]) => {
             let ak = ak.to_string();
-            let r = state
-                .keys
-                .update(|set| set.keys.remove(&ak).map(|_| ()).ok_or_else(|| format!("no access key {ak}")), persist);
+            let r = change(state, |set| set.keys.remove(&ak).map(|_| ()).ok_or_else(|| format!("no access key {ak}")));
             match r {
                 Ok(()) => (200, json!({ "deleted": ak })),
                 Err(e) if e.starts_with("no access key") => error(404, e),
@@ -104,24 +149,21 @@ pub fn route(state: &AdminState, method: &str, path: &str) -> (u16, Value) {
                 return error(400, e.to_string());
             }
             let (ak, bucket, allow) = (ak.to_string(), bucket.to_string(), *verb == "allow");
-            let r = state.keys.update(
-                |set| {
-                    let key = set.keys.get_mut(&ak).ok_or_else(|| format!("no access key {ak}"))?;
-                    let cur = key.grants.get(&bucket).copied().unwrap_or_default();
-                    let next = if allow {
-                        Grant { read: cur.read || g.read, write: cur.write || g.write }
-                    } else {
-                        Grant { read: cur.read && !g.read, write: cur.write && !g.write }
-                    };
-                    if next == Grant::default() {
-                        key.grants.remove(&bucket);
-                    } else {
-                        key.grants.insert(bucket.clone(), next);
-                    }
-                    Ok(next)
-                },
-                persist,
-            );
+            let r = change(state, |set| {
+                let key = set.keys.get_mut(&ak).ok_or_else(|| format!("no access key {ak}"))?;
+                let cur = key.grants.get(&bucket).copied().unwrap_or_default();
+                let next = if allow {
+                    Grant { read: cur.read || g.read, write: cur.write || g.write }
+                } else {
+                    Grant { read: cur.read && !g.read, write: cur.write && !g.write }
+                };
+                if next == Grant::default() {
+                    key.grants.remove(&bucket);
+                } else {
+                    key.grants.insert(bucket.clone(), next);
+                }
+                Ok(next)
+            });
             match r {
                 Ok(next) => (200, json!({ "access_key": ak, "bucket": bucket, "access": grant_name(next) })),
                 Err(e) if e.starts_with("no access key") => error(404, e),

@@ -27,7 +27,9 @@ use hyper::StatusCode;
 use mosaic::datadir_format::{self as format, ClusterNodeFile};
 use mosaic_cluster::locks::{LockClient, LockServer, LockTable};
 use mosaic_cluster::rpc::{self, Answer, Handler, Router, RpcClient, Secret};
-use mosaic_cluster::{Change, ClusterError, ClusterMap, ClusterNode, DriveId, FailureDomain, NodeConfig, NodeState};
+use mosaic_cluster::{
+    Change, ClusterError, ClusterMap, ClusterNode, DriveId, FailureDomain, NodeConfig, NodeState, SharedSetting,
+};
 use mosaic_cluster_store::{ClusterStore, ClusterStoreConfig, fence_check};
 use mosaic_drive::DriveStore;
 use mosaic_layer::{ObjectLayer, S3Semantics, SemanticsConfig, Switch};
@@ -178,8 +180,20 @@ pub struct Cluster {
     /// Wakes the rebalancer when a new store is served.
     served_changed: tokio::sync::Notify,
     moves: MoveStats,
+    /// What this node does with the map's shared settings (`on_shared`).
+    shared_followers: Mutex<Vec<SharedFollower>>,
     pub switch: Arc<Switch>,
     stop: watch::Receiver<bool>,
+}
+
+/// Applies a value of a shared setting on this node.
+pub type SharedApply = Box<dyn Fn(&str) -> Result<(), String> + Send + Sync>;
+
+struct SharedFollower {
+    name: &'static str,
+    /// The version last applied (0: none yet).
+    applied: u64,
+    apply: SharedApply,
 }
 
 impl Cluster {
@@ -233,6 +247,7 @@ impl Cluster {
             draining: Mutex::new(None),
             served_changed: tokio::sync::Notify::new(),
             moves: MoveStats::default(),
+            shared_followers: Mutex::new(Vec::new()),
             switch: Arc::new(Switch::new(
                 "this node is not in a cluster yet: run `mosaic admin cluster init` on the first node, or start it with --join",
             )),
@@ -600,6 +615,7 @@ impl Cluster {
         let mut incomplete = false;
         loop {
             let map = maps.borrow_and_update().clone();
+            self.apply_shared(&map);
             let mut retry = false;
             if !map.pgs.is_empty() && (incomplete || built.as_ref().is_none_or(|b| !same_placement(b, &map))) {
                 match self.compose(&map, running).await {
@@ -761,6 +777,50 @@ impl Cluster {
     pub async fn change(&self, change: Change) -> Result<u64, String> {
         let running = self.running.get().ok_or("this node is in no cluster")?;
         running.node.propose(change).await.map_err(|e| e.to_string())
+    }
+
+    /// Whether this node is in a cluster (initialized or joined), so that the map's settings apply.
+    pub fn runs(&self) -> bool {
+        self.running.get().is_some()
+    }
+
+    /// The map's shared setting `name` as this node's copy of the map has it.
+    pub fn shared(&self, name: &str) -> Option<SharedSetting> {
+        self.running.get()?.node.map().shared.get(name).cloned()
+    }
+
+    /// Sets the map's shared setting `name` to `value` as `version`, one more than the map's: refused when
+    /// another node changed it first (the caller plans again from the newer value).
+    pub async fn set_shared(&self, name: &str, value: String, version: u64) -> Result<(), String> {
+        self.change(Change::SetShared { name: name.to_string(), value, version }).await.map(|_| ())
+    }
+
+    /// Has `apply` called with the value of the map's shared setting `name` now, if it has one, and with
+    /// each newer value (every node applies what any node set).
+    pub fn on_shared(&self, name: &'static str, apply: SharedApply) {
+        self.shared_followers.lock().push(SharedFollower { name, applied: 0, apply });
+        if let Some(running) = self.running.get() {
+            self.apply_shared(&running.node.map());
+        }
+    }
+
+    /// Hands each follower its setting's value in `map` if it did not apply that version yet. One that fails
+    /// is logged and tried again with the next map.
+    fn apply_shared(&self, map: &ClusterMap) {
+        for f in self.shared_followers.lock().iter_mut() {
+            let Some(setting) = map.shared.get(f.name).filter(|s| s.version > f.applied) else { continue };
+            match (f.apply)(&setting.value) {
+                Ok(()) => {
+                    f.applied = setting.version;
+                    tracing::info!(
+                        setting = f.name,
+                        version = setting.version,
+                        "applied a shared setting of the cluster"
+                    );
+                }
+                Err(e) => tracing::warn!(setting = f.name, version = setting.version, error = %e, "a shared setting"),
+            }
+        }
     }
 
     /// What this node serves and its rebalancer did, as other nodes ask it.

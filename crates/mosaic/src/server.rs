@@ -342,6 +342,12 @@ async fn serve_all(
         microstores: microstores.clone(),
         console: Some(console),
     });
+    if let Some(cluster) = &cluster {
+        // A cluster's access keys are the map's: every change any node makes is applied here too.
+        let (keys, dir) = (admin_state.keys.clone(), cfg.data_dir.clone());
+        let apply = move |text: &str| crate::admin_keys::apply_cluster_keys(&keys, &dir, text);
+        cluster.on_shared(crate::admin_keys::CLUSTER_SETTING, Box::new(apply));
+    }
     tokio::spawn(microstore_rounds(microstores, stop_rx.clone()));
     tokio::spawn(lifecycle_worker(layer.clone(), cfg.lifecycle_day, stop_rx.clone()));
     let mut admin_stop = stop_rx.clone();

@@ -124,6 +124,7 @@ async fn three_processes_form_a_cluster_that_serves_from_every_node() {
         model.insert(key, data);
     }
     verify(&clients, &model, "after writes").await;
+    let (user_ak, user_sk) = keys_are_the_clusters(&[&a, &b, &c], &ak, &sk).await;
 
     let over = pattern(99, 300_000);
     let key = "obj/005".to_string();
@@ -147,10 +148,41 @@ async fn three_processes_form_a_cluster_that_serves_from_every_node() {
     logged(&b, "serving the cluster map");
     let clients: Vec<_> = [&a, &b, &c].iter().map(|s| s3_client(&s.s3, &ak, &sk)).collect();
     verify(&clients, &model, "after a restart").await;
+    // The restarted node serves the cluster's keys (its saved copy of the map's).
+    let user = s3_client(&b.s3, &user_ak, &user_sk);
+    user.get_object().bucket(BUCKET).key("obj/001").send().await.expect("the user's key on the restarted node");
 
     for s in [a, b, c] {
         assert_eq!(stop(s).0, 0);
     }
+}
+
+/// Waits until node `s` applied version `version` of the cluster's access keys.
+fn applied_keys(s: &Server, version: u64) {
+    while logged(s, "applied a shared setting of the cluster")["version"] != version {}
+}
+
+/// Access keys are the cluster's: a key made through one node and granted through another is served by
+/// every node once they applied the map's keys (a change planned on a node from the map's version). Returns
+/// the key, which may read the bucket and not write it.
+async fn keys_are_the_clusters(nodes: &[&Server], ak: &str, sk: &str) -> (String, String) {
+    let created = json(admin(nodes[2], ak, sk, &["key", "create"]));
+    let (user_ak, user_sk) = (created["access_key"].as_str().unwrap(), created["secret_key"].as_str().unwrap());
+    for s in nodes {
+        applied_keys(s, 1);
+    }
+    let allowed = admin(nodes[1], ak, sk, &["key", "allow", user_ak, BUCKET, "--read"]);
+    assert!(allowed.status.success(), "{allowed:?}");
+    for (n, s) in nodes.iter().enumerate() {
+        applied_keys(s, 2);
+        let user = s3_client(&s.s3, user_ak, user_sk);
+        let read = user.get_object().bucket(BUCKET).key("obj/001").send().await;
+        assert!(read.is_ok(), "node {n}: the key made on another node reads: {read:?}");
+        let write = user.put_object().bucket(BUCKET).key("denied").body(ByteStream::from_static(b"x")).send().await;
+        let code = write.unwrap_err().into_service_error().meta().code().map(str::to_string);
+        assert_eq!(code.as_deref(), Some("AccessDenied"), "node {n}: the key was granted reads only");
+    }
+    (user_ak.to_string(), user_sk.to_string())
 }
 
 /// The web console of a node: its cluster page's call names every node, and its bucket list (an S3 call
