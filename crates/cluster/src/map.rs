@@ -32,6 +32,8 @@ pub const MAX_REMOVED_REMEMBERED: usize = 1024;
 pub const MAX_SHARED_SETTINGS: usize = 16;
 /// Largest value of one shared setting.
 pub const MAX_SHARED_VALUE_BYTES: usize = 1 << 20;
+/// In the refusal of a shared setting's change planned from another version (the caller plans again).
+pub const SHARED_VERSION_REFUSED: &str = "was planned from another version";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -415,8 +417,8 @@ impl ClusterMap {
                 let current = self.shared.get(name).map_or(0, |s| s.version);
                 if *version != current + 1 {
                     return Err(MapError::Invalid(format!(
-                        "shared setting {name} is at version {current}: a change to version {version} was planned from \
-                         another one"
+                        "shared setting {name} is at version {current}: a change to version {version} \
+                         {SHARED_VERSION_REFUSED}"
                     )));
                 }
                 if current == 0 && self.shared.len() >= MAX_SHARED_SETTINGS {

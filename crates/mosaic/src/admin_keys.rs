@@ -84,7 +84,7 @@ fn change<T>(state: &AdminState, f: impl Fn(&mut KeySet) -> Result<T, String>) -
         };
         match state.keys.update(planned, publish) {
             // Another node changed the keys since this one read them: plan again from theirs.
-            Err(e) if e.contains("was planned from another") => last = e,
+            Err(e) if e.contains(mosaic_cluster::map::SHARED_VERSION_REFUSED) => last = e,
             done => return done,
         }
     }
@@ -95,6 +95,10 @@ fn change<T>(state: &AdminState, f: impl Fn(&mut KeySet) -> Result<T, String>) -
 /// `data_dir`, then served.
 pub fn apply_cluster_keys(keys: &KeyRing, data_dir: &std::path::Path, text: &str) -> Result<(), String> {
     let cluster_keys = mosaic::datadir_format::parse_keys(text)?;
+    if *keys.snapshot() == cluster_keys {
+        // This node made the change (it saved it then) or saved it before a restart.
+        return Ok(());
+    }
     let replace = |set: &mut KeySet| {
         set.clone_from(&cluster_keys);
         Ok(())

@@ -615,7 +615,9 @@ impl Cluster {
         let mut incomplete = false;
         loop {
             let map = maps.borrow_and_update().clone();
-            self.apply_shared(&map);
+            // Applying a setting saves it (a synced file): on a blocking thread, not a runtime worker.
+            let (node, settings) = (self.clone(), map.clone());
+            let _ = tokio::task::spawn_blocking(move || node.apply_shared(&settings)).await;
             let mut retry = false;
             if !map.pgs.is_empty() && (incomplete || built.as_ref().is_none_or(|b| !same_placement(b, &map))) {
                 match self.compose(&map, running).await {
