@@ -103,10 +103,13 @@ pub fn open_key(kek: &Key, sealed: &[u8]) -> CryptResult<Key> {
     Ok(Key(key))
 }
 
-/// The master keys by id: the newest seals new objects; the older ones stay to open what they sealed.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// The master keys by id: one seals new objects (the newest, unless a newer one is still pending: known,
+/// to open what other nodes seal with it, and not sealing yet); the others stay to open what they sealed.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MasterKeys {
     keys: BTreeMap<u32, Key>,
+    /// The id of the key that seals (one of `keys`).
+    sealing: u32,
 }
 
 impl MasterKeys {
@@ -114,11 +117,16 @@ impl MasterKeys {
     pub fn generate() -> CryptResult<Self> {
         let mut keys = BTreeMap::new();
         keys.insert(1, Key::random()?);
-        Ok(MasterKeys { keys })
+        Ok(MasterKeys { keys, sealing: 1 })
     }
 
-    /// From (id, key) pairs; ids are unique and at least one key is given.
+    /// From (id, key) pairs; ids are unique and at least one key is given. The newest seals.
     pub fn from_keys(pairs: impl IntoIterator<Item = (u32, Key)>) -> CryptResult<Self> {
+        Self::from_keys_sealing(pairs, None)
+    }
+
+    /// From (id, key) pairs with key `sealing` sealing (one of them; None: the newest).
+    pub fn from_keys_sealing(pairs: impl IntoIterator<Item = (u32, Key)>, sealing: Option<u32>) -> CryptResult<Self> {
         let mut keys = BTreeMap::new();
         for (id, key) in pairs {
             if keys.insert(id, key).is_some() {
@@ -128,23 +136,54 @@ impl MasterKeys {
         if keys.is_empty() || keys.len() > MAX_MASTER_KEYS {
             return Err(CryptError::Malformed(format!("1 to {MAX_MASTER_KEYS} master keys, not {}", keys.len())));
         }
-        Ok(MasterKeys { keys })
+        let sealing = sealing.unwrap_or_else(|| *keys.keys().next_back().expect("not empty"));
+        if !keys.contains_key(&sealing) {
+            return Err(CryptError::Malformed(format!("the sealing master key {sealing} is not in the set")));
+        }
+        Ok(MasterKeys { keys, sealing })
     }
 
-    /// Adds a new random key, which seals from now on; returns its id.
-    pub fn rotate(&mut self) -> CryptResult<u32> {
+    /// The same keys with key `id` sealing: it must be one of them and no older than the one sealing now
+    /// (a set never goes back to an older key).
+    pub fn sealing_with(mut self, id: u32) -> CryptResult<Self> {
+        if !self.keys.contains_key(&id) || id < self.sealing {
+            return Err(CryptError::Malformed(format!(
+                "master key {id} cannot seal: the set holds {:?} and seals with {}",
+                self.keys.keys().collect::<Vec<_>>(),
+                self.sealing
+            )));
+        }
+        self.sealing = id;
+        Ok(self)
+    }
+
+    /// Adds a new random key that does not seal yet (`sealing_with` makes it seal); returns its id.
+    pub fn add_pending(&mut self) -> CryptResult<u32> {
         if self.keys.len() >= MAX_MASTER_KEYS {
             return Err(CryptError::Malformed(format!("at most {MAX_MASTER_KEYS} master keys")));
         }
         let id = self.keys.keys().next_back().map_or(1, |n| n + 1);
         self.keys.insert(id, Key::random()?);
+        debug_assert!(self.sealing < id && self.keys.contains_key(&self.sealing));
+        Ok(id)
+    }
+
+    /// Adds a new random key, which seals from now on; returns its id.
+    pub fn rotate(&mut self) -> CryptResult<u32> {
+        let id = self.add_pending()?;
+        self.sealing = id;
         Ok(id)
     }
 
     /// The key that seals new objects.
     pub fn current(&self) -> (u32, &Key) {
-        let (id, key) = self.keys.iter().next_back().expect("a master key set is never empty");
-        (*id, key)
+        let key = self.keys.get(&self.sealing).expect("the sealing key is in the set");
+        (self.sealing, key)
+    }
+
+    /// The newest key when it does not seal yet.
+    pub fn pending(&self) -> Option<u32> {
+        self.keys.keys().next_back().copied().filter(|id| *id != self.sealing)
     }
 
     pub fn get(&self, id: u32) -> Option<&Key> {
@@ -153,6 +192,12 @@ impl MasterKeys {
 
     pub fn iter(&self) -> impl Iterator<Item = (u32, &Key)> {
         self.keys.iter().map(|(id, k)| (*id, k))
+    }
+
+    /// Whether this set holds every key of `older` alike (it may hold more, and seal with a newer one):
+    /// what a node may take in place of `older` without losing a key that opens something.
+    pub fn extends(&self, older: &MasterKeys) -> bool {
+        self.sealing >= older.sealing && older.keys.iter().all(|(id, k)| self.keys.get(id) == Some(k))
     }
 }
 
@@ -204,5 +249,24 @@ mod tests {
         let mut full = many.clone();
         assert!(full.rotate().is_err(), "the limit holds");
         assert!(MasterKeys::from_keys((0..=MAX_MASTER_KEYS as u32).map(|i| (i, first.clone()))).is_err());
+    }
+
+    #[test]
+    fn a_pending_key_opens_and_seals_only_once_told() {
+        let old = MasterKeys::generate().unwrap();
+        let mut m = old.clone();
+        assert_eq!((m.add_pending().unwrap(), m.current().0, m.pending()), (2, 1, Some(2)));
+        assert!(m.extends(&old) && !old.extends(&m) && m.get(2).is_some());
+        let sealing = m.clone().sealing_with(2).unwrap();
+        assert_eq!((sealing.current().0, sealing.pending()), (2, None));
+        assert!(sealing.extends(&m) && !m.extends(&sealing), "a set never goes back to an older sealing key");
+        assert!(sealing.clone().sealing_with(1).is_err() && m.clone().sealing_with(3).is_err());
+        // Another node's key 2 (made apart) is not an extension: it would lose what this key 2 sealed.
+        let mut apart = old.clone();
+        apart.add_pending().unwrap();
+        assert!(!apart.extends(&m) && !m.extends(&apart));
+        let mut full =
+            MasterKeys::from_keys((0..MAX_MASTER_KEYS as u32).map(|i| (i, Key::from_bytes([1; 32])))).unwrap();
+        assert!(full.add_pending().is_err(), "the limit holds");
     }
 }

@@ -181,10 +181,11 @@ fn validate_kms_key_id(id: &str) -> LayerResult<()> {
 }
 
 /// The server's keys for SSE-S3 and SSE-KMS: master keys, and the ids of the KMS keys it serves (each
-/// derived from the master key that seals with it, so the provider keeps no other secret).
+/// derived from the master key that seals with it, so the provider keeps no other secret). The master keys
+/// may be extended while serving (a rotation, or a cluster's keys as its map holds them), never shrunk.
 #[derive(Debug)]
 pub struct SseKeys {
-    pub master: MasterKeys,
+    master: parking_lot::RwLock<MasterKeys>,
     pub kms_key_ids: BTreeSet<String>,
 }
 
@@ -194,11 +195,37 @@ impl SseKeys {
             return Err(LayerError::InvalidArgument(format!("at most {MAX_KMS_KEYS} KMS keys")));
         }
         kms_key_ids.iter().try_for_each(|id| validate_kms_key_id(id))?;
-        Ok(SseKeys { master, kms_key_ids })
+        Ok(SseKeys { master: parking_lot::RwLock::new(master), kms_key_ids })
     }
 
-    fn master(&self, id: u32) -> LayerResult<&Key> {
-        self.master.get(id).ok_or_else(|| {
+    /// The master keys served now.
+    pub fn master_keys(&self) -> MasterKeys {
+        self.master.read().clone()
+    }
+
+    /// Serves `newer` from now on: it must hold every key served now, alike (a key that opens an object is
+    /// never dropped); it may hold more, and seal with a newer one.
+    pub fn extend_master(&self, newer: MasterKeys) -> LayerResult<()> {
+        let mut master = self.master.write();
+        if !newer.extends(&master) {
+            return Err(LayerError::InvalidArgument(
+                "new SSE master keys must hold every key served now, and seal with the same or a newer one".into(),
+            ));
+        }
+        *master = newer;
+        debug_assert!(master.get(master.current().0).is_some());
+        Ok(())
+    }
+
+    /// The key that seals new objects, and its id.
+    fn sealing(&self) -> (u32, Key) {
+        let master = self.master.read();
+        let (id, key) = master.current();
+        (id, key.clone())
+    }
+
+    fn master(&self, id: u32) -> LayerResult<Key> {
+        self.master.read().get(id).cloned().ok_or_else(|| {
             LayerError::Corrupt(format!("the object was sealed with master key {id}, which this server does not have"))
         })
     }
@@ -234,8 +261,8 @@ pub(crate) fn seal_new(keys: Option<&SseKeys>, req: &SseRequest) -> LayerResult<
     let server = || keys.ok_or_else(|| LayerError::InvalidArgument("server-side encryption is not configured".into()));
     let (mode, kek, kms_key_id, customer_key_md5, master_key_id) = match req {
         SseRequest::S3 => {
-            let (id, master) = server()?.master.current();
-            (SseMode::S3, s3_kek(master), None, None, Some(id))
+            let (id, master) = server()?.sealing();
+            (SseMode::S3, s3_kek(&master), None, None, Some(id))
         }
         SseRequest::Kms { key_id } => {
             validate_kms_key_id(key_id)?;
@@ -243,8 +270,8 @@ pub(crate) fn seal_new(keys: Option<&SseKeys>, req: &SseRequest) -> LayerResult<
             if !keys.kms_key_ids.contains(key_id) {
                 return Err(LayerError::KmsKeyNotFound(key_id.clone()));
             }
-            let (id, master) = keys.master.current();
-            (SseMode::Kms, kms_kek(master, key_id), Some(key_id.clone()), None, Some(id))
+            let (id, master) = keys.sealing();
+            (SseMode::Kms, kms_kek(&master, key_id), Some(key_id.clone()), None, Some(id))
         }
         SseRequest::Customer(c) => (SseMode::Customer, customer_kek(c), None, Some(c.md5_b64.clone()), None),
     };
@@ -286,8 +313,8 @@ pub(crate) fn open_object_key(
                 keys.ok_or_else(|| LayerError::Corrupt("an encrypted object, and no server keys to open it".into()))?;
             let master = keys.master(meta.master_key_id.unwrap_or(0))?;
             match mode {
-                SseMode::Kms => kms_kek(master, meta.kms_key_id.as_deref().unwrap_or_default()),
-                _ => s3_kek(master),
+                SseMode::Kms => kms_kek(&master, meta.kms_key_id.as_deref().unwrap_or_default()),
+                _ => s3_kek(&master),
             }
         }
     };
@@ -750,6 +777,30 @@ mod tests {
         assert!(matches!(seal_new(None, &SseRequest::S3), Err(LayerError::InvalidArgument(_))));
         let too_many: BTreeSet<String> = (0..=MAX_KMS_KEYS).map(|i| i.to_string()).collect();
         assert!(SseKeys::new(MasterKeys::generate().unwrap(), too_many).is_err());
+    }
+
+    #[test]
+    fn master_keys_extend_while_serving_and_never_shrink() {
+        let first = MasterKeys::generate().unwrap();
+        let keys = SseKeys::new(first.clone(), BTreeSet::new()).unwrap();
+        let (old_meta, old_key) = seal_new(Some(&keys), &SseRequest::S3).unwrap();
+        let mut pending = first.clone();
+        pending.add_pending().unwrap();
+        keys.extend_master(pending.clone()).unwrap();
+        let (meta, _) = seal_new(Some(&keys), &SseRequest::S3).unwrap();
+        assert_eq!(meta.master_key_id, Some(1), "a pending key does not seal");
+        let sealing = pending.clone().sealing_with(2).unwrap();
+        keys.extend_master(sealing).unwrap();
+        let (meta, key) = seal_new(Some(&keys), &SseRequest::S3).unwrap();
+        assert_eq!(meta.master_key_id, Some(2));
+        assert_eq!(open_object_key(Some(&keys), &meta, None).unwrap(), key);
+        assert_eq!(open_object_key(Some(&keys), &old_meta, None).unwrap(), old_key, "older objects still open");
+        // Going back (the set before) or taking another node's key 2 would lose a key: refused.
+        assert!(keys.extend_master(pending).is_err() && keys.extend_master(first.clone()).is_err());
+        let mut apart = first;
+        apart.rotate().unwrap();
+        assert!(keys.extend_master(apart).is_err());
+        assert_eq!(keys.master_keys().current().0, 2);
     }
 
     #[test]

@@ -21,6 +21,10 @@ pub struct AdminState {
     pub drives: Arc<Drives>,
     pub creds: Credentials,
     pub keys: Arc<mosaic_s3::access::KeyRing>,
+    /// The SSE master keys served (extended by a rotation or the cluster's).
+    pub sse_keys: Arc<mosaic_layer::SseKeys>,
+    /// Whether the config gives the SSE master key (then it is not rotated here).
+    pub sse_given: bool,
     pub data_dir: std::path::PathBuf,
     pub prometheus: PrometheusHandle,
     pub started: Instant,
@@ -346,6 +350,13 @@ pub(crate) async fn dispatch(state: Arc<AdminState>, method: &str, path: &str) -
             let st = state.clone();
             let (m, p) = (method.clone(), path.clone());
             match tokio::task::spawn_blocking(move || crate::admin_keys::route(&st, &m, &p)).await {
+                Ok((status, v)) => json(status, v),
+                Err(e) => json(500, serde_json::json!({ "error": e.to_string() })),
+            }
+        }
+        ("POST", "/admin/v1/sse/rotate") => {
+            let st = state.clone();
+            match tokio::task::spawn_blocking(move || crate::admin_sse::rotate(&st)).await {
                 Ok((status, v)) => json(status, v),
                 Err(e) => json(500, serde_json::json!({ "error": e.to_string() })),
             }

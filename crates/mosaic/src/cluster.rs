@@ -131,6 +131,8 @@ struct ServingReport {
     objects_cleared: u64,
     moving_for_ms: u64,
     last_error: Option<String>,
+    /// The version of each shared setting this node applied.
+    shared_applied: BTreeMap<String, u64>,
 }
 
 /// Whether a node starting its cluster port was a member before (it restarts) or becomes one now.
@@ -159,9 +161,9 @@ pub struct Cluster {
     drives: Vec<(String, DriveStore, u32)>,
     /// Bound at start (the port is taken and known), served once the secret is known.
     listener: Mutex<Option<TcpListener>>,
-    /// The root credentials and SSE master keys this node serves with, as their files write them (set
-    /// once by the server before it serves).
-    shared_state: OnceLock<(String, String)>,
+    /// The root credentials and SSE master keys this node serves with, as their files write them (set by
+    /// the server before it serves; the keys again whenever they change).
+    shared_state: Mutex<Option<(String, String)>>,
     /// TLS on the cluster port and in calls to other nodes, when configured.
     tls: Option<rpc::Tls>,
     running: tokio::sync::OnceCell<Running>,
@@ -235,7 +237,7 @@ impl Cluster {
             node_file: Mutex::new(node_file),
             drives,
             listener: Mutex::new(Some(listener)),
-            shared_state: OnceLock::new(),
+            shared_state: Mutex::new(None),
             tls,
             running: tokio::sync::OnceCell::new(),
             changing: tokio::sync::Mutex::new(()),
@@ -370,13 +372,20 @@ impl Cluster {
     /// Records what this node serves with (its root credentials and SSE master keys).
     pub fn set_shared_state(&self, creds: &datadir::Credentials, master: &mosaic_crypt::MasterKeys) {
         let state = (format::encode_credentials(creds), format::encode_master_keys(master));
-        let _ = self.shared_state.set(state);
+        *self.shared_state.lock() = Some(state);
+    }
+
+    /// Records the SSE master keys this node serves from now on (the cluster's, as it applied them).
+    pub fn set_shared_sse(&self, master: &mosaic_crypt::MasterKeys) {
+        if let Some((_, sse)) = self.shared_state.lock().as_mut() {
+            *sse = format::encode_master_keys(master);
+        }
     }
 
     /// What every node must serve with alike, as the shared files write it: the root credentials and SSE
     /// master keys in effect (given ones included) and the access keys.
     fn effective_shared(&self) -> Result<BTreeMap<String, String>, String> {
-        let (creds, sse) = self.shared_state.get().ok_or("this node is not serving yet")?;
+        let (creds, sse) = self.shared_state.lock().clone().ok_or("this node is not serving yet")?;
         let mut out =
             BTreeMap::from([("credentials".to_string(), creds.clone()), ("sse-keys".to_string(), sse.clone())]);
         let keys = self.data_dir.join("keys");
@@ -835,6 +844,38 @@ impl Cluster {
             objects_cleared: m.objects_cleared.load(Relaxed),
             moving_for_ms: m.first_move.lock().map(|t| t.elapsed().as_millis() as u64).unwrap_or(0),
             last_error: m.last_error.lock().clone(),
+            shared_applied: self.shared_followers.lock().iter().map(|f| (f.name.to_string(), f.applied)).collect(),
+        }
+    }
+
+    /// Waits until every node the map counts as up (or draining) applied version `version` of the shared
+    /// setting `name`, at most `timeout`: what a change that others must know before this node acts on it
+    /// waits for (a rotated SSE key seals only once every node can open what it seals).
+    pub async fn wait_for_shared(&self, name: &str, version: u64, timeout: Duration) -> Result<(), String> {
+        let running = self.running.get().ok_or("this node is in no cluster")?;
+        let deadline = Instant::now() + timeout;
+        let me = self.node_id();
+        loop {
+            let map = running.node.map();
+            let mut behind = Vec::new();
+            for (id, n) in map.nodes.iter().filter(|(_, n)| matches!(n.state, NodeState::Up | NodeState::Draining)) {
+                let report = if *id == me {
+                    Ok(self.serving_report())
+                } else {
+                    running.client.call::<_, ServingReport>(&n.address, PATH_SERVING, &(), SERVING_CALL_TIMEOUT).await
+                };
+                let applied = report.map(|r| r.shared_applied.get(name).copied().unwrap_or(0));
+                if !matches!(applied, Ok(v) if v >= version) {
+                    behind.push(format!("node {id} at {}", n.address));
+                }
+            }
+            if behind.is_empty() {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(format!("{} did not apply version {version} of the cluster's {name}", behind.join(", ")));
+            }
+            tokio::time::sleep(PLACEMENT_POLL).await;
         }
     }
 

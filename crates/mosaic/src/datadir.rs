@@ -127,6 +127,16 @@ pub fn cluster_node(dir: &Path) -> Result<format::ClusterNodeFile, String> {
     format::parse_cluster_node(&read_small_file(&path)?).map_err(|e| format!("{}: {e}", path.display()))
 }
 
+/// Whether the data directory is a cluster node's (it recorded a cluster secret); read only.
+pub fn in_cluster(dir: &Path) -> Result<bool, String> {
+    let path = dir.join(CLUSTER_DIR).join(CLUSTER_NODE_FILE);
+    if !path.exists() {
+        return Ok(false);
+    }
+    let node = format::parse_cluster_node(&read_small_file(&path)?).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(node.secret.is_some())
+}
+
 /// Records a cluster node's identity (mode 0600: it holds the cluster secret), synced.
 pub fn record_cluster_node(dir: &Path, n: &format::ClusterNodeFile) -> Result<(), String> {
     write_synced(&dir.join(CLUSTER_DIR).join(CLUSTER_NODE_FILE), &format::encode_cluster_node(n), 0o600)

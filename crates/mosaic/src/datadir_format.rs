@@ -95,21 +95,38 @@ pub fn validate_credentials(c: &Credentials) -> Result<(), String> {
 }
 
 const SSE_KEYS_VERSION_LINE: &str = "version=1\n";
+/// Version 2 adds a `sealing=<id>` line: the key that seals when a newer one is pending (known, not sealing
+/// yet). A set without a pending key is written as version 1, which older builds read.
+const SSE_KEYS_VERSION2_LINE: &str = "version=2\n";
 
-/// The SSE master keys file: a version line, one `key=<id>:<64 hex digits>` line per key, a crc32c line.
+/// The SSE master keys file: a version line, one `key=<id>:<64 hex digits>` line per key, (version 2) the
+/// `sealing=<id>` line, a crc32c line.
 pub fn encode_master_keys(keys: &mosaic_crypt::MasterKeys) -> String {
-    let mut body = SSE_KEYS_VERSION_LINE.to_string();
+    let pending = keys.pending().is_some();
+    let mut body = if pending { SSE_KEYS_VERSION2_LINE } else { SSE_KEYS_VERSION_LINE }.to_string();
     for (id, key) in keys.iter() {
         body.push_str(&format!("key={id}:{}\n", hex::encode(key.as_bytes())));
+    }
+    if pending {
+        body.push_str(&format!("sealing={}\n", keys.current().0));
     }
     seal(body)
 }
 
 pub fn parse_master_keys(text: &str) -> Result<mosaic_crypt::MasterKeys, String> {
     let body = unseal(text)?;
-    let lines = body.strip_prefix(SSE_KEYS_VERSION_LINE).ok_or("unsupported SSE keys file version")?;
+    let (lines, v2) = match (body.strip_prefix(SSE_KEYS_VERSION_LINE), body.strip_prefix(SSE_KEYS_VERSION2_LINE)) {
+        (Some(lines), _) => (lines, false),
+        (None, Some(lines)) => (lines, true),
+        (None, None) => return Err("unsupported SSE keys file version".into()),
+    };
     let mut pairs = Vec::new();
+    let mut sealing = None;
     for line in lines.lines() {
+        if v2 && let Some(id) = line.strip_prefix("sealing=") {
+            sealing = Some(id.parse::<u32>().map_err(|_| format!("damaged (sealing key id {id:?})"))?);
+            continue;
+        }
         let entry = line.strip_prefix("key=").ok_or_else(|| format!("damaged (line {line:?})"))?;
         let (id, key) = entry.split_once(':').ok_or("damaged (a key line without its id)")?;
         let id: u32 = id.parse().map_err(|_| format!("damaged (key id {id:?})"))?;
@@ -119,7 +136,10 @@ pub fn parse_master_keys(text: &str) -> Result<mosaic_crypt::MasterKeys, String>
             .ok_or_else(|| format!("damaged (key {id} is not 64 hex digits)"))?;
         pairs.push((id, mosaic_crypt::Key::from_bytes(key)));
     }
-    mosaic_crypt::MasterKeys::from_keys(pairs).map_err(|e| format!("damaged ({e})"))
+    if v2 && sealing.is_none() {
+        return Err("damaged (a version 2 SSE keys file names no sealing key)".into());
+    }
+    mosaic_crypt::MasterKeys::from_keys_sealing(pairs, sealing).map_err(|e| format!("damaged ({e})"))
 }
 
 pub fn encode_keys(keys: &KeySet) -> Result<String, String> {
@@ -327,6 +347,29 @@ mod tests {
         // A name that only starts like a field is not that field.
         let prefixed = seal("version=1\naccess_key_old=abc\nsecret_key=12345678\n".into());
         assert_eq!(parse_credentials(&prefixed).unwrap_err(), "no access_key");
+    }
+
+    #[test]
+    fn master_keys_round_trip_with_a_pending_key() {
+        let mut keys = mosaic_crypt::MasterKeys::generate().unwrap();
+        let v1 = encode_master_keys(&keys);
+        assert!(v1.starts_with("version=1\n"), "a set without a pending key is written as older builds read it");
+        assert_eq!(parse_master_keys(&v1).unwrap(), keys);
+        keys.add_pending().unwrap();
+        let v2 = encode_master_keys(&keys);
+        assert!(v2.starts_with("version=2\n") && v2.contains("sealing=1\n"), "{v2}");
+        let back = parse_master_keys(&v2).unwrap();
+        assert_eq!((back.current().0, back.pending()), (1, Some(2)));
+        assert_eq!(back, keys);
+        let sealing = keys.sealing_with(2).unwrap();
+        assert!(encode_master_keys(&sealing).starts_with("version=1\n"));
+        for bad in
+            [v2.replace("sealing=1", "sealing=9"), v2.replace("sealing=1\n", ""), v2.replace("version=2", "version=3")]
+        {
+            // Re-sealed so that the checksum holds and the content is what is refused.
+            let body = bad.rsplit_once("crc32c=").map(|(b, _)| b.to_string()).unwrap();
+            assert!(parse_master_keys(&seal(body)).is_err(), "{bad}");
+        }
     }
 
     #[test]

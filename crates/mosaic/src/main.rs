@@ -7,6 +7,7 @@ mod admin_client;
 mod admin_keys;
 mod admin_microstores;
 mod admin_server;
+mod admin_sse;
 mod bench_cli;
 mod cluster;
 mod config;
@@ -66,7 +67,15 @@ struct SseArgs {
 #[derive(Subcommand)]
 enum SseCommand {
     /// Add a new master key: objects written from the next server start on are sealed with it; the older
-    /// keys stay to open the objects they sealed.
+    /// keys stay to open the objects they sealed. A cluster node's keys are the cluster's: rotate them
+    /// with `mosaic admin sse rotate` on a running node instead.
+    Rotate,
+}
+
+#[derive(Subcommand)]
+enum AdminSseCommand {
+    /// Add a new SSE master key that seals new objects from now on (the older keys stay to open what they
+    /// sealed). In a cluster every node takes it, and it seals once every node that is up has it.
     Rotate,
 }
 
@@ -116,6 +125,9 @@ enum AdminCommand {
     /// missing its target.
     #[command(subcommand)]
     Microstore(MicrostoreCommand),
+    /// Server-side encryption's master keys (the running server's, and in a cluster every node's).
+    #[command(subcommand)]
+    Sse(AdminSseCommand),
 }
 
 #[derive(Subcommand)]
@@ -328,6 +340,7 @@ fn run_admin(a: AdminArgs) -> Result<ExitCode, String> {
             ("POST", format!("/admin/v1/drives/{set}/{slot}/fault/{}", path_segment(fault)))
         }
         AdminCommand::Heal => ("POST", "/admin/v1/heal".to_string()),
+        AdminCommand::Sse(AdminSseCommand::Rotate) => ("POST", "/admin/v1/sse/rotate".to_string()),
         AdminCommand::Cluster(ClusterCommand::Status) => ("GET", "/admin/v1/cluster".to_string()),
         AdminCommand::Cluster(ClusterCommand::Init { erasure, groups, failure_domain }) => {
             let g = mosaic_erasure::SetGeometry::parse(erasure).map_err(|e| format!("--erasure: {e}"))?;
@@ -399,6 +412,7 @@ fn run_admin(a: AdminArgs) -> Result<ExitCode, String> {
         | AdminCommand::Drives
         | AdminCommand::Drive(_)
         | AdminCommand::Microstore(_)
+        | AdminCommand::Sse(_)
         | AdminCommand::Cluster(_) => false,
     };
     Ok(if failed { ExitCode::from(1) } else { ExitCode::SUCCESS })

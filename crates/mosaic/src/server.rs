@@ -168,18 +168,19 @@ pub fn run(cfg: Config) -> Result<(), String> {
         // What a member compares with its own before this node may join it (`admin cluster add-node`).
         cluster.set_shared_state(&creds, &master);
     }
-    let sse_keys = sse_keys(&cfg, master)?;
+    let sse_keys = Arc::new(sse_keys(&cfg, master)?);
     let layer: Arc<dyn ObjectLayer> = match &cluster {
         Some(cluster) => {
             let _entered = rt.enter();
-            cluster.serve(SemanticsConfig { sse_keys: Some(Arc::new(sse_keys)), ..Default::default() });
+            cluster.serve(SemanticsConfig { sse_keys: Some(sse_keys.clone()), ..Default::default() });
             cluster.switch.clone()
         }
-        None => rt.block_on(semantics_over(&drives, sse_keys))?,
+        None => rt.block_on(semantics_over(&drives, sse_keys.clone()))?,
     };
     let serving = Serving {
         cfg: cfg.clone(),
         layer: layer.clone(),
+        sse_keys,
         drives: drives.clone(),
         creds,
         certificates,
@@ -225,6 +226,7 @@ impl Listeners {
 struct Serving {
     cfg: Config,
     layer: Arc<dyn ObjectLayer>,
+    sse_keys: Arc<mosaic_layer::SseKeys>,
     drives: Arc<Drives>,
     creds: Credentials,
     certificates: Option<Arc<mosaic_s3::tls::Certificates>>,
@@ -246,9 +248,9 @@ fn cluster_tls(
 
 /// The S3 semantics over the store's sets: one set directly, several as a pool (each object on the set its
 /// key hashes to).
-async fn semantics_over(drives: &Drives, sse_keys: mosaic_layer::SseKeys) -> Result<Arc<dyn ObjectLayer>, String> {
+async fn semantics_over(drives: &Drives, sse_keys: Arc<mosaic_layer::SseKeys>) -> Result<Arc<dyn ObjectLayer>, String> {
     let open = |e: mosaic_layer::LayerError| format!("cannot open the store: {e}");
-    let cfg = SemanticsConfig { sse_keys: Some(Arc::new(sse_keys)), ..Default::default() };
+    let cfg = SemanticsConfig { sse_keys: Some(sse_keys), ..Default::default() };
     if let [set] = drives.sets.as_slice() {
         let s = S3Semantics::open(Arc::new(set.clone()), cfg).await.map_err(open)?;
         return Ok(Arc::new(s));
@@ -302,7 +304,7 @@ async fn serve_all(
     cluster: Option<Arc<Cluster>>,
     (stop_tx, stop_rx): (watch::Sender<bool>, watch::Receiver<bool>),
 ) -> Result<(), String> {
-    let Serving { cfg, layer, drives, creds, certificates, prometheus, started } = serving;
+    let Serving { cfg, layer, sse_keys, drives, creds, certificates, prometheus, started } = serving;
     let (s3_listener, admin_listener) = (listeners.s3, listeners.admin);
     let s3_bound = s3_listener.local_addr().map_err(|e| e.to_string())?;
     let admin_bound = admin_listener.local_addr().map_err(|e| e.to_string())?;
@@ -335,6 +337,8 @@ async fn serve_all(
         drives,
         creds,
         keys,
+        sse_keys,
+        sse_given: cfg.sse_master_key.is_some(),
         data_dir: cfg.data_dir.clone(),
         prometheus,
         started,
@@ -347,6 +351,19 @@ async fn serve_all(
         let (keys, dir) = (admin_state.keys.clone(), cfg.data_dir.clone());
         let apply = move |text: &str| crate::admin_keys::apply_cluster_keys(&keys, &dir, text);
         cluster.on_shared(crate::admin_keys::CLUSTER_SETTING, Box::new(apply));
+        // So are its SSE master keys, unless the config gives every node its key.
+        if cfg.sse_master_key.is_none() {
+            let (sse, dir, weak) = (admin_state.sse_keys.clone(), cfg.data_dir.clone(), Arc::downgrade(cluster));
+            let apply = move |text: &str| {
+                crate::admin_sse::apply_cluster_sse(&sse, &dir, text)?;
+                // What a joining node takes from this one (and what an invited one must match) is current.
+                if let Some(cluster) = weak.upgrade() {
+                    cluster.set_shared_sse(&sse.master_keys());
+                }
+                Ok(())
+            };
+            cluster.on_shared(crate::admin_sse::CLUSTER_SETTING, Box::new(apply));
+        }
     }
     tokio::spawn(microstore_rounds(microstores, stop_rx.clone()));
     tokio::spawn(lifecycle_worker(layer.clone(), cfg.lifecycle_day, stop_rx.clone()));

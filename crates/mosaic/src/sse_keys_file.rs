@@ -26,11 +26,25 @@ pub fn load_or_create(dir: &Path, configured: Option<[u8; 32]>) -> Result<Master
 }
 
 /// Adds a master key that seals new objects from the next start on; the older ones stay to open theirs.
+/// Refused on a cluster node's data directory: a key made on one node alone would seal objects the other
+/// nodes cannot open (`mosaic admin sse rotate` rotates the cluster's).
 pub fn rotate(dir: &Path) -> Result<u32, String> {
+    if crate::datadir::in_cluster(dir)? {
+        return Err(format!(
+            "{} is a cluster node's: its SSE master keys are the cluster's; rotate them with \
+             `mosaic admin sse rotate` on a running node (every node takes the new key)",
+            dir.display()
+        ));
+    }
     let mut keys = load_or_create(dir, None)?;
     let id = keys.rotate().map_err(|e| e.to_string())?;
-    crate::datadir::write_synced(&dir.join(SSE_KEYS_FILE), &datadir_format::encode_master_keys(&keys), 0o600)?;
+    save(dir, &keys)?;
     Ok(id)
+}
+
+/// Saves `keys` as the data directory's master keys (synced, replacing the file whole).
+pub fn save(dir: &Path, keys: &MasterKeys) -> Result<(), String> {
+    crate::datadir::write_synced(&dir.join(SSE_KEYS_FILE), &datadir_format::encode_master_keys(keys), 0o600)
 }
 
 #[cfg(test)]
@@ -60,5 +74,19 @@ mod tests {
         assert!(load_or_create(d.path(), None).is_err());
         let configured = load_or_create(d.path(), Some([7; 32])).unwrap();
         assert_eq!(configured.current(), (1, &Key::from_bytes([7; 32])));
+    }
+
+    #[test]
+    fn a_cluster_nodes_keys_are_not_rotated_offline() {
+        let d = tempfile::tempdir().unwrap();
+        let first = load_or_create(d.path(), None).unwrap();
+        std::fs::create_dir_all(d.path().join(crate::datadir::CLUSTER_DIR)).unwrap();
+        let mut node = crate::datadir::cluster_node(d.path()).unwrap();
+        assert_eq!(rotate(d.path()).unwrap(), 2, "a node in no cluster yet rotates its own");
+        node.secret = Some("ab".repeat(32));
+        crate::datadir::record_cluster_node(d.path(), &node).unwrap();
+        assert!(rotate(d.path()).unwrap_err().contains("mosaic admin sse rotate"));
+        let kept = load_or_create(d.path(), None).unwrap();
+        assert_eq!((kept.current().0, kept.get(1)), (2, first.get(1)), "nothing changed");
     }
 }

@@ -14,7 +14,7 @@ mod support;
 
 use aws_sdk_s3::primitives::ByteStream;
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use support::{
     Server, admin, cluster_secret, json, kill9, logged, pattern, printed, s3_client, start_with_args, status_when, stop,
 };
@@ -125,6 +125,8 @@ async fn three_processes_form_a_cluster_that_serves_from_every_node() {
     }
     verify(&clients, &model, "after writes").await;
     let (user_ak, user_sk) = keys_are_the_clusters(&[&a, &b, &c], &ak, &sk).await;
+    // Sealed objects join the model: every later check (a restarted node's too) opens them.
+    model.extend(sse_keys_are_the_clusters(&[&a, &b, &c], &dirs, &ak, &sk).await);
 
     let over = pattern(99, 300_000);
     let key = "obj/005".to_string();
@@ -159,7 +161,62 @@ async fn three_processes_form_a_cluster_that_serves_from_every_node() {
 
 /// Waits until node `s` applied version `version` of the cluster's access keys.
 fn applied_keys(s: &Server, version: u64) {
-    while logged(s, "applied a shared setting of the cluster")["version"] != version {}
+    applied(s, "keys", version);
+}
+
+/// Waits until node `s` applied version `version` of the cluster's shared setting `setting`.
+fn applied(s: &Server, setting: &str, version: u64) {
+    loop {
+        let line = logged(s, "applied a shared setting of the cluster");
+        if line["setting"] == setting && line["version"] == version {
+            return;
+        }
+    }
+}
+
+/// SSE master keys are the cluster's: objects sealed through every node before a rotation made through
+/// one node, and after it, open on every node; every node saved the new key. Returns the objects.
+async fn sse_keys_are_the_clusters(nodes: &[&Server], dirs: &[PathBuf], ak: &str, sk: &str) -> Vec<(String, Vec<u8>)> {
+    let clients: Vec<_> = nodes.iter().map(|s| s3_client(&s.s3, ak, sk)).collect();
+    let mut sealed = Vec::new();
+    let mut seal_through_each = |phase: &str| {
+        let puts: Vec<_> = clients
+            .iter()
+            .enumerate()
+            .map(|(n, c)| {
+                let (key, data) = (format!("sealed/{phase}/{n}"), pattern(40 + n, 70_000 + n * 10_000));
+                sealed.push((key.clone(), data.clone()));
+                let put = c.put_object().bucket(BUCKET).key(key).body(ByteStream::from(data));
+                put.server_side_encryption(aws_sdk_s3::types::ServerSideEncryption::Aes256).send()
+            })
+            .collect();
+        futures::future::join_all(puts)
+    };
+    for put in seal_through_each("before").await {
+        put.unwrap();
+    }
+    let rotated = json(admin(nodes[1], ak, sk, &["sse", "rotate"]));
+    // The map held no keys: version 1 adds key 2 pending, version 2 makes it seal.
+    assert_eq!((rotated["sealing"].as_u64(), rotated["version"].as_u64()), (Some(2), Some(2)), "{rotated}");
+    for s in nodes {
+        applied(s, "sse-keys", 2);
+    }
+    for put in seal_through_each("after").await {
+        put.unwrap();
+    }
+    for (n, c) in clients.iter().enumerate() {
+        for (key, data) in &sealed {
+            assert!(get(c, key).await.unwrap() == *data, "node {n} opens {key}");
+        }
+    }
+    for dir in dirs {
+        let file = std::fs::read_to_string(dir.join("data").join("sse-keys")).unwrap();
+        assert!(file.contains("key=1:") && file.contains("key=2:") && file.starts_with("version=1"), "{file}");
+    }
+    // Offline, a cluster node's keys are not rotated alone.
+    let (code, _, err) = support::run(&["sse", "rotate", "--data", dirs[0].join("data").to_str().unwrap()]);
+    assert!(code != 0 && err.contains("mosaic admin sse rotate"), "{err}");
+    sealed
 }
 
 /// Access keys are the cluster's: a key made through one node and granted through another is served by
@@ -623,6 +680,9 @@ async fn a_waiting_node_is_added_with_add_node() {
     let put = ca.put_object().bucket(BUCKET).key("k").body(ByteStream::from(data.clone()));
     put.server_side_encryption(aws_sdk_s3::types::ServerSideEncryption::Aes256).send().await.unwrap();
     assert!(get(&cb, "k").await.unwrap() == data);
+    // A master key the config gives is changed there, not rotated.
+    let rotate = admin(&b, ak, sk, &["sse", "rotate"]);
+    assert!(!rotate.status.success() && String::from_utf8_lossy(&rotate.stderr).contains("given in the config"));
     for s in [a, b, own_keys] {
         assert_eq!(stop(s).0, 0);
     }

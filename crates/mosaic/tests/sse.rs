@@ -261,6 +261,21 @@ async fn encrypted_objects_read_back_and_never_reach_the_disk_in_the_clear() {
         .await
         .unwrap();
     assert_eq!(body(c.get_object().bucket("enc").key("s3").send().await.unwrap()).await, fresh);
+
+    // A rotation of the running server seals at once, and what it sealed opens after a restart.
+    let rotated = support::json(support::admin(&s, ROOT_AK, ROOT_SK, &["sse", "rotate"]));
+    assert_eq!(rotated["sealing"], 3, "{rotated}");
+    let online = marked("ONLINEROTATION", 50_000);
+    let put = c.put_object().bucket("enc").key("online").body(ByteStream::from(online.clone()));
+    put.server_side_encryption(ServerSideEncryption::Aes256).send().await.unwrap();
+    let keys_file = std::fs::read_to_string(data_dir.join("sse-keys")).unwrap();
+    assert!(keys_file.contains("key=3:") && keys_file.contains("key=1:"), "saved before it sealed");
+    stop(s);
+    let s = start_with_root(&data_dir, ROOT_AK, ROOT_SK, &ENV);
+    let c = s3_client(&s.s3, ROOT_AK, ROOT_SK);
+    for (key, want) in [("online", &online), ("s3", &fresh), ("kms", &kms), ("d", &defaulted)] {
+        assert_eq!(&body(c.get_object().bucket("enc").key(key).send().await.unwrap()).await, want, "{key}");
+    }
     stop(s);
 }
 
