@@ -203,6 +203,13 @@ pub enum Change {
     },
     /// Several changes as one (one epoch, one placement), such as a node with its drives.
     Batch(Vec<Change>),
+    /// A node restarted on other addresses (its cluster port, its S3 port). Refused when another node
+    /// has the cluster address: two nodes named by one address could each make a quorum with it.
+    SetNodeAddress {
+        node: NodeId,
+        address: String,
+        s3_address: String,
+    },
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -285,8 +292,15 @@ impl ClusterMap {
             }
             c => next.apply_one(c)?,
         };
-        // A shared setting changes nothing placed.
-        if !matches!(change, Change::MoveDone { .. } | Change::Bootstrap { .. } | Change::SetShared { .. }) {
+        // A shared setting or a node's address changes nothing placed.
+        let placing = !matches!(
+            change,
+            Change::MoveDone { .. }
+                | Change::Bootstrap { .. }
+                | Change::SetShared { .. }
+                | Change::SetNodeAddress { .. }
+        );
+        if placing {
             next.place()?;
         }
         next.epoch += 1;
@@ -425,6 +439,17 @@ impl ClusterMap {
                     return Err(MapError::Invalid(format!("at most {MAX_SHARED_SETTINGS} shared settings")));
                 }
                 self.shared.insert(name.clone(), SharedSetting { version: *version, value: value.clone() });
+                Ok(self.epoch + 1)
+            }
+            Change::SetNodeAddress { node, address, s3_address } => {
+                check_name("a node address", address)?;
+                check_name("an S3 address", s3_address)?;
+                if let Some((other, _)) = self.nodes.iter().find(|(id, n)| *id != node && n.address == *address) {
+                    return Err(MapError::Invalid(format!("node {other} is at {address}")));
+                }
+                let entry = self.nodes.get_mut(node).ok_or(MapError::NoNode(*node))?;
+                entry.address.clone_from(address);
+                entry.s3_address.clone_from(s3_address);
                 Ok(self.epoch + 1)
             }
             Change::MoveDone { .. } => Err(MapError::Invalid("a finished move is reported on its own".into())),

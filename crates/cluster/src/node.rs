@@ -23,6 +23,8 @@ use tokio::sync::{oneshot, watch};
 pub const PATH_PROPOSE: &str = "/cluster/propose";
 pub const PATH_JOIN: &str = "/cluster/join";
 pub const PATH_STATUS: &str = "/cluster/status";
+/// A member restarted on another address asks the leader to reach it there.
+pub const PATH_RELOCATE: &str = "/cluster/relocate";
 /// Most managers (Raft voters).
 pub const MAX_MANAGERS: usize = 5;
 /// Tries a forwarded change or join makes while the leader changes.
@@ -159,6 +161,77 @@ impl ClusterNode {
             .await
             .map_err(|e| ClusterError::NoLeader(e.to_string()))?;
         answer.map_err(ClusterError::Refused)
+    }
+
+    /// After a restart on another cluster address: has the leader change this node's address in the Raft
+    /// membership (where the log is sent) to the one it serves on. The leader does not send to the new
+    /// address yet, so this node may not know it: it asks every other member in turn, each forwards to the
+    /// leader. Returns whether the address changed (false: it was this one already).
+    pub async fn relocate(&self) -> Result<bool, ClusterError> {
+        // A member's stored membership names it: wait until Raft loaded it (just after a start it has not).
+        let loaded = self
+            .raft
+            .wait(Some(LEADER_WAIT))
+            .metrics(|m| m.membership_config.membership().get_node(&self.id).is_some(), "this node's membership")
+            .await
+            .map_err(|e| ClusterError::Failed(format!("this node is not in its stored membership: {e}")))?;
+        let membership = loaded.membership_config.membership().clone();
+        let known = membership.get_node(&self.id).expect("waited for");
+        if known.addr == self.address {
+            self.raft.runtime_config().elect(true);
+            return Ok(false);
+        }
+        let request = JoinRequest { id: self.id, address: self.address.clone() };
+        if membership.nodes().all(|(id, _)| *id == self.id) {
+            // Alone: it leads itself, and changes its own address.
+            self.raft.runtime_config().elect(true);
+            self.wait_for_leader_other_than(None, tokio::time::Instant::now() + LEADER_WAIT).await?;
+            self.set_address(&request).await?;
+            return Ok(true);
+        }
+        // Until the leader sends to this address this node hears no leader: campaigning would only raise
+        // its term, and each higher term unseats the leader that is about to reach it (no pre-vote here).
+        self.raft.runtime_config().elect(false);
+        let mut last = String::from("no other member");
+        for (id, node) in membership.nodes().filter(|(id, _)| **id != self.id) {
+            match self.client.call::<_, Result<(), String>>(&node.addr, PATH_RELOCATE, &request, CALL_TIMEOUT).await {
+                Ok(Ok(())) => {
+                    self.raft.runtime_config().elect(true);
+                    return Ok(true);
+                }
+                Ok(Err(e)) => last = format!("node {id}: {e}"),
+                Err(e) => last = format!("node {id}: {e}"),
+            }
+        }
+        Err(ClusterError::NoLeader(format!("no member took this node's new address {}: {last}", self.address)))
+    }
+
+    /// On the leader (forwarded there): once the new address answers as the node that asks, the
+    /// membership names it there. An address that answers as another node is refused: two nodes named
+    /// by one address could each make a quorum with it.
+    async fn set_address(&self, request: &JoinRequest) -> Result<(), ClusterError> {
+        let answering: Status = self
+            .client
+            .call(&request.address, PATH_STATUS, &(), CALL_TIMEOUT)
+            .await
+            .map_err(|e| ClusterError::Refused(format!("{} does not answer: {e}", request.address)))?;
+        if answering.id != request.id {
+            return Err(ClusterError::Refused(format!(
+                "{} answers as node {}, not node {}",
+                request.address, answering.id, request.id
+            )));
+        }
+        let answer: Result<(), String> = self
+            .through_leader(PATH_RELOCATE, request, |node| async move {
+                let nodes = BTreeMap::from([(request.id, BasicNode { addr: request.address.clone() })]);
+                retry_in_progress(|| node.raft.change_membership(ChangeMembers::SetNodes(nodes.clone()), false))
+                    .await
+                    .map(|_| Ok(()))
+            })
+            .await?;
+        answer.map_err(ClusterError::Refused)?;
+        tracing::info!(node = request.id, address = %request.address, "a member's address changed");
+        Ok(())
     }
 
     /// Proposes `change` through Raft (forwarded to the leader when this node is not it) and waits until
@@ -417,6 +490,11 @@ impl ClusterNode {
                 rpc::answer(&result)
             }
             PATH_STATUS => rpc::answer(&self.status()),
+            PATH_RELOCATE => {
+                let request: JoinRequest = rpc::parse(&body)?;
+                let result = self.set_address(&request).await.map_err(|e| e.to_string());
+                rpc::answer(&result)
+            }
             _ => Err((StatusCode::NOT_FOUND, format!("no cluster call {path}"))),
         }
     }

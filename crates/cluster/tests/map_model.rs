@@ -388,3 +388,27 @@ fn shared_settings_change_from_the_version_they_were_planned_from() {
     let json = serde_json::to_string(&plain).unwrap();
     assert!(!json.contains("shared"), "an empty set of settings is not written");
 }
+
+/// A node's addresses change in place: nothing placed moves, and an address another node has is refused
+/// (two nodes named by one address could each make a quorum with it).
+#[test]
+fn a_node_changes_its_addresses_without_moving_anything() {
+    let mut map = bootstrapped();
+    for node in 0..3 {
+        add_node(&mut map, node);
+    }
+    finish_moves(&mut map);
+    let placed = (map.pgs.clone(), map.placement_epoch);
+    let to = |node, address: &str| Change::SetNodeAddress { node, address: address.into(), s3_address: "s3:1".into() };
+    let taken = map.nodes[&2].address.clone();
+    let before = map.clone();
+    assert!(map.apply(&to(1, &taken)).is_err(), "node 2's address");
+    assert!(map.apply(&to(9, "new:1")).is_err(), "no node 9");
+    assert!(map.apply(&to(1, "")).is_err(), "an empty address");
+    assert_eq!(map, before, "a refused change changes nothing");
+    map.apply(&to(1, "new:1")).unwrap();
+    assert_eq!((map.nodes[&1].address.as_str(), map.nodes[&1].s3_address.as_str()), ("new:1", "s3:1"));
+    assert_eq!(map.epoch, before.epoch + 1);
+    assert_eq!((map.pgs.clone(), map.placement_epoch), placed, "an address moves nothing");
+    map.apply(&to(1, "new:1")).unwrap();
+}

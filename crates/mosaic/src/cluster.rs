@@ -58,6 +58,9 @@ const SHARED_FILES: [&str; 3] = ["credentials", "sse-keys", "keys"];
 const CALL_TIMEOUT: Duration = Duration::from_secs(20);
 /// How long a node waits to see itself in the map after the leader said it is in already.
 const SEE_SELF_WAIT: Duration = Duration::from_secs(15);
+/// Tries, and the pause between them, of a restarted member to have the cluster reach it at a new address.
+const RELOCATE_TRIES: u32 = 60;
+const RELOCATE_RETRY: Duration = Duration::from_secs(2);
 /// Pause before composing the store again after a failure (a drive's node not answering yet).
 const COMPOSE_RETRY: Duration = Duration::from_secs(1);
 /// Pause before composing again a store that some drives were missing from.
@@ -275,6 +278,7 @@ impl Cluster {
                 tracing::info!("this node is in a cluster already; --join is ignored");
             }
             self.start(Secret::parse(&secret)?, Membership::Restarted).await?;
+            tokio::spawn(self.clone().follow_own_address());
             return Ok(());
         }
         let Some(peer) = self.cfg.join.clone() else {
@@ -295,6 +299,59 @@ impl Cluster {
             "joining a cluster needs its secret in MOSAIC_CLUSTER_SECRET (printed by `mosaic admin cluster init`)",
         )?;
         self.join(&peer, Secret::parse(secret)?).await
+    }
+
+    /// A member restarted on other addresses has the cluster reach it there: the Raft membership (so the
+    /// leader sends it the log) and then the map (so nodes call its drives there, and clients find its S3
+    /// port). Tried again while no member takes it (they may be restarting too), a bounded number of times.
+    async fn follow_own_address(self: Arc<Self>) {
+        let Some(running) = self.running.get() else { return };
+        let me = self.node_id();
+        for attempt in 1..=RELOCATE_TRIES {
+            let relocated = match running.node.relocate().await {
+                Ok(changed) => self.record_own_address(running, me).await.map(|mapped| changed || mapped),
+                Err(e) => Err(e.to_string()),
+            };
+            match relocated {
+                Ok(true) => {
+                    tracing::info!(node = me, address = %self.advertise, s3 = %self.s3_address, "this node's addresses changed in the cluster");
+                    return;
+                }
+                Ok(false) => return,
+                Err(e) => {
+                    tracing::warn!(attempt, error = %e, "the cluster does not reach this node at its address yet")
+                }
+            }
+            let mut stop = self.stop.clone();
+            tokio::select! {
+                _ = tokio::time::sleep(RELOCATE_RETRY) => {}
+                _ = stop.wait_for(|s| *s) => return,
+            }
+        }
+        tracing::error!(
+            address = %self.advertise,
+            "no member took this node's new address: it takes no part in the cluster until it is restarted \
+             (on its old address, or once the other members answer)"
+        );
+    }
+
+    /// Puts this node's addresses in the map once its map names other ones; whether it changed them.
+    async fn record_own_address(&self, running: &Running, me: u64) -> Result<bool, String> {
+        // The map this node replays may be older than the leader's: wait until it has seen this node.
+        let mut maps = running.node.watch_map();
+        let map: Arc<ClusterMap> =
+            match tokio::time::timeout(SEE_SELF_WAIT, maps.wait_for(|m| m.nodes.contains_key(&me))).await {
+                Ok(Ok(map)) => map.clone(),
+                _ => return Err("this node does not see itself in the cluster map".into()),
+            };
+        let entry = &map.nodes[&me];
+        if entry.address == self.advertise && entry.s3_address == self.s3_address {
+            return Ok(false);
+        }
+        let change =
+            Change::SetNodeAddress { node: me, address: self.advertise.clone(), s3_address: self.s3_address.clone() };
+        running.node.propose(change).await.map_err(|e| format!("recording this node's addresses: {e}"))?;
+        Ok(true)
     }
 
     /// From now on the map is followed: every map with placement becomes the layer S3 is served from.

@@ -519,6 +519,57 @@ async fn history_client(c: aws_sdk_s3::Client, client: usize, base: std::time::I
     ops
 }
 
+/// A member restarted on another cluster port (and S3 port) is reached there: the leader sends it the log
+/// (it applies a later change of the map), every node's map names its new addresses, its drives serve
+/// reads and writes through every node, and nothing written before is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_restarted_on_another_address_is_reached_there() {
+    let Formed { dir, mut nodes, ak, sk } = form();
+    let clients: Vec<_> = nodes.iter().map(|s| s3_client(&s.s3, &ak, &sk)).collect();
+    clients[0].create_bucket().bucket(BUCKET).send().await.unwrap();
+    let mut model = BTreeMap::new();
+    for i in 0..12usize {
+        let (key, data) = (format!("before/{i:02}"), pattern(500 + i, [0, 5_000, 300_000][i % 3]));
+        let put = clients[i % 3].put_object().bucket(BUCKET).key(&key).body(ByteStream::from(data.clone()));
+        put.send().await.unwrap();
+        model.insert(key, data);
+    }
+    let status = json(admin(&nodes[0], &ak, &sk, &["cluster", "status"]));
+    let moved = node_id(&status, &nodes[2]);
+    let old_address = nodes[2].cluster.clone().unwrap();
+    assert_eq!(stop(nodes.remove(2)).0, 0);
+    // Started again without --join on a new port: it rejoins from its store and tells the cluster.
+    let c = node(&dir.path().join("node2"), "127.0.0.1:0", &[], &[]);
+    let new_address = c.cluster.clone().unwrap();
+    assert_ne!(new_address, old_address);
+    logged(&c, "this node's addresses changed in the cluster");
+    nodes.push(c);
+    for s in &nodes {
+        status_when(s, &ak, &sk, |st| {
+            st["nodes"].as_array().unwrap().iter().any(|n| {
+                n["id"] == moved
+                    && n["address"] == new_address.as_str()
+                    && n["state"] == "up"
+                    && n["s3_address"] == nodes[2].s3.as_str()
+            })
+        });
+    }
+    // The log reaches it at its new address: a change made through another node is applied there.
+    json(admin(&nodes[0], &ak, &sk, &["key", "create"]));
+    applied_keys(&nodes[2], 1);
+    let clients: Vec<_> = nodes.iter().map(|s| s3_client(&s.s3, &ak, &sk)).collect();
+    for i in 0..12usize {
+        let (key, data) = (format!("after/{i:02}"), pattern(700 + i, [0, 5_000, 300_000][i % 3]));
+        let put = clients[(i + 2) % 3].put_object().bucket(BUCKET).key(&key).body(ByteStream::from(data.clone()));
+        put.send().await.unwrap();
+        model.insert(key, data);
+    }
+    verify(&clients, &model, "after a member moved").await;
+    for s in nodes {
+        assert_eq!(stop(s).0, 0);
+    }
+}
+
 /// The id of the node whose cluster address is `s`'s, in `status`.
 fn node_id(status: &serde_json::Value, s: &Server) -> u64 {
     let address = s.cluster.as_deref().unwrap();
