@@ -96,7 +96,7 @@ pub(crate) async fn heal_object<S: Store>(set: &Arc<SetInner<S>>, coll_name: &st
 }
 
 /// The collection with a handle on every present drive: drives that lack it get it.
-async fn ensure_collection<S: Store>(set: &SetInner<S>, coll: SetColl<S::Coll>) -> SetColl<S::Coll> {
+pub(crate) async fn ensure_collection<S: Store>(set: &SetInner<S>, coll: SetColl<S::Coll>) -> SetColl<S::Coll> {
     let mut members: Vec<Option<S::Coll>> = coll.members.to_vec();
     for (d, m) in members.iter_mut().enumerate() {
         if m.is_some() {

@@ -266,7 +266,13 @@ impl<'a, S: Store> Planner<'a, S> {
             return Ok(*i);
         }
         if !self.colls.contains_key(&coll.name) {
-            let current = self.set.current(coll).await?;
+            let mut current = self.set.current(coll).await?;
+            // A present drive that lacks the collection (one that missed its creation, as a drive being
+            // filled by a move can) gets it before it is written: else it could not take its shard and a
+            // set whose write quorum is every drive (1+1) would refuse every write until a heal scan ran.
+            if current.members.iter().enumerate().any(|(d, c)| c.is_none() && self.set.member(d).is_some()) {
+                current = crate::heal::ensure_collection(self.set, current).await;
+            }
             self.colls.insert(coll.name.clone(), current);
         }
         let coll = &self.colls[&coll.name].clone();

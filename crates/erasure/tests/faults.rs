@@ -475,3 +475,22 @@ async fn a_write_commits_only_under_its_shared_locks() {
     put(&l, "o", &second).await.unwrap();
     assert_eq!(get(&l, "o").await.unwrap(), second);
 }
+
+/// A present drive that lacks a collection the set holds (it missed the creation, as a drive a move fills
+/// can) gets it at the next write: a 1+1 set, whose writes need both drives, writes again at once instead
+/// of refusing until a heal scan runs, and the drive then serves the object alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_gives_a_drive_the_collection_it_lacks() {
+    use mosaic_store::{Op, Snapshot, Store, Txn};
+    let t = TestSet::new(1, 1).await;
+    t.set.commit(Txn::new().op(Op::CreateCollection { name: "c".into() })).await.unwrap();
+    let lacking = t.set.members()[1].clone().unwrap();
+    lacking.commit(Txn::new().op(Op::RemoveCollection { name: "c".into() })).await.unwrap();
+    assert!(lacking.snapshot().collection("c").await.unwrap().is_none());
+
+    let coll = t.set.snapshot().collection("c").await.unwrap().expect("drive 0 holds it: k = 1");
+    let write = Op::Write { coll: coll.clone(), name: b"o".to_vec(), offset: 0, data: b"after".to_vec() };
+    t.set.commit(Txn::new().op(write)).await.expect("both drives take the write");
+    let c = lacking.snapshot().collection("c").await.unwrap().expect("the drive got the collection");
+    assert!(lacking.snapshot().lookup(&c, b"o").await.unwrap().is_some(), "and the object");
+}
