@@ -644,13 +644,11 @@ impl Cluster {
 
     /// The moves of every node that answers, summed, with an estimate of the time left at their rate.
     async fn rebalance_status(&self, map: &ClusterMap, running: &Running, moving: usize) -> serde_json::Value {
-        let me = self.node_id();
-        let calls = map.nodes.iter().filter(|(_, n)| n.state != NodeState::Dead).map(|(id, n)| async move {
-            if *id == me {
-                return Some(self.serving_report());
-            }
-            running.client.call(&n.address, PATH_SERVING, &(), SERVING_CALL_TIMEOUT).await.ok()
-        });
+        let calls = map
+            .nodes
+            .iter()
+            .filter(|(_, n)| n.state != NodeState::Dead)
+            .map(|(id, n)| async move { self.report_of(running, *id, &n.address).await.ok() });
         let reports: Vec<Option<ServingReport>> = futures::future::join_all(calls).await;
         let answered: Vec<&ServingReport> = reports.iter().flatten().collect();
         let moved: u64 = answered.iter().map(|r| r.groups_moved).sum();
@@ -905,22 +903,25 @@ impl Cluster {
         }
     }
 
+    /// What node `id` (at `address`) serves and its rebalancer did: this node's own report, or its answer.
+    async fn report_of(&self, running: &Running, id: u64, address: &str) -> Result<ServingReport, String> {
+        if id == self.node_id() {
+            return Ok(self.serving_report());
+        }
+        running.client.call(address, PATH_SERVING, &(), SERVING_CALL_TIMEOUT).await.map_err(|e| e.to_string())
+    }
+
     /// Waits until every node the map counts as up (or draining) applied version `version` of the shared
     /// setting `name`, at most `timeout`: what a change that others must know before this node acts on it
     /// waits for (a rotated SSE key seals only once every node can open what it seals).
     pub async fn wait_for_shared(&self, name: &str, version: u64, timeout: Duration) -> Result<(), String> {
         let running = self.running.get().ok_or("this node is in no cluster")?;
         let deadline = Instant::now() + timeout;
-        let me = self.node_id();
         loop {
             let map = running.node.map();
             let mut behind = Vec::new();
             for (id, n) in map.nodes.iter().filter(|(_, n)| matches!(n.state, NodeState::Up | NodeState::Draining)) {
-                let report = if *id == me {
-                    Ok(self.serving_report())
-                } else {
-                    running.client.call::<_, ServingReport>(&n.address, PATH_SERVING, &(), SERVING_CALL_TIMEOUT).await
-                };
+                let report = self.report_of(running, *id, &n.address).await;
                 let applied = report.map(|r| r.shared_applied.get(name).copied().unwrap_or(0));
                 if !matches!(applied, Ok(v) if v >= version) {
                     behind.push(format!("node {id} at {}", n.address));

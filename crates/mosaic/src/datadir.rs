@@ -124,17 +124,17 @@ pub fn cluster_node(dir: &Path) -> Result<format::ClusterNodeFile, String> {
         record_cluster_node(dir, &made)?;
         return Ok(made);
     }
-    format::parse_cluster_node(&read_small_file(&path)?).map_err(|e| format!("{}: {e}", path.display()))
+    read_cluster_node(&path)
 }
 
 /// Whether the data directory is a cluster node's (it recorded a cluster secret); read only.
 pub fn in_cluster(dir: &Path) -> Result<bool, String> {
     let path = dir.join(CLUSTER_DIR).join(CLUSTER_NODE_FILE);
-    if !path.exists() {
-        return Ok(false);
-    }
-    let node = format::parse_cluster_node(&read_small_file(&path)?).map_err(|e| format!("{}: {e}", path.display()))?;
-    Ok(node.secret.is_some())
+    Ok(path.exists() && read_cluster_node(&path)?.secret.is_some())
+}
+
+fn read_cluster_node(path: &Path) -> Result<format::ClusterNodeFile, String> {
+    format::parse_cluster_node(&read_small_file(path)?).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// Records a cluster node's identity (mode 0600: it holds the cluster secret), synced.
