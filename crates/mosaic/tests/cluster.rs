@@ -392,6 +392,10 @@ async fn a_node_killed_during_a_move_loses_no_acknowledged_write() {
         first.put_object().bucket(BUCKET).key(&key).body(ByteStream::from(data.clone())).send().await.unwrap();
         model.insert(key, data);
     }
+    // The fourth node joins with moves paused, so that the kill lands while its groups are moving however
+    // fast a step runs on this machine; moves resume once the node is down.
+    let out = admin(&nodes[0], &ak, &sk, &["cluster", "rebalance", "pause"]);
+    assert!(out.status.success(), "{out:?}");
     nodes.push(join(dir.path(), "node3", &nodes[0]));
 
     // The load: every fifth op deletes a key of the model, every fifth overwrites one, the rest are new.
@@ -441,6 +445,8 @@ async fn a_node_killed_during_a_move_loses_no_acknowledged_write() {
     let status = json(admin(&nodes[0], &ak, &sk, &["cluster", "status"]));
     assert!(status["groups_moving"].as_u64() > Some(0), "the kill lands during the move: {status}");
     kill9(nodes.remove(2));
+    let out = admin(&nodes[0], &ak, &sk, &["cluster", "rebalance", "resume"]);
+    assert!(out.status.success(), "{out:?}");
     let down = first_logged(&nodes, |v| v["message"] == "node state changed by the leader's probes");
     assert_eq!(down["state"], "Down", "{down}");
     let (model, deleted) = load.await.unwrap();
