@@ -62,12 +62,34 @@ pub(crate) async fn heal_object<S: Store>(set: &Arc<SetInner<S>>, coll_name: &st
     let states = drive_states(set, &coll, name).await;
     let present: Vec<bool> = states.iter().map(|s| matches!(s, DriveState::Present { .. })).collect();
     let answered: Vec<bool> = states.iter().map(|s| !matches!(s, DriveState::Failed)).collect();
+    // The version each drive holds: a drive left out of the decision may already hold the one decided.
+    let held: Vec<Option<[u8; 16]>> = states
+        .iter()
+        .map(|s| match s {
+            DriveState::Present { layout, .. } => Some(layout.write_id),
+            _ => None,
+        })
+        .collect();
+    let decided_by = set.cfg.decided_by;
+    let states = match decided_by {
+        Some(slots) => states
+            .into_iter()
+            .enumerate()
+            .map(|(d, s)| if slots & 1 << d != 0 { s } else { DriveState::Failed })
+            .collect(),
+        None => states,
+    };
+    // Who loses a copy of an object decided absent: with `decided_by`, the drives it leaves out (filled, not
+    // served); else every holder, unless this set must not remove.
+    let removable = |d: usize| match decided_by {
+        Some(slots) => slots & 1 << d == 0,
+        None => set.cfg.heal_removes,
+    };
     match decide(states, set.geometry().read_quorum(), set.geometry().write_quorum()) {
         Verdict::NoQuorum { .. } => Err(StoreError::unavailable("too few drives agree to heal the object now")),
-        Verdict::Absent if !set.cfg.heal_removes => Ok(Healed::Nothing),
         Verdict::Absent => {
             let mut n = 0;
-            for d in (0..set.drives()).filter(|d| present[*d]) {
+            for d in (0..set.drives()).filter(|d| present[*d] && removable(*d)) {
                 let (Some(store), Some(c)) = (set.member(d), coll.members[d].clone()) else { continue };
                 lock.check_held()?;
                 let txn =
@@ -78,8 +100,9 @@ pub(crate) async fn heal_object<S: Store>(set: &Arc<SetInner<S>>, coll_name: &st
             Ok(if n == 0 { Healed::Nothing } else { Healed::Drives(n) })
         }
         Verdict::Found(r) => {
-            let stale: Vec<usize> =
-                (0..set.drives()).filter(|d| r.holders[*d].is_none() && set.member(*d).is_some()).collect();
+            let stale: Vec<usize> = (0..set.drives())
+                .filter(|d| r.holders[*d].is_none() && set.member(*d).is_some() && held[*d] != Some(r.layout.write_id))
+                .collect();
             // Holders whose shard no longer reads back (damage found by a read) are rebuilt too.
             let damaged = damaged_holders(&r).await;
             let mut n = 0;

@@ -71,6 +71,13 @@ pub struct SetConfig {
     /// (when the drives it leaves are gone) every acknowledged write still has at least k shards where
     /// the group is served. None: no such rule.
     pub kept_drives: Option<u16>,
+    /// While this set fills a cluster group's next set (issue 16): the slots whose drives the step keeps.
+    /// They took every write and delete of the group (`kept_drives`), the others are new drives being
+    /// filled and not served yet, so heal decides each object from the kept drives alone: what they lack
+    /// is removed from the new ones (a copy the fill made before a delete), what they hold is rebuilt there.
+    /// Deciding from all drives instead lets the copies outvote the delete when k = m, and heal would then
+    /// put the deleted object back on the kept drives. None: every drive counts.
+    pub decided_by: Option<u16>,
     /// Locks a write also takes when other processes write the same drives (a cluster's nodes): the set's
     /// own locks order only its own writes. None: this set is the drives' only writer.
     pub shared_locks: Option<Arc<dyn SharedLocks>>,
@@ -104,6 +111,7 @@ impl SetConfig {
             settle_at_open: Settle::All,
             heal_removes: true,
             kept_drives: None,
+            decided_by: None,
             shared_locks: None,
         }
     }
@@ -169,6 +177,9 @@ pub struct SetCounters {
     /// Writes a restart left undecided, settled when the set opened: kept, or put back.
     pub writes_kept_at_open: AtomicU64,
     pub writes_undone_at_open: AtomicU64,
+    /// Writes a restart left undecided that the drives which did not answer could still hold at a write
+    /// quorum: neither kept nor put back, until a settling sees those drives.
+    pub writes_left_undecided_at_open: AtomicU64,
 }
 
 /// An erasure-coded set of drives. Cheap to clone.
@@ -341,8 +352,10 @@ impl<S: Store> ErasureSet<S> {
                 format!("a {}+{} set has {} drives, not {}", g.data, g.parity, g.drives(), members.len()),
             ));
         }
-        if let Some(kept) = cfg.kept_drives
-            && (kept & !g.all_drives() != 0 || (kept.count_ones() as usize) < g.read_quorum())
+        if let Some(kept) = [cfg.kept_drives, cfg.decided_by]
+            .into_iter()
+            .flatten()
+            .find(|kept| kept & !g.all_drives() != 0 || (kept.count_ones() as usize) < g.read_quorum())
         {
             return Err(StoreError::new(
                 ErrorKind::InvalidArgument,

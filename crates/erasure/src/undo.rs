@@ -522,8 +522,12 @@ pub(crate) async fn recover<S: Store>(set: &Arc<SetInner<S>>) -> StoreResult<()>
     // what an older one left, which is then judged on what the drives hold after that. Oldest first, an
     // acknowledged write would be undone on the drives where a newer one failed, and the name lost.
     for (_, drives) in writes.into_iter().rev() {
-        // The write stands if, for every object it touched, a write quorum holds what it left.
+        // The write stands if, for every object it touched, a write quorum holds what it left. It may have
+        // been acknowledged if the drives that did not answer could make up that quorum: then it is left
+        // for a later settling (a drive that comes back is settled when it is put in), since undoing it on
+        // the drives that answered could take an acknowledged write below k shards for good.
         let mut stands = true;
+        let mut may_stand = true;
         let objects: BTreeMap<(String, Vec<u8>), UndoEntry> = drives
             .values()
             .flatten()
@@ -532,13 +536,21 @@ pub(crate) async fn recover<S: Store>(set: &Arc<SetInner<S>>) -> StoreResult<()>
             .collect();
         for e in objects.values() {
             let Some(coll) = snap.collection(&e.coll).await.ok().flatten() else { continue };
-            let mut held = 0;
+            let (mut held, mut unknown) = (0, 0);
             for d in 0..set.drives() {
-                if in_target_state(set, d, &coll, e).await == Some(true) {
-                    held += 1;
+                match in_target_state(set, d, &coll, e).await {
+                    Some(true) => held += 1,
+                    Some(false) => {}
+                    None => unknown += 1,
                 }
             }
             stands &= held >= quorum;
+            may_stand &= held + unknown >= quorum;
+        }
+        if !stands && may_stand {
+            set.counters.writes_left_undecided_at_open.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            tracing::warn!("a write a restart left undecided stays so until the drives that did not answer do");
+            continue;
         }
         let counter = if stands { &set.counters.writes_kept_at_open } else { &set.counters.writes_undone_at_open };
         counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);

@@ -292,6 +292,76 @@ async fn a_set_that_only_rebuilds_keeps_what_a_quorum_lacks() {
     }
 }
 
+/// The set that fills a cluster group's next set decides from the drives the step keeps
+/// (`SetConfig::decided_by`): they took every write and delete of the group. Shown on a 2+2 set whose step
+/// keeps slots 0 and 1 and fills slots 2 and 3: an object the fill copied before a delete (held by the new
+/// drives only) is a tie of two against two, which a decision from all drives calls present and rebuilds
+/// on the kept drives, the deleted object back where the group is served. Decided by the kept drives, it
+/// is taken off the new ones; what the kept drives hold is still rebuilt there, and a copy already alike is
+/// left alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fill_decides_from_the_kept_drives_so_a_copy_never_outvotes_a_delete() {
+    use mosaic_erasure::Healed;
+    use mosaic_store::{Op, Snapshot, Txn};
+    for decided_by in [None, Some(0b0011)] {
+        let cfg = mosaic_erasure::SetConfig { heal_removes: false, decided_by, ..set_config(2, 2) };
+        let t = TestSet::with_config(cfg).await;
+        t.set.commit(Txn::new().op(Op::CreateCollection { name: "c".into() })).await.unwrap();
+        let coll = t.set.snapshot().collection("c").await.unwrap().unwrap();
+        for name in ["deleted", "lacking", "alike"] {
+            let data = pattern(name.len() as u64, 40_000);
+            let write = Op::Write { coll: coll.clone(), name: name.as_bytes().to_vec(), offset: 0, data };
+            t.set.commit(Txn::new().op(write)).await.unwrap();
+        }
+        // The delete reached the kept drives (through the set served); the new ones lack "lacking" (written
+        // after the fill's last look at it).
+        let drive_remove = |slot: usize, name: &'static str| {
+            let drive = t.set.members()[slot].clone().unwrap();
+            async move {
+                let c = drive.snapshot().collection("c").await.unwrap().unwrap();
+                drive.commit(Txn::new().op(Op::Remove { coll: c, name: name.as_bytes().to_vec() })).await.unwrap();
+            }
+        };
+        for slot in [0, 1] {
+            drive_remove(slot, "deleted").await;
+        }
+        for slot in [2, 3] {
+            drive_remove(slot, "lacking").await;
+        }
+        let deleted = t.set.heal_object("c", b"deleted").await.unwrap();
+        let back = t.set.snapshot().lookup(&coll, b"deleted").await.unwrap().is_some();
+        match decided_by {
+            None => assert_eq!((deleted, back), (Healed::Drives(2), true), "the copies outvote the delete"),
+            Some(_) => assert_eq!((deleted, back), (Healed::Drives(2), false), "the copies are taken off"),
+        }
+        for slot in 0..4 {
+            let drive = t.set.members()[slot].clone().unwrap();
+            let c = drive.snapshot().collection("c").await.unwrap().unwrap();
+            let held = drive.snapshot().lookup(&c, b"deleted").await.unwrap().is_some();
+            assert_eq!(held, decided_by.is_none(), "drive {slot}, decided by {decided_by:?}");
+        }
+        if decided_by.is_some() {
+            assert_eq!(t.set.heal_object("c", b"lacking").await.unwrap(), Healed::Drives(2));
+            assert_eq!(t.set.heal_object("c", b"alike").await.unwrap(), Healed::Nothing);
+            // Every drive holds both now: the set reads them with two drives gone, either two.
+            for gone in [[0, 1], [2, 3]] {
+                let members = (0..4).map(|d| t.set.members()[d].clone().filter(|_| !gone.contains(&d))).collect();
+                // Settling nothing: with two drives gone the undo logs of the writes above cannot be decided.
+                let cfg =
+                    mosaic_erasure::SetConfig { settle_at_open: mosaic_erasure::Settle::Never, ..set_config(2, 2) };
+                let rest = ErasureSet::open(cfg, members).await.unwrap();
+                let snap = rest.snapshot();
+                let c = snap.collection("c").await.unwrap().unwrap();
+                for name in ["lacking", "alike"] {
+                    let info = snap.lookup(&c, name.as_bytes()).await.unwrap().expect("held");
+                    let bytes = snap.read(&info.obj, 0, 40_000).await.unwrap();
+                    assert_eq!(bytes.as_ref(), pattern(name.len() as u64, 40_000), "{name} without drives {gone:?}");
+                }
+            }
+        }
+    }
+}
+
 /// A drive that failed to give a collection's handle when it was looked up, and answers again later, is
 /// asked again: with another drive down, counting it absent would leave reads without their quorum (a
 /// 2+1 set whose first lookup caught one node away and whose reads then caught another), and a write

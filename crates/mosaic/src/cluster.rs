@@ -1046,7 +1046,9 @@ impl Cluster {
             return Err("a drive of its set does not answer".into());
         }
         heal_until_alike(whole, !missing.is_empty()).await.map_err(|e| format!("healing its set: {e}"))?;
-        let filling = self.open_target(map, pg, &target, running).await?;
+        // The drives the step keeps took every write and delete of the group: the fill decides from them.
+        let kept = (0..from.len()).filter(|i| from[*i] == target[*i]).fold(0u16, |mask, i| mask | 1 << i);
+        let filling = self.open_target(map, pg, &target, kept, running).await?;
         let bytes = fill(&filling).await;
         self.moves.bytes_moved.fetch_add(bytes.as_ref().copied().unwrap_or(0), Relaxed);
         let bytes = bytes.map_err(|e| format!("filling its next set: {e}"))?;
@@ -1067,12 +1069,14 @@ impl Cluster {
     }
 
     /// A set over group `pg`'s drives `target`, only for filling them: it settles nothing, heals only when
-    /// asked, and never removes (what it lacks may be whole on the set served).
+    /// asked, and never removes from the `kept` slots (what they lack may be whole on the set served); on
+    /// the new drives it removes what the kept ones lack.
     async fn open_target(
         &self,
         map: &ClusterMap,
         pg: usize,
         target: &[DriveId],
+        kept: u16,
         running: &Running,
     ) -> Result<mosaic_erasure::ErasureSet<mosaic_cluster_store::PgDrive<mosaic_cluster_store::NodeDrive>>, String>
     {
@@ -1096,6 +1100,9 @@ impl Cluster {
             scan_interval: None,
             settle_at_open: mosaic_erasure::Settle::Never,
             heal_removes: false,
+            // Fewer than k kept (more than m drives left the map): no drive saw every write; the fill then
+            // decides from all of them, as heal does.
+            decided_by: Some(kept).filter(|kept| kept.count_ones() as usize >= geometry.data),
             // The fill copies what the served set holds; a write racing it is kept by the step's kept
             // drives (`kept_drives`), so the fill takes no object locks.
             shared_locks: None,

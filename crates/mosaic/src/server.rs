@@ -101,6 +101,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
         settle_at_open: mosaic_erasure::Settle::All,
         heal_removes: true,
         kept_drives: None,
+        decided_by: None,
         // A cluster node's groups take the cluster's locks when they are composed.
         shared_locks: None,
     };
