@@ -8,16 +8,19 @@
 //! - `pg_drive`: one group's view of a shared drive (its own collections).
 //! - `clear`: a group's old shards removed from a drive it moved off.
 //! - `fence`: drive commands planned from a stale map refused by the drive's node.
+//! - `step`: a moving group's next set, filled by the rebalancer, and removals followed onto it.
 
 pub mod clear;
 pub mod fence;
 pub mod node_drive;
 pub mod pg_drive;
+pub mod step;
 
 pub use clear::{Cleared, clear_group};
 pub use fence::{fence_check, fence_of, group_placement};
 pub use node_drive::{NodeDrive, NodeSnapshot, NodeStaged};
 pub use pg_drive::PgDrive;
+pub use step::{Step, StepFollower, StepSet, open_step_set};
 
 use futures::future::BoxFuture;
 use mosaic_cluster::locks::{HeldLocks, LockClient, LockError};
@@ -63,11 +66,14 @@ pub struct Previous<'a> {
 }
 
 /// Everything a group's set is opened from: its served drives (with each one's node, name, address and
-/// node state), the slots its step keeps, and whether this node owns it.
+/// node state), the slots its step keeps, its step, and whether this node owns it.
 #[derive(PartialEq, Eq)]
 struct GroupKey<'a> {
     drives: Vec<(DriveId, Option<DrivePlace<'a>>)>,
     kept: Option<u16>,
+    step: Option<Step>,
+    /// Whether every node of the step's drives is up (its removals are followed then).
+    step_up: bool,
     owner: bool,
 }
 
@@ -87,7 +93,13 @@ fn group_key<'a>(map: &'a ClusterMap, pg: usize, me: NodeId) -> GroupKey<'a> {
             (*id, place)
         })
         .collect();
-    GroupKey { drives, kept: kept_drives(map, entry), owner: owner_of(map, entry.served()) == Some(me) }
+    GroupKey {
+        drives,
+        kept: kept_drives(map, entry),
+        step: Step::of(map, pg),
+        step_up: step_is_up(map, pg),
+        owner: owner_of(map, entry.served()) == Some(me),
+    }
 }
 
 /// The slots a moving group's writes must reach (`SetConfig::kept_drives`): fewer than k are kept only when
@@ -144,6 +156,9 @@ pub async fn build(
         .collect();
     let mut sets = Vec::with_capacity(map.pgs.len());
     let mut opened = Vec::new();
+    // What the removal followers of moving groups reach their next sets with (made once, if any moves).
+    let mut follow_map: Option<Arc<ClusterMap>> = None;
+    let mut follow_local: Option<Arc<HashMap<DriveId, DriveStore>>> = None;
     for (pg, (entry, taken)) in map.pgs.iter().zip(taken_over).enumerate() {
         if let Some(set) = taken {
             sets.push(set);
@@ -163,8 +178,21 @@ pub async fn build(
         // Every node writes to every group; only the group's owner settles undo logs at open (writes old
         // enough not to be in flight elsewhere) and heals.
         let owner = owner_of(map, set) == Some(me);
+        // A moving group's removals are followed onto its next set (`step`), when the step keeps k drives
+        // that took every write.
+        let kept = kept_drives(map, entry);
+        let removal_follower = match (Step::of(map, pg), kept) {
+            (Some(step), Some(_)) if step_is_up(map, pg) => {
+                let map = follow_map.get_or_insert_with(|| Arc::new(map.clone())).clone();
+                let local = follow_local.get_or_insert_with(|| Arc::new(local.clone())).clone();
+                let follower = StepFollower::new(map, me, step, local, client.clone(), set_cfg.clone());
+                Some(Arc::new(follower) as Arc<dyn mosaic_erasure::RemovalFollower>)
+            }
+            _ => None,
+        };
         let cfg = SetConfig {
-            kept_drives: kept_drives(map, entry),
+            kept_drives: kept,
+            removal_follower,
             settle_at_open: if owner { Settle::OlderThan(SETTLE_GRACE) } else { Settle::Never },
             heal_in_background: owner && set_cfg.heal_in_background,
             scan_interval: set_cfg.scan_interval.filter(|_| owner),
@@ -216,6 +244,13 @@ pub fn owner_of(map: &ClusterMap, set: &[DriveId]) -> Option<NodeId> {
 
 /// Whether the map says a node stopped answering or is gone (its drives are missing members until it is
 /// up again, or its groups are rebuilt elsewhere).
+/// Whether group `pg` moves and every drive of its step is on a node that is up (a node marked down would
+/// only make every followed removal wait for its timeout; the fill waits for it anyway).
+fn step_is_up(map: &ClusterMap, pg: usize) -> bool {
+    Step::of(map, pg)
+        .is_some_and(|step| step.target.iter().all(|id| map.drives.get(id).is_some_and(|d| !node_is_down(map, d.node))))
+}
+
 fn node_is_down(map: &ClusterMap, node: NodeId) -> bool {
     use mosaic_cluster::NodeState;
     map.nodes.get(&node).is_none_or(|n| matches!(n.state, NodeState::Down | NodeState::Dead))

@@ -314,6 +314,60 @@ async fn a_moving_group_refuses_a_write_its_step_would_not_keep() {
     cluster.stop();
 }
 
+/// A removal from a moving group is followed onto the drives its step fills (`StepFollower`): the fill
+/// copied an object onto the step's new drive, another node deletes it through the set served, and the
+/// copy is gone from the new drive too (else, with k = m, it would tie with the kept drives once the step
+/// is served and the object would come back). A key written again afterwards is left for the fill.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_removal_in_a_moving_group_reaches_the_drives_its_step_fills() {
+    use mosaic_cluster_store::{Step, StepSet, open_step_set};
+    use mosaic_store::{Snapshot, Store};
+    let mut cluster = Cluster::start().await;
+    // Drive 0 weighs almost nothing now: groups on it move to the other drive of its node.
+    cluster.map.apply(&Change::SetDriveWeight { drive: 0, weight: 1 }).unwrap();
+    let map = cluster.map.clone();
+    let step = (0..map.pgs.len())
+        .filter_map(|pg| Step::of(&map, pg))
+        .find(|s| s.kept.count_ones() >= map.data_shards as u32)
+        .expect("a group moves off drive 0");
+    let new_slot = (0..step.target.len()).find(|s| step.kept & (1 << s) == 0).unwrap();
+    let key = (0..10_000).map(|i| format!("k{i}")).find(|k| pg_of(k.as_bytes(), PG_COUNT) as usize == step.pg).unwrap();
+    let writer = cluster.layer(0).await;
+    writer.create_bucket("bkt", None).await.unwrap();
+    writer.put_object("bkt", &key, body(&pattern(3, 40_000), 65_536), PutOptions::default()).await.unwrap();
+
+    // The rebalancer's fill copies it onto the new drive.
+    let base = SetConfig::new(SetGeometry::new(1, 0).unwrap());
+    let filling = open_step_set(&map, 0, &step, &cluster.local[0], &cluster.client, base).await.unwrap();
+    let fill = |set: &StepSet| {
+        let set = set.clone();
+        async move {
+            set.scan().await.unwrap();
+            while set.heal_now(100).await > 0 {}
+        }
+    };
+    let on_new_drive = |set: &StepSet| {
+        let drive = set.members()[new_slot].clone().unwrap();
+        async move {
+            let snap = drive.snapshot();
+            let Some(c) = snap.collection("b/bkt").await.unwrap() else { return 0 };
+            snap.list_entries(&c, b"", b"", 100).await.unwrap().len()
+        }
+    };
+    fill(&filling).await;
+    assert_eq!(on_new_drive(&filling).await, 1, "the fill copied the object");
+
+    // Another node deletes it: its store takes the copy off the new drive.
+    let deleter = cluster.layer(1).await;
+    deleter.delete_object("bkt", &key, None).await.unwrap();
+    assert_eq!(on_new_drive(&filling).await, 0, "the removal was followed");
+    // Written again, the kept drives hold it and the fill copies it again.
+    writer.put_object("bkt", &key, body(&pattern(4, 40_000), 65_536), PutOptions::default()).await.unwrap();
+    fill(&filling).await;
+    assert_eq!(on_new_drive(&filling).await, 1);
+    cluster.stop();
+}
+
 /// A store composed from an older map is refused by the drives' nodes where the newer map changed what it
 /// planned with (issue 16: a request carrying an older epoch is never served from a stale placement): a
 /// moving group's reads and writes, and every command of a node the newer map marks down. What the newer

@@ -29,7 +29,7 @@ pub use mosaic_store::{HeldShared, SharedLocks};
 pub use read::{SetObj, SetSnapshot};
 
 use async_trait::async_trait;
-use mosaic_store::{AlignedBuf, ErrorKind, Geometry, Outcome, PriorityHold, Store, StoreError, StoreResult, Txn};
+use mosaic_store::{AlignedBuf, ErrorKind, Geometry, Op, Outcome, PriorityHold, Store, StoreError, StoreResult, Txn};
 use parking_lot::{Mutex, RwLock};
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -81,6 +81,22 @@ pub struct SetConfig {
     /// Locks a write also takes when other processes write the same drives (a cluster's nodes): the set's
     /// own locks order only its own writes. None: this set is the drives' only writer.
     pub shared_locks: Option<Arc<dyn SharedLocks>>,
+    /// Told of every name a committed write took away (a removal, a rename's source), after the write is
+    /// decided and its locks are let go. While a cluster group moves a step, a copy of the object on the
+    /// drives the step fills goes with it (`mosaic_cluster_store`). None: nobody is told.
+    pub removal_follower: Option<Arc<dyn RemovalFollower>>,
+}
+
+/// What `SetConfig::removal_follower` is told. A failure does not fail the write (it is decided and
+/// durable): it is logged and counted (`SetCounters::removals_not_followed`).
+pub trait RemovalFollower: Send + Sync + 'static {
+    fn removed<'a>(&'a self, coll: &'a str, name: &'a [u8]) -> futures::future::BoxFuture<'a, StoreResult<()>>;
+}
+
+impl std::fmt::Debug for dyn RemovalFollower {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RemovalFollower")
+    }
 }
 
 /// The shared-lock key of an object: a hash of its collection and name. A write and a heal of a set take
@@ -113,6 +129,7 @@ impl SetConfig {
             kept_drives: None,
             decided_by: None,
             shared_locks: None,
+            removal_follower: None,
         }
     }
 
@@ -180,6 +197,8 @@ pub struct SetCounters {
     /// Writes a restart left undecided that the drives which did not answer could still hold at a write
     /// quorum: neither kept nor put back, until a settling sees those drives.
     pub writes_left_undecided_at_open: AtomicU64,
+    /// Names taken away whose `SetConfig::removal_follower` failed.
+    pub removals_not_followed: AtomicU64,
 }
 
 /// An erasure-coded set of drives. Cheap to clone.
@@ -593,7 +612,26 @@ impl<S: Store> Store for ErasureSet<S> {
     }
 
     async fn commit(&self, txn: Txn<Self::Coll, Self::Staged>) -> StoreResult<Outcome> {
-        write::commit(&self.inner, txn).await
+        let Some(follower) = self.inner.cfg.removal_follower.clone() else {
+            return write::commit(&self.inner, txn).await;
+        };
+        let removed: Vec<(Arc<str>, Vec<u8>)> = txn
+            .ops
+            .iter()
+            .filter_map(|op| match op {
+                Op::Remove { coll, name } => Some((coll.name.clone(), name.clone())),
+                Op::Rename { coll, from, .. } => Some((coll.name.clone(), from.clone())),
+                _ => None,
+            })
+            .collect();
+        let outcome = write::commit(&self.inner, txn).await?;
+        for (coll, name) in removed {
+            if let Err(e) = follower.removed(&coll, &name).await {
+                self.inner.counters.removals_not_followed.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(coll = %coll, name = %name.escape_ascii(), error = %e, "a removal was not followed");
+            }
+        }
+        Ok(outcome)
     }
 
     fn hold_priority(&self) -> PriorityHold {

@@ -1047,8 +1047,9 @@ impl Cluster {
         }
         heal_until_alike(whole, !missing.is_empty()).await.map_err(|e| format!("healing its set: {e}"))?;
         // The drives the step keeps took every write and delete of the group: the fill decides from them.
-        let kept = (0..from.len()).filter(|i| from[*i] == target[*i]).fold(0u16, |mask, i| mask | 1 << i);
-        let filling = self.open_target(map, pg, &target, kept, running).await?;
+        let step = mosaic_cluster_store::Step::of(map, pg).ok_or("not moving")?;
+        debug_assert_eq!(step.target, target);
+        let filling = self.open_target(map, &step, running).await?;
         let bytes = fill(&filling).await;
         self.moves.bytes_moved.fetch_add(bytes.as_ref().copied().unwrap_or(0), Relaxed);
         let bytes = bytes.map_err(|e| format!("filling its next set: {e}"))?;
@@ -1068,47 +1069,19 @@ impl Cluster {
         Ok(())
     }
 
-    /// A set over group `pg`'s drives `target`, only for filling them: it settles nothing, heals only when
-    /// asked, and never removes from the `kept` slots (what they lack may be whole on the set served); on
-    /// the new drives it removes what the kept ones lack.
+    /// Group `pg`'s next set, only for filling it (`mosaic_cluster_store::open_step_set`).
     async fn open_target(
         &self,
         map: &ClusterMap,
-        pg: usize,
-        target: &[DriveId],
-        kept: u16,
+        step: &mosaic_cluster_store::Step,
         running: &Running,
-    ) -> Result<mosaic_erasure::ErasureSet<mosaic_cluster_store::PgDrive<mosaic_cluster_store::NodeDrive>>, String>
-    {
+    ) -> Result<mosaic_cluster_store::StepSet, String> {
         let local = self.local_drives(map);
-        let mut members = Vec::with_capacity(target.len());
-        // Fenced with the placement served: once a newer map places the group otherwise, the fill is refused
-        // (its step would be reported stale anyway).
-        let placement = mosaic_cluster_store::group_placement(map, pg);
-        for (slot, id) in target.iter().enumerate() {
-            let drive = mosaic_cluster_store::connect_drive(map, self.node_id(), *id, &local, &running.client)
-                .await
-                .ok_or(format!("drive {id} of its next set does not answer"))?;
-            let drive = Arc::new(drive.for_group(placement.clone()));
-            members.push(Some(Arc::new(mosaic_cluster_store::PgDrive::new(drive, pg as u32, slot))));
-        }
-        let geometry = mosaic_erasure::SetGeometry::new(map.data_shards as usize, map.parity_shards as usize)
-            .map_err(|e| e.to_string())?;
-        let cfg = mosaic_erasure::SetConfig {
-            geometry,
-            heal_in_background: false,
-            scan_interval: None,
-            settle_at_open: mosaic_erasure::Settle::Never,
-            heal_removes: false,
-            // Fewer than k kept (more than m drives left the map): no drive saw every write; the fill then
-            // decides from all of them, as heal does.
-            decided_by: Some(kept).filter(|kept| kept.count_ones() as usize >= geometry.data),
-            // The fill copies what the served set holds; a write racing it is kept by the step's kept
-            // drives (`kept_drives`), so the fill takes no object locks.
-            shared_locks: None,
-            ..self.set_cfg.clone()
-        };
-        mosaic_erasure::ErasureSet::open(cfg, members).await.map_err(|e| e.to_string())
+        // The fill copies what the served set holds; a write racing it is kept by the step's kept drives
+        // (`kept_drives`) and a removal is followed onto the next set by the node that made it
+        // (`StepFollower`), so the fill takes no object locks.
+        let cfg = mosaic_erasure::SetConfig { shared_locks: None, ..self.set_cfg.clone() };
+        mosaic_cluster_store::open_step_set(map, self.node_id(), step, &local, &running.client, cfg).await
     }
 
     /// Removes group `pg`'s old shards at position `slot` from `drive`, which the group left there. Stops

@@ -102,6 +102,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
         heal_removes: true,
         kept_drives: None,
         decided_by: None,
+        removal_follower: None,
         // A cluster node's groups take the cluster's locks when they are composed.
         shared_locks: None,
     };
