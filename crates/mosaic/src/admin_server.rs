@@ -70,6 +70,7 @@ fn render_metrics(state: &AdminState) -> String {
         g("mosaic_set_degraded_reads", c.degraded_reads.load(Relaxed));
         g("mosaic_set_partial_writes", c.partial_writes.load(Relaxed));
         g("mosaic_set_failed_writes", c.failed_writes.load(Relaxed));
+        g("mosaic_set_writes_left_undecided", c.writes_left_undecided_at_open.load(Relaxed));
         g("mosaic_set_heal_backlog", set.heal_backlog() as u64);
         let h = set.heal_progress();
         g("mosaic_set_healed_objects", h.healed_objects.load(Relaxed));
@@ -227,6 +228,7 @@ fn sets_json(state: &AdminState) -> serde_json::Value {
                 "degraded_reads": c.degraded_reads.load(Relaxed),
                 "partial_writes": c.partial_writes.load(Relaxed),
                 "failed_writes": c.failed_writes.load(Relaxed),
+                "writes_left_undecided": c.writes_left_undecided_at_open.load(Relaxed),
             })
         })
         .collect();
