@@ -351,9 +351,10 @@ pub struct CompareArgs {
     /// Results (result.json of --out, or saved --json output); the first is the baseline.
     #[arg(required = true, num_args = 2.., value_name = "RESULT.json")]
     results: Vec<PathBuf>,
-    /// Where to draw the comparison plot.
-    #[arg(long, default_value = "compare.svg", value_name = "FILE")]
-    plot: PathBuf,
+    /// Also draw the comparison plot into this file (none without it: a default file would land in
+    /// whatever directory the command runs in).
+    #[arg(long, value_name = "FILE")]
+    plot: Option<PathBuf>,
 }
 
 fn run_s3(a: S3BenchArgs) -> Result<ExitCode, String> {
@@ -440,8 +441,10 @@ fn run_ceiling(a: CeilingArgs) -> Result<ExitCode, String> {
 fn run_compare(a: CompareArgs) -> Result<ExitCode, String> {
     let runs = a.results.iter().map(|p| mosaic_bench::compare::load(p)).collect::<Result<Vec<_>, _>>()?;
     print!("{}", mosaic_bench::compare::table(&runs));
-    std::fs::write(&a.plot, mosaic_bench::compare::plot(&runs))
-        .map_err(|e| format!("writing {}: {e}", a.plot.display()))?;
-    println!("plot: {}", a.plot.display());
+    if let Some(plot) = &a.plot {
+        std::fs::write(plot, mosaic_bench::compare::plot(&runs))
+            .map_err(|e| format!("writing {}: {e}", plot.display()))?;
+        println!("plot: {}", plot.display());
+    }
     Ok(ExitCode::SUCCESS)
 }

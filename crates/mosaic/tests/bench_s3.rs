@@ -116,6 +116,18 @@ fn every_workload_runs_against_mosaic_and_writes_its_report() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(table.contains("| GET | ops/s |") && table.contains("x)"), "{table}");
     assert!(std::fs::read_to_string(&plot).unwrap().starts_with("<svg"));
+    // Without --plot, the table only: nothing is written where the command runs.
+    let cwd = tempfile::tempdir().unwrap();
+    let out = mosaic()
+        .current_dir(cwd.path())
+        .args(["bench", "compare"])
+        .arg(d.path().join("out/cosbench-a/result.json"))
+        .arg(d.path().join("out/cosbench-b/result.json"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("| GET | ops/s |"));
+    assert_eq!(std::fs::read_dir(cwd.path()).unwrap().count(), 0, "no file where the command ran");
     // The bench removed what it created.
     let (code, _) = stop(s);
     assert_eq!(code, 0);
