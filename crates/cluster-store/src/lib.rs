@@ -93,11 +93,12 @@ fn group_key<'a>(map: &'a ClusterMap, pg: usize, me: NodeId) -> GroupKey<'a> {
             (*id, place)
         })
         .collect();
+    let step = Step::of(map, pg);
     GroupKey {
         drives,
         kept: kept_drives(map, entry),
-        step: Step::of(map, pg),
-        step_up: step_is_up(map, pg),
+        step_up: step.as_ref().is_some_and(|s| step_is_up(map, s)),
+        step,
         owner: owner_of(map, entry.served()) == Some(me),
     }
 }
@@ -182,7 +183,7 @@ pub async fn build(
         // that took every write.
         let kept = kept_drives(map, entry);
         let removal_follower = match (Step::of(map, pg), kept) {
-            (Some(step), Some(_)) if step_is_up(map, pg) => {
+            (Some(step), Some(_)) if step_is_up(map, &step) => {
                 let map = follow_map.get_or_insert_with(|| Arc::new(map.clone())).clone();
                 let local = follow_local.get_or_insert_with(|| Arc::new(local.clone())).clone();
                 let follower = StepFollower::new(map, me, step, local, client.clone(), set_cfg.clone());
@@ -242,15 +243,14 @@ pub fn owner_of(map: &ClusterMap, set: &[DriveId]) -> Option<NodeId> {
     set.iter().filter_map(|d| map.drives.get(d)).map(|d| d.node).find(|n| !node_is_down(map, *n))
 }
 
-/// Whether the map says a node stopped answering or is gone (its drives are missing members until it is
-/// up again, or its groups are rebuilt elsewhere).
-/// Whether group `pg` moves and every drive of its step is on a node that is up (a node marked down would
-/// only make every followed removal wait for its timeout; the fill waits for it anyway).
-fn step_is_up(map: &ClusterMap, pg: usize) -> bool {
-    Step::of(map, pg)
-        .is_some_and(|step| step.target.iter().all(|id| map.drives.get(id).is_some_and(|d| !node_is_down(map, d.node))))
+/// Whether every drive of `step` is on a node that is up (a node marked down would only make every
+/// followed removal wait for its timeout; the fill waits for it anyway).
+fn step_is_up(map: &ClusterMap, step: &Step) -> bool {
+    step.target.iter().all(|id| map.drives.get(id).is_some_and(|d| !node_is_down(map, d.node)))
 }
 
+/// Whether the map says a node stopped answering or is gone (its drives are missing members until it is
+/// up again, or its groups are rebuilt elsewhere).
 fn node_is_down(map: &ClusterMap, node: NodeId) -> bool {
     use mosaic_cluster::NodeState;
     map.nodes.get(&node).is_none_or(|n| matches!(n.state, NodeState::Down | NodeState::Dead))
