@@ -422,8 +422,20 @@ impl SimDevice {
 
     /// Power is back: IO succeeds again on the crashed image.
     pub fn revive(&self) {
-        self.state.lock().crash_countdown = None;
+        let mut s = self.state.lock();
+        s.crash_countdown = None;
         self.failing.store(false, Ordering::SeqCst);
+    }
+
+    /// Starts one write or flush: fails if the device is dead, or dies now (an armed crash that this IO
+    /// fires). Checked under the state's lock, so an IO never passes the check and then lands on an image
+    /// that another IO's crash has just rolled back: a flush that did would report durable what was lost.
+    fn begin_io(&self, s: &mut SimState) -> io::Result<()> {
+        self.check_failing()?;
+        if self.tick(s) {
+            return Err(io::Error::other("simulated power loss"));
+        }
+        Ok(())
     }
 
     /// Counts one IO against an armed crash; true if the device is (now) dead.
@@ -464,8 +476,10 @@ impl SimDevice {
         debug_assert!(current == durable, "after a crash the device holds what was durable");
     }
 
-    /// Makes every later IO fail with EIO (or succeed again).
+    /// Makes every later IO fail with EIO (or succeed again). Under the state's lock, so no write or flush
+    /// that checked before is still on its way.
     pub fn set_failing(&self, failing: bool) {
+        let _s = self.state.lock();
         self.failing.store(failing, Ordering::SeqCst);
     }
 
@@ -521,11 +535,8 @@ impl Device for SimDevice {
     fn write_at(&self, buf: &[u8], offset_bytes: u64) -> io::Result<()> {
         assert_io_aligned(buf, offset_bytes);
         check_bounds(offset_bytes, buf.len(), self.size_bytes())?;
-        self.check_failing()?;
         let mut s = self.state.lock();
-        if self.tick(&mut s) {
-            return Err(io::Error::other("simulated power loss"));
-        }
+        self.begin_io(&mut s)?;
         let off = offset_bytes as usize;
         s.current[off..off + buf.len()].copy_from_slice(buf);
         s.pending.push((offset_bytes, buf.len()));
@@ -533,11 +544,8 @@ impl Device for SimDevice {
     }
 
     fn flush(&self) -> io::Result<()> {
-        self.check_failing()?;
         let mut s = self.state.lock();
-        if self.tick(&mut s) {
-            return Err(io::Error::other("simulated power loss"));
-        }
+        self.begin_io(&mut s)?;
         let SimState { durable, current, pending, .. } = &mut *s;
         for &(off, len) in pending.iter() {
             let off = off as usize;
@@ -806,6 +814,34 @@ mod tests {
         // A device without a page cache never claims to read without waiting.
         let plain = VolatileCacheDevice::new(Arc::new(d));
         assert_eq!(nowait(&plain, 0, 16).unwrap_err().kind(), io::ErrorKind::WouldBlock);
+    }
+
+    /// A flush racing with the IO that fires an armed power loss fails, whichever of the two comes first: it
+    /// never reports success over the crashed image. (It once could: a flush that passed the failure check
+    /// just before another IO crashed the device went on to succeed, and a drive acknowledged a commit
+    /// whose staged shard the crash had dropped.)
+    #[test]
+    fn a_flush_racing_the_io_that_crashes_the_device_fails() {
+        for _ in 0..2_000 {
+            let d = SimDevice::new(4 * IO_ALIGN_BYTES as u64);
+            d.write_at(AlignedBuf::copy_of(&[0xaa; IO_ALIGN_BYTES]).as_slice(), 0).unwrap();
+            d.arm_crash(0, CrashMode::DropUnflushed);
+            let start = Arc::new(std::sync::Barrier::new(2));
+            let other = std::thread::spawn({
+                let (d, start) = (d.clone(), start.clone());
+                move || {
+                    let b = AlignedBuf::copy_of(&[0xbb; IO_ALIGN_BYTES]);
+                    start.wait();
+                    d.write_at(b.as_slice(), IO_ALIGN_BYTES as u64)
+                }
+            });
+            start.wait();
+            let flushed = d.flush();
+            assert!(other.join().unwrap().is_err(), "an IO after the crash fails");
+            assert!(flushed.is_err(), "the flush crashed the device or came after the crash");
+            d.revive();
+            assert!(read(&d, 0).iter().all(|&x| x == 0), "the crash dropped every unflushed write");
+        }
     }
 
     #[test]
