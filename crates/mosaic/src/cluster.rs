@@ -916,14 +916,28 @@ impl Cluster {
     /// waits for (a rotated SSE key seals only once every node can open what it seals).
     pub async fn wait_for_shared(&self, name: &str, version: u64, timeout: Duration) -> Result<(), String> {
         let running = self.running.get().ok_or("this node is in no cluster")?;
+        let what = format!("apply version {version} of the cluster's {name}");
+        self.wait_for_every_node(running, timeout, &what, |r| {
+            r.shared_applied.get(name).copied().unwrap_or(0) >= version
+        })
+        .await
+    }
+
+    /// Waits until every node the map counts as up (or draining), this one too, reports what `done` asks,
+    /// at most `timeout` (polling every `PLACEMENT_POLL`); the error names the nodes that did not `what`.
+    async fn wait_for_every_node(
+        &self,
+        running: &Running,
+        timeout: Duration,
+        what: &str,
+        done: impl Fn(&ServingReport) -> bool,
+    ) -> Result<(), String> {
         let deadline = Instant::now() + timeout;
         loop {
             let map = running.node.map();
             let mut behind = Vec::new();
             for (id, n) in map.nodes.iter().filter(|(_, n)| matches!(n.state, NodeState::Up | NodeState::Draining)) {
-                let report = self.report_of(running, *id, &n.address).await;
-                let applied = report.map(|r| r.shared_applied.get(name).copied().unwrap_or(0));
-                if !matches!(applied, Ok(v) if v >= version) {
+                if !matches!(self.report_of(running, *id, &n.address).await, Ok(r) if done(&r)) {
                     behind.push(format!("node {id} at {}", n.address));
                 }
             }
@@ -931,7 +945,7 @@ impl Cluster {
                 return Ok(());
             }
             if Instant::now() >= deadline {
-                return Err(format!("{} did not apply version {version} of the cluster's {name}", behind.join(", ")));
+                return Err(format!("{} did not {what}", behind.join(", ")));
             }
             tokio::time::sleep(PLACEMENT_POLL).await;
         }
@@ -1055,7 +1069,7 @@ impl Cluster {
         let bytes = bytes.map_err(|e| format!("filling its next set: {e}"))?;
         metrics::counter!("mosaic_rebalance_bytes_total").increment(bytes);
         drop(filling);
-        running
+        let epoch = running
             .node
             .propose(Change::MoveDone { pg: pg as u32, set: target.clone() })
             .await
@@ -1063,10 +1077,28 @@ impl Cluster {
         self.moves.groups_moved.fetch_add(1, Relaxed);
         metrics::counter!("mosaic_rebalance_groups_moved_total").increment(1);
         tracing::info!(pg, bytes, done = entry.set == target, "placement group moved a step");
+        // A write planned one change behind still goes to the drives the step left (the fence serves it on
+        // purpose), and clearing under it fails it there: with k = m that fails the write (a 503). The
+        // clearing waits until every node serves the placement the step made and its calls on older stores
+        // are done; past the wait it clears anyway (a lagging node's write may fail, never be lost).
+        if let Err(e) = self.wait_until_served(epoch, running).await {
+            tracing::warn!(pg, error = %e, "clearing the drives a step left before every node serves the step");
+        }
         for (slot, drive) in from.iter().enumerate().filter(|(i, d)| target[*i] != **d) {
             self.clear_left_drive(pg as u32, slot, *drive, running).await;
         }
         Ok(())
+    }
+
+    /// Waits (at most `PLACEMENT_WAIT` in all) until every node that is up serves the placement of the map
+    /// of `epoch` or a newer one, its calls on older stores done (`report_when_drained`).
+    async fn wait_until_served(&self, epoch: u64, running: &Running) -> Result<(), String> {
+        let deadline = Instant::now() + PLACEMENT_WAIT;
+        let map = running.node.wait_for_epoch(epoch, PLACEMENT_WAIT).await.map_err(|e| e.to_string())?;
+        let placement = map.placement_epoch;
+        let what = format!("serve placement epoch {placement}");
+        let left = deadline.saturating_duration_since(Instant::now());
+        self.wait_for_every_node(running, left, &what, |r| r.placement_epoch >= placement).await
     }
 
     /// Group `pg`'s next set, only for filling it (`mosaic_cluster_store::open_step_set`).
