@@ -64,23 +64,34 @@ fn render_metrics(state: &AdminState) -> String {
         engine_gauges(e, &drive);
     }
     for (i, set) in state.drives.sets.iter().enumerate() {
-        let label = i.to_string();
-        let c = set.counters();
-        let g = |name: &'static str, v: u64| metrics::gauge!(name, "set" => label.clone()).set(v as f64);
-        g("mosaic_set_degraded_reads", c.degraded_reads.load(Relaxed));
-        g("mosaic_set_partial_writes", c.partial_writes.load(Relaxed));
-        g("mosaic_set_failed_writes", c.failed_writes.load(Relaxed));
-        g("mosaic_set_writes_left_undecided", c.writes_left_undecided_at_open.load(Relaxed));
-        g("mosaic_set_heal_backlog", set.heal_backlog() as u64);
-        let h = set.heal_progress();
-        g("mosaic_set_healed_objects", h.healed_objects.load(Relaxed));
-        g("mosaic_set_healed_bytes", h.healed_bytes.load(Relaxed));
-        g("mosaic_set_heal_failures", h.failed_objects.load(Relaxed));
-        g("mosaic_set_encode_backlog", set.encode_backlog() as u64);
-        g("mosaic_set_encoded_bytes", h.encoded_bytes.load(Relaxed));
-        g("mosaic_set_encoded_objects", h.encoded_objects.load(Relaxed));
+        set_gauges(set, "set", &i.to_string());
+    }
+    // A cluster node's placement groups, as the store it serves now composed them (a group's counters
+    // start again when its set is opened anew).
+    if let Some(cluster) = &state.cluster {
+        for (pg, set) in cluster.group_sets() {
+            set_gauges(&set, "group", &pg.to_string());
+        }
     }
     state.prometheus.render()
+}
+
+/// An erasure set's counters, heal and lazy sync as gauges labelled `label_key` = `label`.
+fn set_gauges<S: mosaic_store::Store>(set: &mosaic_erasure::ErasureSet<S>, label_key: &'static str, label: &str) {
+    let c = set.counters();
+    let g = |name: &'static str, v: u64| metrics::gauge!(name, label_key => label.to_string()).set(v as f64);
+    g("mosaic_set_degraded_reads", c.degraded_reads.load(Relaxed));
+    g("mosaic_set_partial_writes", c.partial_writes.load(Relaxed));
+    g("mosaic_set_failed_writes", c.failed_writes.load(Relaxed));
+    g("mosaic_set_writes_left_undecided", c.writes_left_undecided_at_open.load(Relaxed));
+    g("mosaic_set_heal_backlog", set.heal_backlog() as u64);
+    let h = set.heal_progress();
+    g("mosaic_set_healed_objects", h.healed_objects.load(Relaxed));
+    g("mosaic_set_healed_bytes", h.healed_bytes.load(Relaxed));
+    g("mosaic_set_heal_failures", h.failed_objects.load(Relaxed));
+    g("mosaic_set_encode_backlog", set.encode_backlog() as u64);
+    g("mosaic_set_encoded_bytes", h.encoded_bytes.load(Relaxed));
+    g("mosaic_set_encoded_objects", h.encoded_objects.load(Relaxed));
 }
 
 /// One drive's engine counters as gauges labelled `drive`.

@@ -261,6 +261,15 @@ impl Cluster {
     }
 
     /// Where other nodes reach this node.
+    /// The placement groups' sets of the store this node serves now, by group (none before it serves).
+    pub fn group_sets(
+        &self,
+    ) -> Vec<(usize, Arc<mosaic_erasure::ErasureSet<mosaic_cluster_store::PgDrive<mosaic_cluster_store::NodeDrive>>>)>
+    {
+        let served = self.served.lock().clone();
+        served.map(|s| s.store.members().iter().cloned().enumerate().collect()).unwrap_or_default()
+    }
+
     pub fn address(&self) -> &str {
         &self.advertise
     }

@@ -906,6 +906,13 @@ async fn writes_through_every_node_during_moves_all_succeed() {
         listed += page.unwrap().contents().len();
     }
     assert_eq!(listed, acked, "every acknowledged write is listed");
+    // The groups' sets as this node serves them are in its metrics, one series per group.
+    let metrics = reqwest::get(format!("http://{}/metrics", nodes[0].admin)).await.unwrap().text().await.unwrap();
+    for pg in 0..8 {
+        for name in ["mosaic_set_failed_writes", "mosaic_set_heal_backlog"] {
+            assert!(metrics.contains(&format!("{name}{{group=\"{pg}\"}}")), "{name} of group {pg}:\n{metrics}");
+        }
+    }
     for s in nodes {
         assert_eq!(stop(s).0, 0);
     }
