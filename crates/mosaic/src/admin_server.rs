@@ -68,9 +68,9 @@ fn render_metrics(state: &AdminState) -> String {
     }
     // A cluster node's placement groups, as the store it serves now composed them (a group's counters
     // start again when its set is opened anew).
-    if let Some(cluster) = &state.cluster {
-        for (pg, set) in cluster.group_sets() {
-            set_gauges(&set, "group", &pg.to_string());
+    if let Some(store) = state.cluster.as_ref().and_then(|c| c.served_store()) {
+        for (pg, set) in store.members().iter().enumerate() {
+            set_gauges(set, "group", &pg.to_string());
         }
     }
     state.prometheus.render()

@@ -260,16 +260,12 @@ impl Cluster {
         }))
     }
 
-    /// Where other nodes reach this node.
-    /// The placement groups' sets of the store this node serves now, by group (none before it serves).
-    pub fn group_sets(
-        &self,
-    ) -> Vec<(usize, Arc<mosaic_erasure::ErasureSet<mosaic_cluster_store::PgDrive<mosaic_cluster_store::NodeDrive>>>)>
-    {
-        let served = self.served.lock().clone();
-        served.map(|s| s.store.members().iter().cloned().enumerate().collect()).unwrap_or_default()
+    /// The store this node serves now, one set per placement group (None before it serves).
+    pub fn served_store(&self) -> Option<Arc<ClusterStore>> {
+        self.served.lock().as_ref().map(|s| s.store.clone())
     }
 
+    /// Where other nodes reach this node.
     pub fn address(&self) -> &str {
         &self.advertise
     }
