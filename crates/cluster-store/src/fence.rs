@@ -14,8 +14,10 @@
 //!
 //! A refusal is `Unavailable` (503 to S3 clients, which retry) and says both epochs.
 
+use mosaic_cluster::capability::CapabilityKey;
+use mosaic_cluster::rpc::Secret;
 use mosaic_cluster::{ClusterMap, NodeId, NodeState};
-use mosaic_remote::server::FenceCheck;
+use mosaic_remote::server::{FenceCheck, Guard};
 use mosaic_remote::wire::{Fence, GroupPlacement};
 use mosaic_store::{StoreError, StoreResult};
 use std::sync::Arc;
@@ -72,6 +74,12 @@ pub fn check(map: &ClusterMap, fence: &Fence) -> StoreResult<()> {
 /// The fence check of a node whose map is the latest `maps` holds.
 pub fn fence_check(maps: watch::Receiver<Arc<ClusterMap>>) -> FenceCheck {
     Arc::new(move |fence: &Fence| check(&maps.borrow(), fence))
+}
+
+/// What the drive server of a node whose map is the latest `maps` holds checks each command against: its
+/// fence, and its capability, signed with the key of the cluster whose secret is `secret`.
+pub fn drive_guard(maps: watch::Receiver<Arc<ClusterMap>>, secret: &Secret) -> Guard {
+    Guard { fence: fence_check(maps), capabilities: CapabilityKey::of(secret) }
 }
 
 #[cfg(test)]

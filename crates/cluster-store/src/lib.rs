@@ -17,7 +17,7 @@ pub mod pg_drive;
 pub mod step;
 
 pub use clear::{Cleared, clear_group};
-pub use fence::{fence_check, fence_of, group_placement};
+pub use fence::{drive_guard, fence_check, fence_of, group_placement};
 pub use node_drive::{NodeDrive, NodeSnapshot, NodeStaged};
 pub use pg_drive::PgDrive;
 pub use step::{Step, StepFollower, StepSet, open_step_set};
@@ -172,7 +172,7 @@ pub async fn build(
             .iter()
             .enumerate()
             .map(|(slot, d)| {
-                let drive = Arc::new(drives.get(d)?.for_group(placement.clone()));
+                let drive = Arc::new(drives.get(d)?.for_group(placement.clone(), slot));
                 Some(Arc::new(PgDrive::new(drive, pg as u32, slot)))
             })
             .collect();

@@ -26,12 +26,17 @@ pub enum NodeSnapshot {
 }
 
 impl NodeDrive {
-    /// The drive as group `placement.pg`'s commands reach it: a remote drive's commands name the group's
-    /// placement (its node refuses them once its map places the group otherwise); a local one is the same.
-    pub fn for_group(&self, placement: mosaic_remote::wire::GroupPlacement) -> NodeDrive {
+    /// The drive as group `placement.pg`'s commands at shard position `slot` reach it: a remote drive's
+    /// commands name the group's placement (its node refuses them once its map places the group
+    /// otherwise) and carry capabilities for the group's collections at that position only; a local one
+    /// is the same.
+    pub fn for_group(&self, placement: mosaic_remote::wire::GroupPlacement, slot: usize) -> NodeDrive {
         match self {
             NodeDrive::Local(d) => NodeDrive::Local(d.clone()),
-            NodeDrive::Remote(d) => NodeDrive::Remote(d.for_group(placement)),
+            NodeDrive::Remote(d) => {
+                let scope = crate::pg_drive::prefix(placement.pg, slot);
+                NodeDrive::Remote(d.for_group(placement, &scope))
+            }
         }
     }
 }

@@ -19,7 +19,9 @@ pub fn collection_name(pg: u32, slot: usize, name: &str) -> String {
     format!("{}{name}", prefix(pg, slot))
 }
 
-fn prefix(pg: u32, slot: usize) -> String {
+/// The prefix of every drive collection of group `pg` at shard position `slot`: the scope of the
+/// capabilities its commands carry.
+pub fn prefix(pg: u32, slot: usize) -> String {
     format!("pg{pg:05}.{slot}/")
 }
 

@@ -67,7 +67,7 @@ pub async fn open_step_set(
         let drive = connect_drive(map, me, *id, local, client)
             .await
             .ok_or(format!("drive {id} of its next set does not answer"))?;
-        let drive = Arc::new(drive.for_group(placement.clone()));
+        let drive = Arc::new(drive.for_group(placement.clone(), slot));
         members.push(Some(Arc::new(PgDrive::new(drive, step.pg as u32, slot))));
     }
     let geometry = SetGeometry::new(map.data_shards as usize, map.parity_shards as usize).map_err(|e| e.to_string())?;

@@ -39,7 +39,8 @@ impl Kind {
         match self {
             // 2: drive requests carry the caller's fence (its map epochs and group placement).
             // 3: bulk bytes travel as the body's payload, after the value.
-            Kind::Drive => 3,
+            // 4: drive requests carry the caller's capability.
+            Kind::Drive => 4,
             _ => 1,
         }
     }
@@ -239,9 +240,9 @@ mod tests {
         *flipped.last_mut().unwrap() ^= 1;
         assert_eq!(decode_binary::<(String, u64)>(Kind::Drive, &Bytes::from(flipped)), Err(FrameError::Checksum));
         let mut older = raw.to_vec();
-        older[5] = 2;
+        older[5] = 3;
         let refused = decode_binary::<(String, u64)>(Kind::Drive, &Bytes::from(older));
-        assert_eq!(refused, Err(FrameError::Version { kind: Kind::Drive as u8, got: 2, want: 3 }));
+        assert_eq!(refused, Err(FrameError::Version { kind: Kind::Drive as u8, got: 3, want: 4 }));
         assert!(matches!(
             encode_binary(Kind::Drive, &0u8, &vec![0u8; MAX_BODY_BYTES]),
             Err(FrameError::TooLarge(n)) if n > MAX_BODY_BYTES

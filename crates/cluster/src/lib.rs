@@ -6,9 +6,11 @@
 //! - `map`: the cluster map and its deterministic changes.
 //! - `raft`: the map replicated by Raft (openraft), its log and snapshots in RocksDB.
 //! - `rpc`: authenticated calls between nodes.
+//! - `capability`: the signed tokens that authorize each drive command (paper 003).
 //! - `locks`: object locks held on a majority of the nodes, so that two nodes never write one object at once.
 //! - `node`: one node of the cluster: joining, proposing changes, its copy of the map.
 
+pub mod capability;
 pub mod frame;
 pub mod locks;
 pub mod map;

@@ -54,6 +54,15 @@ impl Secret {
         hex::encode(self.0)
     }
 
+    /// A key for one purpose, derived from the secret (HMAC-SHA256 of the secret over `purpose`): what it
+    /// signs can never pass for a call's signature.
+    pub fn derive(&self, purpose: &[u8]) -> [u8; 32] {
+        let mut mac = hmac::Hmac::<Sha256>::new_from_slice(&self.0).expect("any key length");
+        mac.update(b"derived key: ");
+        mac.update(purpose);
+        mac.finalize().into_bytes().into()
+    }
+
     /// The MAC of a call whose body is `parts` one after the other.
     fn mac(&self, unix_s: u64, path: &str, parts: &[&[u8]]) -> hmac::Hmac<Sha256> {
         let mut mac = hmac::Hmac::<Sha256>::new_from_slice(&self.0).expect("any key length");
@@ -147,6 +156,11 @@ impl RpcClient {
         }
         let http = http.build().map_err(|e| format!("cluster RPC client: {e}"))?;
         Ok(RpcClient { http, secret, scheme: if tls.is_some() { "https" } else { "http" } })
+    }
+
+    /// The key this node signs its drive commands' capabilities with (the cluster's).
+    pub fn capability_key(&self) -> crate::capability::CapabilityKey {
+        crate::capability::CapabilityKey::of(&self.secret)
     }
 
     /// Calls `path` on the node at `addr` with `request` (JSON), waiting at most `timeout`.

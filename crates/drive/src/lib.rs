@@ -165,6 +165,12 @@ pub struct DriveSnapshot {
     reader: Arc<Reader>,
 }
 
+impl mosaic_store::CollectionNames for DriveSnapshot {
+    fn collection_name(&self, coll: &CollectionId) -> StoreResult<Option<String>> {
+        self.reader.collection_name(*coll).map_err(store_error)
+    }
+}
+
 #[async_trait]
 impl Snapshot for DriveSnapshot {
     type Coll = CollectionId;

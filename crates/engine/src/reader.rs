@@ -191,6 +191,15 @@ impl Reader {
         }
     }
 
+    /// The name of collection `id`, if one has it.
+    pub fn collection_name(&self, id: CollectionId) -> Result<Option<String>> {
+        let raw = self.get(CF_NAMES, &crate::plan::reverse_registry_key(id))?;
+        raw.map(|r| {
+            String::from_utf8(r).map_err(|_| EngineError::Corrupt(format!("collection {id}'s name is not UTF-8")))
+        })
+        .transpose()
+    }
+
     /// Collections whose name starts with `prefix`, by name, at most `limit`.
     pub fn collections(&self, prefix: &str, limit: usize) -> Result<Vec<(String, CollectionId)>> {
         let p = name_key(REGISTRY_COLLECTION, prefix.as_bytes());

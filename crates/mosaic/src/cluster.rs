@@ -30,7 +30,7 @@ use mosaic_cluster::rpc::{self, Answer, Handler, Router, RpcClient, Secret};
 use mosaic_cluster::{
     Change, ClusterError, ClusterMap, ClusterNode, DriveId, FailureDomain, NodeConfig, NodeState, SharedSetting,
 };
-use mosaic_cluster_store::{ClusterStore, ClusterStoreConfig, fence_check};
+use mosaic_cluster_store::{ClusterStore, ClusterStoreConfig, drive_guard};
 use mosaic_drive::DriveStore;
 use mosaic_layer::{ObjectLayer, S3Semantics, SemanticsConfig, Switch};
 use parking_lot::Mutex;
@@ -397,7 +397,10 @@ impl Cluster {
                 let router = Router::new()
                     .route("/cluster/", node.clone())
                     .route("/raft/", node.clone())
-                    .route("/drive/", mosaic_remote::DriveServer::new(served, Some(fence_check(node.watch_map()))))
+                    .route(
+                        "/drive/",
+                        mosaic_remote::DriveServer::new(served, Some(drive_guard(node.watch_map(), &secret))),
+                    )
                     .route("/lock/", LockServer::new(table, node.watch_map()))
                     .route("/node/", Arc::new(NodeCalls { dir: self.data_dir.clone(), cluster: Arc::downgrade(self) }));
                 let listener = self.listener.lock().take().ok_or("the cluster port is gone")?;
@@ -1134,7 +1137,7 @@ impl Cluster {
         else {
             return;
         };
-        let store = Arc::new(store.for_group(mosaic_cluster_store::group_placement(&map, pg as usize)));
+        let store = Arc::new(store.for_group(mosaic_cluster_store::group_placement(&map, pg as usize), slot));
         let node = running.node.clone();
         let still_away = move || {
             let now = node.map();

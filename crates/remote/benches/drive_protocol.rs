@@ -8,12 +8,14 @@
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use futures::StreamExt;
+use mosaic_cluster::capability::CapabilityKey;
 use mosaic_cluster::rpc::{self, RpcClient, Secret};
 use mosaic_drive::DriveStore;
 use mosaic_engine::{Engine, EngineConfig, SimDevice};
 use mosaic_erasure::{ErasureSet, SetConfig, SetGeometry};
 use mosaic_layer::testing::{body, pattern};
 use mosaic_layer::{ObjectLayer, Precondition, PutOptions, S3Semantics, SemanticsConfig};
+use mosaic_remote::server::Guard;
 use mosaic_remote::wire::{Fence, GroupPlacement};
 use mosaic_remote::{DriveServer, RemoteStore};
 use std::collections::HashMap;
@@ -65,16 +67,18 @@ fn tls(dir: &std::path::Path) -> rpc::Tls {
 
 async fn remote_layer(dir: &tempfile::TempDir, tls: Option<rpc::Tls>) -> Arc<dyn ObjectLayer> {
     let secret = Secret::generate();
-    // Fenced as in a cluster: every command carries a group's placement and the server checks it.
-    let accept: mosaic_remote::server::FenceCheck = Arc::new(|_: &Fence| Ok(()));
-    let server = DriveServer::new(HashMap::from([("d0".to_string(), Arc::new(drive(dir)))]), Some(accept));
+    // Guarded as in a cluster: every command carries a group's placement and a capability for its
+    // collections, and the server checks both.
+    let fence: mosaic_remote::server::FenceCheck = Arc::new(|_: &Fence| Ok(()));
+    let guard = Guard { fence, capabilities: CapabilityKey::of(&secret) };
+    let server = DriveServer::new(HashMap::from([("d0".to_string(), Arc::new(drive(dir)))]), Some(guard));
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("a port");
     let address = listener.local_addr().expect("an address").to_string();
     tokio::spawn(rpc::serve(listener, secret.clone(), tls.clone(), server, std::future::pending()));
     let client = RpcClient::new(secret, tls.as_ref()).expect("a client");
     let fence = Fence { node: 1, epoch: 7, placement_epoch: 5, group: None };
     let remote = RemoteStore::connect(client, &address, "d0", Some(fence)).await.expect("the drive answers");
-    let remote = remote.for_group(GroupPlacement { pg: 3, served: vec![0, 2, 4], kept: None });
+    let remote = remote.for_group(GroupPlacement { pg: 3, served: vec![0, 2, 4], kept: None }, "");
     let set = ErasureSet::open(set_config(), vec![Some(Arc::new(remote))]).await.expect("a set");
     Arc::new(S3Semantics::open(Arc::new(set), SemanticsConfig::default()).await.expect("a layer"))
 }

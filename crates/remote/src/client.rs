@@ -1,11 +1,13 @@
 //! A drive on another node as a store: every store method is one request to the node's drive server.
 //! A snapshot is opened on the server by its first read (no call of its own) and released in passing
 //! by a later request; staged units are consumed by the commit that names them, or released in passing
-//! when dropped unused.
+//! when dropped unused. In a cluster every command carries the caller's fence and a capability this
+//! node issues for what the command reaches (`Caller`).
 
 use crate::wire::{self, Answer, Command, Fence, GroupPlacement, Reply, Request, SnapshotId, StagedId};
 use async_trait::async_trait;
 use bytes::Bytes;
+use mosaic_cluster::capability::{self, Capability, CapabilityKey, Ops};
 use mosaic_cluster::frame::{self, Kind};
 use mosaic_cluster::rpc::{Parts, RpcClient, RpcError};
 use mosaic_store::{
@@ -44,13 +46,15 @@ impl Remote {
         StoreError::unavailable(format!("drive {} on {}: {e}", self.drive, self.addr))
     }
 
-    async fn send(&self, command: Command, fence: Option<&Fence>) -> StoreResult<(Option<SnapshotId>, Answer)> {
+    async fn send(&self, command: Command, caller: Option<&Caller>) -> StoreResult<(Option<SnapshotId>, Answer)> {
         let (release_snapshots, release_staged) = {
             let mut r = self.releases.lock();
             (std::mem::take(&mut r.snapshots), std::mem::take(&mut r.staged))
         };
-        let fence = fence.cloned();
-        let mut request = Request { drive: self.drive.clone(), fence, release_snapshots, release_staged, command };
+        let fence = caller.map(|c| c.fence.clone());
+        let capability = caller.map(|c| c.capability());
+        let mut request =
+            Request { drive: self.drive.clone(), fence, capability, release_snapshots, release_staged, command };
         let payload = request.take_payload();
         let head = frame::encode_binary(Kind::Drive, &request, &payload).map_err(|e| self.unavailable(e))?;
         let body = Parts::new(head, payload);
@@ -90,6 +94,38 @@ impl Remote {
     }
 }
 
+/// Who sends a drive's commands in a cluster: the fence of the map they are planned from and the
+/// capability they carry, issued by this node for the drive's collections under `scope` and renewed
+/// before it expires.
+struct Caller {
+    fence: Fence,
+    key: CapabilityKey,
+    drive: String,
+    scope: String,
+    ops: Ops,
+    current: Mutex<Capability>,
+}
+
+impl Caller {
+    fn new(fence: Fence, key: CapabilityKey, drive: &str, scope: &str, ops: Ops) -> Self {
+        let current = key.issue(fence.node, drive, scope, ops, capability::now_unix_ms());
+        let (drive, scope) = (drive.to_string(), scope.to_string());
+        Caller { fence, key, drive, scope, ops, current: Mutex::new(current) }
+    }
+
+    /// The capability to send now: a new one once half the last one's life is gone, so that one sent
+    /// never expires on the way.
+    fn capability(&self) -> Capability {
+        let now = capability::now_unix_ms();
+        let mut current = self.current.lock();
+        if current.expires_unix_ms.saturating_sub(now) < capability::LIFETIME_MS / 2 {
+            *current = self.key.issue(self.fence.node, &self.drive, &self.scope, self.ops, now);
+        }
+        debug_assert!(current.expires_unix_ms >= now);
+        current.clone()
+    }
+}
+
 fn unexpected(answer: &Answer) -> StoreError {
     StoreError::internal(format!("a drive answered {answer:?} to another command"))
 }
@@ -99,14 +135,17 @@ fn unexpected(answer: &Answer) -> StoreError {
 pub struct RemoteStore {
     remote: Arc<Remote>,
     geometry: Geometry,
-    /// Sent with every command (the caller's view of the cluster).
-    fence: Option<Arc<Fence>>,
+    /// Sent with every command (the caller's view of the cluster and what it may reach).
+    caller: Option<Arc<Caller>>,
 }
 
 impl RemoteStore {
     /// Connects to drive `drive` served at `addr`: asks for its geometry (the drive must answer). `fence`
-    /// goes with every command; a server in a cluster refuses commands without one.
+    /// goes with every command, with a capability signed with `client`'s cluster key that allows only
+    /// connecting until `for_group` names what the commands reach; a server in a cluster refuses commands
+    /// without them.
     pub async fn connect(client: RpcClient, addr: &str, drive: &str, fence: Option<Fence>) -> StoreResult<Self> {
+        let caller = fence.map(|f| Arc::new(Caller::new(f, client.capability_key(), drive, "", Ops::CONNECT)));
         let remote = Arc::new(Remote {
             client,
             addr: addr.to_string(),
@@ -114,21 +153,26 @@ impl RemoteStore {
             releases: Mutex::new(Releases::default()),
             ready: AtomicBool::new(false),
         });
-        let (_, answer) = remote.send(Command::Hello, fence.as_ref()).await?;
+        let (_, answer) = remote.send(Command::Hello, caller.as_deref()).await?;
         let Answer::Hello { geometry, ready } = answer else { return Err(unexpected(&answer)) };
         remote.ready.store(ready, Ordering::Relaxed);
-        Ok(RemoteStore { remote, geometry, fence: fence.map(Arc::new) })
+        Ok(RemoteStore { remote, geometry, caller })
     }
 
     /// The same drive as one placement group's commands reach it: they name the group's placement as the
-    /// caller's map has it (the drive's node refuses them once its map places the group otherwise).
-    pub fn for_group(&self, group: GroupPlacement) -> RemoteStore {
-        let fence = self.fence.as_deref().map(|f| Arc::new(Fence { group: Some(group), ..f.clone() }));
-        RemoteStore { fence, ..self.clone() }
+    /// caller's map has it (the drive's node refuses them once its map places the group otherwise), and
+    /// carry capabilities for everything a set does on the drive's collections under `scope` (the group's
+    /// shard position on the drive), and nothing else.
+    pub fn for_group(&self, group: GroupPlacement, scope: &str) -> RemoteStore {
+        let caller = self.caller.as_deref().map(|c| {
+            let fence = Fence { group: Some(group), ..c.fence.clone() };
+            Arc::new(Caller::new(fence, c.key.clone(), &self.remote.drive, scope, Ops::SET))
+        });
+        RemoteStore { caller, ..self.clone() }
     }
 
-    fn fence(&self) -> Option<&Fence> {
-        self.fence.as_deref()
+    fn caller(&self) -> Option<&Caller> {
+        self.caller.as_deref()
     }
 }
 
@@ -167,7 +211,7 @@ impl Store for RemoteStore {
     fn snapshot(&self) -> RemoteSnapshot {
         RemoteSnapshot {
             remote: self.remote.clone(),
-            fence: self.fence.clone(),
+            caller: self.caller.clone(),
             id: tokio::sync::OnceCell::new(),
             prefetched: Mutex::default(),
         }
@@ -180,7 +224,7 @@ impl Store for RemoteStore {
         // One copy: the buffer goes back to the caller, the copy travels as the request's payload.
         let data = Bytes::copy_from_slice(&buf.as_slice()[..len_bytes]);
         let command = Command::Stage { hint: ByteBuf::from(hint), data };
-        let (_, answer) = self.remote.send(command, self.fence()).await?;
+        let (_, answer) = self.remote.send(command, self.caller()).await?;
         let Answer::Staged { id, len_bytes: got } = answer else { return Err(unexpected(&answer)) };
         let staged = RemoteStaged { remote: self.remote.clone(), id: Some(id), len_bytes: got };
         if got != len_bytes as u64 {
@@ -198,7 +242,7 @@ impl Store for RemoteStore {
             })?);
         }
         let commit = Command::Commit { txn: Txn { ops, priority: txn.priority } };
-        let (_, answer) = self.remote.send(commit, self.fence()).await?;
+        let (_, answer) = self.remote.send(commit, self.caller()).await?;
         let Answer::Committed(outcome) = answer else { return Err(unexpected(&answer)) };
         Ok(outcome)
     }
@@ -221,7 +265,7 @@ impl Store for RemoteStore {
 /// A snapshot of a remote drive, opened on the server by its first read.
 pub struct RemoteSnapshot {
     remote: Arc<Remote>,
-    fence: Option<Arc<Fence>>,
+    caller: Option<Arc<Caller>>,
     id: tokio::sync::OnceCell<SnapshotId>,
     /// What lookups brought along, by object: served here, as the snapshot is one view (bounded).
     prefetched: Mutex<HashMap<wire::Obj, Prefetched>>,
@@ -250,7 +294,7 @@ impl RemoteSnapshot {
         let id = self
             .id
             .get_or_try_init(|| async {
-                let (opened, answer) = self.remote.send(command(None), self.fence.as_deref()).await?;
+                let (opened, answer) = self.remote.send(command(None), self.caller.as_deref()).await?;
                 let id = opened.ok_or_else(|| StoreError::internal("a drive opened no snapshot for a read"))?;
                 first = Some(answer);
                 Ok::<_, StoreError>(id)
@@ -259,7 +303,7 @@ impl RemoteSnapshot {
         if let Some(answer) = first {
             return Ok(answer);
         }
-        let (opened, answer) = self.remote.send(command(Some(*id)), self.fence.as_deref()).await?;
+        let (opened, answer) = self.remote.send(command(Some(*id)), self.caller.as_deref()).await?;
         debug_assert!(opened.is_none(), "a read on an open snapshot opens none");
         Ok(answer)
     }
@@ -405,11 +449,11 @@ impl Snapshot for RemoteSnapshot {
     fn prioritize(&self) {
         // Sent on its own (the caller does not wait); a snapshot not opened yet has nothing to mark.
         let remote = self.remote.clone();
-        let fence = self.fence.clone();
+        let caller = self.caller.clone();
         let id = self.id.get().copied();
         if let (Some(id), Ok(runtime)) = (id, tokio::runtime::Handle::try_current()) {
             runtime.spawn(async move {
-                let _ = remote.send(Command::Prioritize { snapshot: Some(id) }, fence.as_deref()).await;
+                let _ = remote.send(Command::Prioritize { snapshot: Some(id) }, caller.as_deref()).await;
             });
         }
     }

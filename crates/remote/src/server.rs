@@ -1,18 +1,23 @@
 //! A node's drives served to other nodes: each request runs one command on one local drive. Snapshots
 //! and staged units that a request opens stay on the server under an id until the client releases them,
 //! or until they sit idle past a limit (a client that died must not pin a snapshot or staged space
-//! forever); both tables are bounded. A server in a cluster checks each request's fence (`wire::Fence`)
-//! against its own map first and refuses what a stale view of the cluster planned.
+//! forever); both tables are bounded. A server in a cluster (a guarded one) checks each request's fence
+//! (`wire::Fence`) against its own map first and refuses what a stale view of the cluster planned, then
+//! its capability (paper 003): signed by the cluster, in force, for this drive and the command's
+//! operations; every collection the command names, by name or by id, must lie in the capability's scope,
+//! and every object it names by id must be one that a read in the same snapshot, under the same scope,
+//! found. Staged units are committed only under the scope they were staged with.
 
 use crate::wire::{self, Answer, Command, Fence, Reply, Request, SnapshotId, StagedId};
 use bytes::Bytes;
 use hyper::StatusCode;
+use mosaic_cluster::capability::{self, Capability, CapabilityKey};
 use mosaic_cluster::frame::{self, Kind};
 use mosaic_cluster::rpc::{Answer as RpcAnswer, Handler, Parts};
-use mosaic_store::{AlignedBuf, ErrorKind, Snapshot, Store, StoreError, StoreResult, Txn};
+use mosaic_store::{AlignedBuf, CollectionNames, ErrorKind, Op, Snapshot, Store, StoreError, StoreResult, Txn};
 use parking_lot::Mutex;
 use serde_bytes::ByteBuf;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -31,15 +36,79 @@ pub const STAGED_IDLE: Duration = Duration::from_secs(600);
 pub const MAX_READ_BYTES: u64 = 8 << 20;
 /// Most entries a listing or attribute read returns at once.
 pub const MAX_LIST_ENTRIES: u64 = 10_000;
+/// Most objects one snapshot's reads may find under a capability (what later reads by id may name).
+pub const MAX_SNAPSHOT_OBJECTS: usize = 65_536;
+
+/// A snapshot held for a client: under a capability, the scope it was opened with and the objects its
+/// reads found (the only ones a later read in it may name by id).
+struct HeldSnapshot<Sn> {
+    snapshot: Arc<Sn>,
+    used: Instant,
+    scope: Option<String>,
+    found: HashSet<wire::Obj>,
+}
 
 struct Sessions<S: Store> {
     next_id: u64,
-    snapshots: HashMap<SnapshotId, (Arc<S::Snapshot>, Instant)>,
-    staged: HashMap<StagedId, (S::Staged, Instant)>,
+    snapshots: HashMap<SnapshotId, HeldSnapshot<S::Snapshot>>,
+    /// Units with the time they were staged and, under a capability, the scope they were staged with.
+    staged: HashMap<StagedId, (S::Staged, Instant, Option<String>)>,
 }
+
+/// A transaction as the drive takes it.
+type DriveTxn<S> = Txn<wire::Coll, <S as Store>::Staged>;
 
 /// Decides whether a request's fence is current enough to be served (the cluster's rule, with its map).
 pub type FenceCheck = Arc<dyn Fn(&Fence) -> StoreResult<()> + Send + Sync>;
+
+/// What a server in a cluster checks each request against: its fence and its capability.
+pub struct Guard {
+    pub fence: FenceCheck,
+    pub capabilities: CapabilityKey,
+}
+
+/// Commands refused for their capability, by every server of this process (for tests; the metric is
+/// `mosaic_drive_capabilities_refused_total`).
+static CAPABILITY_REFUSALS: AtomicU64 = AtomicU64::new(0);
+
+/// Commands refused for their capability so far, by every drive server of this process.
+pub fn capability_refusals() -> u64 {
+    CAPABILITY_REFUSALS.load(Ordering::Relaxed)
+}
+
+fn refused(why: impl std::fmt::Display) -> StoreError {
+    metrics::counter!("mosaic_drive_capabilities_refused_total").increment(1);
+    CAPABILITY_REFUSALS.fetch_add(1, Ordering::Relaxed);
+    // Never in a healthy cluster: a node's bug, another cluster's node, or a forged command.
+    tracing::warn!(%why, "a drive command refused for its capability");
+    // Unavailable: to the caller's erasure set the drive cannot serve this command, as if it were
+    // away (never an error of the client's request).
+    StoreError::unavailable(format!("drive command refused: {why}"))
+}
+
+/// Whether `capability` (None: an unguarded server) reaches the drive's collection `name`.
+fn check_covers(capability: Option<&Capability>, name: &str) -> StoreResult<()> {
+    match capability {
+        Some(c) if !c.covers(name) => Err(refused(format!("collection {name:?} lies outside scope {:?}", c.scope))),
+        _ => Ok(()),
+    }
+}
+
+/// Whether `capability` reaches collection `coll`, named by id, as `snapshot` names it. A collection the
+/// snapshot does not have reaches nothing (the command finds nothing there).
+fn check_coll<Sn: CollectionNames<Coll = wire::Coll>>(
+    capability: Option<&Capability>,
+    snapshot: &Sn,
+    coll: wire::Coll,
+) -> StoreResult<()> {
+    if capability.is_none() {
+        return Ok(());
+    }
+    match snapshot.collection_name(&coll)? {
+        Some(name) => check_covers(capability, &name),
+        None => Ok(()),
+    }
+}
 
 /// Serves the drives of this node. Drives are stores whose collections and objects are numbered as the
 /// engine numbers them.
@@ -47,7 +116,7 @@ pub struct DriveServer<S: Store<Coll = wire::Coll, Obj = wire::Obj>> {
     drives: HashMap<String, Arc<S>>,
     sessions: Mutex<Sessions<S>>,
     /// None: every request is served (a server outside a cluster map).
-    fence: Option<FenceCheck>,
+    guard: Option<Guard>,
     /// Requests served (for metrics and tests).
     requests: AtomicU64,
 }
@@ -56,12 +125,15 @@ fn limit(what: &str, max: usize) -> StoreError {
     StoreError::new(ErrorKind::Limit, format!("more than {max} {what} open on this node"))
 }
 
-impl<S: Store<Coll = wire::Coll, Obj = wire::Obj>> DriveServer<S> {
-    /// Serves `drives`; with `fence`, only requests whose fence it accepts (a request without one is
-    /// refused).
-    pub fn new(drives: HashMap<String, Arc<S>>, fence: Option<FenceCheck>) -> Arc<Self> {
+impl<S: Store<Coll = wire::Coll, Obj = wire::Obj>> DriveServer<S>
+where
+    S::Snapshot: CollectionNames,
+{
+    /// Serves `drives`; with `guard`, only requests whose fence and capability it accepts (a request
+    /// without them is refused).
+    pub fn new(drives: HashMap<String, Arc<S>>, guard: Option<Guard>) -> Arc<Self> {
         let sessions = Sessions { next_id: 1, snapshots: HashMap::new(), staged: HashMap::new() };
-        Arc::new(DriveServer { drives, sessions: Mutex::new(sessions), fence, requests: AtomicU64::new(0) })
+        Arc::new(DriveServer { drives, sessions: Mutex::new(sessions), guard, requests: AtomicU64::new(0) })
     }
 
     /// Requests served so far.
@@ -69,21 +141,28 @@ impl<S: Store<Coll = wire::Coll, Obj = wire::Obj>> DriveServer<S> {
         self.requests.load(Ordering::Relaxed)
     }
 
-    /// Whether `request` may be served: releases always may (they only give back what the caller held).
-    fn admit(&self, request: &Request) -> StoreResult<()> {
-        let Some(check) = &self.fence else { return Ok(()) };
-        if matches!(request.command, Command::Release) {
-            return Ok(());
-        }
+    /// Whether `request` may be served, and the capability its command is checked against (None on an
+    /// unguarded server): releases always may (they only give back what the caller held).
+    fn admit(&self, request: &mut Request) -> StoreResult<Option<Capability>> {
+        let Some(guard) = &self.guard else { return Ok(None) };
+        let Some(ops) = request.command.ops() else { return Ok(None) };
         let checked = match &request.fence {
-            Some(fence) => check(fence),
+            Some(fence) => (guard.fence)(fence),
             None => Err(StoreError::unavailable("a drive call that names no cluster map is refused here")),
         };
         if let Err(e) = &checked {
             metrics::counter!("mosaic_drive_calls_refused_total").increment(1);
             tracing::debug!(drive = %request.drive, error = %e, "a drive call refused");
         }
-        checked
+        checked?;
+        let capability = request.capability.take().ok_or_else(|| refused("no capability"))?;
+        if let Err(e) = guard.capabilities.verify(&capability, &request.drive, capability::now_unix_ms()) {
+            return Err(refused(format!("{e} (issued by node {})", capability.issuer)));
+        }
+        if !capability.allows(ops) {
+            return Err(refused(format!("its capability allows {:?}, not {ops:?}", capability.ops)));
+        }
+        Ok(Some(capability))
     }
 
     /// Snapshots and staged units held for clients (for metrics and tests).
@@ -102,19 +181,29 @@ impl<S: Store<Coll = wire::Coll, Obj = wire::Obj>> DriveServer<S> {
         }
     }
 
-    /// The snapshot `id` names, or a new one of `drive` when `id` is None (returned as opened).
-    fn snapshot(&self, drive: &S, id: Option<SnapshotId>) -> StoreResult<(Arc<S::Snapshot>, Option<SnapshotId>)> {
+    /// The snapshot `id` names, or a new one of `drive` when `id` is None (returned as opened). Under a
+    /// capability, a held snapshot serves only the scope it was opened with.
+    fn snapshot(
+        &self,
+        drive: &S,
+        id: Option<SnapshotId>,
+        capability: Option<&Capability>,
+    ) -> StoreResult<(Arc<S::Snapshot>, SnapshotId, bool)> {
         let now = Instant::now();
+        let scope = capability.map(|c| c.scope.clone());
         let mut s = self.sessions.lock();
         if let Some(id) = id {
-            let Some((snapshot, used)) = s.snapshots.get_mut(&id) else {
+            let Some(held) = s.snapshots.get_mut(&id) else {
                 return Err(StoreError::unavailable(format!("snapshot {id} is not open on this node (expired?)")));
             };
-            *used = now;
-            return Ok((snapshot.clone(), None));
+            if held.scope.is_some() && held.scope != scope {
+                return Err(refused(format!("snapshot {id} was opened for scope {:?}, not {scope:?}", held.scope)));
+            }
+            held.used = now;
+            return Ok((held.snapshot.clone(), id, false));
         }
         if s.snapshots.len() >= MAX_SNAPSHOTS {
-            s.snapshots.retain(|_, (_, used)| now.duration_since(*used) < SNAPSHOT_IDLE);
+            s.snapshots.retain(|_, held| now.duration_since(held.used) < SNAPSHOT_IDLE);
             if s.snapshots.len() >= MAX_SNAPSHOTS {
                 return Err(limit("snapshots", MAX_SNAPSHOTS));
             }
@@ -122,52 +211,109 @@ impl<S: Store<Coll = wire::Coll, Obj = wire::Obj>> DriveServer<S> {
         let id = s.next_id;
         s.next_id += 1;
         let snapshot = Arc::new(drive.snapshot());
-        s.snapshots.insert(id, (snapshot.clone(), now));
-        Ok((snapshot, Some(id)))
+        s.snapshots.insert(id, HeldSnapshot { snapshot: snapshot.clone(), used: now, scope, found: HashSet::new() });
+        Ok((snapshot, id, true))
     }
 
-    fn keep_staged(&self, staged: S::Staged) -> StoreResult<StagedId> {
+    /// Whether the objects a read names by id were found by reads in snapshot `id` (under a capability).
+    fn check_found(&self, id: SnapshotId, command: &Command) -> StoreResult<()> {
+        let objs = match command {
+            Command::Attr { obj, .. } | Command::Attrs { obj, .. } | Command::Read { obj, .. } => {
+                std::slice::from_ref(obj)
+            }
+            Command::StatMany { objs, .. } => objs.as_slice(),
+            _ => return Ok(()),
+        };
+        let s = self.sessions.lock();
+        let held = s.snapshots.get(&id).ok_or_else(|| StoreError::unavailable(format!("snapshot {id} expired")))?;
+        match objs.iter().find(|o| !held.found.contains(o)) {
+            Some(obj) => Err(refused(format!("object {obj} was not found by a read in snapshot {id}"))),
+            None => Ok(()),
+        }
+    }
+
+    /// Records the objects `answer` found in snapshot `id`, for later reads by id (under a capability).
+    fn record_found(&self, id: SnapshotId, answer: &Answer) -> StoreResult<()> {
+        let found: Vec<wire::Obj> = match answer {
+            Answer::Lookup(Some(f)) => vec![f.info.obj],
+            Answer::Entries(entries) => entries.iter().map(|e| e.obj).collect(),
+            _ => return Ok(()),
+        };
+        let mut s = self.sessions.lock();
+        let held = s.snapshots.get_mut(&id).ok_or_else(|| StoreError::unavailable(format!("snapshot {id} expired")))?;
+        if held.found.len() + found.len() > MAX_SNAPSHOT_OBJECTS {
+            return Err(StoreError::new(
+                ErrorKind::Limit,
+                format!("more than {MAX_SNAPSHOT_OBJECTS} objects found in one snapshot; read in a new one"),
+            ));
+        }
+        held.found.extend(found);
+        debug_assert!(held.found.len() <= MAX_SNAPSHOT_OBJECTS);
+        Ok(())
+    }
+
+    fn keep_staged(&self, staged: S::Staged, scope: Option<String>) -> StoreResult<StagedId> {
         let now = Instant::now();
         let mut s = self.sessions.lock();
         if s.staged.len() >= MAX_STAGED {
-            s.staged.retain(|_, (_, made)| now.duration_since(*made) < STAGED_IDLE);
+            s.staged.retain(|_, (_, made, _)| now.duration_since(*made) < STAGED_IDLE);
             if s.staged.len() >= MAX_STAGED {
                 return Err(limit("staged units", MAX_STAGED));
             }
         }
         let id = s.next_id;
         s.next_id += 1;
-        s.staged.insert(id, (staged, now));
+        s.staged.insert(id, (staged, now, scope));
         Ok(id)
     }
 
-    /// The staged units a transaction names, taken out of the table (a transaction consumes them).
-    fn take_staged(&self, txn: Txn<wire::Coll, StagedId>) -> StoreResult<Txn<wire::Coll, S::Staged>> {
+    /// The staged units a transaction names, taken out of the table (a transaction consumes them), and
+    /// the collections it names by id. Under a capability, only units staged under its scope are taken.
+    fn take_staged(
+        &self,
+        txn: Txn<wire::Coll, StagedId>,
+        capability: Option<&Capability>,
+    ) -> StoreResult<(DriveTxn<S>, Vec<wire::Coll>)> {
+        let scope = capability.map(|c| &c.scope);
         let mut s = self.sessions.lock();
         let mut ops = Vec::with_capacity(txn.ops.len());
+        let mut colls = Vec::new();
         for (i, op) in txn.ops.into_iter().enumerate() {
-            let op = op.try_map(Ok, |id| {
-                s.staged.remove(&id).map(|(staged, _)| staged).ok_or_else(|| {
+            if let Op::CreateCollection { name } | Op::RemoveCollection { name } = &op {
+                check_covers(capability, name).map_err(|e| e.in_op(i))?;
+            }
+            let note = |c: wire::Coll| {
+                colls.push(c);
+                Ok(c)
+            };
+            let op = op.try_map(note, |id| {
+                let held = s.staged.get(&id).ok_or_else(|| {
                     StoreError::new(ErrorKind::InvalidArgument, format!("staged units {id} are not held here")).in_op(i)
-                })
+                })?;
+                if scope.is_some() && held.2.as_ref() != scope {
+                    return Err(refused(format!("staged units {id} were staged for scope {:?}", held.2)).in_op(i));
+                }
+                let (staged, _, _) = s.staged.remove(&id).expect("held: looked up above");
+                Ok(staged)
             })?;
             ops.push(op);
         }
-        Ok(Txn { ops, priority: txn.priority })
+        Ok((Txn { ops, priority: txn.priority }, colls))
     }
 
-    async fn run(&self, request: Request) -> Reply {
+    async fn run(&self, mut request: Request) -> Reply {
         self.requests.fetch_add(1, Ordering::Relaxed);
         self.release(&request.release_snapshots, &request.release_staged);
-        if let Err(e) = self.admit(&request) {
-            return Reply { opened: None, answer: Err(e) };
-        }
+        let capability = match self.admit(&mut request) {
+            Ok(c) => c,
+            Err(e) => return Reply { opened: None, answer: Err(e) },
+        };
         let Some(drive) = self.drives.get(&request.drive).cloned() else {
             let e = StoreError::unavailable(format!("no drive {} on this node", request.drive));
             return Reply { opened: None, answer: Err(e) };
         };
         let mut opened = None;
-        let answer = self.command(&drive, request.command, &mut opened).await;
+        let answer = self.command(&drive, request.command, capability.as_ref(), &mut opened).await;
         if answer.is_err()
             && let Some(id) = opened.take()
         {
@@ -177,11 +323,26 @@ impl<S: Store<Coll = wire::Coll, Obj = wire::Obj>> DriveServer<S> {
         Reply { opened, answer }
     }
 
-    async fn command(&self, drive: &S, command: Command, opened: &mut Option<SnapshotId>) -> StoreResult<Answer> {
+    async fn command(
+        &self,
+        drive: &S,
+        command: Command,
+        capability: Option<&Capability>,
+        opened: &mut Option<SnapshotId>,
+    ) -> StoreResult<Answer> {
         if let Some(id) = command.snapshot() {
-            let (snapshot, new) = self.snapshot(drive, id)?;
-            *opened = new;
-            return read(&*snapshot, command).await;
+            let (snapshot, id, new) = self.snapshot(drive, id, capability)?;
+            if new {
+                *opened = Some(id);
+            }
+            if capability.is_none() {
+                return read(&*snapshot, command).await;
+            }
+            check_read(capability, &*snapshot, &command)?;
+            self.check_found(id, &command)?;
+            let answer = read(&*snapshot, command).await?;
+            self.record_found(id, &answer)?;
+            return Ok(answer);
         }
         match command {
             Command::Hello => Ok(Answer::Hello { geometry: drive.geometry(), ready: drive.is_ready() }),
@@ -196,15 +357,36 @@ impl<S: Store<Coll = wire::Coll, Obj = wire::Obj>> DriveServer<S> {
                 let buf = AlignedBuf::copy_of(&data);
                 drop(data);
                 let (staged, _) = drive.stage(buf, len_bytes, &hint).await?;
-                let id = self.keep_staged(staged)?;
+                let id = self.keep_staged(staged, capability.map(|c| c.scope.clone()))?;
                 Ok(Answer::Staged { id, len_bytes: len_bytes as u64 })
             }
             Command::Commit { txn } => {
-                let txn = self.take_staged(txn)?;
+                let (txn, colls) = self.take_staged(txn, capability)?;
+                if capability.is_some() {
+                    // Collections as they are now: the transaction applies to the latest state.
+                    let now = drive.snapshot();
+                    for coll in colls {
+                        check_coll(capability, &now, coll)?;
+                    }
+                }
                 Ok(Answer::Committed(drive.commit(txn).await?))
             }
             _ => unreachable!("reads are answered above"),
         }
+    }
+}
+
+/// Whether the collections a snapshot read names lie in `capability`'s scope.
+fn check_read<Sn: CollectionNames<Coll = wire::Coll>>(
+    capability: Option<&Capability>,
+    snapshot: &Sn,
+    command: &Command,
+) -> StoreResult<()> {
+    match command {
+        Command::Collection { name, .. } => check_covers(capability, name),
+        Command::Collections { prefix, .. } => check_covers(capability, prefix),
+        Command::Lookup { coll, .. } | Command::ListEntries { coll, .. } => check_coll(capability, snapshot, *coll),
+        _ => Ok(()),
     }
 }
 
@@ -276,7 +458,10 @@ async fn read<Sn: Snapshot<Coll = wire::Coll, Obj = wire::Obj>>(
     })
 }
 
-impl<S: Store<Coll = wire::Coll, Obj = wire::Obj>> Handler for DriveServer<S> {
+impl<S: Store<Coll = wire::Coll, Obj = wire::Obj>> Handler for DriveServer<S>
+where
+    S::Snapshot: CollectionNames,
+{
     fn handle(self: Arc<Self>, path: String, body: Bytes) -> Pin<Box<dyn Future<Output = RpcAnswer> + Send>> {
         Box::pin(async move {
             if path != wire::PATH {

@@ -5,6 +5,7 @@
 //! frame's payload, after the bincode, so neither side copies them into or out of the encoding.
 
 use bytes::Bytes;
+use mosaic_cluster::capability::{Capability, Ops};
 use mosaic_store::{Geometry, NameEntry, ObjectInfo, Outcome, StoreError, Txn};
 use serde::{Deserialize, Serialize};
 use serde_bytes::ByteBuf;
@@ -27,6 +28,9 @@ pub struct Request {
     /// The caller's view of the cluster, for the drive's node to refuse a stale one (`DriveServer`'s
     /// fence); None from callers outside a cluster map (tests, benchmarks), which a fenced server refuses.
     pub fence: Option<Fence>,
+    /// What the command may reach on the drive, signed by the cluster (paper 003); None from callers
+    /// outside a cluster, which a guarded server refuses.
+    pub capability: Option<Capability>,
     pub release_snapshots: Vec<SnapshotId>,
     pub release_staged: Vec<StagedId>,
     pub command: Command,
@@ -116,6 +120,17 @@ pub enum Command {
 }
 
 impl Command {
+    /// The operations a capability must allow for this command (None: a release, always served).
+    pub fn ops(&self) -> Option<Ops> {
+        Some(match self {
+            Command::Hello => Ops::CONNECT,
+            Command::Stage { .. } => Ops::STAGE,
+            Command::Commit { .. } => Ops::COMMIT,
+            Command::Release => return None,
+            _ => Ops::READ,
+        })
+    }
+
     /// The snapshot a read names (`Some(None)`: a read that opens one), or None for other commands.
     pub fn snapshot(&self) -> Option<Option<SnapshotId>> {
         match self {

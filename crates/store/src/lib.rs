@@ -129,6 +129,13 @@ pub trait Snapshot: Send + Sync + 'static {
     fn prioritize(&self);
 }
 
+/// A snapshot that names its collections by id (a drive's): what a drive's server resolves the collections
+/// a command names with, to check them against the command's capability.
+pub trait CollectionNames: Snapshot {
+    /// The name of collection `coll` in this snapshot, if it has one.
+    fn collection_name(&self, coll: &Self::Coll) -> StoreResult<Option<String>>;
+}
+
 /// Held while prioritized work is in flight; dropping it ends the hold.
 pub type PriorityHold = Box<dyn Send + Sync>;
 
