@@ -16,6 +16,13 @@ pub const ALL_CFS: [&str; 8] = [CF_NAMES, CF_ONODES, CF_BLOCKS, CF_FRAGS, CF_ATT
 
 /// Collection id 0 is the registry of collections: its names are collection names, its values ids.
 pub const REGISTRY_COLLECTION: u32 = 0;
+/// The registry's other side: its names are collection ids (big-endian), its values their names.
+pub const REVERSE_REGISTRY: u32 = u32::MAX;
+
+/// The key of collection `coll`'s name in the reverse registry.
+pub fn reverse_registry_key(coll: u32) -> Vec<u8> {
+    name_key(REVERSE_REGISTRY, &coll.to_be_bytes())
+}
 
 /// Version of the KV records' formats, stored under `META_FORMAT`. 2: block-map entries may be runs whose
 /// checksums cover 16 KiB units (a build that knows only version 1 would misread them, so it must refuse

@@ -20,8 +20,6 @@ use crate::txn::{MergedBlock, Op, Outcome, Staged, Transaction};
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Registry namespace mapping collection id -> collection name.
-const REVERSE_REGISTRY: CollectionId = u32::MAX;
 pub const MAX_NAME_BYTES: usize = 4096;
 pub const MAX_ATTR_KEY_BYTES: usize = 1024;
 pub const MAX_ATTR_VALUE_BYTES: usize = 64 * 1024;
@@ -81,10 +79,6 @@ pub(crate) struct Planner<'a, 'v> {
 
 fn now_ns() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
-}
-
-pub(crate) fn reverse_registry_key(coll: CollectionId) -> Vec<u8> {
-    name_key(REVERSE_REGISTRY, &coll.to_be_bytes())
 }
 
 impl Planner<'_, '_> {

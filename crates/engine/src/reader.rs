@@ -193,7 +193,7 @@ impl Reader {
 
     /// The name of collection `id`, if one has it.
     pub fn collection_name(&self, id: CollectionId) -> Result<Option<String>> {
-        let raw = self.get(CF_NAMES, &crate::plan::reverse_registry_key(id))?;
+        let raw = self.get(CF_NAMES, &reverse_registry_key(id))?;
         raw.map(|r| {
             String::from_utf8(r).map_err(|_| EngineError::Corrupt(format!("collection {id}'s name is not UTF-8")))
         })
