@@ -394,11 +394,12 @@ impl SimDevice {
     pub fn thin(size_bytes: u64, capacity_bytes: u64) -> Self {
         assert!(size_bytes.is_multiple_of(IO_ALIGN_BYTES as u64) && size_bytes <= capacity_bytes);
         assert!(capacity_bytes.is_multiple_of(IO_ALIGN_BYTES as u64));
-        let image = vec![0u8; capacity_bytes as usize];
+        // Two zeroed allocations, not one cloned: the allocator's fresh zero pages stay unbacked until
+        // written, so a device costs the memory of what is written to it (a clone wrote every byte).
         SimDevice {
             state: Arc::new(Mutex::new(SimState {
-                durable: image.clone(),
-                current: image,
+                durable: vec![0u8; capacity_bytes as usize],
+                current: vec![0u8; capacity_bytes as usize],
                 pending: Vec::new(),
                 crash_countdown: None,
             })),
