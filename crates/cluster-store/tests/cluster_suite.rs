@@ -495,3 +495,43 @@ fn the_pool_places_objects_in_the_maps_group() {
         }
     }
 }
+
+/// A bucket deleted while one of its groups moves, after the fill made its collection on the group's new
+/// drive: the deletion does not reach that drive (the collection stays there, empty), and once the move
+/// is done the bucket is made again, written, read and listed as if it were new.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_bucket_deleted_while_its_group_moves_is_made_again_after_the_move() {
+    use mosaic_cluster_store::{Step, open_step_set};
+    let mut cluster = Cluster::start().await;
+    cluster.map.apply(&Change::SetDriveWeight { drive: 0, weight: 1 }).unwrap();
+    let map = cluster.map.clone();
+    let step = (0..map.pgs.len())
+        .filter_map(|pg| Step::of(&map, pg))
+        .find(|s| s.kept.count_ones() >= map.data_shards as u32)
+        .expect("a group moves off drive 0");
+    let key = (0..10_000).map(|i| format!("k{i}")).find(|k| pg_of(k.as_bytes(), PG_COUNT) as usize == step.pg).unwrap();
+    let writer = cluster.layer(0).await;
+    writer.create_bucket("bkt", None).await.unwrap();
+    writer.put_object("bkt", &key, body(&pattern(3, 40_000), 65_536), PutOptions::default()).await.unwrap();
+    let base = SetConfig::new(SetGeometry::new(1, 0).unwrap());
+    let filling = open_step_set(&map, 0, &step, &cluster.local[0], &cluster.client, base).await.unwrap();
+    filling.scan().await.unwrap();
+    while filling.heal_now(100).await > 0 {}
+
+    let deleter = cluster.layer(1).await;
+    deleter.delete_object("bkt", &key, None).await.unwrap();
+    deleter.delete_bucket("bkt").await.unwrap();
+    let target = cluster.map.step_target(&cluster.map.pgs[step.pg]);
+    cluster.map.apply(&Change::MoveDone { pg: step.pg as u32, set: target }).unwrap();
+    cluster.maps.send(Arc::new(cluster.map.clone())).unwrap();
+
+    let after = cluster.layer(2).await;
+    let gone = after.head_object("bkt", &key, None, &Precondition::default()).await;
+    assert!(matches!(gone, Err(LayerError::NoSuchBucket)), "{gone:?}");
+    after.create_bucket("bkt", None).await.unwrap();
+    after.put_object("bkt", &key, body(&pattern(5, 40_000), 65_536), PutOptions::default()).await.unwrap();
+    assert_eq!(get_all(&after, &key).await, pattern(5, 40_000));
+    let listed = after.list_objects("bkt", &ListQuery { max_keys: 1000, ..Default::default() }).await.unwrap();
+    assert_eq!(listed.objects.iter().map(|o| o.key.as_str()).collect::<Vec<_>>(), [key.as_str()]);
+    cluster.stop();
+}
