@@ -201,3 +201,39 @@ async fn a_snapshot_serves_only_the_scope_it_was_opened_with() {
     // The same lookup in a snapshot of its own is served.
     assert!(call(&node, lookup(None), Some(wide)).await.answer.is_ok());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_finds_at_most_its_limit_of_objects() {
+    use mosaic_remote::server::{MAX_LIST_ENTRIES, MAX_SNAPSHOT_OBJECTS};
+    let node = guarded_node().await;
+    let drive = RemoteStore::connect(node.client.clone(), &node.address, "d0", Some(fence())).await.unwrap();
+    let a = drive.for_group(placement(), "a/");
+    a.commit(Txn::new().op(Op::CreateCollection { name: "a/c".into() })).await.unwrap();
+    let coll = a.snapshot().collection("a/c").await.unwrap().unwrap();
+    let objects = MAX_SNAPSHOT_OBJECTS + MAX_LIST_ENTRIES as usize;
+    for batch in 0..objects / 1000 {
+        let mut txn = Txn::new();
+        for i in 0..1000 {
+            txn = txn.op(Op::Create { coll, name: format!("o{:06}", batch * 1000 + i).into_bytes() });
+        }
+        a.commit(txn).await.unwrap();
+    }
+    // Pages of one snapshot: the page that would take it past the limit is refused, the ones before not.
+    let snapshot = a.snapshot();
+    let mut from = Vec::new();
+    let mut found = 0;
+    let refused = loop {
+        match snapshot.list_entries(&coll, b"", &from, MAX_LIST_ENTRIES as usize).await {
+            Ok(page) => {
+                found += page.len();
+                from = page.last().expect("more objects than the limit").name.clone();
+                from.push(0);
+            }
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(refused.kind, ErrorKind::Limit, "{refused}");
+    assert!(found <= MAX_SNAPSHOT_OBJECTS && found + MAX_LIST_ENTRIES as usize > MAX_SNAPSHOT_OBJECTS, "{found}");
+    // A new snapshot reads on.
+    assert_eq!(a.snapshot().list_entries(&coll, b"", &from, 10).await.unwrap().len(), 10);
+}
