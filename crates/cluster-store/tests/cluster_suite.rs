@@ -321,20 +321,27 @@ async fn a_moving_group_refuses_a_write_its_step_would_not_keep() {
 /// copied an object onto the step's new drive, another node deletes it through the set served, and the
 /// copy is gone from the new drive too (else, with k = m, it would tie with the kept drives once the step
 /// is served and the object would come back). A key written again afterwards is left for the fill.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_removal_in_a_moving_group_reaches_the_drives_its_step_fills() {
-    use mosaic_cluster_store::{Step, StepSet, open_step_set};
-    use mosaic_store::{Snapshot, Store};
-    let mut cluster = Cluster::start().await;
-    // Drive 0 weighs almost nothing now: groups on it move to the other drive of its node.
+/// Drive 0 made to weigh almost nothing, so that groups on it move to the other drive of its node: the
+/// step of one that keeps k drives, the slot its new drive takes, and a key of that group.
+fn a_moving_group(cluster: &mut Cluster) -> (mosaic_cluster_store::Step, usize, String) {
     cluster.map.apply(&Change::SetDriveWeight { drive: 0, weight: 1 }).unwrap();
-    let map = cluster.map.clone();
+    let map = &cluster.map;
     let step = (0..map.pgs.len())
-        .filter_map(|pg| Step::of(&map, pg))
+        .filter_map(|pg| mosaic_cluster_store::Step::of(map, pg))
         .find(|s| s.kept.count_ones() >= map.data_shards as u32)
         .expect("a group moves off drive 0");
     let new_slot = (0..step.target.len()).find(|s| step.kept & (1 << s) == 0).unwrap();
     let key = (0..10_000).map(|i| format!("k{i}")).find(|k| pg_of(k.as_bytes(), PG_COUNT) as usize == step.pg).unwrap();
+    (step, new_slot, key)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_removal_in_a_moving_group_reaches_the_drives_its_step_fills() {
+    use mosaic_cluster_store::{StepSet, open_step_set};
+    use mosaic_store::{Snapshot, Store};
+    let mut cluster = Cluster::start().await;
+    let (step, new_slot, key) = a_moving_group(&mut cluster);
+    let map = cluster.map.clone();
     let writer = cluster.layer(0).await;
     writer.create_bucket("bkt", None).await.unwrap();
     writer.put_object("bkt", &key, body(&pattern(3, 40_000), 65_536), PutOptions::default()).await.unwrap();
@@ -501,15 +508,10 @@ fn the_pool_places_objects_in_the_maps_group() {
 /// is done the bucket is made again, written, read and listed as if it were new.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_bucket_deleted_while_its_group_moves_is_made_again_after_the_move() {
-    use mosaic_cluster_store::{Step, open_step_set};
+    use mosaic_cluster_store::open_step_set;
     let mut cluster = Cluster::start().await;
-    cluster.map.apply(&Change::SetDriveWeight { drive: 0, weight: 1 }).unwrap();
+    let (step, _, key) = a_moving_group(&mut cluster);
     let map = cluster.map.clone();
-    let step = (0..map.pgs.len())
-        .filter_map(|pg| Step::of(&map, pg))
-        .find(|s| s.kept.count_ones() >= map.data_shards as u32)
-        .expect("a group moves off drive 0");
-    let key = (0..10_000).map(|i| format!("k{i}")).find(|k| pg_of(k.as_bytes(), PG_COUNT) as usize == step.pg).unwrap();
     let writer = cluster.layer(0).await;
     writer.create_bucket("bkt", None).await.unwrap();
     writer.put_object("bkt", &key, body(&pattern(3, 40_000), 65_536), PutOptions::default()).await.unwrap();
