@@ -31,6 +31,19 @@ pub trait Codec: Send + Sync {
     fn encode(&self, data: &[&[u8]], parity: &mut [&mut [u8]]) -> Result<(), CodecError>;
     /// Rebuilds every missing shard of `shards` (k + m slots, at least k present, one length) in place.
     fn reconstruct(&self, shards: &mut [Option<Vec<u8>>]) -> Result<(), CodecError>;
+    /// Rebuilds shard `want` into `out` from the shards present in `shards` (k + m slots, at least k present
+    /// besides `want`, each `out`'s length), borrowing them: what heal needs to rebuild one drive.
+    fn rebuild_one(&self, shards: &[Option<&[u8]>], want: usize, out: &mut [u8]) -> Result<(), CodecError> {
+        if let Some(Some(have)) = shards.get(want) {
+            out.copy_from_slice(have);
+            return Ok(());
+        }
+        let mut owned: Vec<Option<Vec<u8>>> = shards.iter().map(|s| s.map(<[u8]>::to_vec)).collect();
+        self.reconstruct(&mut owned)?;
+        let rebuilt = owned.get(want).and_then(Option::as_deref);
+        out.copy_from_slice(rebuilt.ok_or_else(|| CodecError(format!("shard {want} was not rebuilt")))?);
+        Ok(())
+    }
 }
 
 /// The code for `k` data and `m` parity shards.
@@ -79,6 +92,7 @@ struct ReedSolomon {
     k: usize,
     m: usize,
     encoders: Mutex<Vec<ReedSolomonEncoder>>,
+    decoders: Mutex<Vec<ReedSolomonDecoder>>,
 }
 
 /// Coders kept per code (each holds working space of about (k + m) shards).
@@ -87,7 +101,7 @@ const IDLE_CODERS_MAX: usize = 2;
 impl ReedSolomon {
     fn new(k: usize, m: usize) -> Self {
         assert!(k >= 1 && m >= 1 && k + m <= 256, "a Reed-Solomon code of {k}+{m}");
-        ReedSolomon { k, m, encoders: Mutex::new(Vec::new()) }
+        ReedSolomon { k, m, encoders: Mutex::new(Vec::new()), decoders: Mutex::new(Vec::new()) }
     }
 
     fn encoder(&self, shard_bytes: usize) -> Result<ReedSolomonEncoder, CodecError> {
@@ -98,6 +112,17 @@ impl ReedSolomon {
                 Ok(e)
             }
             None => ReedSolomonEncoder::new(self.k, self.m, shard_bytes).map_err(err),
+        }
+    }
+
+    fn decoder(&self, shard_bytes: usize) -> Result<ReedSolomonDecoder, CodecError> {
+        let err = |e: reed_solomon_simd::Error| CodecError(format!("Reed-Solomon {}+{}: {e}", self.k, self.m));
+        match self.decoders.lock().pop() {
+            Some(mut d) => {
+                d.reset(self.k, self.m, shard_bytes).map_err(err)?;
+                Ok(d)
+            }
+            None => ReedSolomonDecoder::new(self.k, self.m, shard_bytes).map_err(err),
         }
     }
 }
@@ -140,6 +165,65 @@ impl Codec for ReedSolomon {
         Ok(())
     }
 
+    fn rebuild_one(&self, shards: &[Option<&[u8]>], want: usize, out: &mut [u8]) -> Result<(), CodecError> {
+        assert!(shards.len() == self.k + self.m && want < shards.len(), "one slot per shard");
+        let present = shards.iter().enumerate().filter(|(i, s)| *i != want && s.is_some()).count();
+        if present < self.k {
+            return Err(CodecError(format!("{present} of {} shards, {} needed", self.k + self.m, self.k)));
+        }
+        assert!(shards.iter().flatten().all(|s| s.len() == out.len()), "shards of one length");
+        let err = |e: reed_solomon_simd::Error| CodecError(format!("Reed-Solomon: {e}"));
+        let data_whole = shards[..self.k].iter().all(Option::is_some);
+        if want < self.k {
+            // A data shard: decoded from any k others.
+            let mut dec = self.decoder(out.len())?;
+            for (i, s) in shards.iter().enumerate().filter(|(i, _)| *i != want) {
+                match s {
+                    Some(d) if i < self.k => dec.add_original_shard(i, d).map_err(err)?,
+                    Some(d) => dec.add_recovery_shard(i - self.k, d).map_err(err)?,
+                    None => {}
+                }
+            }
+            {
+                let result = dec.decode().map_err(err)?;
+                let restored = result
+                    .restored_original(want)
+                    .ok_or_else(|| CodecError(format!("shard {want} was not restored")))?;
+                out.copy_from_slice(restored);
+            }
+            let mut idle = self.decoders.lock();
+            if idle.len() < IDLE_CODERS_MAX {
+                idle.push(dec);
+            }
+            Ok(())
+        } else if data_whole {
+            // A parity shard with every data shard at hand: encoded again, only it kept.
+            let mut enc = self.encoder(out.len())?;
+            for d in shards[..self.k].iter().flatten() {
+                enc.add_original_shard(d).map_err(err)?;
+            }
+            {
+                let result = enc.encode().map_err(err)?;
+                let recovery = result
+                    .recovery(want - self.k)
+                    .ok_or_else(|| CodecError(format!("shard {want} was not encoded")))?;
+                out.copy_from_slice(recovery);
+            }
+            let mut idle = self.encoders.lock();
+            if idle.len() < IDLE_CODERS_MAX {
+                idle.push(enc);
+            }
+            Ok(())
+        } else {
+            // A parity shard and a data shard missing: the general path.
+            let mut owned: Vec<Option<Vec<u8>>> = shards.iter().map(|s| s.map(<[u8]>::to_vec)).collect();
+            owned[want] = None;
+            self.reconstruct(&mut owned)?;
+            out.copy_from_slice(owned[want].as_deref().expect("whole after rebuilding"));
+            Ok(())
+        }
+    }
+
     fn reconstruct(&self, shards: &mut [Option<Vec<u8>>]) -> Result<(), CodecError> {
         assert_eq!(shards.len(), self.k + self.m, "one slot per shard");
         let present = shards.iter().filter(|s| s.is_some()).count();
@@ -153,7 +237,7 @@ impl Codec for ReedSolomon {
         let err = |e: reed_solomon_simd::Error| CodecError(format!("Reed-Solomon decode: {e}"));
         let missing_data: Vec<usize> = (0..self.k).filter(|i| shards[*i].is_none()).collect();
         if !missing_data.is_empty() {
-            let mut dec = ReedSolomonDecoder::new(self.k, self.m, len).map_err(err)?;
+            let mut dec = self.decoder(len)?;
             for (i, s) in shards.iter().enumerate() {
                 match s {
                     Some(d) if i < self.k => dec.add_original_shard(i, d).map_err(err)?,
@@ -161,11 +245,18 @@ impl Codec for ReedSolomon {
                     None => {}
                 }
             }
-            let result = dec.decode().map_err(err)?;
-            for i in &missing_data {
-                let restored =
-                    result.restored_original(*i).ok_or_else(|| CodecError(format!("shard {i} was not restored")))?;
-                shards[*i] = Some(restored.to_vec());
+            {
+                let result = dec.decode().map_err(err)?;
+                for i in &missing_data {
+                    let restored = result
+                        .restored_original(*i)
+                        .ok_or_else(|| CodecError(format!("shard {i} was not restored")))?;
+                    shards[*i] = Some(restored.to_vec());
+                }
+            }
+            let mut idle = self.decoders.lock();
+            if idle.len() < IDLE_CODERS_MAX {
+                idle.push(dec);
             }
         }
         // Missing parity is encoded again from the (now whole) data.
@@ -218,6 +309,46 @@ mod tests {
             codec.reconstruct(&mut damaged).unwrap();
             prop_assert_eq!(damaged, whole);
         }
+    }
+
+    proptest! {
+        /// One shard rebuilt from borrowed others (heal's way) is the shard, whichever it is and whichever
+        /// others are lost (at most m - 1 besides it), the same coders reused run after run.
+        #[test]
+        fn one_shard_is_rebuilt_from_the_others(k in 1usize..9, m in 1usize..5, want in 0usize..12, lost in proptest::collection::vec(0usize..12, 0..4), seed in any::<u8>()) {
+            let codec = codec_for(k, m);
+            let want = want % (k + m);
+            for round in 0..2u8 {
+                let whole = encoded(&*codec, &shards(k, 4096, seed ^ round));
+                let lost: std::collections::BTreeSet<usize> =
+                    lost.iter().map(|i| i % (k + m)).filter(|i| *i != want).take(m - 1).collect();
+                let refs: Vec<Option<&[u8]>> = whole
+                    .iter()
+                    .enumerate()
+                    .map(|(i, s)| if i == want || lost.contains(&i) { None } else { s.as_deref() })
+                    .collect();
+                let mut out = vec![0u8; 4096];
+                codec.rebuild_one(&refs, want, &mut out).unwrap();
+                prop_assert_eq!(Some(&out), whole[want].as_ref());
+            }
+        }
+    }
+
+    #[test]
+    fn one_shard_is_not_rebuilt_from_fewer_than_k() {
+        let codec = codec_for(4, 2);
+        let whole = encoded(&*codec, &shards(4, 128, 0));
+        let refs: Vec<Option<&[u8]>> =
+            whole.iter().enumerate().map(|(i, s)| if [0, 3, 5].contains(&i) { None } else { s.as_deref() }).collect();
+        let mut out = vec![0u8; 128];
+        for want in [0, 5] {
+            assert!(codec.rebuild_one(&refs, want, &mut out).unwrap_err().0.contains("3 of 6 shards, 4 needed"));
+        }
+        let none = codec_for(2, 0);
+        assert!(none.rebuild_one(&[Some(&[1u8; 64][..]), None], 1, &mut [0u8; 64]).is_err());
+        let mut copied = [0u8; 64];
+        none.rebuild_one(&[Some(&[1u8; 64][..]), Some(&[2u8; 64][..])], 1, &mut copied).unwrap();
+        assert_eq!(copied, [2u8; 64]);
     }
 
     /// Coding is position by position: the parity of concatenated stripes is the concatenation of their

@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Stripes rebuilt per step (bounds the memory of a heal: this many stripes of k + 1 shards, 1 MiB each).
+/// Stripes rebuilt per step (bounds the memory of a heal: this many stripes of k + m shards, 1 MiB each).
 const HEAL_STEP_STRIPES: u64 = 256;
 /// Objects healed at once. Measured on one disk (docs/bench/2026-11-24-heal-parallel): four at once in
 /// 4 MiB steps rebuilt slower (79 MiB/s against 106) and made the load's p99 four times longer during a
@@ -103,14 +103,20 @@ pub(crate) async fn heal_object<S: Store>(set: &Arc<SetInner<S>>, coll_name: &st
             let stale: Vec<usize> = (0..set.drives())
                 .filter(|d| r.holders[*d].is_none() && set.member(*d).is_some() && held[*d] != Some(r.layout.write_id))
                 .collect();
-            // Holders whose shard no longer reads back (damage found by a read) are rebuilt too.
-            let damaged = damaged_holders(&r).await;
+            // Holders whose shard no longer reads back (damage found by a read) are rebuilt too. Rebuilding
+            // a stale drive reads every holder's shard, which finds them; with none stale, every holder's
+            // shard is read for it alone.
+            let mut damaged = if stale.is_empty() { damaged_holders(&r).await } else { damaged_tails(&r).await };
             let mut n = 0;
-            for d in stale.into_iter().chain(damaged) {
-                if !answered[d] && set.member(d).is_none() {
-                    continue;
-                }
-                rebuild_on(set, &coll, name, &r, d, &mut lock).await?;
+            let skip = |d: usize| !answered[d] && set.member(d).is_none();
+            for d in stale.into_iter().filter(|d| !skip(*d)) {
+                rebuild_on(set, &coll, name, &r, d, &mut lock, &mut damaged).await?;
+                n += 1;
+            }
+            damaged.sort_unstable();
+            damaged.dedup();
+            for d in damaged.into_iter().filter(|d| !skip(*d)) {
+                rebuild_on(set, &coll, name, &r, d, &mut lock, &mut Vec::new()).await?;
                 n += 1;
             }
             Ok(if n == 0 { Healed::Nothing } else { Healed::Drives(n) })
@@ -158,8 +164,25 @@ async fn damaged_holders<S: Store>(r: &Resolved<S>) -> Vec<usize> {
     join_all(checks).await.into_iter().flatten().collect()
 }
 
-/// Writes the agreed version of an object on drive `d`: its shard (rebuilt from any k others), its tail if
-/// `d` holds it, every attribute, its listing tag and priority, in one drive transaction.
+/// Holders of the object's tail whose tail fails to read (checksums).
+async fn damaged_tails<S: Store>(r: &Resolved<S>) -> Vec<usize> {
+    let l = &r.layout;
+    let checks = r.holders.iter().enumerate().map(|(d, h)| async move {
+        let (snap, obj) = h.as_ref()?;
+        if !l.holds_tail(d) || l.tail_bytes() == 0 {
+            return None;
+        }
+        match snap.read(obj, l.shard_bytes(), l.tail_bytes()).await {
+            Ok(b) if b.len() as u64 == l.tail_bytes() => None,
+            _ => Some(d),
+        }
+    });
+    join_all(checks).await.into_iter().flatten().collect()
+}
+
+/// Writes the agreed version of an object on drive `d`: its shard (rebuilt from the others), its tail if
+/// `d` holds it, every attribute, its listing tag and priority, in one drive transaction. Holders whose
+/// shard fails to read meanwhile are added to `damaged`.
 async fn rebuild_on<S: Store>(
     set: &SetInner<S>,
     coll: &SetColl<S::Coll>,
@@ -167,6 +190,7 @@ async fn rebuild_on<S: Store>(
     r: &Resolved<S>,
     d: usize,
     lock: &mut crate::locks::Exclusive,
+    damaged: &mut Vec<usize>,
 ) -> StoreResult<()> {
     let (Some(store), Some(c)) = (set.member(d), coll.members[d].clone()) else {
         return Err(StoreError::unavailable(format!("drive {d} is missing")));
@@ -176,21 +200,42 @@ async fn rebuild_on<S: Store>(
     let shard = g.shard_on_drive(l.rotation as usize, d);
     let mut txn = Txn::new().with_priority(Priority::Background).op(Op::Reset { coll: c.clone(), name: name.to_vec() });
     let stripe = g.stripe_bytes();
+    let offset_on_drive = |at: u64| at / g.data as u64;
+    // A pipeline of two: step n's shard is written to the new drive while step n + 1's is read from the
+    // others and rebuilt, so the new drive's writes and the sources' reads overlap (the drive being
+    // rebuilt bounds the rate, not the sum of both).
     let mut at = 0u64;
-    while at < l.encoded_bytes {
+    let mut rebuilt: Option<(u64, AlignedBuf)> = None;
+    while at < l.encoded_bytes || rebuilt.is_some() {
         set.yield_to_foreground().await;
         // A large rebuild outlasts a lease: renewed step by step.
         lock.renew().await?;
-        let end = (at + HEAL_STEP_STRIPES * stripe).min(l.encoded_bytes);
-        let bytes = rebuild_shard_range(r, &g, shard, at, end).await?;
-        let len = bytes.len();
-        // Between the reads and the write too: each is a burst of IO on the drives foreground work uses.
-        set.yield_to_foreground().await;
-        let (staged, _) = store.stage(AlignedBuf::copy_of(&bytes), len, name).await?;
-        txn.push(Op::WriteStaged { coll: c.clone(), name: name.to_vec(), offset: at / g.data as u64, staged });
-        set.progress.healed_bytes.fetch_add(len as u64, Ordering::Relaxed);
-        at = end;
+        let next = (at < l.encoded_bytes).then(|| (at, (at + HEAL_STEP_STRIPES * stripe).min(l.encoded_bytes)));
+        let to_stage = rebuilt.take();
+        let read = async {
+            match next {
+                Some((from, to)) => rebuild_shard_range(r, &g, shard, from, to, damaged).await.map(Some),
+                None => Ok(None),
+            }
+        };
+        let write = async {
+            let Some((from, bytes)) = to_stage else { return Ok(None) };
+            let len = bytes.len();
+            let (staged, _) = store.stage(bytes, len, name).await?;
+            Ok::<_, StoreError>(Some((from, len, staged)))
+        };
+        let (read, write) = futures::join!(read, write);
+        if let Some((from, len, staged)) = write? {
+            txn.push(Op::WriteStaged { coll: c.clone(), name: name.to_vec(), offset: offset_on_drive(from), staged });
+            set.progress.healed_bytes.fetch_add(len as u64, Ordering::Relaxed);
+        }
+        if let (Some(bytes), Some((from, to))) = (read?, next) {
+            debug_assert_eq!(bytes.len() as u64, offset_on_drive(to - from), "a step rebuilds its stripes' units");
+            rebuilt = Some((from, bytes));
+            at = to;
+        }
     }
+    debug_assert!(at == l.encoded_bytes && rebuilt.is_none(), "every step's shard is staged");
     if l.holds_tail(d) && l.tail_bytes() > 0 {
         let tail = read_tail_from(r, &l).await?;
         txn.push(Op::Write { coll: c.clone(), name: name.to_vec(), offset: l.shard_bytes(), data: tail });
@@ -209,52 +254,54 @@ async fn rebuild_on<S: Store>(
     Ok(())
 }
 
-/// Shard `shard` of encoded bytes [from, to) (whole stripes), rebuilt from the holders' shards.
+/// Shard `shard` of encoded bytes [from, to) (whole stripes), rebuilt from the holders' shards. Every
+/// other holder's shard is read (not just k): a heal that rebuilds a drive also checks every holder's
+/// shard, and the holders whose read fails are added to `damaged` (drives).
 async fn rebuild_shard_range<S: Store>(
     r: &Resolved<S>,
     g: &SetGeometry,
     shard: usize,
     from: u64,
     to: u64,
-) -> StoreResult<Vec<u8>> {
+    damaged: &mut Vec<usize>,
+) -> StoreResult<AlignedBuf> {
     let (s0, s1) = stripes_covering(g, from, to);
     let (at, len) = (s0 * SHARD_UNIT_BYTES, (s1 - s0) * SHARD_UNIT_BYTES);
     let rotation = r.layout.rotation as usize;
+    // A shard's bytes, or whether a holder failed to read it (None: no drive holds this version).
     let read_shard = |j: usize| {
         let holder = r.holders[g.drive_of_shard(rotation, j)].as_ref();
         async move {
             let (snap, obj) = holder?;
-            match snap.read(obj, at, len).await {
-                Ok(b) if b.len() as u64 == len => Some(b.to_vec()),
-                _ => None,
-            }
+            Some(match snap.read(obj, at, len).await {
+                Ok(b) if b.len() as u64 == len => Ok(b),
+                _ => Err(()),
+            })
         }
     };
-    // k shards are enough: the data shards first (no decoding when the one rebuilt is parity), others
-    // only where those fail.
-    let mut shards: Vec<Option<Vec<u8>>> = vec![None; g.drives()];
+    let mut shards: Vec<Option<bytes::Bytes>> = vec![None; g.drives()];
     let others: Vec<usize> = (0..g.drives()).filter(|j| *j != shard).collect();
-    let (first, rest) = others.split_at(g.data.min(others.len()));
-    for (j, b) in first.iter().zip(join_all(first.iter().map(|&j| read_shard(j))).await) {
-        shards[*j] = b;
-    }
-    if shards.iter().flatten().count() < g.data {
-        for (j, b) in rest.iter().zip(join_all(rest.iter().map(|&j| read_shard(j))).await) {
-            shards[*j] = b;
+    for (&j, read) in others.iter().zip(join_all(others.iter().map(|&j| read_shard(j))).await) {
+        match read {
+            Some(Ok(b)) => shards[j] = Some(b),
+            Some(Err(())) => damaged.push(g.drive_of_shard(rotation, j)),
+            None => {}
         }
     }
     let codec = codec_by_id(r.layout.codec, g.data, g.parity)
         .ok_or_else(|| StoreError::corrupt(format!("an object's erasure code {} is unknown", r.layout.codec)))?;
-    // Decoding is CPU work: off the async threads, which serve requests.
-    let shards = tokio::task::spawn_blocking(move || {
+    // Decoding is CPU work: off the async threads, which serve requests. The shards read are borrowed, and
+    // the rebuilt one goes straight into the buffer staged on the drive.
+    tokio::task::spawn_blocking(move || {
+        let mut out = AlignedBuf::zeroed(len as usize);
+        let refs: Vec<Option<&[u8]>> = shards.iter().map(|s| s.as_deref()).collect();
         codec
-            .reconstruct(&mut shards)
-            .map(|()| shards)
+            .rebuild_one(&refs, shard, out.as_mut_slice())
+            .map(|()| out)
             .map_err(|e| StoreError::unavailable(format!("cannot rebuild: {e}")))
     })
     .await
-    .map_err(|e| StoreError::internal(format!("a decoding worker failed: {e}")))??;
-    shards.into_iter().nth(shard).flatten().ok_or_else(|| StoreError::internal("a rebuilt shard is missing"))
+    .map_err(|e| StoreError::internal(format!("a decoding worker failed: {e}")))?
 }
 
 async fn read_tail_from<S: Store>(r: &Resolved<S>, l: &ObjectLayout) -> StoreResult<Vec<u8>> {

@@ -128,6 +128,26 @@ async fn flipped_bits_are_detected_served_around_and_rebuilt() {
     check_all(&l, &objects).await;
 }
 
+/// Rebuilding a replaced drive reads every other holder's shard, so damage on one of them is found and
+/// rebuilt by the same heal, with no deep scan.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_heal_that_rebuilds_a_replaced_drive_rebuilds_damaged_shards_it_reads() {
+    let mut t = TestSet::new(4, 2).await;
+    let l = layer(&t).await;
+    l.create_bucket("bkt", None).await.unwrap();
+    let objects = fill(&l, "obj", 31).await;
+    for i in 0..4000u64 {
+        t.devices[3].corrupt_byte((1 << 20) + (i * 7919 * 4096 + i * 131) % (24 << 20));
+    }
+    t.replace_drive(2).await;
+    t.heal_all().await;
+    assert_eq!(t.set.counters().degraded_reads.load(std::sync::atomic::Ordering::Relaxed), 0, "nothing read yet");
+    // Drives 2 (replaced) and 3 (damaged) both hold good shards now: with two others failed, all reads.
+    t.devices[0].set_failing(true);
+    t.devices[1].set_failing(true);
+    check_all(&l, &objects).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replaced_drive_is_rebuilt_by_heal() {
     let mut t = TestSet::new(4, 2).await;
