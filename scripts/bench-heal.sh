@@ -2,7 +2,8 @@
 # Heal of a replaced drive on a 4+2 set (issue 13's heal targets), on this machine:
 #   1. the disk's sequential write bandwidth (dd, O_DIRECT, 2 GiB), the yardstick;
 #   2. idle: fill the set with 64 MiB objects, replace one drive, `mosaic admin heal`, and time the rebuild
-#      (bytes the new drive was given per second);
+#      (bytes the new drive was given per second), once with every source shard read from the disk (cold),
+#      once with the source drives' files in the page cache (as if each drive had its own disk);
 #   3. under load: cosbench-a alone, then cosbench-a while background heal rebuilds another replaced drive
 #      (at the background IO class, paced by heal_rate); the load's p99 is compared.
 #
@@ -51,15 +52,18 @@ wait_ready
 bench --workload write-only --size 64MiB --objects "$FILL_OBJECTS" --ops "$FILL_OBJECTS" --concurrency 4 \
   --warmup 0s --bucket heal-fill --keep --json >"$OUT/fill.json"
 # Timed from the replacement: background heal starts on it, `admin heal` finishes whatever is left.
-start=$(date +%s.%N)
-adm drive replace 5 "$DIR/drive6-new" >"$OUT/replace-idle.json"
-adm heal >"$OUT/heal-idle.json"
-end=$(date +%s.%N)
-adm drives >"$OUT/drives-after-idle-heal.json"
-python3 - "$OUT" "$start" "$end" <<'EOF'
+# idle_heal LABEL NEW_DRIVE: replaces slot 5 (the sixth drive) with NEW_DRIVE and times its rebuild.
+idle_heal() {
+  local label=$1 new=$2 start end
+  start=$(date +%s.%N)
+  adm drive replace 5 "$new" >"$OUT/replace-idle-$label.json"
+  adm heal >"$OUT/heal-idle-$label.json"
+  end=$(date +%s.%N)
+  adm drives >"$OUT/drives-after-idle-heal-$label.json"
+  python3 - "$OUT" "$label" "$start" "$end" <<'EOF2'
 import json, re, sys
-out, start, end = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
-drives = json.load(open(f"{out}/drives-after-idle-heal.json"))["drives"]
+out, label, start, end = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4])
+drives = json.load(open(f"{out}/drives-after-idle-heal-{label}.json"))["drives"]
 new = [d for d in drives if d["slot"] == 5][0]
 written = new["device_bytes_written"]
 dd = open(f"{out}/dd.txt").read().strip().splitlines()[-1]
@@ -67,11 +71,22 @@ m = re.search(r"([\d.]+) ([MG])B/s", dd)
 disk = float(m.group(1)) * (1000 if m.group(2) == "G" else 1) * 1e6 if m else 0
 secs = end - start
 rate = written / secs
-with open(f"{out}/heal-idle.txt", "w") as f:
-    f.write(f"heal took {secs:.1f} s; the new drive was written {written/2**20:.0f} MiB: {rate/2**20:.0f} MiB/s\n")
+with open(f"{out}/heal-idle-{label}.txt", "w") as f:
+    f.write(f"{label}: heal took {secs:.1f} s; the new drive was written {written/2**20:.0f} MiB: {rate/2**20:.0f} MiB/s\n")
     f.write(f"disk sequential write (dd): {disk/2**20:.0f} MiB/s; heal at {rate/disk*100 if disk else 0:.0f}% of it\n")
-print(open(f"{out}/heal-idle.txt").read(), end="")
-EOF
+print(open(f"{out}/heal-idle-{label}.txt").read(), end="")
+EOF2
+}
+# Cold: every shard a rebuild reads comes from the one disk that also takes the new drive's writes, so the
+# disk moves about k + 1 = 5 times the rebuilt bytes (a node with a disk per drive reads the k shards from k
+# other disks).
+sync && echo 3 >/proc/sys/vm/drop_caches
+idle_heal cold "$DIR/drive6-new"
+# Sources off the disk: the five other drives' files read into the page cache first, so the rebuild's reads
+# cost the disk nothing and the new drive's writes are what the disk does, as on a node with a disk per
+# drive.
+find "$DIR"/drive[1-5] -type f -exec cat {} + >/dev/null
+idle_heal sources-cached "$DIR/drive6-new2"
 
 # 3. Heal under load: cosbench-a's p99 alone, then while another replaced drive is rebuilt in the background.
 bench --workload cosbench-a --duration 20s --warmup 3s --bucket load --keep --out "$OUT/load-alone" >/dev/null

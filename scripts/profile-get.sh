@@ -7,6 +7,9 @@
 #
 #   scripts/profile-get.sh [OUT]     (default docs/bench/<today>-profile; needs bin/mosaic, perf, inferno)
 #
+# KEEP_FOLDED=DIR keeps the collapsed stacks there (DIR/<workload>.folded) for a closer look.
+# SET=4+2 profiles a k+m set over k+m drive files instead of one drive (ONLY=large-get picks one workload).
+#
 # Writes OUT/<workload>.svg (flame graph), OUT/<workload>-stages.txt (inclusive share of each stage) and
 # OUT/<workload>-syscalls.txt.
 set -euo pipefail
@@ -22,6 +25,13 @@ declare -A WORKLOADS=(
   [small-get]="--workload cosbench-a --mix 100/0/0 --size 4KiB --objects 10000 --concurrency 16"
   [large-get]="--workload cosbench-c --mix 100/0/0 --size 64MiB --objects 16 --concurrency 4"
 )
+DRIVES=()
+SET_NAME="one drive"
+if [[ -n "${SET:-}" ]]; then
+  for d in $(seq 1 $((${SET%+*} + ${SET#*+}))); do DRIVES+=(--drive "$DIR/data/drive$d"); done
+  DRIVES+=(--erasure "$SET")
+  SET_NAME="a $SET set"
+fi
 for tool in perf inferno-collapse-perf inferno-flamegraph; do
   command -v "$tool" >/dev/null || { echo "needs $tool (apt install linux-perf; cargo install inferno)" >&2; exit 1; }
 done
@@ -40,15 +50,15 @@ mkdir -p "$OUT"
 {
   echo "date: $(date -u +%FT%TZ)"
   echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM, $(uname -sr)"
-  echo "mosaic: $("$MOSAIC" --version) (commit $(git rev-parse --short HEAD)), one drive of at most 12GiB"
+  echo "mosaic: $("$MOSAIC" --version) (commit $(git rev-parse --short HEAD)), $SET_NAME, drives of at most ${DRIVE_SIZE:-12GiB}"
   echo "sampling: perf record -F 499 -g --call-graph dwarf,16384 -p <server> -- sleep $SECONDS_SAMPLED"
   for w in "${!WORKLOADS[@]}"; do echo "workload $w: ${WORKLOADS[$w]}"; done
 } >"$OUT/machine.txt"
 
-for w in small-get large-get; do
+for w in ${ONLY:-small-get large-get}; do
   rm -rf "$DIR" && mkdir -p "$DIR"
   require_free_port
-  MOSAIC_ACCESS_KEY=$AK MOSAIC_SECRET_KEY=$SK "$MOSAIC" server --data "$DIR/data" --drive-size 12GiB \
+  MOSAIC_ACCESS_KEY=$AK MOSAIC_SECRET_KEY=$SK "$MOSAIC" server --data "$DIR/data" --drive-size "${DRIVE_SIZE:-12GiB}" "${DRIVES[@]}" \
     --s3-address "127.0.0.1:$PORT" --admin-address "127.0.0.1:$((PORT + 1))" >"$DIR/server.log" 2>&1 &
   PID=$!
   wait_port
@@ -67,8 +77,9 @@ for w in small-get large-get; do
     >"$OUT/$w-syscalls.txt"
   cat "$OUT/$w-syscalls.txt"
   perf script -i "$DIR/perf.data" 2>/dev/null | inferno-collapse-perf >"$DIR/folded"
-  inferno-flamegraph --minwidth 0.2 --title "Mosaic $w (one drive)" <"$DIR/folded" >"$OUT/$w.svg"
+  inferno-flamegraph --minwidth 0.2 --title "Mosaic $w ($SET_NAME)" <"$DIR/folded" >"$OUT/$w.svg"
   python3 scripts/profile-stages.py "$DIR/folded" >"$OUT/$w-stages.txt"
+  if [[ -n "${KEEP_FOLDED:-}" ]]; then cp "$DIR/folded" "$KEEP_FOLDED/$w.folded"; fi
   cat "$OUT/$w-stages.txt"
   stop
 done
