@@ -421,12 +421,6 @@ impl Pipeline {
                 core.meta_cache.install(cf, k, v.clone());
             }
         }
-        // The fragments of an object one of whose fragments this group writes or removes are no longer
-        // known (fragment changes are point changes too: a key starts with the object's nid).
-        for (k, _) in group_ov.changes(CF_FRAGS) {
-            debug_assert_eq!(k.len(), 24, "a fragment key is nid, block, sequence");
-            core.meta_cache.forget(crate::meta_cache::FRAGS_OF, &k[..k.len().min(8)]);
-        }
         // Pages the same way (page_cache.rs).
         core.page_cache.apply(page_changes, epoch);
         let mut batch = WriteBatch::default();

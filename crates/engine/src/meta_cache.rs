@@ -13,13 +13,6 @@
 //! - If a batch write fails, the cache is emptied and the drive goes read-only.
 
 use crate::keys::{CF_ATTRS, CF_NAMES, CF_ONODES};
-
-/// Not a column family: an object's fragments in the fragment log, by nid (`nid_key`): all of them
-/// (none, for an object written in whole blocks; the data itself, for a small object that lives in the KV
-/// store), or absent as a value when they are too many to keep. An entry is filled by a reader that looked
-/// at the newest state and forgotten by every group that changes a fragment of the object (`forget`), so
-/// most reads need no fragment scan (reader.rs `fragments_in`).
-pub(crate) const FRAGS_OF: &str = "frags-of";
 use lru::LruCache;
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -34,18 +27,15 @@ enum Table {
     Onodes = 1,
     /// Object attributes: a GET reads the layout and the metadata record of the object it found.
     Attrs = 2,
-    /// Objects' fragments (`FRAGS_OF`).
-    FragsOf = 3,
 }
 
-const TABLES: usize = 4;
+const TABLES: usize = 3;
 
 fn table(cf: &str) -> Option<Table> {
     match cf {
         CF_NAMES => Some(Table::Names),
         CF_ONODES => Some(Table::Onodes),
         CF_ATTRS => Some(Table::Attrs),
-        FRAGS_OF => Some(Table::FragsOf),
         _ => None,
     }
 }
@@ -167,20 +157,6 @@ impl MetaCache {
         self.insert(&mut s, t, key, value, epoch);
     }
 
-    /// The committer: the group being installed changes `key` in `cf` in a way the cache does not follow;
-    /// its entry goes. Readers then read their snapshot, and only those at the newest state fill it again
-    /// (`fill` refuses a value read before this group was installed).
-    pub(crate) fn forget(&self, cf: &str, key: &[u8]) {
-        let Some(t) = table(cf) else { return };
-        if !self.enabled() {
-            return;
-        }
-        let mut s = self.shard(t, key).lock();
-        if let Some(old) = s.map(t).pop(key) {
-            s.bytes -= entry_bytes(key, &old.value);
-        }
-    }
-
     fn insert(&self, s: &mut Shard, t: Table, key: &[u8], value: Option<Vec<u8>>, epoch: u64) {
         let size = entry_bytes(key, &value);
         if size > self.shard_capacity_bytes {
@@ -253,27 +229,6 @@ mod tests {
         c.fill(CF_NAMES, b"n", &Some(b"new".to_vec()), 6);
         assert_eq!(c.get(CF_NAMES, b"n", 6), Some(Some(b"new".to_vec())));
     }
-
-    #[test]
-    fn a_forgotten_entry_is_gone_and_filled_again_only_from_the_newest_state() {
-        let c = MetaCache::new(1 << 20, 5);
-        c.fill(FRAGS_OF, b"nid", &Some(Vec::new()), 5);
-        assert_eq!(c.get(FRAGS_OF, b"nid", 5), Some(Some(Vec::new())), "known to have no fragments");
-        let bytes = c.bytes();
-        c.begin_install(6);
-        c.forget(FRAGS_OF, b"nid");
-        assert_eq!((c.get(FRAGS_OF, b"nid", 5), c.get(FRAGS_OF, b"nid", 6)), (None, None));
-        assert!(c.bytes() < bytes, "its bytes are given back");
-        c.fill(FRAGS_OF, b"nid", &Some(Vec::new()), 5);
-        assert_eq!(c.get(FRAGS_OF, b"nid", 6), None, "a look from before group 6 is not remembered");
-        c.fill(FRAGS_OF, b"nid", &None, 6);
-        assert_eq!(c.get(FRAGS_OF, b"nid", 6), Some(None), "known to have too many to keep");
-        c.forget(FRAGS_OF, b"other");
-        c.forget(CF_FRAGS_NOT_CACHED, b"nid");
-        assert_eq!(c.get(FRAGS_OF, b"nid", 6), Some(None));
-    }
-
-    const CF_FRAGS_NOT_CACHED: &str = crate::keys::CF_FRAGS;
 
     #[test]
     fn the_cache_stays_within_its_bytes_and_evicts_the_least_recently_used() {

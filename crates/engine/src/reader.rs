@@ -155,39 +155,6 @@ impl Reader {
         Ok(out)
     }
 
-    /// The fragments of object `nid` with keys in [from, to), at most `cap` (more is a `Limit` error): from
-    /// the metadata cache's copy of all of the object's fragments (`FRAGS_OF`) when it has one, else from a
-    /// look at all of them at the newest state, kept there when they are few, else from a scan of the range.
-    fn fragments_in(&self, nid: Nid, from: &[u8], to: &[u8], cap: usize) -> Result<Vec<RawEntry>> {
-        let what = "fragments in the range read";
-        let cache = &self.core.meta_cache;
-        let key = nid_key(nid);
-        let all = match cache.get(crate::meta_cache::FRAGS_OF, &key, self.epoch) {
-            Some(Some(kept)) => decode_frag_list(&kept)?,
-            // Too many to keep, or a look that could not be kept (it would only add a scan to the range's).
-            Some(None) => return self.scan_capped(CF_FRAGS, from, to, cap, what),
-            None if !cache.enabled() || self.fill_epoch.is_none() => {
-                return self.scan_capped(CF_FRAGS, from, to, cap, what);
-            }
-            None => {
-                let all = self.scan(CF_FRAGS, &key, &nid_key(nid + 1), FRAGS_KEPT_MAX + 1)?;
-                let kept = encode_frag_list(&all);
-                if let Some(e) = self.fill_epoch {
-                    cache.fill(crate::meta_cache::FRAGS_OF, &key, &kept, e);
-                }
-                if kept.is_none() {
-                    return self.scan_capped(CF_FRAGS, from, to, cap, what);
-                }
-                all
-            }
-        };
-        let inside: Vec<RawEntry> = all.into_iter().filter(|(k, _)| &**k >= from && &**k < to).collect();
-        if inside.len() > cap {
-            return Err(EngineError::Limit(format!("more than {cap} {what}")));
-        }
-        Ok(inside)
-    }
-
     /// Serves a small read wholly from the page cache when every block of it has a clean or dirty page
     /// this reader may see (a partial hit reads the device as usual).
     fn read_from_pages(&self, nid: Nid, lb0: u64, lb1: u64, offset: u64, out: &mut [u8]) -> bool {
@@ -437,7 +404,7 @@ impl Reader {
         let segments = read_segments(&runs, lb0, lb1);
         let frags_cap = ((lb1 - lb0) as usize).saturating_mul(MAX_FRAGS_PER_BLOCK);
         let (fs, fe) = (frag_key(nid, lb0, 0), frag_key(nid, lb1, 0));
-        let frags = self.fragments_in(nid, &fs, &fe, frags_cap)?;
+        let frags = self.scan_capped(CF_FRAGS, &fs, &fe, frags_cap, "fragments in the range read")?;
         let read_segment = |seg: &Segment| match wait {
             DeviceWait::Wait => self.core.io.read_verified_segment(&info.name, seg).map(Some),
             DeviceWait::NoWait { .. } => self.core.io.read_verified_segment_nowait(seg),
@@ -466,47 +433,6 @@ impl Reader {
         }
         Ok(Some(out.into()))
     }
-}
-
-/// Most fragments, and most bytes of them, the metadata cache keeps for one object (a small object that
-/// lives in the KV store is a few fragments of at most `inline_max_bytes`).
-const FRAGS_KEPT_MAX: usize = 64;
-const FRAGS_KEPT_MAX_BYTES: usize = 64 * 1024;
-
-/// An object's fragments as the metadata cache keeps them (in memory only): per fragment its key's and
-/// value's lengths (u32) and bytes. None when they are too many or too large to keep.
-fn encode_frag_list(frags: &[RawEntry]) -> Option<Vec<u8>> {
-    let bytes: usize = frags.iter().map(|(k, v)| 8 + k.len() + v.len()).sum();
-    if frags.len() > FRAGS_KEPT_MAX || bytes > FRAGS_KEPT_MAX_BYTES {
-        return None;
-    }
-    let mut out = Vec::with_capacity(bytes);
-    for (k, v) in frags {
-        out.extend_from_slice(&(k.len() as u32).to_be_bytes());
-        out.extend_from_slice(&(v.len() as u32).to_be_bytes());
-        out.extend_from_slice(k);
-        out.extend_from_slice(v);
-    }
-    debug_assert_eq!(decode_frag_list(&out).ok().as_deref(), Some(frags), "a kept list decodes back");
-    Some(out)
-}
-
-fn decode_frag_list(raw: &[u8]) -> Result<Vec<RawEntry>> {
-    let bad = || EngineError::Corrupt("a kept fragment list that does not decode".into());
-    let mut out = Vec::new();
-    let mut at = 0;
-    while at < raw.len() {
-        let len_at = |i: usize| -> Result<usize> {
-            let b = raw.get(i..i + 4).ok_or_else(bad)?;
-            Ok(u32::from_be_bytes(b.try_into().map_err(|_| bad())?) as usize)
-        };
-        let (kl, vl) = (len_at(at)?, len_at(at + 4)?);
-        let k = raw.get(at + 8..at + 8 + kl).ok_or_else(bad)?;
-        let v = raw.get(at + 8 + kl..at + 8 + kl + vl).ok_or_else(bad)?;
-        out.push((k.into(), v.into()));
-        at += 8 + kl + vl;
-    }
-    Ok(out)
 }
 
 /// Whether a read may wait for the device, or must complete from memory (and be at most `max_bytes`).
