@@ -38,11 +38,31 @@ pub trait Codec: Send + Sync {
             out.copy_from_slice(have);
             return Ok(());
         }
-        let mut owned: Vec<Option<Vec<u8>>> = shards.iter().map(|s| s.map(<[u8]>::to_vec)).collect();
-        self.reconstruct(&mut owned)?;
-        let rebuilt = owned.get(want).and_then(Option::as_deref);
-        out.copy_from_slice(rebuilt.ok_or_else(|| CodecError(format!("shard {want} was not rebuilt")))?);
-        Ok(())
+        rebuild_by_reconstructing(self, shards, want, out)
+    }
+}
+
+/// `Codec::rebuild_one` the general way: owned copies of the shards (without `want`), `reconstruct`, and
+/// the rebuilt one copied out.
+fn rebuild_by_reconstructing<C: Codec + ?Sized>(
+    codec: &C,
+    shards: &[Option<&[u8]>],
+    want: usize,
+    out: &mut [u8],
+) -> Result<(), CodecError> {
+    let mut owned: Vec<Option<Vec<u8>>> =
+        shards.iter().enumerate().map(|(i, s)| s.filter(|_| i != want).map(<[u8]>::to_vec)).collect();
+    codec.reconstruct(&mut owned)?;
+    let rebuilt = owned.get(want).and_then(Option::as_deref);
+    out.copy_from_slice(rebuilt.ok_or_else(|| CodecError(format!("shard {want} was not rebuilt")))?);
+    Ok(())
+}
+
+/// Gives a coder back to its pool, which keeps at most `IDLE_CODERS_MAX`.
+fn give_back<T>(pool: &Mutex<Vec<T>>, coder: T) {
+    let mut idle = pool.lock();
+    if idle.len() < IDLE_CODERS_MAX {
+        idle.push(coder);
     }
 }
 
@@ -158,10 +178,7 @@ impl Codec for ReedSolomon {
                 out.copy_from_slice(recovery);
             }
         }
-        let mut idle = self.encoders.lock();
-        if idle.len() < IDLE_CODERS_MAX {
-            idle.push(enc);
-        }
+        give_back(&self.encoders, enc);
         Ok(())
     }
 
@@ -191,10 +208,7 @@ impl Codec for ReedSolomon {
                     .ok_or_else(|| CodecError(format!("shard {want} was not restored")))?;
                 out.copy_from_slice(restored);
             }
-            let mut idle = self.decoders.lock();
-            if idle.len() < IDLE_CODERS_MAX {
-                idle.push(dec);
-            }
+            give_back(&self.decoders, dec);
             Ok(())
         } else if data_whole {
             // A parity shard with every data shard at hand: encoded again, only it kept.
@@ -209,18 +223,11 @@ impl Codec for ReedSolomon {
                     .ok_or_else(|| CodecError(format!("shard {want} was not encoded")))?;
                 out.copy_from_slice(recovery);
             }
-            let mut idle = self.encoders.lock();
-            if idle.len() < IDLE_CODERS_MAX {
-                idle.push(enc);
-            }
+            give_back(&self.encoders, enc);
             Ok(())
         } else {
             // A parity shard and a data shard missing: the general path.
-            let mut owned: Vec<Option<Vec<u8>>> = shards.iter().map(|s| s.map(<[u8]>::to_vec)).collect();
-            owned[want] = None;
-            self.reconstruct(&mut owned)?;
-            out.copy_from_slice(owned[want].as_deref().expect("whole after rebuilding"));
-            Ok(())
+            rebuild_by_reconstructing(self, shards, want, out)
         }
     }
 
@@ -254,10 +261,7 @@ impl Codec for ReedSolomon {
                     shards[*i] = Some(restored.to_vec());
                 }
             }
-            let mut idle = self.decoders.lock();
-            if idle.len() < IDLE_CODERS_MAX {
-                idle.push(dec);
-            }
+            give_back(&self.decoders, dec);
         }
         // Missing parity is encoded again from the (now whole) data.
         if shards[self.k..].iter().any(Option::is_none) {
