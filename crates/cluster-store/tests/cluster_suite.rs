@@ -317,10 +317,6 @@ async fn a_moving_group_refuses_a_write_its_step_would_not_keep() {
     cluster.stop();
 }
 
-/// A removal from a moving group is followed onto the drives its step fills (`StepFollower`): the fill
-/// copied an object onto the step's new drive, another node deletes it through the set served, and the
-/// copy is gone from the new drive too (else, with k = m, it would tie with the kept drives once the step
-/// is served and the object would come back). A key written again afterwards is left for the fill.
 /// Drive 0 made to weigh almost nothing, so that groups on it move to the other drive of its node: the
 /// step of one that keeps k drives, the slot its new drive takes, and a key of that group.
 fn a_moving_group(cluster: &mut Cluster) -> (mosaic_cluster_store::Step, usize, String) {
@@ -335,20 +331,33 @@ fn a_moving_group(cluster: &mut Cluster) -> (mosaic_cluster_store::Step, usize, 
     (step, new_slot, key)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_removal_in_a_moving_group_reaches_the_drives_its_step_fills() {
-    use mosaic_cluster_store::{StepSet, open_step_set};
-    use mosaic_store::{Snapshot, Store};
-    let mut cluster = Cluster::start().await;
-    let (step, new_slot, key) = a_moving_group(&mut cluster);
-    let map = cluster.map.clone();
+/// `a_moving_group` with its key written in bucket `bkt` (through node 0, whose layer is returned), and the
+/// step's set opened for filling as the rebalancer opens it.
+async fn a_moving_group_with_its_key(
+    cluster: &mut Cluster,
+) -> (mosaic_cluster_store::Step, usize, String, impl ObjectLayer, mosaic_cluster_store::StepSet) {
+    let (step, new_slot, key) = a_moving_group(cluster);
     let writer = cluster.layer(0).await;
     writer.create_bucket("bkt", None).await.unwrap();
     writer.put_object("bkt", &key, body(&pattern(3, 40_000), 65_536), PutOptions::default()).await.unwrap();
-
-    // The rebalancer's fill copies it onto the new drive.
     let base = SetConfig::new(SetGeometry::new(1, 0).unwrap());
-    let filling = open_step_set(&map, 0, &step, &cluster.local[0], &cluster.client, base).await.unwrap();
+    let filling = mosaic_cluster_store::open_step_set(&cluster.map, 0, &step, &cluster.local[0], &cluster.client, base)
+        .await
+        .unwrap();
+    (step, new_slot, key, writer, filling)
+}
+
+/// A removal from a moving group is followed onto the drives its step fills (`StepFollower`): the fill
+/// copied an object onto the step's new drive, another node deletes it through the set served, and the
+/// copy is gone from the new drive too (else, with k = m, it would tie with the kept drives once the step
+/// is served and the object would come back). A key written again afterwards is left for the fill.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_removal_in_a_moving_group_reaches_the_drives_its_step_fills() {
+    use mosaic_cluster_store::StepSet;
+    use mosaic_store::{Snapshot, Store};
+    let mut cluster = Cluster::start().await;
+    // The rebalancer's fill copies the key onto the new drive.
+    let (_, new_slot, key, writer, filling) = a_moving_group_with_its_key(&mut cluster).await;
     let fill = |set: &StepSet| {
         let set = set.clone();
         async move {
@@ -508,15 +517,8 @@ fn the_pool_places_objects_in_the_maps_group() {
 /// is done the bucket is made again, written, read and listed as if it were new.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_bucket_deleted_while_its_group_moves_is_made_again_after_the_move() {
-    use mosaic_cluster_store::open_step_set;
     let mut cluster = Cluster::start().await;
-    let (step, _, key) = a_moving_group(&mut cluster);
-    let map = cluster.map.clone();
-    let writer = cluster.layer(0).await;
-    writer.create_bucket("bkt", None).await.unwrap();
-    writer.put_object("bkt", &key, body(&pattern(3, 40_000), 65_536), PutOptions::default()).await.unwrap();
-    let base = SetConfig::new(SetGeometry::new(1, 0).unwrap());
-    let filling = open_step_set(&map, 0, &step, &cluster.local[0], &cluster.client, base).await.unwrap();
+    let (step, _, key, _, filling) = a_moving_group_with_its_key(&mut cluster).await;
     filling.scan().await.unwrap();
     while filling.heal_now(100).await > 0 {}
 
