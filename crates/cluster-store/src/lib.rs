@@ -20,7 +20,10 @@ pub use clear::{Cleared, clear_group};
 pub use fence::{drive_guard, fence_check, fence_of, group_placement};
 pub use node_drive::{NodeDrive, NodeSnapshot, NodeStaged};
 pub use pg_drive::PgDrive;
-pub use step::{Step, StepFollower, StepSet, open_step_set};
+pub use step::{
+    FollowCount, FollowCounts, FollowReport, FollowTally, Step, StepFollower, StepSet, fill, fill_following,
+    nodes_unfollowed, open_step_set,
+};
 
 use futures::future::BoxFuture;
 use mosaic_cluster::locks::{HeldLocks, LockClient, LockError};
@@ -46,6 +49,8 @@ pub type ClusterStore = Pool<ErasureSet<PgDrive<NodeDrive>>>;
 pub struct ClusterStoreConfig {
     /// The set settings; the geometry is replaced by the map's.
     pub set: SetConfig,
+    /// This node's removals from moving groups, counted for the rebalancers (`fill_following`).
+    pub follows: Arc<FollowTally>,
 }
 
 /// A store as composed, and the drives that did not answer then (missing members of their sets until the
@@ -72,7 +77,8 @@ struct GroupKey<'a> {
     drives: Vec<(DriveId, Option<DrivePlace<'a>>)>,
     kept: Option<u16>,
     step: Option<Step>,
-    /// Whether every node of the step's drives is up (its removals are followed then).
+    /// Whether every node of the step's drives is up (a follower does not ask drives of nodes marked down,
+    /// so a change opens the set and its follower anew).
     step_up: bool,
     owner: bool,
 }
@@ -179,18 +185,18 @@ pub async fn build(
         // Every node writes to every group; only the group's owner settles undo logs at open (writes old
         // enough not to be in flight elsewhere) and heals.
         let owner = owner_of(map, set) == Some(me);
-        // A moving group's removals are followed onto its next set (`step`), when the step keeps k drives
-        // that took every write.
+        // A moving group's removals are followed onto its next set (`step`) when the step keeps k drives
+        // that took every write: onto the new drives that answer, counted when some do not. When it keeps
+        // none (a node of the set is down), they are counted, and the step starts again.
         let kept = kept_drives(map, entry);
-        let removal_follower = match (Step::of(map, pg), kept) {
-            (Some(step), Some(_)) if step_is_up(map, &step) => {
-                let map = follow_map.get_or_insert_with(|| Arc::new(map.clone())).clone();
-                let local = follow_local.get_or_insert_with(|| Arc::new(local.clone())).clone();
-                let follower = StepFollower::new(map, me, step, local, client.clone(), set_cfg.clone());
-                Some(Arc::new(follower) as Arc<dyn mosaic_erasure::RemovalFollower>)
-            }
-            _ => None,
-        };
+        let removal_follower = Step::of(map, pg).map(|step| {
+            let map = follow_map.get_or_insert_with(|| Arc::new(map.clone())).clone();
+            let local = follow_local.get_or_insert_with(|| Arc::new(local.clone())).clone();
+            let tally = cfg.follows.clone();
+            let follower = StepFollower::new(map, me, step, local, client.clone(), set_cfg.clone(), tally);
+            let follower = if kept.is_some() { follower } else { follower.counting_only() };
+            Arc::new(follower) as Arc<dyn mosaic_erasure::RemovalFollower>
+        });
         let cfg = SetConfig {
             kept_drives: kept,
             removal_follower,

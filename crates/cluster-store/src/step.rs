@@ -5,8 +5,16 @@
 //! new ones from them. The fill copies an object at some moment; a delete after that reaches only the
 //! set served, so the new drives would keep a copy the kept drives lack, and with k = m the copies tie
 //! with the kept drives once the step is served, which brings the object back. So every node that
-//! removes a name from a moving group's set (`StepFollower`) takes it off the new drives too, and the
-//! fill decides each object from the kept drives (`SetConfig::decided_by`).
+//! removes a name from a moving group's set (`StepFollower`) takes it off the new drives too (those that
+//! answer), and the fill decides each object from the kept drives (`SetConfig::decided_by`).
+//!
+//! A removal that could not be followed (a new drive did not answer, a node of the set served was marked
+//! down so that the step kept nothing, the node crashed between its commit and the follow) is caught by
+//! the step: every node counts its removals under way and not followed per group (`FollowTally`), and a
+//! fill during which any count changed on any node does not end the step (`fill_following`): the step
+//! starts again, and its next fill finds the name gone from the kept drives and takes the copy off the
+//! new ones. Left open: a removal made between the last count and the moment every node serves the step,
+//! that fails to reach every new drive.
 
 use crate::{NodeDrive, PgDrive, connect_drive, group_placement};
 use futures::future::BoxFuture;
@@ -15,14 +23,27 @@ use mosaic_cluster::{ClusterMap, DriveId, NodeId};
 use mosaic_drive::DriveStore;
 use mosaic_erasure::{ErasureSet, RemovalFollower, SetConfig, SetGeometry, Settle};
 use mosaic_store::{StoreError, StoreResult};
-use std::collections::HashMap;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Longest a followed removal may take (the heal waits for the name's lock among the rest).
 const FOLLOW_TIMEOUT: Duration = Duration::from_secs(15);
-/// After the next set failed to open, removals are not followed for this long (each would try again).
+/// A next set opened without some of its drives is opened again after this long (a drive that did not
+/// answer may answer again before the map marks its node down or a new map composes the store anew).
 const OPEN_RETRY_AFTER: Duration = Duration::from_secs(5);
+/// Rounds of a fill (`fill`) a step runs before it tries again later.
+const MAX_FILL_ROUNDS: usize = 16;
+/// Objects rebuilt per heal call of a fill.
+const FILL_HEAL_STEP: usize = 1024;
+/// Longest wait for the removals under way at the end of a fill to end (a follow ends within
+/// `FOLLOW_TIMEOUT`), and how often the nodes are asked meanwhile.
+const FOLLOW_SETTLE_WAIT: Duration = Duration::from_secs(20);
+const FOLLOW_SETTLE_POLL: Duration = Duration::from_millis(50);
+/// Removals under way per group on one node: far above the requests a node serves at once.
+const MAX_UNDER_WAY: usize = 1 << 20;
 
 /// A group's next set.
 pub type StepSet = ErasureSet<PgDrive<NodeDrive>>;
@@ -59,17 +80,41 @@ pub async fn open_step_set(
     client: &RpcClient,
     cfg: SetConfig,
 ) -> Result<StepSet, String> {
+    let (set, missing) = open_reachable(map, me, step, local, client, cfg).await?;
+    match missing.first() {
+        Some(id) => Err(format!("drive {id} of its next set does not answer")),
+        None => Ok(set),
+    }
+}
+
+/// `open_step_set` over the drives that answer (a drive on a node the map marks down is not asked), and
+/// the drives that are missing.
+async fn open_reachable(
+    map: &ClusterMap,
+    me: NodeId,
+    step: &Step,
+    local: &HashMap<DriveId, DriveStore>,
+    client: &RpcClient,
+    cfg: SetConfig,
+) -> Result<(StepSet, Vec<DriveId>), String> {
     // Fenced with the placement served: once a newer map places the group otherwise, the drives' nodes
     // refuse these commands.
     let placement = group_placement(map, step.pg);
-    let mut members = Vec::with_capacity(step.target.len());
-    for (slot, id) in step.target.iter().enumerate() {
-        let drive = connect_drive(map, me, *id, local, client)
-            .await
-            .ok_or(format!("drive {id} of its next set does not answer"))?;
-        let drive = Arc::new(drive.for_group(placement.clone(), slot));
-        members.push(Some(Arc::new(PgDrive::new(drive, step.pg as u32, slot))));
-    }
+    let connects = step.target.iter().map(|id| async move {
+        let down = map.drives.get(id).is_none_or(|d| d.node != me && crate::node_is_down(map, d.node));
+        if down { None } else { connect_drive(map, me, *id, local, client).await }
+    });
+    let drives = futures::future::join_all(connects).await;
+    let missing: Vec<DriveId> =
+        step.target.iter().zip(&drives).filter(|(_, d)| d.is_none()).map(|(id, _)| *id).collect();
+    let members = drives
+        .into_iter()
+        .enumerate()
+        .map(|(slot, drive)| {
+            let drive = Arc::new(drive?.for_group(placement.clone(), slot));
+            Some(Arc::new(PgDrive::new(drive, step.pg as u32, slot)))
+        })
+        .collect();
     let geometry = SetGeometry::new(map.data_shards as usize, map.parity_shards as usize).map_err(|e| e.to_string())?;
     let cfg = SetConfig {
         geometry,
@@ -82,12 +127,14 @@ pub async fn open_step_set(
         removal_follower: None,
         ..cfg
     };
-    ErasureSet::open(cfg, members).await.map_err(|e| e.to_string())
+    let set = ErasureSet::open(cfg, members).await.map_err(|e| e.to_string())?;
+    Ok((set, missing))
 }
 
 /// A moving group's removals followed onto its next set: after a write took a name away from the set
 /// served, the name is healed on the next set (decided by the kept drives, which took the removal), so a
-/// copy the fill made before it goes too. The next set is opened at the first removal.
+/// copy the fill made before it goes too, from every new drive that answers. A removal that did not reach
+/// every new drive is counted in the node's `FollowTally`. The next set is opened at the first removal.
 pub struct StepFollower {
     map: Arc<ClusterMap>,
     me: NodeId,
@@ -97,9 +144,19 @@ pub struct StepFollower {
     /// The settings of the node's sets, with its object locks: the heal orders itself with every node's
     /// writes of the name.
     cfg: SetConfig,
-    set: tokio::sync::OnceCell<StepSet>,
-    /// When the next set last failed to open.
-    open_failed_at: parking_lot::Mutex<Option<Instant>>,
+    /// False while a node of the set served is marked down: the step keeps no drives then (writes need
+    /// only their quorum), so removals are counted, not followed.
+    follows: bool,
+    tally: Arc<FollowTally>,
+    /// The next set as last opened: with every drive (kept), or without some (opened again after
+    /// `OPEN_RETRY_AFTER`). Held while opening, so that removals at once open it once.
+    set: tokio::sync::Mutex<Option<Opened>>,
+}
+
+struct Opened {
+    set: Arc<StepSet>,
+    missing: Vec<DriveId>,
+    at: Instant,
 }
 
 impl StepFollower {
@@ -110,40 +167,288 @@ impl StepFollower {
         local: Arc<HashMap<DriveId, DriveStore>>,
         client: RpcClient,
         cfg: SetConfig,
+        tally: Arc<FollowTally>,
     ) -> Self {
-        let set = tokio::sync::OnceCell::new();
-        StepFollower { map, me, step, local, client, cfg, set, open_failed_at: parking_lot::Mutex::new(None) }
+        let set = tokio::sync::Mutex::new(None);
+        StepFollower { map, me, step, local, client, cfg, follows: true, tally, set }
     }
 
-    /// The next set, opened at the first call; a failure to open is remembered for `OPEN_RETRY_AFTER`.
-    async fn next_set(&self) -> StoreResult<&StepSet> {
-        let pg = self.step.pg;
-        if self.open_failed_at.lock().is_some_and(|at| at.elapsed() < OPEN_RETRY_AFTER) {
-            return Err(StoreError::unavailable(format!("group {pg}'s next set did not open a moment ago")));
+    /// This follower, counting its removals without following them (the step keeps no drives).
+    pub fn counting_only(self) -> Self {
+        StepFollower { follows: false, ..self }
+    }
+
+    /// The next set over the drives that answer, and those that do not.
+    async fn next_set(&self) -> StoreResult<(Arc<StepSet>, Vec<DriveId>)> {
+        let mut opened = self.set.lock().await;
+        let fresh = |o: &Opened| o.missing.is_empty() || o.at.elapsed() < OPEN_RETRY_AFTER;
+        if let Some(o) = opened.as_ref().filter(|o| fresh(o)) {
+            return Ok((o.set.clone(), o.missing.clone()));
         }
-        let opened = self
-            .set
-            .get_or_try_init(|| async {
-                open_step_set(&self.map, self.me, &self.step, &self.local, &self.client, self.cfg.clone())
-                    .await
-                    .map_err(|e| StoreError::unavailable(format!("group {pg}'s next set: {e}")))
-            })
-            .await;
-        if opened.is_err() {
-            *self.open_failed_at.lock() = Some(Instant::now());
+        let (set, missing) =
+            open_reachable(&self.map, self.me, &self.step, &self.local, &self.client, self.cfg.clone())
+                .await
+                .map_err(|e| StoreError::unavailable(format!("group {}'s next set: {e}", self.step.pg)))?;
+        let set = Arc::new(set);
+        *opened = Some(Opened { set: set.clone(), missing: missing.clone(), at: Instant::now() });
+        Ok((set, missing))
+    }
+
+    async fn follow(&self, coll: &str, name: &[u8]) -> StoreResult<()> {
+        if !self.follows {
+            return Err(StoreError::unavailable("a node of the group's set is down: its step keeps no drives"));
         }
-        opened
+        let (set, missing) = self.next_set().await?;
+        set.heal_object(coll, name).await?;
+        match missing.as_slice() {
+            [] => Ok(()),
+            _ => Err(StoreError::unavailable(format!("followed without the next set's drives {missing:?}"))),
+        }
     }
 }
 
 impl RemovalFollower for StepFollower {
+    fn begin(&self) -> Box<dyn std::any::Any + Send> {
+        Box::new(self.tally.begin(self.step.pg as u32))
+    }
+
     fn removed<'a>(&'a self, coll: &'a str, name: &'a [u8]) -> BoxFuture<'a, StoreResult<()>> {
         Box::pin(async move {
-            let followed = async { self.next_set().await?.heal_object(coll, name).await };
-            match tokio::time::timeout(FOLLOW_TIMEOUT, followed).await {
-                Ok(healed) => healed.map(|_| ()),
+            let followed = match tokio::time::timeout(FOLLOW_TIMEOUT, self.follow(coll, name)).await {
+                Ok(followed) => followed,
                 Err(_) => Err(StoreError::unavailable(format!("not followed within {FOLLOW_TIMEOUT:?}"))),
+            };
+            if followed.is_err() {
+                self.tally.not_followed(self.step.pg as u32);
             }
+            followed
         })
+    }
+}
+
+/// A node's removals from moving groups, per group: those under way (committing or being followed) and
+/// those not followed onto every drive of the group's next set, since the process started.
+#[derive(Debug)]
+pub struct FollowTally {
+    /// Tells this process's counts from those of an earlier one of the same node (a restart ends every
+    /// removal under way, followed or not, and starts the counts again).
+    incarnation: u64,
+    groups: parking_lot::Mutex<BTreeMap<u32, GroupTally>>,
+}
+
+#[derive(Debug, Default)]
+struct GroupTally {
+    /// The number the next removal begun takes.
+    next: u64,
+    under_way: BTreeSet<u64>,
+    not_followed: u64,
+}
+
+/// One node's count for one group, as the rebalancer asks it (`FollowTally::count`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FollowCount {
+    pub incarnation: u64,
+    /// Removals begun so far (the number the next one takes).
+    pub begun: u64,
+    /// The number of the oldest removal under way, if any.
+    pub oldest_under_way: Option<u64>,
+    pub not_followed: u64,
+}
+
+/// A group's counts on every node asked, by node.
+pub type FollowCounts = BTreeMap<NodeId, FollowCount>;
+
+/// One node's counts of every group it removed names from (`FollowTally::report`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FollowReport {
+    pub incarnation: u64,
+    pub groups: BTreeMap<u32, FollowCount>,
+}
+
+impl FollowReport {
+    /// The node's count for group `pg` (none begun: zeros).
+    pub fn count(&self, pg: u32) -> FollowCount {
+        self.groups.get(&pg).copied().unwrap_or(FollowCount { incarnation: self.incarnation, ..Default::default() })
+    }
+}
+
+/// A removal under way, until dropped.
+pub struct UnderWay {
+    tally: Arc<FollowTally>,
+    pg: u32,
+    number: u64,
+}
+
+impl Drop for UnderWay {
+    fn drop(&mut self) {
+        let ended = self.tally.groups.lock().get_mut(&self.pg).is_some_and(|g| g.under_way.remove(&self.number));
+        debug_assert!(ended, "a removal ends once");
+    }
+}
+
+impl FollowTally {
+    pub fn new() -> Arc<Self> {
+        Arc::new(FollowTally { incarnation: rand::random(), groups: Default::default() })
+    }
+
+    fn begin(self: &Arc<Self>, pg: u32) -> UnderWay {
+        let mut groups = self.groups.lock();
+        let g = groups.entry(pg).or_default();
+        assert!(g.under_way.len() < MAX_UNDER_WAY, "removals under way in group {pg} past {MAX_UNDER_WAY}");
+        let number = g.next;
+        g.next += 1;
+        g.under_way.insert(number);
+        UnderWay { tally: self.clone(), pg, number }
+    }
+
+    fn not_followed(&self, pg: u32) {
+        self.groups.lock().entry(pg).or_default().not_followed += 1;
+    }
+
+    /// This node's counts (at most one per placement group).
+    pub fn report(&self) -> FollowReport {
+        let groups = self.groups.lock();
+        let count = |g: &GroupTally| FollowCount {
+            incarnation: self.incarnation,
+            begun: g.next,
+            oldest_under_way: g.under_way.first().copied(),
+            not_followed: g.not_followed,
+        };
+        FollowReport { incarnation: self.incarnation, groups: groups.iter().map(|(pg, g)| (*pg, count(g))).collect() }
+    }
+}
+
+/// Whether every removal begun on the nodes of `first` before they were asked has ended by `now` (a node
+/// restarted or no longer asked ended them with its process, or no longer takes part).
+pub fn ended_since(first: &FollowCounts, now: &FollowCounts) -> bool {
+    first.iter().all(|(node, f)| match now.get(node) {
+        Some(n) if n.incarnation == f.incarnation => n.oldest_under_way.is_none_or(|o| o >= f.begun),
+        _ => true,
+    })
+}
+
+/// The nodes on which a removal may have gone unfollowed between two counts: a failure counted, or the
+/// node gone, restarted (it may have taken a removal down with it before following it) or new.
+pub fn nodes_unfollowed(before: &FollowCounts, after: &FollowCounts) -> Vec<NodeId> {
+    let nodes: BTreeSet<NodeId> = before.keys().chain(after.keys()).copied().collect();
+    let changed = |n: &NodeId| match (before.get(n), after.get(n)) {
+        (Some(x), Some(y)) => x.incarnation != y.incarnation || x.not_followed != y.not_followed,
+        _ => true,
+    };
+    nodes.into_iter().filter(changed).collect()
+}
+
+/// Copies what a step's next set lacks from the kept drives, in rounds until one finds nothing to copy
+/// (at most `MAX_FILL_ROUNDS`: writes kept coming faster); the bytes copied.
+pub async fn fill(set: &StepSet) -> Result<u64, String> {
+    let progress = set.heal_progress();
+    let bytes_before = progress.healed_bytes.load(std::sync::atomic::Ordering::Relaxed);
+    let failed_before = progress.failed_objects.load(std::sync::atomic::Ordering::Relaxed);
+    for _ in 0..MAX_FILL_ROUNDS {
+        let healed_before = progress.healed_objects.load(std::sync::atomic::Ordering::Relaxed);
+        set.scan().await.map_err(|e| e.to_string())?;
+        while set.heal_backlog() > 0 && set.heal_now(FILL_HEAL_STEP).await > 0 {}
+        if progress.failed_objects.load(std::sync::atomic::Ordering::Relaxed) > failed_before {
+            return Err("some objects could not be rebuilt".into());
+        }
+        if progress.healed_objects.load(std::sync::atomic::Ordering::Relaxed) == healed_before {
+            return Ok(progress.healed_bytes.load(std::sync::atomic::Ordering::Relaxed) - bytes_before);
+        }
+    }
+    Err(format!("writes kept coming faster than {MAX_FILL_ROUNDS} rounds of copying"))
+}
+
+/// `fill`, then the group's removal counts of every node compared with those before it: a removal not
+/// followed during the fill (counted before the fill ended), a node gone, restarted or new, and the step
+/// must not end now (an error: it starts again, and the next fill finds the names gone from the kept
+/// drives). A removal counted before the fill began committed before it, and the fill took its copies off
+/// the new drives. `ask` gathers the counts of every node that takes part (an error: a node did not
+/// answer). The bytes copied.
+pub async fn fill_following<F, Fut>(set: &StepSet, mut ask: F) -> Result<u64, String>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<FollowCounts, String>>,
+{
+    let before = ask().await?;
+    let bytes = fill(set).await?;
+    let after = settled(&mut ask).await?;
+    let nodes = nodes_unfollowed(&before, &after);
+    if !nodes.is_empty() {
+        return Err(format!("removals went unfollowed during the fill (nodes {nodes:?}): the step starts again"));
+    }
+    Ok(bytes)
+}
+
+/// The counts once every removal under way when first asked has ended (at most `FOLLOW_SETTLE_WAIT`).
+async fn settled<F, Fut>(ask: &mut F) -> Result<FollowCounts, String>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<FollowCounts, String>>,
+{
+    let first = ask().await?;
+    let deadline = Instant::now() + FOLLOW_SETTLE_WAIT;
+    let mut now = first.clone();
+    while !ended_since(&first, &now) {
+        if Instant::now() >= deadline {
+            return Err(format!("removals under way did not end within {FOLLOW_SETTLE_WAIT:?}"));
+        }
+        tokio::time::sleep(FOLLOW_SETTLE_POLL).await;
+        now = ask().await?;
+    }
+    Ok(now)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn count(incarnation: u64, begun: u64, oldest_under_way: Option<u64>, not_followed: u64) -> FollowCount {
+        FollowCount { incarnation, begun, oldest_under_way, not_followed }
+    }
+
+    #[test]
+    fn a_tally_counts_removals_under_way_and_not_followed_per_group() {
+        let tally = FollowTally::new();
+        let inc = tally.report().incarnation;
+        assert_eq!(tally.report().count(7), count(inc, 0, None, 0), "no removal yet");
+        let first = tally.begin(7);
+        let second = tally.begin(7);
+        let other = tally.begin(2);
+        assert_eq!(tally.report().count(7), count(inc, 2, Some(0), 0));
+        drop(first);
+        assert_eq!(tally.report().count(7), count(inc, 2, Some(1), 0), "the oldest under way is the second");
+        tally.not_followed(7);
+        drop(second);
+        assert_eq!(tally.report().count(7), count(inc, 2, None, 1));
+        assert_eq!(tally.report().count(2), count(inc, 1, Some(0), 0), "groups are counted apart");
+        drop(other);
+        assert_ne!(FollowTally::new().report().incarnation, inc, "another process is told apart");
+    }
+
+    #[test]
+    fn removals_begun_before_a_count_have_ended_once_none_older_is_under_way() {
+        let first: FollowCounts = [(1, count(9, 5, Some(3), 0)), (2, count(9, 4, None, 0))].into();
+        let at = |one: FollowCount, two: FollowCount| -> FollowCounts { [(1, one), (2, two)].into() };
+        assert!(!ended_since(&first, &first), "removal 3 of node 1 is under way");
+        assert!(!ended_since(&first, &at(count(9, 6, Some(4), 0), count(9, 4, None, 0))), "removal 4 too");
+        assert!(ended_since(&first, &at(count(9, 7, Some(5), 0), count(9, 4, None, 0))), "5 began after");
+        assert!(ended_since(&first, &at(count(9, 5, None, 1), count(9, 6, Some(4), 0))));
+        assert!(!ended_since(&first, &at(count(9, 5, None, 1), count(9, 6, Some(3), 0))), "node 2's 3 began before");
+        assert!(ended_since(&first, &at(count(8, 0, Some(0), 0), count(9, 4, None, 0))), "node 1 restarted");
+        assert!(ended_since(&first, &[(2, count(9, 4, None, 0))].into()), "node 1 is no longer asked");
+    }
+
+    #[test]
+    fn a_removal_goes_unfollowed_when_a_failure_is_counted_or_a_node_changes() {
+        let before: FollowCounts = [(1, count(9, 5, Some(3), 2)), (2, count(7, 0, None, 0))].into();
+        let after = |one: FollowCount| -> FollowCounts { [(1, one), (2, count(7, 0, None, 0))].into() };
+        assert!(nodes_unfollowed(&before, &before).is_empty());
+        assert!(nodes_unfollowed(&before, &after(count(9, 80, None, 2))).is_empty(), "removals followed");
+        assert_eq!(nodes_unfollowed(&before, &after(count(9, 80, None, 3))), [1], "a failure counted");
+        assert_eq!(nodes_unfollowed(&before, &after(count(4, 0, None, 0))), [1], "node 1 restarted");
+        assert_eq!(nodes_unfollowed(&before, &[(2, count(7, 0, None, 0))].into()), [1], "node 1 gone");
+        let mut joined = before.clone();
+        joined.insert(3, count(5, 0, None, 0));
+        assert_eq!(nodes_unfollowed(&before, &joined), [3], "node 3 new");
     }
 }

@@ -8,7 +8,9 @@ use futures::StreamExt;
 use mosaic_cluster::locks::{LockClient, LockServer, LockTable};
 use mosaic_cluster::rpc::{self, Router, RpcClient, Secret};
 use mosaic_cluster::{Change, ClusterMap, DriveId, FailureDomain, NodeId, pg_of};
-use mosaic_cluster_store::{ClusterStore, ClusterStoreConfig, NodeLocks, build, drive_guard};
+use mosaic_cluster_store::{
+    ClusterStore, ClusterStoreConfig, FollowCounts, FollowTally, NodeLocks, build, drive_guard,
+};
 use mosaic_drive::DriveStore;
 use mosaic_engine::{Engine, EngineConfig, SimDevice};
 use mosaic_erasure::{SetConfig, SetGeometry, SharedLocks};
@@ -39,6 +41,8 @@ struct Cluster {
     /// Per node: its lock table (served beside its drives).
     tables: Vec<Arc<LockTable>>,
     maps: watch::Sender<Arc<ClusterMap>>,
+    /// Per node: its removals from moving groups, counted.
+    follows: Vec<Arc<FollowTally>>,
     _dirs: Vec<tempfile::TempDir>,
 }
 
@@ -111,15 +115,27 @@ impl Cluster {
             }
         }
         assert_eq!(map.pgs.len(), PG_COUNT as usize);
-        Cluster { map, local, client: RpcClient::new(secret, None).unwrap(), devices, stops, tables, maps, _dirs: dirs }
+        let client = RpcClient::new(secret, None).unwrap();
+        let follows = (0..NODES).map(|_| FollowTally::new()).collect();
+        Cluster { map, local, client, devices, stops, tables, maps, follows, _dirs: dirs }
     }
 
     /// The cluster's store as node `me` composes it.
     async fn store(&self, me: NodeId) -> ClusterStore {
+        self.store_from(&self.map, me).await
+    }
+
+    /// The store node `me` composes from `map`.
+    async fn store_from(&self, map: &ClusterMap, me: NodeId) -> ClusterStore {
         // The geometry is the map's; the rest are the defaults, with the cluster's object locks.
         let set = SetConfig { shared_locks: Some(self.locks(me)), ..SetConfig::new(SetGeometry::new(1, 0).unwrap()) };
-        let cfg = ClusterStoreConfig { set };
-        build(&self.map, me, &self.local[me as usize], &self.client, &cfg, None).await.unwrap().store
+        let cfg = ClusterStoreConfig { set, follows: self.follows[me as usize].clone() };
+        build(map, me, &self.local[me as usize], &self.client, &cfg, None).await.unwrap().store
+    }
+
+    /// Every node's removal count of group `pg`.
+    fn follow_counts(&self, pg: usize) -> FollowCounts {
+        self.follows.iter().enumerate().map(|(node, t)| (node as NodeId, t.report().count(pg as u32))).collect()
     }
 
     /// Node `me`'s side of the cluster's object locks.
@@ -387,6 +403,78 @@ async fn a_removal_in_a_moving_group_reaches_the_drives_its_step_fills() {
     cluster.stop();
 }
 
+/// A removal that does not reach the drive a moving group's step fills (the deleting node cannot reach the
+/// drive's node) is counted on the deleting node, and the fill during which it was counted does not end the
+/// step: the step starts again, and its next fill takes the copy off the new drive (else, with k = m, it
+/// would tie with the kept drives once the step is served, and the deleted object would come back).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_removal_not_followed_during_a_fill_makes_the_step_start_again() {
+    use mosaic_store::{Snapshot, Store};
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    let mut cluster = Cluster::start().await;
+    let (step, new_slot, key, _writer, filling) = a_moving_group_with_its_key(&mut cluster).await;
+    let on_new_drive = || {
+        let drive = filling.members()[new_slot].clone().unwrap();
+        async move {
+            let snap = drive.snapshot();
+            let Some(c) = snap.collection("b/bkt").await.unwrap() else { return 0 };
+            snap.list_entries(&c, b"", b"", 100).await.unwrap().len()
+        }
+    };
+    // Node 1 reaches the new drive's node at an address where nothing answers; the drives the step keeps
+    // are on the other nodes, so its delete takes a quorum.
+    let new_node = cluster.map.drives[&step.target[new_slot]].node;
+    assert_ne!(new_node, 1);
+    let mut cut_off = cluster.map.clone();
+    cut_off.nodes.get_mut(&new_node).unwrap().address = "127.0.0.1:1".into();
+    let deleter =
+        S3Semantics::open(Arc::new(cluster.store_from(&cut_off, 1).await), SemanticsConfig::default()).await.unwrap();
+    // The delete comes while the fill ends: after it copied the object, before the counts that end it.
+    let asked = AtomicUsize::new(0);
+    let ask = || {
+        let (n, cluster, deleter, key) = (asked.fetch_add(1, SeqCst), &cluster, &deleter, &key);
+        async move {
+            if n == 1 {
+                deleter.delete_object("bkt", key, None).await.map_err(|e| e.to_string())?;
+            }
+            Ok(cluster.follow_counts(step.pg))
+        }
+    };
+    let ended = mosaic_cluster_store::fill_following(&filling, ask).await;
+    assert!(ended.as_ref().is_err_and(|e| e.contains("starts again")), "{ended:?}");
+    assert_eq!(cluster.follows[1].report().count(step.pg as u32).not_followed, 1);
+    assert_eq!(on_new_drive().await, 1, "the copy stayed on the new drive");
+    // The step again: its fill finds the object gone from the kept drives.
+    let ask = || async { Ok(cluster.follow_counts(step.pg)) };
+    mosaic_cluster_store::fill_following(&filling, ask).await.unwrap();
+    assert_eq!(on_new_drive().await, 0, "the fill took the copy off");
+    cluster.stop();
+}
+
+/// While a node of a moving group's set is marked down, the step keeps no drives (the group's writes need
+/// only their quorum), so a removal is not followed but counted: the fill under way cannot end the step.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_removal_while_a_node_of_a_moving_group_is_down_is_counted() {
+    let mut cluster = Cluster::start().await;
+    let (step, _, key) = a_moving_group(&mut cluster);
+    let writer = cluster.layer(0).await;
+    writer.create_bucket("bkt", None).await.unwrap();
+    writer.put_object("bkt", &key, body(&pattern(5, 40_000), 65_536), PutOptions::default()).await.unwrap();
+    let mut down = cluster.map.clone();
+    let node = down.drives[&down.pgs[step.pg].served()[0]].node;
+    down.apply(&Change::SetNodeState { node, state: mosaic_cluster::NodeState::Down }).unwrap();
+    assert_eq!(down.kept_slots(&down.pgs[step.pg]), None);
+    let other = (0..NODES).find(|n| *n != node).unwrap();
+    let deleter =
+        S3Semantics::open(Arc::new(cluster.store_from(&down, other).await), SemanticsConfig::default()).await.unwrap();
+    let before = cluster.follow_counts(step.pg);
+    deleter.delete_object("bkt", &key, None).await.unwrap();
+    let after = cluster.follow_counts(step.pg);
+    assert_eq!(mosaic_cluster_store::nodes_unfollowed(&before, &after), [other]);
+    assert_eq!((after[&other].begun, after[&other].oldest_under_way), (1, None), "begun and ended");
+    cluster.stop();
+}
+
 /// A store composed from an older map is refused by the drives' nodes where the newer map changed what it
 /// planned with (issue 16: a request carrying an older epoch is never served from a stale placement): a
 /// moving group's reads and writes, and every command of a node the newer map marks down. What the newer
@@ -458,7 +546,8 @@ async fn commands_planned_from_an_older_map_are_refused_where_it_changed() {
 async fn a_new_map_reopens_only_the_groups_it_changes() {
     use mosaic_cluster_store::{Composed, Previous};
     async fn compose(c: &Cluster, map: &ClusterMap, previous: Option<(&ClusterMap, &ClusterStore)>) -> Composed {
-        let cfg = ClusterStoreConfig { set: SetConfig::new(SetGeometry::new(1, 0).unwrap()) };
+        let cfg =
+            ClusterStoreConfig { set: SetConfig::new(SetGeometry::new(1, 0).unwrap()), follows: c.follows[0].clone() };
         let previous = previous.map(|(map, store)| Previous { map, store });
         build(map, 0, &c.local[0], &c.client, &cfg, previous).await.unwrap()
     }

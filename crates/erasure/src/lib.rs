@@ -90,6 +90,11 @@ pub struct SetConfig {
 /// What `SetConfig::removal_follower` is told. A failure does not fail the write (it is decided and
 /// durable): it is logged and counted (`SetCounters::removals_not_followed`).
 pub trait RemovalFollower: Send + Sync + 'static {
+    /// Called before a write that takes names away is committed; what it returns is dropped once every
+    /// name the write took away was followed or failed to be (or the write failed). A follower whose
+    /// failures someone must not miss counts the removals under way with it: a removal not followed yet
+    /// has not failed yet either.
+    fn begin(&self) -> Box<dyn std::any::Any + Send>;
     fn removed<'a>(&'a self, coll: &'a str, name: &'a [u8]) -> futures::future::BoxFuture<'a, StoreResult<()>>;
 }
 
@@ -624,6 +629,10 @@ impl<S: Store> Store for ErasureSet<S> {
                 _ => None,
             })
             .collect();
+        if removed.is_empty() {
+            return write::commit(&self.inner, txn).await;
+        }
+        let _under_way = follower.begin();
         let outcome = write::commit(&self.inner, txn).await?;
         for (coll, name) in removed {
             if let Err(e) = follower.removed(&coll, &name).await {

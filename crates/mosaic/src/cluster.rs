@@ -75,8 +75,8 @@ const BUCKET_STATE_TTL: Duration = Duration::from_secs(1);
 const DOWN_AFTER: Duration = Duration::from_secs(5);
 /// Rounds of heal per group that `admin heal` runs before it leaves the rest to the background.
 const MAX_HEAL_ROUNDS: usize = 64;
-/// Heal rounds a step of a move runs (each compares the group's drives and rebuilds what differs) before
-/// it tries again later.
+/// Heal rounds a step of a move runs on the set served before it fills the next one (each compares the
+/// group's drives and rebuilds what differs) before it tries again later.
 const MAX_MOVE_ROUNDS: usize = 16;
 /// Objects rebuilt per heal call of a move.
 const MOVE_HEAL_STEP: usize = 1024;
@@ -136,6 +136,8 @@ struct ServingReport {
     last_error: Option<String>,
     /// The version of each shared setting this node applied.
     shared_applied: BTreeMap<String, u64>,
+    /// Its removals from moving groups: under way, and not followed onto a step's new drives.
+    follows: mosaic_cluster_store::FollowReport,
 }
 
 /// Whether a node starting its cluster port was a member before (it restarts) or becomes one now.
@@ -185,6 +187,8 @@ pub struct Cluster {
     /// Wakes the rebalancer when a new store is served.
     served_changed: tokio::sync::Notify,
     moves: MoveStats,
+    /// This node's removals from moving groups, which the rebalancers ask for (`ServingReport::follows`).
+    follows: Arc<mosaic_cluster_store::FollowTally>,
     /// What this node does with the map's shared settings (`on_shared`).
     shared_followers: Mutex<Vec<SharedFollower>>,
     pub switch: Arc<Switch>,
@@ -252,6 +256,7 @@ impl Cluster {
             draining: Mutex::new(None),
             served_changed: tokio::sync::Notify::new(),
             moves: MoveStats::default(),
+            follows: mosaic_cluster_store::FollowTally::new(),
             shared_followers: Mutex::new(Vec::new()),
             switch: Arc::new(Switch::new(
                 "this node is not in a cluster yet: run `mosaic admin cluster init` on the first node, or start it with --join",
@@ -767,6 +772,7 @@ impl Cluster {
             Arc::new(mosaic_cluster_store::NodeLocks(running.locks.clone()));
         let cfg = ClusterStoreConfig {
             set: mosaic_erasure::SetConfig { shared_locks: Some(shared_locks.clone()), ..self.set_cfg.clone() },
+            follows: self.follows.clone(),
         };
         let served = self.served.lock().clone();
         let previous = served.as_ref().map(|s| mosaic_cluster_store::Previous { map: &s.map, store: &s.store });
@@ -908,6 +914,7 @@ impl Cluster {
             moving_for_ms: m.first_move.lock().map(|t| t.elapsed().as_millis() as u64).unwrap_or(0),
             last_error: m.last_error.lock().clone(),
             shared_applied: self.shared_followers.lock().iter().map(|f| (f.name.to_string(), f.applied)).collect(),
+            follows: self.follows.report(),
         }
     }
 
@@ -1072,7 +1079,8 @@ impl Cluster {
         let step = mosaic_cluster_store::Step::of(map, pg).ok_or("not moving")?;
         debug_assert_eq!(step.target, target);
         let filling = self.open_target(map, &step, running).await?;
-        let bytes = fill(&filling).await;
+        // Filled again while some node failed to follow a removal onto the new drives meanwhile.
+        let bytes = mosaic_cluster_store::fill_following(&filling, || self.follow_counts(pg, running)).await;
         self.moves.bytes_moved.fetch_add(bytes.as_ref().copied().unwrap_or(0), Relaxed);
         let bytes = bytes.map_err(|e| format!("filling its next set: {e}"))?;
         metrics::counter!("mosaic_rebalance_bytes_total").increment(bytes);
@@ -1096,6 +1104,18 @@ impl Cluster {
             self.clear_left_drive(pg as u32, slot, *drive, running).await;
         }
         Ok(())
+    }
+
+    /// Group `pg`'s removal counts on every node that is up (or draining), this one too: an error when one
+    /// does not answer (the step tries again later; a node marked down is not asked).
+    async fn follow_counts(&self, pg: usize, running: &Running) -> Result<mosaic_cluster_store::FollowCounts, String> {
+        let map = running.node.map();
+        let asked = map.nodes.iter().filter(|(_, n)| matches!(n.state, NodeState::Up | NodeState::Draining));
+        let calls = asked.map(|(id, n)| async move {
+            let report = self.report_of(running, *id, &n.address).await;
+            report.map(|r| (*id, r.follows.count(pg as u32))).map_err(|e| format!("node {id}: {e}"))
+        });
+        futures::future::join_all(calls).await.into_iter().collect()
     }
 
     /// Waits (at most `PLACEMENT_WAIT` in all) until every node that is up serves the placement of the map
@@ -1184,27 +1204,6 @@ async fn heal_until_alike<S: mosaic_store::Store>(
         }
     }
     Err(format!("its drives still differ after {MAX_MOVE_ROUNDS} rounds of heal"))
-}
-
-/// Rebuilds on a step's set what its drives lack, until a round rebuilds nothing; returns the bytes
-/// rebuilt. Objects it cannot make whole from its own drives (only on the drives left) are skipped: the
-/// set served has them whole, and they are rebuilt from its k shared drives once the step is served.
-async fn fill<S: mosaic_store::Store>(set: &mosaic_erasure::ErasureSet<S>) -> Result<u64, String> {
-    let progress = set.heal_progress();
-    let bytes_before = progress.healed_bytes.load(Relaxed);
-    let failed_before = progress.failed_objects.load(Relaxed);
-    for _ in 0..MAX_MOVE_ROUNDS {
-        let healed_before = progress.healed_objects.load(Relaxed);
-        set.scan().await.map_err(|e| e.to_string())?;
-        while set.heal_backlog() > 0 && set.heal_now(MOVE_HEAL_STEP).await > 0 {}
-        if progress.failed_objects.load(Relaxed) > failed_before {
-            return Err("some objects could not be rebuilt".into());
-        }
-        if progress.healed_objects.load(Relaxed) == healed_before {
-            return Ok(progress.healed_bytes.load(Relaxed) - bytes_before);
-        }
-    }
-    Err(format!("writes kept coming faster than {MAX_MOVE_ROUNDS} rounds of copying"))
 }
 
 /// Whether two maps compose the same store: the same groups on the same drives at the same addresses of
