@@ -208,7 +208,12 @@ pub async fn build(
         sets.push(Arc::new(ErasureSet::open(cfg, members).await?));
         opened.push(pg);
     }
-    Ok(Composed { store: Pool::new(sets)?, unreachable, opened })
+    let store = Pool::new(sets)?;
+    // The groups taken over keep the collection handles the previous store found on them.
+    if let Some(p) = previous {
+        store.take_collections_from(p.store).await;
+    }
+    Ok(Composed { store, unreachable, opened })
 }
 
 /// The cluster's object locks (`mosaic_cluster::locks`) as the shared locks of the groups' sets: every

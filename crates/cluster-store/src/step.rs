@@ -27,6 +27,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
 /// Longest a followed removal may take (the heal waits for the name's lock among the rest).
@@ -36,8 +37,8 @@ const FOLLOW_TIMEOUT: Duration = Duration::from_secs(15);
 const OPEN_RETRY_AFTER: Duration = Duration::from_secs(5);
 /// Rounds of a fill (`fill`) a step runs before it tries again later.
 const MAX_FILL_ROUNDS: usize = 16;
-/// Objects rebuilt per heal call of a fill.
-const FILL_HEAL_STEP: usize = 1024;
+/// Objects copied per heal call of a fill (its pace is kept between calls).
+const FILL_HEAL_STEP: usize = 16;
 /// Longest wait for the removals under way at the end of a fill to end (a follow ends within
 /// `FOLLOW_TIMEOUT`), and how often the nodes are asked meanwhile.
 const FOLLOW_SETTLE_WAIT: Duration = Duration::from_secs(20);
@@ -339,20 +340,28 @@ pub fn nodes_unfollowed(before: &FollowCounts, after: &FollowCounts) -> Vec<Node
 }
 
 /// Copies what a step's next set lacks from the kept drives, in rounds until one finds nothing to copy
-/// (at most `MAX_FILL_ROUNDS`: writes kept coming faster); the bytes copied.
-pub async fn fill(set: &StepSet) -> Result<u64, String> {
+/// (at most `MAX_FILL_ROUNDS`: writes kept coming faster), at most `bytes_per_s` on average (0: no limit);
+/// the bytes copied.
+pub async fn fill(set: &StepSet, bytes_per_s: u64) -> Result<u64, String> {
     let progress = set.heal_progress();
-    let bytes_before = progress.healed_bytes.load(std::sync::atomic::Ordering::Relaxed);
-    let failed_before = progress.failed_objects.load(std::sync::atomic::Ordering::Relaxed);
+    let healed_bytes = || progress.healed_bytes.load(Relaxed);
+    let (bytes_before, failed_before) = (healed_bytes(), progress.failed_objects.load(Relaxed));
+    let started = tokio::time::Instant::now();
     for _ in 0..MAX_FILL_ROUNDS {
-        let healed_before = progress.healed_objects.load(std::sync::atomic::Ordering::Relaxed);
+        let healed_before = progress.healed_objects.load(Relaxed);
         set.scan().await.map_err(|e| e.to_string())?;
-        while set.heal_backlog() > 0 && set.heal_now(FILL_HEAL_STEP).await > 0 {}
-        if progress.failed_objects.load(std::sync::atomic::Ordering::Relaxed) > failed_before {
+        while set.heal_backlog() > 0 && set.heal_now(FILL_HEAL_STEP).await > 0 {
+            // Paced to the rate: the bytes copied so far take at least bytes / rate seconds.
+            if bytes_per_s > 0 {
+                let due = Duration::from_secs_f64((healed_bytes() - bytes_before) as f64 / bytes_per_s as f64);
+                tokio::time::sleep_until(started + due).await;
+            }
+        }
+        if progress.failed_objects.load(Relaxed) > failed_before {
             return Err("some objects could not be rebuilt".into());
         }
-        if progress.healed_objects.load(std::sync::atomic::Ordering::Relaxed) == healed_before {
-            return Ok(progress.healed_bytes.load(std::sync::atomic::Ordering::Relaxed) - bytes_before);
+        if progress.healed_objects.load(Relaxed) == healed_before {
+            return Ok(healed_bytes() - bytes_before);
         }
     }
     Err(format!("writes kept coming faster than {MAX_FILL_ROUNDS} rounds of copying"))
@@ -364,13 +373,13 @@ pub async fn fill(set: &StepSet) -> Result<u64, String> {
 /// drives). A removal counted before the fill began committed before it, and the fill took its copies off
 /// the new drives. `ask` gathers the counts of every node that takes part (an error: a node did not
 /// answer). The bytes copied.
-pub async fn fill_following<F, Fut>(set: &StepSet, mut ask: F) -> Result<u64, String>
+pub async fn fill_following<F, Fut>(set: &StepSet, bytes_per_s: u64, mut ask: F) -> Result<u64, String>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<FollowCounts, String>>,
 {
     let before = ask().await?;
-    let bytes = fill(set).await?;
+    let bytes = fill(set, bytes_per_s).await?;
     let after = settled(&mut ask).await?;
     let nodes = nodes_unfollowed(&before, &after);
     if !nodes.is_empty() {

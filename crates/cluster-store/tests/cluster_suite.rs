@@ -440,13 +440,13 @@ async fn a_removal_not_followed_during_a_fill_makes_the_step_start_again() {
             Ok(cluster.follow_counts(step.pg))
         }
     };
-    let ended = mosaic_cluster_store::fill_following(&filling, ask).await;
+    let ended = mosaic_cluster_store::fill_following(&filling, 0, ask).await;
     assert!(ended.as_ref().is_err_and(|e| e.contains("starts again")), "{ended:?}");
     assert_eq!(cluster.follows[1].report().count(step.pg as u32).not_followed, 1);
     assert_eq!(on_new_drive().await, 1, "the copy stayed on the new drive");
     // The step again: its fill finds the object gone from the kept drives.
     let ask = || async { Ok(cluster.follow_counts(step.pg)) };
-    mosaic_cluster_store::fill_following(&filling, ask).await.unwrap();
+    mosaic_cluster_store::fill_following(&filling, 0, ask).await.unwrap();
     assert_eq!(on_new_drive().await, 0, "the fill took the copy off");
     cluster.stop();
 }

@@ -1079,8 +1079,10 @@ impl Cluster {
         let step = mosaic_cluster_store::Step::of(map, pg).ok_or("not moving")?;
         debug_assert_eq!(step.target, target);
         let filling = self.open_target(map, &step, running).await?;
-        // Filled again while some node failed to follow a removal onto the new drives meanwhile.
-        let bytes = mosaic_cluster_store::fill_following(&filling, || self.follow_counts(pg, running)).await;
+        // At most the node's move rate; a fill during which some node did not follow a removal onto the new
+        // drives does not end the step (it starts again).
+        let rate = self.cfg.move_bytes_per_s;
+        let bytes = mosaic_cluster_store::fill_following(&filling, rate, || self.follow_counts(pg, running)).await;
         self.moves.bytes_moved.fetch_add(bytes.as_ref().copied().unwrap_or(0), Relaxed);
         let bytes = bytes.map_err(|e| format!("filling its next set: {e}"))?;
         metrics::counter!("mosaic_rebalance_bytes_total").increment(bytes);

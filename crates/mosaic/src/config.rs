@@ -46,6 +46,7 @@ pub struct FileConfig {
     pub cluster_ca: Option<PathBuf>,
     pub join: Option<String>,
     pub zone: Option<String>,
+    pub move_rate: Option<String>,
     pub microstores: Option<crate::microstore_config::MicrostoresFile>,
 }
 
@@ -185,6 +186,10 @@ pub struct ServerArgs {
     /// This node's failure domain when the cluster places shards by zone (default: "default").
     #[arg(long, env = "MOSAIC_ZONE", value_name = "NAME")]
     pub zone: Option<String>,
+    /// Most bytes per second this node's rebalancer copies onto the drives of the placement groups it moves
+    /// (e.g. 64MiB; every node that owns moving groups copies at up to this rate); 0: no limit.
+    #[arg(long, env = "MOSAIC_MOVE_RATE", value_name = "SIZE")]
+    pub move_rate: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -262,6 +267,8 @@ pub struct ClusterConfig {
     pub zone: String,
     /// Calls between nodes go over TLS, trusting this authority (PEM); the node serves with `Config::tls`.
     pub ca: Option<PathBuf>,
+    /// Most bytes per second its rebalancer copies (0: no limit).
+    pub move_bytes_per_s: u64,
 }
 
 /// The certificate chain and private key files of HTTPS.
@@ -274,6 +281,8 @@ pub struct TlsFiles {
 pub const DEFAULT_DATA_DIR: &str = "./mosaic-data";
 pub const DEFAULT_S3_ADDRESS: &str = "127.0.0.1:9000";
 pub const DEFAULT_ADMIN_ADDRESS: &str = "127.0.0.1:9001";
+/// What a node's rebalancer copies per second at most unless told otherwise.
+const DEFAULT_MOVE_RATE: &str = "1GiB";
 /// Bounds of configurable limits.
 const MAX_CONNECTIONS_LIMIT: usize = 65_536;
 const MAX_SHUTDOWN_SECS: u64 = 3600;
@@ -367,7 +376,9 @@ fn cluster_config(args: &ServerArgs, file: &FileConfig) -> Result<Option<Cluster
     {
         return Err("MOSAIC_CLUSTER_SECRET: 64 hex digits, as `mosaic admin cluster init` printed".into());
     }
-    Ok(Some(ClusterConfig { address, advertise, join, secret, zone, ca }))
+    let move_rate = pick(&args.move_rate, &file.move_rate).unwrap_or_else(|| DEFAULT_MOVE_RATE.into());
+    let move_bytes_per_s = size("move_rate", &move_rate)?;
+    Ok(Some(ClusterConfig { address, advertise, join, secret, zone, ca, move_bytes_per_s }))
 }
 
 impl Config {
@@ -578,6 +589,12 @@ mod tests {
         assert_eq!(resolve(args, file).unwrap().cluster.unwrap().join.as_deref(), Some("node0.example:9100"));
         let c = resolve(ServerArgs::default(), "cluster_address = \"127.0.0.1:0\"").unwrap().cluster.unwrap();
         assert_eq!((c.advertise.as_str(), c.zone.as_str(), c.ca), ("127.0.0.1:0", "default", None));
+        assert_eq!(c.move_bytes_per_s, 1 << 30);
+        let args = ServerArgs { move_rate: Some("0".into()), ..Default::default() };
+        let c = resolve(args, "cluster_address = \"127.0.0.1:0\"\nmove_rate = \"16MiB\"").unwrap().cluster.unwrap();
+        assert_eq!(c.move_bytes_per_s, 0, "the flag over the file");
+        let c = resolve(ServerArgs::default(), "cluster_address = \"127.0.0.1:0\"\nmove_rate = \"16MiB\"").unwrap();
+        assert_eq!(c.cluster.unwrap().move_bytes_per_s, 16 << 20);
         let tls = "cluster_address = \"127.0.0.1:0\"\ntls_cert = \"/c.pem\"\ntls_key = \"/k.pem\"\n";
         let c = resolve(ServerArgs::default(), &format!("{tls}cluster_ca = \"/ca.pem\"")).unwrap().cluster.unwrap();
         assert_eq!(c.ca, Some(PathBuf::from("/ca.pem")));
@@ -590,6 +607,7 @@ mod tests {
             ("cluster_address = \"127.0.0.1:1\"\njoin = \"peer\"", "join"),
             ("cluster_address = \"127.0.0.1:1\"\nzone = \"\"", "zone"),
             ("cluster_address = \"127.0.0.1:1\"\nzone = \"a/b\"", "zone"),
+            ("cluster_address = \"127.0.0.1:1\"\nmove_rate = \"fast\"", "move_rate"),
             ("cluster_ca = \"/ca.pem\"", "cluster_address"),
             ("cluster_address = \"127.0.0.1:1\"\ncluster_ca = \"/ca.pem\"", "tls_cert"),
         ] {

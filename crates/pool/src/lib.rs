@@ -18,7 +18,9 @@ pub use placement::member_of;
 pub use snapshot::{PoolObj, PoolSnapshot};
 
 use async_trait::async_trait;
-use mosaic_store::{AlignedBuf, ErrorKind, Geometry, Outcome, PriorityHold, Store, StoreError, StoreResult, Txn};
+use mosaic_store::{
+    AlignedBuf, ErrorKind, Geometry, Outcome, PriorityHold, Snapshot, Store, StoreError, StoreResult, Txn,
+};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -27,13 +29,18 @@ use std::sync::Arc;
 pub const MAX_MEMBERS: usize = 256;
 /// Collections whose handles the pool remembers (more are looked up again).
 const MAX_CACHED_COLLECTIONS: usize = 4096;
+/// Collections whose handles a pool takes over from the pool it replaces (`Pool::take_collections_from`).
+const MAX_TAKEN_COLLECTIONS: usize = 256;
 
 /// A collection as each member names it.
 #[derive(Clone, Debug)]
 pub struct PoolColl<C> {
     pub(crate) name: Arc<str>,
-    pub(crate) members: Arc<[Handle<C>]>,
+    pub(crate) members: Handles<C>,
 }
+
+/// A collection's handle on each member.
+pub(crate) type Handles<C> = Arc<[Handle<C>]>;
 
 /// A collection's handle on one member.
 #[derive(Clone, Debug)]
@@ -109,6 +116,57 @@ impl<S: Store> Pool<S> {
 
     pub fn members(&self) -> &[Arc<S>] {
         &self.inner.members
+    }
+
+    /// Takes over the collection handles `previous` remembers, when this pool replaces it with some of its
+    /// members changed (a cluster's new map reopens only the groups it moves): a member it shares (the
+    /// same store at the same position) keeps its handle, a changed member is asked again. So a new pool
+    /// does not look every collection up on every member again at its first use. Only when at most half
+    /// the members changed, for at most `MAX_TAKEN_COLLECTIONS` collections; a collection that a changed
+    /// member cannot answer for (or that the home member no longer has) is looked up at its first use.
+    /// The number of collections taken over.
+    pub async fn take_collections_from(&self, previous: &Pool<S>) -> usize {
+        let members = &self.inner.members;
+        if previous.inner.members.len() != members.len() {
+            return 0;
+        }
+        let same = |i: usize| Arc::ptr_eq(&previous.inner.members[i], &members[i]);
+        let changed: Vec<usize> = (0..members.len()).filter(|i| !same(*i)).collect();
+        if changed.len() * 2 > members.len() {
+            return 0;
+        }
+        let remembered: Vec<PoolColl<S::Coll>> = previous.inner.colls.lock().values().cloned().collect();
+        if remembered.len() > MAX_TAKEN_COLLECTIONS {
+            return 0;
+        }
+        let snaps: Vec<(usize, S::Snapshot)> = changed.iter().map(|i| (*i, members[*i].snapshot())).collect();
+        let ask = |coll: PoolColl<S::Coll>| {
+            let snaps = &snaps;
+            async move {
+                let mut handles = coll.members.to_vec();
+                for (i, snap) in snaps {
+                    handles[*i] = match snap.collection(&coll.name).await {
+                        Ok(Some(c)) => Handle::Present(c),
+                        Ok(None) if *i != 0 => Handle::Absent,
+                        _ => return None,
+                    };
+                }
+                debug_assert!(matches!(handles[0], Handle::Present(_)), "the home member has what is remembered");
+                Some((coll.members.clone(), PoolColl { name: coll.name, members: handles.into() }))
+            }
+        };
+        let asked = futures::future::join_all(remembered.into_iter().map(ask)).await;
+        // A collection the previous pool created or removed meanwhile changed its handles there: not taken.
+        let still = previous.inner.colls.lock();
+        let unchanged = |(before, c): &(Handles<S::Coll>, PoolColl<S::Coll>)| {
+            still.get(&*c.name).is_some_and(|p| Arc::ptr_eq(&p.members, before))
+        };
+        let taken: Vec<PoolColl<S::Coll>> = asked.into_iter().flatten().filter(unchanged).map(|(_, c)| c).collect();
+        drop(still);
+        for coll in &taken {
+            self.inner.remember(coll);
+        }
+        taken.len()
     }
 }
 

@@ -204,3 +204,46 @@ async fn a_pool_refuses_no_members_and_members_of_other_units() {
     let pool = Pool::new(vec![set_of(2, 1, &mut dirs).await, set_of(4, 2, &mut dirs).await]);
     assert!(pool.err().unwrap().message.contains("other units"));
 }
+
+/// A pool that replaces another with some members changed (a cluster's new map reopens the groups it
+/// moves) takes over the collection handles the old one remembered: a shared member's as it was, a changed
+/// member's asked again. Not taken: a collection the changed home member lacks, and anything when more
+/// than half the members changed. The new pool serves what the old one wrote.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replacing_pool_takes_over_the_collections_of_the_members_it_keeps() {
+    let mut dirs = Vec::new();
+    let old = drives_pool(3, &mut dirs);
+    let l = S3Semantics::open(old.clone(), SemanticsConfig::default()).await.unwrap();
+    l.create_bucket("bkt", None).await.unwrap();
+    let keys = keys_by_member(3, 1);
+    for k in keys.iter().flatten() {
+        l.put_object("bkt", k, body(k.as_bytes(), 7), PutOptions::default()).await.unwrap();
+    }
+    // The layer's own collections and the bucket's are remembered by the old pool now.
+    let remembered = 3;
+    let create = |name: &str| Txn::new().op(Op::CreateCollection { name: name.into() });
+    let members = old.members().to_vec();
+
+    // Member 2 changed: a new drive that has the bucket (as a move's fill makes it) but not the others.
+    let fresh = drive(&mut dirs);
+    fresh.commit(create("b/bkt")).await.unwrap();
+    let new = Arc::new(Pool::new(vec![members[0].clone(), members[1].clone(), fresh]).unwrap());
+    assert_eq!(new.take_collections_from(&old).await, remembered);
+    let l = S3Semantics::open(new.clone(), SemanticsConfig::default()).await.unwrap();
+    for k in &keys[0] {
+        assert_eq!(read_all(&l, "bkt", k).await, k.as_bytes(), "a shared member's object");
+    }
+    l.put_object("bkt", &keys[2][0], body(b"again", 5), PutOptions::default()).await.unwrap();
+    assert_eq!(read_all(&l, "bkt", &keys[2][0]).await, b"again", "the changed member's handle works");
+
+    // The home member changed, to a drive that has only the bucket: the others are looked up at use.
+    let home = drive(&mut dirs);
+    home.commit(create("b/bkt")).await.unwrap();
+    let rehomed = Pool::new(vec![home, members[1].clone(), members[2].clone()]).unwrap();
+    assert_eq!(rehomed.take_collections_from(&old).await, 1);
+    // Two of three changed: nothing is taken.
+    let (a, b) = (drive(&mut dirs), drive(&mut dirs));
+    let mostly_new = Pool::new(vec![a, b, members[2].clone()]).unwrap();
+    assert_eq!(mostly_new.take_collections_from(&old).await, 0);
+    l.shutdown().await.unwrap();
+}
