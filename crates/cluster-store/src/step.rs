@@ -245,7 +245,7 @@ struct GroupTally {
     not_followed: u64,
 }
 
-/// One node's count for one group, as the rebalancer asks it (`FollowTally::count`).
+/// One node's count for one group, as the rebalancer asks it (`FollowReport::count`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FollowCount {
     pub incarnation: u64,
@@ -273,16 +273,17 @@ impl FollowReport {
     }
 }
 
-/// A removal under way, until dropped.
+/// A removal under way, until dropped (None: one past `MAX_UNDER_WAY`, counted as not followed at once).
 pub struct UnderWay {
     tally: Arc<FollowTally>,
     pg: u32,
-    number: u64,
+    number: Option<u64>,
 }
 
 impl Drop for UnderWay {
     fn drop(&mut self) {
-        let ended = self.tally.groups.lock().get_mut(&self.pg).is_some_and(|g| g.under_way.remove(&self.number));
+        let Some(number) = self.number else { return };
+        let ended = self.tally.groups.lock().get_mut(&self.pg).is_some_and(|g| g.under_way.remove(&number));
         debug_assert!(ended, "a removal ends once");
     }
 }
@@ -295,11 +296,15 @@ impl FollowTally {
     fn begin(self: &Arc<Self>, pg: u32) -> UnderWay {
         let mut groups = self.groups.lock();
         let g = groups.entry(pg).or_default();
-        assert!(g.under_way.len() < MAX_UNDER_WAY, "removals under way in group {pg} past {MAX_UNDER_WAY}");
+        // Past the limit a removal is not tracked: counted as not followed, so no step ends on it.
+        if g.under_way.len() >= MAX_UNDER_WAY {
+            g.not_followed += 1;
+            return UnderWay { tally: self.clone(), pg, number: None };
+        }
         let number = g.next;
         g.next += 1;
         g.under_way.insert(number);
-        UnderWay { tally: self.clone(), pg, number }
+        UnderWay { tally: self.clone(), pg, number: Some(number) }
     }
 
     fn not_followed(&self, pg: u32) {
@@ -432,6 +437,22 @@ mod tests {
         assert_eq!(tally.report().count(2), count(inc, 1, Some(0), 0), "groups are counted apart");
         drop(other);
         assert_ne!(FollowTally::new().report().incarnation, inc, "another process is told apart");
+    }
+
+    #[test]
+    fn removals_past_the_limit_under_way_count_as_not_followed() {
+        let tally = FollowTally::new();
+        let inc = tally.report().incarnation;
+        let at_limit: Vec<UnderWay> = (0..MAX_UNDER_WAY).map(|_| tally.begin(3)).collect();
+        let n = MAX_UNDER_WAY as u64;
+        assert_eq!(tally.report().count(3), count(inc, n, Some(0), 0), "every one up to the limit is tracked");
+        let past = tally.begin(3);
+        assert_eq!(tally.report().count(3), count(inc, n, Some(0), 1), "the one past it is not followed");
+        drop(past);
+        drop(at_limit);
+        assert_eq!(tally.report().count(3), count(inc, n, None, 1));
+        drop(tally.begin(3));
+        assert_eq!(tally.report().count(3), count(inc, n + 1, None, 1), "tracked again below the limit");
     }
 
     #[test]

@@ -376,10 +376,7 @@ async fn a_removal_in_a_moving_group_reaches_the_drives_its_step_fills() {
     let (_, new_slot, key, writer, filling) = a_moving_group_with_its_key(&mut cluster).await;
     let fill = |set: &StepSet| {
         let set = set.clone();
-        async move {
-            set.scan().await.unwrap();
-            while set.heal_now(100).await > 0 {}
-        }
+        async move { mosaic_cluster_store::fill(&set, 0).await.unwrap() }
     };
     let on_new_drive = |set: &StepSet| {
         let drive = set.members()[new_slot].clone().unwrap();
