@@ -81,11 +81,19 @@ pub async fn open_step_set(
     client: &RpcClient,
     cfg: SetConfig,
 ) -> Result<StepSet, String> {
-    let (set, missing) = open_reachable(map, me, step, local, client, cfg).await?;
+    let (set, missing) = open_reachable(map, me, step, local, client, cfg, Work::Background).await?;
     match missing.first() {
         Some(id) => Err(format!("drive {id} of its next set does not answer")),
         None => Ok(set),
     }
+}
+
+/// Whose work a set does: a fill's waits for the node's foreground work as heal does, a request's (a
+/// removal followed) does not.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Work {
+    Foreground,
+    Background,
 }
 
 /// `open_step_set` over the drives that answer (a drive on a node the map marks down is not asked), and
@@ -97,6 +105,7 @@ async fn open_reachable(
     local: &HashMap<DriveId, DriveStore>,
     client: &RpcClient,
     cfg: SetConfig,
+    work: Work,
 ) -> Result<(StepSet, Vec<DriveId>), String> {
     // Fenced with the placement served: once a newer map places the group otherwise, the drives' nodes
     // refuse these commands.
@@ -126,6 +135,9 @@ async fn open_reachable(
         kept_drives: None,
         decided_by: Some(step.kept).filter(|kept| kept.count_ones() as usize >= geometry.data),
         removal_follower: None,
+        // A removal followed is a request's own work: it must not wait for the node's foreground work
+        // as a fill does.
+        node_foreground: if work == Work::Background { cfg.node_foreground } else { None },
         ..cfg
     };
     let set = ErasureSet::open(cfg, members).await.map_err(|e| e.to_string())?;
@@ -186,10 +198,17 @@ impl StepFollower {
         if let Some(o) = opened.as_ref().filter(|o| fresh(o)) {
             return Ok((o.set.clone(), o.missing.clone()));
         }
-        let (set, missing) =
-            open_reachable(&self.map, self.me, &self.step, &self.local, &self.client, self.cfg.clone())
-                .await
-                .map_err(|e| StoreError::unavailable(format!("group {}'s next set: {e}", self.step.pg)))?;
+        let (set, missing) = open_reachable(
+            &self.map,
+            self.me,
+            &self.step,
+            &self.local,
+            &self.client,
+            self.cfg.clone(),
+            Work::Foreground,
+        )
+        .await
+        .map_err(|e| StoreError::unavailable(format!("group {}'s next set: {e}", self.step.pg)))?;
         let set = Arc::new(set);
         *opened = Some(Opened { set: set.clone(), missing: missing.clone(), at: Instant::now() });
         Ok((set, missing))

@@ -100,7 +100,7 @@ impl Cluster {
         for (listener, served) in listeners {
             let table = Arc::new(LockTable::new(false));
             let router = Router::new()
-                .route("/drive/", DriveServer::new(served, Some(drive_guard(map_rx.clone(), &secret))))
+                .route("/drive/", DriveServer::new(served, Some(drive_guard(map_rx.clone(), &secret)), None))
                 .route("/lock/", LockServer::new(table.clone(), map_rx.clone()));
             let (stop, stopped) = oneshot::channel::<()>();
             tokio::spawn(rpc::serve(listener, secret.clone(), None, Arc::new(router), async {

@@ -40,7 +40,8 @@ impl Kind {
             // 2: drive requests carry the caller's fence (its map epochs and group placement).
             // 3: bulk bytes travel as the body's payload, after the value.
             // 4: drive requests carry the caller's capability.
-            Kind::Drive => 4,
+            // 5: drive requests say whether a client waits for them (foreground work).
+            Kind::Drive => 5,
             _ => 1,
         }
     }

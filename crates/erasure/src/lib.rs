@@ -85,6 +85,12 @@ pub struct SetConfig {
     /// decided and its locks are let go. While a cluster group moves a step, a copy of the object on the
     /// drives the step fills goes with it (`mosaic_cluster_store`). None: nobody is told.
     pub removal_follower: Option<Arc<dyn RemovalFollower>>,
+    /// The foreground work of the whole node this set runs on (a cluster node's): the set's reads and
+    /// writes for clients (`mosaic_store::in_foreground`) count in it, and its heal waits for a quiet
+    /// moment in it (once per `NODE_YIELD_EVERY_BYTES`) as well as in its own. A cluster group's fill
+    /// reaches drives that the node's other sets and other nodes' clients keep busy, which the set's own
+    /// count does not see. None: only the set's own work counts.
+    pub node_foreground: Option<Arc<mosaic_store::ForegroundWork>>,
 }
 
 /// What `SetConfig::removal_follower` is told. A failure does not fail the write (it is decided and
@@ -135,6 +141,7 @@ impl SetConfig {
             decided_by: None,
             shared_locks: None,
             removal_follower: None,
+            node_foreground: None,
         }
     }
 
@@ -245,25 +252,38 @@ pub(crate) struct SetInner<S: Store> {
     pub(crate) generation: AtomicU64,
     /// Foreground reads and writes in flight: heal yields to them (paper 003).
     foreground_in_flight: AtomicU64,
+    /// Heal's rebuilt bytes (`HealProgress::healed_bytes`) when it last waited for the node's foreground
+    /// work.
+    node_yielded_at_bytes: AtomicU64,
     /// Objects whose tails lazy sync should encode.
     pub(crate) encode: Mutex<BTreeSet<(String, Vec<u8>)>>,
     /// Wakes the encoder.
     pub(crate) encode_wake: tokio::sync::Notify,
 }
 
-/// Counts a foreground read or write as in flight until dropped.
-pub(crate) struct ForegroundGuard<'a>(&'a AtomicU64);
+/// Counts a foreground read or write as in flight until dropped, in the set and on its node.
+pub(crate) struct ForegroundGuard<'a> {
+    set: &'a AtomicU64,
+    _node: Option<mosaic_store::ForegroundWorkGuard>,
+}
 
 impl Drop for ForegroundGuard<'_> {
     fn drop(&mut self) {
-        let before = self.0.fetch_sub(1, Ordering::Relaxed);
+        let before = self.set.fetch_sub(1, Ordering::Relaxed);
         debug_assert!(before > 0, "a foreground guard dropped twice");
     }
 }
 
 /// Longest a heal step waits for foreground work to pause: under a load that never pauses, heal still
 /// moves, at a small share of the drives.
-const HEAL_YIELD_MAX: std::time::Duration = std::time::Duration::from_millis(50);
+pub const HEAL_YIELD_MAX: std::time::Duration = std::time::Duration::from_millis(50);
+/// How long the node's foreground work must have been idle for a heal step to run before
+/// `HEAL_YIELD_MAX`: a load of back-to-back requests has gaps shorter than this between them.
+const NODE_QUIET: std::time::Duration = std::time::Duration::from_millis(5);
+/// Bytes heal rebuilds between two waits for the node's foreground work: a wait per object would hold
+/// small objects back 50 ms each; a wait per this many bytes bounds heal under a load that never
+/// pauses to about this much per `HEAL_YIELD_MAX` on each node.
+pub const NODE_YIELD_EVERY_BYTES: u64 = 1 << 20;
 
 impl<S: Store> SetInner<S> {
     pub(crate) fn geometry(&self) -> &SetGeometry {
@@ -335,15 +355,33 @@ impl<S: Store> SetInner<S> {
     /// Marks a foreground read or write in flight for as long as the guard lives.
     pub(crate) fn foreground(&self) -> ForegroundGuard<'_> {
         self.foreground_in_flight.fetch_add(1, Ordering::Relaxed);
-        ForegroundGuard(&self.foreground_in_flight)
+        // Only what a client waits for counts on the node (a set's own count takes every read and write).
+        let node = self.cfg.node_foreground.as_ref().filter(|_| mosaic_store::is_foreground()).map(|n| n.begin());
+        ForegroundGuard { set: &self.foreground_in_flight, _node: node }
     }
 
-    /// Waits (at most `HEAL_YIELD_MAX`) until no foreground read or write is in flight: background work
-    /// calls it between steps, so foreground work preempts it.
+    /// Whether foreground work keeps background work waiting: a read or write of this set in flight, or,
+    /// once heal rebuilt `NODE_YIELD_EVERY_BYTES` since it last waited for it, the node's foreground work
+    /// not quiet.
+    fn foreground_busy(&self, node_due: bool) -> bool {
+        self.foreground_in_flight.load(Ordering::Relaxed) > 0
+            || (node_due && self.cfg.node_foreground.as_ref().is_some_and(|n| !n.is_quiet(NODE_QUIET)))
+    }
+
+    /// Waits (at most `HEAL_YIELD_MAX`) until no foreground read or write is in flight (nor, on a node
+    /// that counts its foreground work, any for `NODE_QUIET` once heal rebuilt `NODE_YIELD_EVERY_BYTES`
+    /// since it last waited for the node): background work calls it between steps, so foreground work
+    /// preempts it.
     pub(crate) async fn yield_to_foreground(&self) {
+        let healed = self.progress.healed_bytes.load(Ordering::Relaxed);
+        let waited_at = self.node_yielded_at_bytes.load(Ordering::Relaxed);
+        let node_due = healed.saturating_sub(waited_at) >= NODE_YIELD_EVERY_BYTES;
         let until = tokio::time::Instant::now() + HEAL_YIELD_MAX;
-        while self.foreground_in_flight.load(Ordering::Relaxed) > 0 && tokio::time::Instant::now() < until {
+        while self.foreground_busy(node_due) && tokio::time::Instant::now() < until {
             tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        }
+        if node_due {
+            self.node_yielded_at_bytes.fetch_max(healed, Ordering::Relaxed);
         }
     }
 
@@ -410,6 +448,7 @@ impl<S: Store> ErasureSet<S> {
             dead: Default::default(),
             generation: AtomicU64::new(0),
             foreground_in_flight: AtomicU64::new(0),
+            node_yielded_at_bytes: AtomicU64::new(0),
             encode: Mutex::new(BTreeSet::new()),
             encode_wake: tokio::sync::Notify::new(),
         };

@@ -584,3 +584,39 @@ async fn a_write_gives_a_drive_the_collection_it_lacks() {
     let c = lacking.snapshot().collection("c").await.unwrap().expect("the drive got the collection");
     assert!(lacking.snapshot().lookup(&c, b"o").await.unwrap().is_some(), "and the object");
 }
+
+/// On a node that counts its foreground work (a cluster node: its other sets' requests and the drive
+/// commands it serves for other nodes' clients), heal waits for it as it waits for its own set's
+/// requests: once per `NODE_YIELD_EVERY_BYTES` rebuilt while the node is busy it waits the whole
+/// `HEAL_YIELD_MAX`. The set's
+/// requests count in the node's work when a client waits for them (`in_foreground`), and only then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heal_waits_for_the_nodes_foreground_work_and_the_sets_requests_count_in_it() {
+    let work = mosaic_store::ForegroundWork::new();
+    let cfg = mosaic_erasure::SetConfig { node_foreground: Some(work.clone()), ..set_config(4, 2) };
+    let mut t = TestSet::with_config(cfg).await;
+    let l = layer(&t).await;
+    l.create_bucket("bkt", None).await.unwrap();
+    assert_eq!(work.begun(), 0, "work no client waits for does not count on the node");
+    let mut objects = mosaic_store::in_foreground(fill(&l, "obj", 41)).await;
+    objects.extend(mosaic_store::in_foreground(fill(&l, "more", 42)).await);
+    assert!(work.begun() >= objects.len() as u64, "a client's requests count on the node");
+    assert!(!work.is_quiet(std::time::Duration::from_secs(3600)));
+    assert_eq!(work.in_flight(), 0, "none left in flight");
+    t.replace_drive(1).await;
+    let queued = t.set.heal_backlog();
+    assert!(queued >= 4, "the replaced drive's objects are queued ({queued})");
+    // Another set's request in flight on the node: once heal rebuilt its budget of bytes it waits the
+    // whole bound before going on.
+    let busy = work.begin();
+    let started = std::time::Instant::now();
+    t.heal_all().await;
+    let healed = t.set.heal_progress().healed_bytes.load(std::sync::atomic::Ordering::Relaxed);
+    // Heal went on past its first budget (so it waited for the node at least once).
+    assert!(healed >= 3 * mosaic_erasure::NODE_YIELD_EVERY_BYTES, "healed {healed} bytes");
+    assert!(started.elapsed() >= mosaic_erasure::HEAL_YIELD_MAX, "healed in {:?}", started.elapsed());
+    drop(busy);
+    t.devices[0].set_failing(true);
+    t.devices[2].set_failing(true);
+    check_all(&l, &objects).await;
+}

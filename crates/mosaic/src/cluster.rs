@@ -248,7 +248,12 @@ impl Cluster {
             tls,
             running: tokio::sync::OnceCell::new(),
             changing: tokio::sync::Mutex::new(()),
-            set_cfg,
+            // One count of the node's foreground work: its sets' requests for clients and the drive commands
+            // it serves for other nodes' clients, which its fills and heals wait for.
+            set_cfg: mosaic_erasure::SetConfig {
+                node_foreground: Some(mosaic_store::ForegroundWork::new()),
+                ..set_cfg
+            },
             layer_cfg: OnceLock::new(),
             following: AtomicBool::new(false),
             served: Mutex::new(None),
@@ -404,7 +409,11 @@ impl Cluster {
                     .route("/raft/", node.clone())
                     .route(
                         "/drive/",
-                        mosaic_remote::DriveServer::new(served, Some(drive_guard(node.watch_map(), &secret))),
+                        mosaic_remote::DriveServer::new(
+                            served,
+                            Some(drive_guard(node.watch_map(), &secret)),
+                            self.set_cfg.node_foreground.clone(),
+                        ),
                     )
                     .route("/lock/", LockServer::new(table, node.watch_map()))
                     .route("/node/", Arc::new(NodeCalls { dir: self.data_dir.clone(), cluster: Arc::downgrade(self) }));

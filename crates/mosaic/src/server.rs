@@ -105,6 +105,9 @@ pub fn run(cfg: Config) -> Result<(), String> {
         removal_follower: None,
         // A cluster node's groups take the cluster's locks when they are composed.
         shared_locks: None,
+        // A cluster node counts its foreground work across its groups (`Cluster::open`); one server's sets
+        // each yield to their own requests.
+        node_foreground: None,
     };
     // A cluster node's drives are each its own 1+0 set here, for the admin port only: the cluster's sets
     // (placement groups) write through them, and settle and heal as the map says.

@@ -71,7 +71,7 @@ async fn remote_layer(dir: &tempfile::TempDir, tls: Option<rpc::Tls>) -> Arc<dyn
     // collections, and the server checks both.
     let fence: mosaic_remote::server::FenceCheck = Arc::new(|_: &Fence| Ok(()));
     let guard = Guard { fence, capabilities: CapabilityKey::of(&secret) };
-    let server = DriveServer::new(HashMap::from([("d0".to_string(), Arc::new(drive(dir)))]), Some(guard));
+    let server = DriveServer::new(HashMap::from([("d0".to_string(), Arc::new(drive(dir)))]), Some(guard), None);
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("a port");
     let address = listener.local_addr().expect("an address").to_string();
     tokio::spawn(rpc::serve(listener, secret.clone(), tls.clone(), server, std::future::pending()));

@@ -53,8 +53,9 @@ impl Remote {
         };
         let fence = caller.map(|c| c.fence.clone());
         let capability = caller.map(|c| c.capability());
-        let mut request =
-            Request { drive: self.drive.clone(), fence, capability, release_snapshots, release_staged, command };
+        let foreground = mosaic_store::is_foreground();
+        let drive = self.drive.clone();
+        let mut request = Request { drive, fence, capability, foreground, release_snapshots, release_staged, command };
         let payload = request.take_payload();
         let head = frame::encode_binary(Kind::Drive, &request, &payload).map_err(|e| self.unavailable(e))?;
         let body = Parts::new(head, payload);

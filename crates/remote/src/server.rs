@@ -14,7 +14,9 @@ use hyper::StatusCode;
 use mosaic_cluster::capability::{self, Capability, CapabilityKey};
 use mosaic_cluster::frame::{self, Kind};
 use mosaic_cluster::rpc::{Answer as RpcAnswer, Handler, Parts};
-use mosaic_store::{AlignedBuf, CollectionNames, ErrorKind, Op, Snapshot, Store, StoreError, StoreResult, Txn};
+use mosaic_store::{
+    AlignedBuf, CollectionNames, ErrorKind, ForegroundWork, Op, Snapshot, Store, StoreError, StoreResult, Txn,
+};
 use parking_lot::Mutex;
 use serde_bytes::ByteBuf;
 use std::collections::{HashMap, HashSet};
@@ -119,6 +121,8 @@ pub struct DriveServer<S: Store<Coll = wire::Coll, Obj = wire::Obj>> {
     guard: Option<Guard>,
     /// Requests served (for metrics and tests).
     requests: AtomicU64,
+    /// The node's foreground work, in which every request marked foreground counts while it runs.
+    foreground: Option<Arc<ForegroundWork>>,
 }
 
 fn limit(what: &str, max: usize) -> StoreError {
@@ -130,10 +134,15 @@ where
     S::Snapshot: CollectionNames,
 {
     /// Serves `drives`; with `guard`, only requests whose fence and capability it accepts (a request
-    /// without them is refused).
-    pub fn new(drives: HashMap<String, Arc<S>>, guard: Option<Guard>) -> Arc<Self> {
+    /// without them is refused); with `foreground`, counting the requests marked foreground in it.
+    pub fn new(
+        drives: HashMap<String, Arc<S>>,
+        guard: Option<Guard>,
+        foreground: Option<Arc<ForegroundWork>>,
+    ) -> Arc<Self> {
         let sessions = Sessions { next_id: 1, snapshots: HashMap::new(), staged: HashMap::new() };
-        Arc::new(DriveServer { drives, sessions: Mutex::new(sessions), guard, requests: AtomicU64::new(0) })
+        let requests = AtomicU64::new(0);
+        Arc::new(DriveServer { drives, sessions: Mutex::new(sessions), guard, requests, foreground })
     }
 
     /// Requests served so far.
@@ -303,6 +312,7 @@ where
 
     async fn run(&self, mut request: Request) -> Reply {
         self.requests.fetch_add(1, Ordering::Relaxed);
+        let _foreground = self.foreground.as_ref().filter(|_| request.foreground).map(|f| f.begin());
         self.release(&request.release_snapshots, &request.release_staged);
         let capability = match self.admit(&mut request) {
             Ok(c) => c,

@@ -31,6 +31,9 @@ pub struct Request {
     /// What the command may reach on the drive, signed by the cluster (paper 003); None from callers
     /// outside a cluster, which a guarded server refuses.
     pub capability: Option<Capability>,
+    /// Work a client waits for (`mosaic_store::in_foreground`): the drive's node counts it as foreground
+    /// work, which its own background work waits for (`mosaic_store::ForegroundWork`).
+    pub foreground: bool,
     pub release_snapshots: Vec<SnapshotId>,
     pub release_staged: Vec<StagedId>,
     pub command: Command,

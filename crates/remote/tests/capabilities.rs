@@ -38,7 +38,8 @@ async fn guarded_node() -> Node {
     // Every fence passes: what is checked here is the capability.
     let fence: FenceCheck = Arc::new(|_: &Fence| Ok(()));
     let guard = Guard { fence, capabilities: CapabilityKey::of(&secret) };
-    let server = DriveServer::new(HashMap::from([("d0".to_string(), Arc::new(DriveStore::new(engine)))]), Some(guard));
+    let server =
+        DriveServer::new(HashMap::from([("d0".to_string(), Arc::new(DriveStore::new(engine)))]), Some(guard), None);
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap().to_string();
     tokio::spawn(rpc::serve(listener, secret.clone(), None, server, std::future::pending()));
@@ -66,6 +67,7 @@ async fn call(node: &Node, command: Command, capability: Option<mosaic_cluster::
         drive: "d0".into(),
         fence: Some(fence()),
         capability,
+        foreground: false,
         release_snapshots: Vec::new(),
         release_staged: Vec::new(),
         command,

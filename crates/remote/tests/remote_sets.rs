@@ -11,7 +11,7 @@ use mosaic_erasure::{ErasureSet, SetConfig, SetGeometry};
 use mosaic_layer::testing::{body, pattern, run_suite};
 use mosaic_layer::{LayerError, ObjectLayer, Precondition, PutOptions, S3Semantics, SemanticsConfig};
 use mosaic_remote::{DriveServer, RemoteStore};
-use mosaic_store::{ErrorKind, Op, Snapshot, Store, Txn};
+use mosaic_store::{ErrorKind, ForegroundWork, Op, Snapshot, Store, Txn};
 use std::collections::HashMap;
 use std::sync::Arc;
 use tokio::net::TcpListener;
@@ -23,6 +23,8 @@ const DRIVE_BYTES: u64 = 128 << 20;
 struct Node {
     address: String,
     server: Arc<DriveServer<DriveStore>>,
+    /// What the server counts as the node's foreground work.
+    foreground: Arc<ForegroundWork>,
     stop: Option<oneshot::Sender<()>>,
     _dir: tempfile::TempDir,
 }
@@ -33,14 +35,16 @@ impl Node {
         let config =
             EngineConfig { kv_write_buffer_bytes: 4 << 20, kv_block_cache_bytes: 8 << 20, ..Default::default() };
         let engine = Engine::format(dir.path(), Arc::new(SimDevice::new(DRIVE_BYTES)), config).unwrap();
-        let server = DriveServer::new(HashMap::from([("d0".to_string(), Arc::new(DriveStore::new(engine)))]), None);
+        let foreground = ForegroundWork::new();
+        let drives = HashMap::from([("d0".to_string(), Arc::new(DriveStore::new(engine)))]);
+        let server = DriveServer::new(drives, None, Some(foreground.clone()));
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap().to_string();
         let (stop, stopped) = oneshot::channel::<()>();
         tokio::spawn(rpc::serve(listener, secret.clone(), None, server.clone(), async {
             let _ = stopped.await;
         }));
-        Node { address, server, stop: Some(stop), _dir: dir }
+        Node { address, server, foreground, stop: Some(stop), _dir: dir }
     }
 
     fn stop(&mut self) {
@@ -181,4 +185,39 @@ async fn a_client_without_the_secret_is_refused_and_nothing_is_left_behind() {
     let info = snapshot.lookup(&coll, b"o").await.unwrap().unwrap();
     assert_eq!(info.size_bytes, unit as u64);
     assert_eq!(snapshot.read(&info.obj, 0, 1 << 30).await.unwrap().len(), unit);
+}
+
+/// A drive's node counts as its foreground work only the commands made for a client
+/// (`mosaic_store::in_foreground`, as the S3 server runs its connections): a set's scans, heal and every
+/// other upkeep are background work there, whatever they are, so the node's own background work (a
+/// cluster group's fill) does not wait for them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_clients_commands_count_as_the_drive_nodes_foreground_work() {
+    let secret = Secret::generate();
+    let (set, nodes) = remote_set(2, 1, &secret).await;
+    let set = Arc::new(set);
+    let layer = S3Semantics::open(set.clone(), SemanticsConfig::default()).await.unwrap();
+    layer.create_bucket("bkt", None).await.unwrap();
+    let begun = |nodes: &[Node]| nodes.iter().map(|n| n.foreground.begun()).collect::<Vec<_>>();
+    assert_eq!(begun(&nodes), vec![0; 3], "opening and creating a bucket from no client's request");
+    let data = pattern(7, 300_000);
+    let put = layer.put_object("bkt", "k", body(&data, 64 << 10), PutOptions::default());
+    mosaic_store::in_foreground(put).await.unwrap();
+    let before = begun(&nodes);
+    assert!(before.iter().all(|&b| b > 0), "a client's write counted on every node: {before:?}");
+    assert!(nodes.iter().all(|n| n.foreground.in_flight() == 0));
+    assert!(set.scan().await.unwrap() > 0, "the scan saw the object");
+    assert!(set.scan_deep().await.unwrap() > 0, "the deep scan read its shards back");
+    assert_eq!(begun(&nodes), before, "scans are background work");
+    let read = async {
+        let got = layer.get_object("bkt", "k", None, None, None, &Precondition::default()).await.unwrap();
+        let (mut out, mut body) = (Vec::new(), got.body);
+        while let Some(c) = body.next().await {
+            out.extend_from_slice(&c.unwrap());
+        }
+        out
+    };
+    assert_eq!(mosaic_store::in_foreground(read).await, data);
+    let after = begun(&nodes);
+    assert!(after.iter().zip(&before).any(|(a, b)| a > b), "a client's read counted: {after:?}");
 }

@@ -521,7 +521,8 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         let watcher = graceful.watcher();
         let (service, limits, tls) = (service.clone(), limits.clone(), tls.clone());
-        tokio::spawn(async move {
+        // Foreground work: what a client waits for, which background work yields to (paper 003).
+        tokio::spawn(mosaic_store::in_foreground(async move {
             let Some(tls) = tls else {
                 serve_connection(stream, peer, None, service, &limits, watcher).await;
                 drop(permit);
@@ -535,7 +536,7 @@ pub async fn serve(
                 Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
             }
             drop(permit);
-        });
+        }));
     }
     drop(listener);
     tokio::select! {

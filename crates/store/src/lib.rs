@@ -22,11 +22,13 @@
 
 mod aligned;
 mod error;
+mod foreground;
 mod shared_locks;
 mod txn;
 
 pub use aligned::{AlignedBuf, IO_ALIGN_BYTES, assert_io_aligned};
 pub use error::{ErrorKind, StoreError, StoreResult};
+pub use foreground::{ForegroundWork, ForegroundWorkGuard, in_foreground, is_foreground};
 pub use shared_locks::{BoxFuture, HeldShared, SharedLocks};
 pub use txn::{Op, Outcome, Priority, Txn};
 
