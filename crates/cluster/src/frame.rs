@@ -241,9 +241,9 @@ mod tests {
         *flipped.last_mut().unwrap() ^= 1;
         assert_eq!(decode_binary::<(String, u64)>(Kind::Drive, &Bytes::from(flipped)), Err(FrameError::Checksum));
         let mut older = raw.to_vec();
-        older[5] = 3;
+        older[5] = 4;
         let refused = decode_binary::<(String, u64)>(Kind::Drive, &Bytes::from(older));
-        assert_eq!(refused, Err(FrameError::Version { kind: Kind::Drive as u8, got: 3, want: 4 }));
+        assert_eq!(refused, Err(FrameError::Version { kind: Kind::Drive as u8, got: 4, want: 5 }));
         assert!(matches!(
             encode_binary(Kind::Drive, &0u8, &vec![0u8; MAX_BODY_BYTES]),
             Err(FrameError::TooLarge(n)) if n > MAX_BODY_BYTES
