@@ -4,7 +4,9 @@
 # seed, in alternating rounds:
 #   monolith     no microstore defined: every bucket is served by the default one (all workers);
 #   static       microstores "small" (small-* classes' buckets) and "large" (large-*), workers fixed;
-#   adaptive     the same microstores, the resource manager moving workers each round.
+#   adaptive     the same microstores, the resource manager moving workers each round;
+#   sets         adaptive, and each microstore owns one of two erasure sets (needs SETS=2);
+#   sets-static  static, and each microstore owns one of two erasure sets (needs SETS=2).
 # Then a load change with the adaptive mode: the small tenant alone, the large one joining in the middle,
 # with `mosaic admin microstore status` sampled every second (workers held, each microstore's p99) for the
 # plot.
@@ -12,7 +14,9 @@
 #   scripts/bench-microstores.sh OUT [ROUNDS]
 #
 # DURATION (default 30s), CONCURRENCY (per tenant, default 8), LARGE_SIZE (default 1MiB-32MiB), DRIVE_SIZE
-# (per drive, default 4GiB).
+# (per drive, default 4GiB), SETS (1: six drives, one 3+3 set; 2: twelve drives, two 3+3 sets, every mode),
+# MODES (default "monolith static adaptive", with SETS=2 also "sets sets-static"), ABCD_MODES (default
+# "monolith adaptive"), LOAD_CHANGE (default 1; 0 skips it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:?OUT directory}
@@ -29,13 +33,18 @@ source "$(dirname "$0")/one-server.sh"
 DURATION=${DURATION:-30s}
 CONC=${CONCURRENCY:-8}
 LARGE=${LARGE_SIZE:-1MiB-32MiB}
+SETS=${SETS:-1}
+DRIVES=$((6 * SETS))
+if [[ $SETS == 2 ]]; then DEFAULT_MODES="monolith static adaptive sets sets-static"; else DEFAULT_MODES="monolith static adaptive"; fi
+read -r -a MODE_LIST <<<"${MODES:-$DEFAULT_MODES}"
+read -r -a ABCD_LIST <<<"${ABCD_MODES:-monolith adaptive}"
 COMMON=(--endpoint "http://127.0.0.1:$PORT" --access-key $AK --secret-key $SK --concurrency "$CONC" --seed 1)
 mkdir -p "$OUT"
 {
   echo "date: $(date -u +%FT%TZ)"
   echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM, $(uname -sr)"
   echo "build: $("$BIN" --version) (commit $(git rev-parse --short HEAD))"
-  echo "server: 6 drives of ${DRIVE_SIZE:-4GiB} (thin files, one 3+3 set), [microstores] window_slot = 1s, floor_workers = 2"
+  echo "server: $DRIVES drives of ${DRIVE_SIZE:-4GiB} (thin files, $SETS 3+3 set(s)), [microstores] window_slot = 1s, floor_workers = 2"
   echo "command: mosaic bench s3 --workload tenants --tenants cosbench-b,cosbench-d:$LARGE --duration $DURATION --concurrency $CONC --warmup 3s --seed 1"
 } >"$OUT/machine.txt"
 
@@ -43,18 +52,19 @@ start_server() { # MODE
   require_free_port
   rm -rf "$DIR"
   mkdir -p "$DIR"
-  local adapt=true
-  [[ $1 == static ]] && adapt=false
+  local adapt=true small_sets=() large_sets=()
+  [[ $1 == static || $1 == sets-static ]] && adapt=false
+  [[ $1 == sets* ]] && small_sets=(--sets 0) && large_sets=(--sets 1)
   printf '[microstores]\nwindow_slot = "1s"\nwindow_slots = 10\nfloor_workers = 2\nadapt = %s\n' "$adapt" >"$DIR/mosaic.toml"
   local drives=()
-  for i in 0 1 2 3 4 5; do drives+=(--drive "$DIR/d$i"); done
-  "$BIN" server --data "$DIR/data" "${drives[@]}" --drive-size "${DRIVE_SIZE:-4GiB}" --config "$DIR/mosaic.toml" \
+  for i in $(seq 0 $((DRIVES - 1))); do drives+=(--drive "$DIR/d$i"); done
+  "$BIN" server --data "$DIR/data" "${drives[@]}" --erasure 3+3 --drive-size "${DRIVE_SIZE:-4GiB}" --config "$DIR/mosaic.toml" \
     --s3-address 127.0.0.1:$PORT --admin-address "$ADMIN" >"$DIR/server.log" 2>&1 &
   PID=$!
   wait_port
   if [[ $1 != monolith ]]; then
-    "$BIN" admin --admin "$ADMIN" microstore create small --target-p99-ms 20 --workers 32 >/dev/null
-    "$BIN" admin --admin "$ADMIN" microstore create large --target-mib-s 100 --workers 4 >/dev/null
+    "$BIN" admin --admin "$ADMIN" microstore create small --target-p99-ms 20 --workers 32 "${small_sets[@]}" >/dev/null
+    "$BIN" admin --admin "$ADMIN" microstore create large --target-mib-s 100 --workers 4 "${large_sets[@]}" >/dev/null
   fi
 }
 
@@ -68,7 +78,7 @@ summary() { # RESULT LABEL
 }
 
 for round in $(seq 1 "$ROUNDS"); do
-  for mode in monolith static adaptive; do
+  for mode in "${MODE_LIST[@]}"; do
     start_server $mode
     assign $mode ten-t1 small
     assign $mode ten-t2 large
@@ -81,7 +91,7 @@ for round in $(seq 1 "$ROUNDS"); do
 done | tee "$OUT/summary.txt"
 
 # The four COSBench workloads at once, each in its own bucket (two bench processes of two tenants each).
-for mode in monolith adaptive; do
+for mode in "${ABCD_LIST[@]}"; do
   start_server $mode
   for b in ac-t1:small ac-t2:large bd-t1:small bd-t2:large; do assign $mode "${b%%:*}" "${b##*:}"; done
   "$BIN" bench s3 "${COMMON[@]}" --workload tenants --tenants "cosbench-a,cosbench-c:$LARGE" --bucket ac --warmup 3s \
@@ -95,6 +105,7 @@ for mode in monolith adaptive; do
   stop
 done | tee -a "$OUT/summary.txt"
 
+[[ ${LOAD_CHANGE:-1} == 1 ]] || exit 0
 # A load change: the small tenant alone for 20 s, then the large one too for 25 s; status every second.
 start_server adaptive
 assign adaptive lc-small small

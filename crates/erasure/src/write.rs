@@ -1323,28 +1323,7 @@ fn changed_by<C, St>(op: &Op<SetColl<C>, St>) -> Vec<(Arc<str>, Vec<u8>)> {
 
 /// The objects an operation names.
 fn touched<C, St>(op: &Op<SetColl<C>, St>) -> Vec<(Arc<str>, Vec<u8>)> {
-    match op {
-        Op::CreateCollection { .. } | Op::RemoveCollection { .. } => Vec::new(),
-        Op::Create { coll, name }
-        | Op::Reset { coll, name }
-        | Op::Write { coll, name, .. }
-        | Op::WriteStaged { coll, name, .. }
-        | Op::Append { coll, name, .. }
-        | Op::Remove { coll, name }
-        | Op::Truncate { coll, name, .. }
-        | Op::SetAttr { coll, name, .. }
-        | Op::RemoveAttr { coll, name, .. }
-        | Op::SetNameTag { coll, name, .. }
-        | Op::SetPriority { coll, name, .. }
-        | Op::AssertAttr { coll, name, .. }
-        | Op::AssertExists { coll, name } => vec![(coll.name.clone(), name.clone())],
-        Op::Rename { coll, from, to_coll, to } | Op::Clone { coll, from, to_coll, to } => {
-            vec![(coll.name.clone(), from.clone()), (to_coll.name.clone(), to.clone())]
-        }
-        Op::CloneRange { src_coll, src, dst_coll, dst, .. } => {
-            vec![(src_coll.name.clone(), src.clone()), (dst_coll.name.clone(), dst.clone())]
-        }
-    }
+    op.named_objects().into_iter().map(|(c, name)| (c.name.clone(), name.to_vec())).collect()
 }
 
 #[cfg(test)]

@@ -57,6 +57,15 @@ impl StageBuffers {
 }
 
 /// A body read into the store: whole units staged, the rest kept for the commit.
+/// The object a body's units are staged for: its collection and name (a store places units by both), and
+/// the hint its devices place them by (the key: a part's units are placed as its object's).
+#[derive(Clone)]
+pub(crate) struct StageFor<C> {
+    pub(crate) coll: C,
+    pub(crate) name: Vec<u8>,
+    pub(crate) hint: Vec<u8>,
+}
+
 pub(crate) struct Ingested<St> {
     pub(crate) staged: Vec<(u64, St)>,
     pub(crate) tail_offset: u64,
@@ -97,15 +106,15 @@ impl<S: Store> S3Semantics<S> {
     }
 
     /// Streams a body into the store, `base_offset` being where it starts in its object; more than
-    /// `max_bytes` fails with EntityTooLarge. `key` is the object the body is for (a multipart part's is
-    /// its upload's key): the store places its units by it. `md5`: whether to hash it (an encrypted
+    /// `max_bytes` fails with EntityTooLarge. `target` is the object the body is for (a multipart part's is
+    /// the part, named with its upload's key as locator): the store places its units by it. `md5`: whether to hash it (an encrypted
     /// body's ETag is its plaintext's, hashed before encryption).
     pub(crate) async fn ingest(
         &self,
         body: PutBody,
         base_offset: u64,
         max_bytes: u64,
-        key: &str,
+        target: &StageFor<S::Coll>,
         md5: bool,
     ) -> LayerResult<Ingested<S::Staged>> {
         let hash = md5;
@@ -162,7 +171,7 @@ impl<S: Store> S3Semantics<S> {
                     if let Some(done) = in_flight.take() {
                         staged.push(self.finish_stage(done).await?);
                     }
-                    in_flight = Some((launched_bytes, self.launch_stage(full, chunk_bytes, key)));
+                    in_flight = Some((launched_bytes, self.launch_stage(full, chunk_bytes, target)));
                     launched_bytes += chunk_bytes as u64;
                     fill = Some((self.stage_buffers.take_at_least(chunk_bytes), 0));
                 }
@@ -180,7 +189,7 @@ impl<S: Store> S3Semantics<S> {
             let whole = filled / unit * unit;
             tail = buf.as_slice()[whole..filled].to_vec();
             if whole > 0 {
-                staged.push(self.finish_stage((launched_bytes, self.launch_stage(buf, whole, key))).await?);
+                staged.push(self.finish_stage((launched_bytes, self.launch_stage(buf, whole, target))).await?);
                 launched_bytes += whole as u64;
             } else {
                 self.stage_buffers.give(buf);
@@ -196,11 +205,13 @@ impl<S: Store> S3Semantics<S> {
         &self,
         buf: AlignedBuf,
         len: usize,
-        key: &str,
+        target: &StageFor<S::Coll>,
     ) -> tokio::task::JoinHandle<LayerResult<(S::Staged, AlignedBuf)>> {
         debug_assert!(len > 0 && len.is_multiple_of(self.store.geometry().unit_bytes as usize));
-        let (store, key) = (self.store.clone(), key.to_string());
-        tokio::spawn(async move { store.stage(buf, len, key.as_bytes()).await.map_err(LayerError::from) })
+        let (store, target) = (self.store.clone(), target.clone());
+        tokio::spawn(async move {
+            store.stage_in(&target.coll, &target.name, buf, len, &target.hint).await.map_err(LayerError::from)
+        })
     }
 
     /// Waits for a staging write and returns its buffer to the pool.
@@ -249,7 +260,7 @@ impl<S: Store> S3Semantics<S> {
             let n = (whole - done).min(self.stage_chunk_bytes());
             let mut buf = self.stage_buffers.take_at_least(n);
             buf.as_mut_slice()[..n].copy_from_slice(&body[done..done + n]);
-            let (staged, buf) = self.store.stage(buf, n, name).await?;
+            let (staged, buf) = self.store.stage_in(coll, name, buf, n, name).await?;
             self.stage_buffers.give(buf);
             let at = offset + (head + done) as u64;
             txn.push(Op::WriteStaged { coll: coll.clone(), name: name.to_vec(), offset: at, staged });

@@ -47,6 +47,7 @@ pub use meta::{ListTag, ObjectMeta, Precondition, PutOptions};
 pub use multipart::{MAX_PART_BYTES, MAX_PARTS, MIN_PART_BYTES};
 pub use names::{MAX_KEY_BYTES, MAX_USER_METADATA_BYTES, validate_bucket_name, validate_key};
 pub use objects::MAX_TAGS;
+pub use records::bucket_scopes;
 pub use semantics::{DEFAULT_MAX_OBJECT_BYTES, S3Semantics, SemanticsConfig};
 pub use sse::{
     BucketEncryption, CustomerKey, MAX_KMS_KEY_ID_BYTES, MAX_KMS_KEYS, SseKeys, SseMeta, SseMode, SseRequest,

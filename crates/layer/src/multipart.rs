@@ -78,7 +78,9 @@ impl<S: Store> S3Semantics<S> {
     ) -> LayerResult<PartInfo> {
         let salt = object_key.as_ref().map(|_| crate::sse::new_salt());
         let stream = object_key.as_ref().zip(salt.as_deref());
-        let (ing, plain) = self.ingest_encrypting(body, stream, MAX_PART_BYTES, key).await?;
+        let (name, hint) = (part_name(bucket, upload_id, part, key), key.as_bytes().to_vec());
+        let target = crate::ingest::StageFor { coll: self.mpu().await?, name, hint };
+        let (ing, plain) = self.ingest_encrypting(body, stream, MAX_PART_BYTES, &target).await?;
         self.store_part(bucket, key, upload_id, part, ing, plain, salt).await
     }
 

@@ -76,7 +76,9 @@ impl<S: Store> S3Semantics<S> {
         let sealed = self.seal_for_write(bucket, opts.sse.as_ref()).await?;
         let salt = sealed.as_ref().map(|_| crate::sse::new_salt());
         let stream = sealed.as_ref().zip(salt.as_deref()).map(|((_, k), s)| (k, s));
-        let (ing, plain) = self.ingest_encrypting(body, stream, self.cfg.max_object_bytes, key).await?;
+        let (name, hint) = (key.as_bytes().to_vec(), key.as_bytes().to_vec());
+        let target = crate::ingest::StageFor { coll: coll.clone(), name, hint };
+        let (ing, plain) = self.ingest_encrypting(body, stream, self.cfg.max_object_bytes, &target).await?;
         let mut meta = opts.clone().into_meta(plain.size_bytes, plain.md5_hex, now_ms());
         meta.sse = sealed.map(|(sse, _)| crate::sse::SseMeta { salts: salt.into_iter().collect(), ..sse });
         (meta.retention, meta.legal_hold) = (lock.retention, lock.legal_hold);

@@ -35,6 +35,13 @@ pub(crate) fn bucket_collection(bucket: &str) -> String {
     format!("{BUCKET_PREFIX}{bucket}")
 }
 
+/// Where a bucket's objects live in the store, as (collection, name prefix) pairs: its own collection, and
+/// its multipart uploads and parts in the uploads' collection. A store that places a bucket's data on some
+/// of its devices (a microstore's sets) places what these name.
+pub fn bucket_scopes(bucket: &str) -> Vec<(String, Vec<u8>)> {
+    vec![(bucket_collection(bucket), Vec::new()), (MPU_COLLECTION.to_string(), format!("{bucket}/").into_bytes())]
+}
+
 /// A bucket's record, on the store's home group (an empty locator: see `mosaic_store::locator`), where
 /// the store keeps its collections too, so that a bucket and its record are made in one transaction.
 pub(crate) fn bucket_record_name(bucket: &str) -> Vec<u8> {

@@ -693,15 +693,15 @@ impl<S: mosaic_store::Store> S3Semantics<S> {
         body: PutBody,
         stream: Option<(&Key, &str)>,
         max_bytes: u64,
-        key: &str,
+        target: &crate::ingest::StageFor<S::Coll>,
     ) -> LayerResult<(Ingested<S::Staged>, Plaintext)> {
         let Some((object_key, salt)) = stream else {
-            let ing = self.ingest(body, 0, max_bytes, key, true).await?;
+            let ing = self.ingest(body, 0, max_bytes, target, true).await?;
             let plain = Plaintext { size_bytes: ing.size_bytes, md5_hex: ing.md5_hex.clone() };
             return Ok((ing, plain));
         };
         let (body, slot) = encrypt_body(body, object_key, salt, max_bytes)?;
-        let ing = self.ingest(body, 0, stored_len(max_bytes), key, false).await?;
+        let ing = self.ingest(body, 0, stored_len(max_bytes), target, false).await?;
         let plain = slot.lock().take().ok_or_else(|| LayerError::Internal("a body ended unsealed".into()))?;
         assert_eq!(ing.size_bytes, stored_len(plain.size_bytes), "an encrypted body's stored size");
         Ok((ing, plain))

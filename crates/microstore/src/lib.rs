@@ -23,5 +23,5 @@ pub mod workers;
 pub use class::{Class, Classifier, ClassifyConfig};
 pub use manager::{Decision, Holding, ManagerConfig, Observation, ResourceManager, Target};
 pub use monitor::{BucketStatus, Monitor, MonitorConfig};
-pub use registry::{Catalog, Definition, Microstores};
+pub use registry::{BucketPlacement, Catalog, Definition, Microstores};
 pub use window::{OpKind, Sample, Summary, Window, WindowConfig};

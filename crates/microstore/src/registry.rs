@@ -20,6 +20,8 @@ pub const MAX_MICROSTORES: usize = 64;
 pub const MAX_NAME_BYTES: usize = 63;
 /// Most buckets assigned by hand.
 pub const MAX_ASSIGNMENTS: usize = 100_000;
+/// Most sets a microstore or a bucket's placement names (a pool's members).
+pub const MAX_SETS: usize = 256;
 /// Decisions kept for `status`.
 const DECISIONS_KEPT: usize = 256;
 
@@ -33,6 +35,31 @@ pub struct Definition {
     pub class: Option<Class>,
     /// Workers it starts with (the resource manager moves them later).
     pub workers: u32,
+    /// The erasure sets its buckets' data lives on, its own (ascending); empty: every set, shared.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sets: Vec<usize>,
+}
+
+/// Where a bucket's data lives: the sets its objects are placed on and, while they move there, the sets
+/// they leave. A bucket without one is on every set.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BucketPlacement {
+    pub sets: Vec<usize>,
+    #[serde(default)]
+    pub moving_from: Option<Vec<usize>>,
+}
+
+/// Sets named as a list: ascending, each below `MAX_SETS`, and (`nonempty`) at least one.
+pub fn validate_sets(sets: &[usize], nonempty: bool) -> Result<(), String> {
+    let ascending = sets.windows(2).all(|w| w[0] < w[1]);
+    if !ascending || sets.iter().any(|s| *s >= MAX_SETS) || (nonempty && sets.is_empty()) {
+        return Err(format!(
+            "sets {sets:?}: give {} ascending set numbers below {MAX_SETS}",
+            if nonempty { "1 or more" } else { "0 or more" }
+        ));
+    }
+    Ok(())
 }
 
 /// What is stored: the microstores and the buckets assigned by hand.
@@ -41,6 +68,9 @@ pub struct Definition {
 pub struct Catalog {
     pub microstores: BTreeMap<String, Definition>,
     pub buckets: BTreeMap<String, String>,
+    /// Buckets whose data lives on some sets only, or moves.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub placements: BTreeMap<String, BucketPlacement>,
 }
 
 impl Catalog {
@@ -56,6 +86,18 @@ impl Catalog {
         }
         if let Some((bucket, ms)) = self.buckets.iter().find(|(_, ms)| !self.microstores.contains_key(*ms)) {
             return Err(format!("bucket {bucket} is assigned to {ms}, which is not a microstore"));
+        }
+        if self.placements.len() > MAX_ASSIGNMENTS {
+            return Err(format!("at most {MAX_ASSIGNMENTS} buckets placed on some sets"));
+        }
+        for (name, d) in &self.microstores {
+            validate_sets(&d.sets, false).map_err(|e| format!("microstore {name}: {e}"))?;
+        }
+        for (bucket, p) in &self.placements {
+            validate_sets(&p.sets, true).map_err(|e| format!("bucket {bucket}: {e}"))?;
+            if let Some(from) = &p.moving_from {
+                validate_sets(from, true).map_err(|e| format!("bucket {bucket} moving from: {e}"))?;
+            }
         }
         Ok(())
     }
@@ -132,6 +174,8 @@ pub struct MicrostoreStatus {
     pub name: String,
     pub target: Target,
     pub class: Option<Class>,
+    /// Its own sets (empty: every set, shared).
+    pub sets: Vec<usize>,
     pub workers: u32,
     /// Its object bytes are paced to this; None: unlimited.
     pub bandwidth_cap_mib_s: Option<f64>,
@@ -159,6 +203,8 @@ pub struct Status {
     pub buckets: Vec<BucketRoute>,
     pub decisions: Vec<LoggedDecision>,
     pub adapt: bool,
+    /// Buckets whose data lives on some sets only, or moves.
+    pub placements: BTreeMap<String, BucketPlacement>,
 }
 
 struct Inner {
@@ -213,9 +259,10 @@ impl Microstores {
             pools.insert(name.clone(), WorkerPool::new(h.workers, config.max_waiting, config.max_wait));
         }
         let workers = manager.workers(DEFAULT).unwrap_or(0);
-        catalog
-            .microstores
-            .insert(DEFAULT.to_string(), Definition { target: config.default_target, class: None, workers });
+        catalog.microstores.insert(
+            DEFAULT.to_string(),
+            Definition { target: config.default_target, class: None, workers, sets: vec![] },
+        );
         let now = Instant::now();
         Ok(Microstores {
             config,
@@ -288,6 +335,42 @@ impl Microstores {
         }
         self.change(save, |c| {
             c.buckets.remove(bucket);
+            Ok(())
+        })
+    }
+
+    /// The sets bucket `bucket`'s data belongs on: its microstore's own; None: every set.
+    pub fn wanted_sets(&self, bucket: &str) -> Option<Vec<usize>> {
+        let inner = self.inner.read();
+        let sets = &inner.catalog.microstores[route_in(&inner, &self.monitor, Some(bucket))].sets;
+        (!sets.is_empty()).then(|| sets.clone())
+    }
+
+    /// Buckets whose data placement may have to change: those assigned by hand, placed on some sets, or
+    /// watched (a bucket routed by its class is).
+    pub fn placement_candidates(&self) -> Vec<String> {
+        let mut out: Vec<String> = self.monitor.status(self.now_ms()).into_iter().map(|b| b.bucket).collect();
+        let inner = self.inner.read();
+        out.extend(inner.catalog.buckets.keys().cloned());
+        out.extend(inner.catalog.placements.keys().cloned());
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    /// Where the buckets placed on some sets are.
+    pub fn placements(&self) -> BTreeMap<String, BucketPlacement> {
+        self.inner.read().catalog.placements.clone()
+    }
+
+    /// Records where a bucket's data is (None: on every set), stored through the saver first.
+    pub fn set_placement(&self, bucket: &str, placement: Option<BucketPlacement>) -> Result<(), String> {
+        let save = |c: &Catalog| self.saver.as_ref().map_or(Ok(()), |s| s(c));
+        self.change(save, |c| {
+            match placement {
+                Some(p) => c.placements.insert(bucket.to_string(), p),
+                None => c.placements.remove(bucket),
+            };
             Ok(())
         })
     }
@@ -461,6 +544,7 @@ impl Microstores {
                     name: name.clone(),
                     target: manager.holdings().get(name).map(|h| h.target).unwrap_or(d.target),
                     class: d.class,
+                    sets: d.sets.clone(),
                     workers: pool.workers(),
                     bandwidth_cap_mib_s: caps.cap_mib_s(name),
                     in_use: pool.in_use(),
@@ -493,6 +577,7 @@ impl Microstores {
             buckets,
             decisions: self.decisions.lock().iter().cloned().collect(),
             adapt: self.config.adapt,
+            placements: inner.catalog.placements.clone(),
         }
     }
 }
@@ -532,7 +617,7 @@ mod tests {
     }
 
     fn small(target_ms: f64, workers: u32) -> Definition {
-        Definition { target: Target::LatencyMsP99(target_ms), class: Some(Class::SmallWrite), workers }
+        Definition { target: Target::LatencyMsP99(target_ms), class: Some(Class::SmallWrite), workers, sets: vec![] }
     }
 
     #[test]
@@ -612,6 +697,38 @@ mod tests {
         assert_eq!(again.status().microstores.iter().map(|s| s.workers).collect::<Vec<_>>(), vec![24, 8]);
     }
 
+    #[test]
+    fn a_microstores_sets_place_its_buckets_and_placements_are_kept_and_checked() {
+        let m = Microstores::new(config(), Catalog::default()).unwrap();
+        m.create("games", Definition { sets: vec![1, 2], ..small(10.0, 8) }, ok).unwrap();
+        m.create("shared", Definition { class: None, ..small(10.0, 2) }, ok).unwrap();
+        m.assign("scores", Some("games"), ok).unwrap();
+        m.assign("logs", Some("shared"), ok).unwrap();
+        assert_eq!(m.wanted_sets("scores"), Some(vec![1, 2]));
+        assert_eq!(m.wanted_sets("logs"), None, "a microstore without sets shares every set");
+        assert_eq!(m.wanted_sets("anything"), None);
+        let moving = BucketPlacement { sets: vec![1, 2], moving_from: Some(vec![0, 1, 2, 3]) };
+        m.set_placement("scores", Some(moving.clone())).unwrap();
+        m.set_placement("old", Some(BucketPlacement { sets: vec![3], moving_from: None })).unwrap();
+        m.record("watched", Sample { op: OpKind::Get, size_bytes: 1, latency_us: 1 });
+        assert_eq!(m.placement_candidates(), ["logs", "old", "scores", "watched"]);
+        assert_eq!(m.status().placements["scores"], moving);
+        assert_eq!(m.status().microstores.iter().find(|s| s.name == "games").unwrap().sets, [1, 2]);
+        let again = Microstores::new(config(), m.catalog()).unwrap();
+        assert_eq!(again.placements(), m.placements(), "placements are stored with the catalog");
+        m.set_placement("old", None).unwrap();
+        assert!(!m.placements().contains_key("old"));
+        // Sets out of order, repeated, past the limit, or none for a placement are refused.
+        for bad in [vec![2, 1], vec![1, 1], vec![MAX_SETS]] {
+            assert!(m.create("bad", Definition { sets: bad.clone(), ..small(10.0, 1) }, ok).is_err(), "{bad:?}");
+            assert!(m.set_placement("b", Some(BucketPlacement { sets: bad, moving_from: None })).is_err());
+        }
+        assert!(m.set_placement("b", Some(BucketPlacement { sets: vec![], moving_from: None })).is_err());
+        let from_none = BucketPlacement { sets: vec![0], moving_from: Some(vec![]) };
+        assert!(m.set_placement("b", Some(from_none)).is_err());
+        assert!(!m.placements().contains_key("b"), "a refused placement changes nothing");
+    }
+
     #[tokio::test]
     async fn a_starved_microstore_gains_workers_in_a_round() {
         let m = Microstores::new(config(), Catalog::default()).unwrap();
@@ -636,7 +753,12 @@ mod tests {
     async fn a_missed_latency_target_caps_the_bandwidth_of_a_large_microstore_that_moves_more_than_its_own() {
         let m = Microstores::new(config(), Catalog::default()).unwrap();
         m.create("small", small(10.0, 8), ok).unwrap();
-        let large = Definition { target: Target::ThroughputMibS(1.0), class: Some(Class::LargeWrite), workers: 4 };
+        let large = Definition {
+            target: Target::ThroughputMibS(1.0),
+            class: Some(Class::LargeWrite),
+            workers: 4,
+            sets: vec![],
+        };
         m.create("large", large, ok).unwrap();
         m.assign("s", Some("small"), ok).unwrap();
         m.assign("l", Some("large"), ok).unwrap();
@@ -655,7 +777,12 @@ mod tests {
         assert!(m.admit(Some("s")).await.unwrap().pacer().is_none());
         // Deleting the microstore forgets its cap.
         m.delete("large", ok).unwrap();
-        m.create("large", Definition { target: Target::ThroughputMibS(1.0), class: None, workers: 4 }, ok).unwrap();
+        m.create(
+            "large",
+            Definition { target: Target::ThroughputMibS(1.0), class: None, workers: 4, sets: vec![] },
+            ok,
+        )
+        .unwrap();
         assert_eq!(m.status().microstores.iter().find(|s| s.name == "large").unwrap().bandwidth_cap_mib_s, None);
     }
 

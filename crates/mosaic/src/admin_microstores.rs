@@ -1,5 +1,6 @@
 //! The microstores' admin endpoints: `GET /admin/v1/microstores` (status),
-//! `POST /admin/v1/microstores/create/{name}/{p99-ms|mib-s}/{target}/{class|any}/{workers}`,
+//! `POST /admin/v1/microstores/create/{name}/{p99-ms|mib-s}/{target}/{class|any}/{workers}[/{sets}]` (sets:
+//! the erasure sets its buckets' data lives on, such as `1,2`; none: every set, shared),
 //! `POST /admin/v1/microstores/delete/{name}` and `POST /admin/v1/microstores/assign/{bucket}/{name|auto}`.
 //! Every change is saved in the data directory before it applies.
 
@@ -7,8 +8,15 @@ use mosaic_microstore::manager::Target;
 use mosaic_microstore::{Class, Definition, Microstores};
 use std::path::Path;
 
-/// The status, or the answer to a change: (HTTP status, JSON body).
-pub fn route(ms: &Microstores, data_dir: &Path, method: &str, path: &str) -> (u16, serde_json::Value) {
+/// The status, or the answer to a change: (HTTP status, JSON body). `pooled_sets`: the sets a microstore
+/// may own (0 when the store is one set or a cluster's, where microstores share every set).
+pub fn route(
+    ms: &Microstores,
+    data_dir: &Path,
+    pooled_sets: usize,
+    method: &str,
+    path: &str,
+) -> (u16, serde_json::Value) {
     if (method, path) == ("GET", "/admin/v1/microstores") {
         return match serde_json::to_value(ms.status()) {
             Ok(v) => (200, v),
@@ -22,10 +30,13 @@ pub fn route(ms: &Microstores, data_dir: &Path, method: &str, path: &str) -> (u1
     let save = |c: &mosaic_microstore::Catalog| crate::microstores_file::save(data_dir, c);
     let parts: Vec<&str> = args.split('/').collect();
     let done = match parts.as_slice() {
-        ["create", name, kind, value, class, workers] => match definition(kind, value, class, workers) {
-            Ok(d) => ms.create(name, d, save),
-            Err(e) => return (400, serde_json::json!({ "error": e })),
-        },
+        ["create", name, kind, value, class, workers, sets @ ..] if sets.len() <= 1 => {
+            let sets = sets.first().map_or(Ok(Vec::new()), |s| parse_sets(s, pooled_sets));
+            match sets.and_then(|sets| definition(kind, value, class, workers, sets)) {
+                Ok(d) => ms.create(name, d, save),
+                Err(e) => return (400, serde_json::json!({ "error": e })),
+            }
+        }
         ["delete", name] => ms.delete(name, save),
         ["assign", bucket, target] => {
             if let Err(e) = mosaic_layer::validate_bucket_name(bucket) {
@@ -48,7 +59,25 @@ fn route_of(ms: &Microstores, parts: &[&str]) -> Option<String> {
     }
 }
 
-fn definition(kind: &str, value: &str, class: &str, workers: &str) -> Result<Definition, String> {
+/// Sets as the path gives them ("1,2"): ascending, each one the server has.
+fn parse_sets(text: &str, pooled_sets: usize) -> Result<Vec<usize>, String> {
+    if pooled_sets == 0 {
+        return Err("this server's store is one erasure set (or a cluster's groups): its microstores share it; \
+                    own sets need several (drives in a multiple of the erasure code's width)"
+            .into());
+    }
+    let sets = text
+        .split(',')
+        .map(|s| s.trim().parse::<usize>().map_err(|_| format!("sets: {s:?} is not a set number")))
+        .collect::<Result<Vec<usize>, String>>()?;
+    mosaic_microstore::registry::validate_sets(&sets, true)?;
+    if let Some(s) = sets.iter().find(|s| **s >= pooled_sets) {
+        return Err(format!("sets: this server has sets 0 to {}, not {s}", pooled_sets - 1));
+    }
+    Ok(sets)
+}
+
+fn definition(kind: &str, value: &str, class: &str, workers: &str, sets: Vec<usize>) -> Result<Definition, String> {
     let v: f64 = value.parse().map_err(|_| format!("target: {value:?} is not a number"))?;
     let target = match kind {
         "p99-ms" => Target::LatencyMsP99(v),
@@ -63,5 +92,36 @@ fn definition(kind: &str, value: &str, class: &str, workers: &str) -> Result<Def
         c => Some(Class::parse(c).ok_or_else(|| format!("class: {c:?} is not a class"))?),
     };
     let workers = workers.parse().map_err(|_| format!("workers: {workers:?} is not a number"))?;
-    Ok(Definition { target, class, workers })
+    Ok(Definition { target, class, workers, sets })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sets_are_parsed_and_checked_against_the_servers() {
+        assert_eq!(parse_sets("1,2", 4), Ok(vec![1, 2]));
+        assert_eq!(parse_sets("3", 4), Ok(vec![3]));
+        assert!(parse_sets("4", 4).unwrap_err().contains("0 to 3"));
+        assert!(parse_sets("2,1", 4).is_err());
+        assert!(parse_sets("1,x", 4).unwrap_err().contains("\"x\""));
+        assert!(parse_sets("", 4).is_err());
+        assert!(parse_sets("0", 0).unwrap_err().contains("one erasure set"));
+    }
+
+    #[test]
+    fn a_microstore_with_sets_is_created_and_bad_ones_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let ms = Microstores::new(Default::default(), Default::default()).unwrap();
+        let post = |path: &str| route(&ms, d.path(), 2, "POST", path);
+        assert_eq!(post("/admin/v1/microstores/create/small/p99-ms/20/any/4/1").0, 200);
+        assert_eq!(ms.catalog().microstores["small"].sets, [1]);
+        assert_eq!(post("/admin/v1/microstores/create/big/mib-s/100/any/4/2").0, 400);
+        assert_eq!(post("/admin/v1/microstores/create/big/mib-s/100/any/4/0/1").0, 404);
+        assert_eq!(post("/admin/v1/microstores/create/big/mib-s/100/any/4").0, 200);
+        assert!(ms.catalog().microstores["big"].sets.is_empty());
+        let stored = crate::microstores_file::load(d.path()).unwrap();
+        assert_eq!(stored.microstores["small"].sets, [1], "saved before it applies");
+    }
 }

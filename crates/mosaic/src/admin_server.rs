@@ -375,7 +375,12 @@ pub(crate) async fn dispatch(state: Arc<AdminState>, method: &str, path: &str) -
             }
         }
         _ if path == "/admin/v1/microstores" || path.starts_with("/admin/v1/microstores/") => {
-            let (status, v) = crate::admin_microstores::route(&state.microstores, &state.data_dir, &method, &path);
+            // A standalone server's sets are pooled when there are several; a cluster's microstores share
+            // its groups (microstores in the cluster map are not built).
+            let pooled =
+                if state.cluster.is_none() && state.drives.sets.len() > 1 { state.drives.sets.len() } else { 0 };
+            let (status, v) =
+                crate::admin_microstores::route(&state.microstores, &state.data_dir, pooled, &method, &path);
             json(status, v)
         }
         _ if path == "/admin/v1/cluster" || path.starts_with("/admin/v1/cluster/") => {

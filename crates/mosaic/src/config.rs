@@ -251,6 +251,8 @@ pub struct Config {
     pub microstores: mosaic_microstore::registry::Config,
     /// Requests admitted through microstores and watched (`[microstores] enabled`, default true).
     pub microstores_enabled: bool,
+    /// Bytes per second a bucket's move between sets copies (`[microstores] move_rate`, default 64 MiB).
+    pub microstore_move_bytes_s: u64,
 }
 
 /// A cluster node's settings.
@@ -546,6 +548,7 @@ impl Config {
             tls: tls_files(args, file)?,
             microstores: crate::microstore_config::resolve(file.microstores.as_ref())?,
             microstores_enabled: crate::microstore_config::enabled(file.microstores.as_ref()),
+            microstore_move_bytes_s: crate::microstore_config::move_rate_bytes_s(file.microstores.as_ref())?,
             cluster: cluster_config(args, file)?,
         })
     }

@@ -207,6 +207,16 @@ pub fn sets_for(n: usize) -> Result<usize, String> {
         .ok_or_else(|| format!("{n} drives cannot be split into equal sets of {MIN_POOLED_SET_DRIVES} to {max} drives"))
 }
 
+/// How `n` drives split into sets: into sets of the erasure code's width when one is given and the drives
+/// are a multiple of it (so a node's drives can make several sets, which microstores may own), else as
+/// `sets_for` splits them.
+pub fn sets_of(n: usize, erasure: Option<mosaic_erasure::SetGeometry>) -> Result<usize, String> {
+    match erasure {
+        Some(g) if n > g.drives() && n.is_multiple_of(g.drives()) => Ok(n / g.drives()),
+        _ => sets_for(n),
+    }
+}
+
 impl DriveConfig {
     fn wrap(&self, drive: &Path, d: FileDevice) -> Arc<dyn mosaic_engine::Device> {
         let d: Arc<dyn mosaic_engine::Device> = if self.simulate_power_loss {
@@ -338,7 +348,7 @@ fn upgrade_single_drive(dir: &Path, paths: &[PathBuf], cfg: &DriveConfig) -> Res
 
 /// Formats every drive of a new store, then writes its layout and (last) the marker.
 fn format_store(dir: &Path, paths: &[PathBuf], cfg: &DriveConfig) -> Result<OpenStore, String> {
-    let sets = if cfg.cluster_node { paths.len() } else { sets_for(paths.len())? };
+    let sets = if cfg.cluster_node { paths.len() } else { sets_of(paths.len(), cfg.erasure)? };
     let per_set = paths.len() / sets;
     let geometry = match cfg.erasure {
         _ if cfg.cluster_node => mosaic_erasure::SetGeometry { data: 1, parity: 0 },
@@ -494,6 +504,14 @@ mod tests {
         for n in [0, 17, 34] {
             assert!(sets_for(n).unwrap_err().contains(&format!("{n} drives")), "{n}");
         }
+        // A given code makes sets of its width when the drives are a multiple of it.
+        let g = |text: &str| Some(mosaic_erasure::SetGeometry::parse(text).unwrap());
+        assert_eq!(sets_of(8, g("2+2")), Ok(2));
+        assert_eq!(sets_of(6, g("2+1")), Ok(2));
+        assert_eq!(sets_of(20, g("4+1")), Ok(4));
+        assert_eq!(sets_of(4, g("2+2")), Ok(1));
+        assert_eq!(sets_of(18, None), Ok(2));
+        assert_eq!(sets_of(7, g("2+1")), Ok(1), "not a multiple: one set, which the code then refuses");
     }
 
     #[test]

@@ -21,7 +21,9 @@ const KEYS_VERSION_LINE: &str = "version=1\n";
 const LAYOUT_VERSION_LINE: &str = "version=1\n";
 const IDENTITY_VERSION_LINE: &str = "version=1\n";
 const CLUSTER_NODE_VERSION_LINE: &str = "version=1\n";
-const MICROSTORES_VERSION_LINE: &str = "version=1\n";
+/// Version 2 adds the microstores' sets and the buckets' placements (a version 1 file has neither).
+const MICROSTORES_VERSION_LINE: &str = "version=2\n";
+const MICROSTORES_VERSION_1_LINE: &str = "version=1\n";
 /// Most drives a store holds (sets of at most 16 drives).
 pub const MAX_DRIVES: usize = 1024;
 /// The largest of these files we parse: the keys file at its limits (10,000 keys) stays well below.
@@ -161,7 +163,10 @@ pub fn encode_microstores(catalog: &mosaic_microstore::Catalog) -> Result<String
 /// The catalog of a microstores file; one that is not valid (unknown microstore, past a limit) is refused.
 pub fn parse_microstores(text: &str) -> Result<mosaic_microstore::Catalog, String> {
     let body = unseal(text)?;
-    let json = body.strip_prefix(MICROSTORES_VERSION_LINE).ok_or("unsupported microstores file version")?;
+    let json = body
+        .strip_prefix(MICROSTORES_VERSION_LINE)
+        .or_else(|| body.strip_prefix(MICROSTORES_VERSION_1_LINE))
+        .ok_or("unsupported microstores file version")?;
     let catalog: mosaic_microstore::Catalog = serde_json::from_str(json).map_err(|e| format!("damaged: {e}"))?;
     catalog.validate().map_err(|e| format!("damaged: {e}"))?;
     Ok(catalog)
@@ -301,6 +306,21 @@ pub fn parse_cluster_node(text: &str) -> Result<ClusterNodeFile, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_microstores_file_of_version_1_still_reads() {
+        // What a build before microstores had sets wrote: no sets, no placements.
+        let v1 = seal(format!(
+            "{MICROSTORES_VERSION_1_LINE}{}\n",
+            r#"{"microstores":{"games":{"target":{"latency_ms_p99":10.0},"class":null,"workers":8}},"buckets":{"scores":"games"}}"#
+        ));
+        let c = parse_microstores(&v1).unwrap();
+        assert!(c.microstores["games"].sets.is_empty() && c.placements.is_empty());
+        assert_eq!(c.buckets["scores"], "games");
+        let v2 = encode_microstores(&c).unwrap();
+        assert!(v2.starts_with("version=2\n"), "written as version 2");
+        assert_eq!(parse_microstores(&v2).unwrap(), c);
+    }
 
     #[test]
     fn layout_and_identity_round_trip_and_refusals() {

@@ -9,6 +9,7 @@ mod admin_microstores;
 mod admin_server;
 mod admin_sse;
 mod bench_cli;
+mod bucket_moves;
 mod cluster;
 mod config;
 mod console;
@@ -152,6 +153,10 @@ enum MicrostoreCommand {
         class: Option<String>,
         #[arg(long, default_value_t = 16)]
         workers: u32,
+        /// The erasure sets its buckets' data lives on, its own, such as 1,2 (`admin drives` numbers
+        /// them); a bucket that comes to it moves there in the background. None: every set, shared.
+        #[arg(long, value_delimiter = ',')]
+        sets: Vec<usize>,
     },
     /// Delete microstore NAME: its buckets are routed automatically again, its workers go to the default.
     Delete { name: String },
@@ -423,7 +428,7 @@ fn microstore_call(m: &MicrostoreCommand) -> Result<(&'static str, String), Stri
     use mosaic_microstore::registry::validate_name;
     Ok(match m {
         MicrostoreCommand::Status | MicrostoreCommand::List => ("GET", "/admin/v1/microstores".to_string()),
-        MicrostoreCommand::Create { name, target_p99_ms, target_mib_s, class, workers } => {
+        MicrostoreCommand::Create { name, target_p99_ms, target_mib_s, class, workers, sets } => {
             validate_name(name)?;
             let (kind, value) = match (target_p99_ms, target_mib_s) {
                 (Some(ms), _) => ("p99-ms", *ms),
@@ -439,7 +444,14 @@ fn microstore_call(m: &MicrostoreCommand) -> Result<(&'static str, String), Stri
                     .ok_or_else(|| format!("--class: {c:?} is not a class"))?,
                 None => "any",
             };
-            ("POST", format!("/admin/v1/microstores/create/{name}/{kind}/{value}/{class}/{workers}"))
+            let path = format!("/admin/v1/microstores/create/{name}/{kind}/{value}/{class}/{workers}");
+            if sets.is_empty() {
+                ("POST", path)
+            } else {
+                mosaic_microstore::registry::validate_sets(sets, true).map_err(|e| format!("--sets: {e}"))?;
+                let list: Vec<String> = sets.iter().map(usize::to_string).collect();
+                ("POST", format!("{path}/{}", list.join(",")))
+            }
         }
         MicrostoreCommand::Delete { name } => {
             validate_name(name)?;

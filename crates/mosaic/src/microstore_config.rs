@@ -36,6 +36,21 @@ pub struct MicrostoresFile {
     pub bandwidth_step: Option<String>,
     /// Off: requests are not admitted through microstores nor watched (the ablation of their cost).
     pub enabled: Option<bool>,
+    /// Bytes per second a bucket's objects move between sets when its microstore changes, e.g. "64MiB".
+    pub move_rate: Option<String>,
+}
+
+/// The default pace of a bucket's move between sets.
+pub const DEFAULT_MOVE_RATE_BYTES_S: u64 = 64 << 20;
+
+/// Bytes per second a bucket's move copies: 1 MiB to 64 GiB.
+pub fn move_rate_bytes_s(file: Option<&MicrostoresFile>) -> Result<u64, String> {
+    let Some(v) = file.and_then(|f| f.move_rate.as_ref()) else { return Ok(DEFAULT_MOVE_RATE_BYTES_S) };
+    let rate = size("move_rate", v)?;
+    if !((1 << 20)..=(64 << 30)).contains(&rate) {
+        return Err(format!("microstores.move_rate: {v} is not between 1MiB and 64GiB (per second)"));
+    }
+    Ok(rate)
 }
 
 fn duration(name: &str, v: &str) -> Result<Duration, String> {
@@ -119,5 +134,14 @@ mod tests {
             assert!(resolve(Some(&f)).unwrap_err().starts_with("microstores"), "{bad}");
         }
         assert!(toml::from_str::<MicrostoresFile>("wrokers = 3").is_err());
+        assert_eq!(move_rate_bytes_s(None).unwrap(), DEFAULT_MOVE_RATE_BYTES_S);
+        for (text, want) in [("move_rate = \"1MiB\"", Ok(1 << 20)), ("move_rate = \"64GiB\"", Ok(64 << 30))] {
+            let f: MicrostoresFile = toml::from_str(text).unwrap();
+            assert_eq!(move_rate_bytes_s(Some(&f)), want);
+        }
+        for bad in ["move_rate = \"1023KiB\"", "move_rate = \"65GiB\"", "move_rate = \"fast\""] {
+            let f: MicrostoresFile = toml::from_str(bad).unwrap();
+            assert!(move_rate_bytes_s(Some(&f)).unwrap_err().starts_with("microstores.move_rate"), "{bad}");
+        }
     }
 }

@@ -32,7 +32,12 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         assert_eq!(load(d.path()).unwrap(), Catalog::default());
         let mut c = Catalog::default();
-        let def = Definition { target: Target::LatencyMsP99(12.5), class: Some(Class::SmallWrite), workers: 16 };
+        let def = Definition {
+            target: Target::LatencyMsP99(12.5),
+            class: Some(Class::SmallWrite),
+            workers: 16,
+            sets: vec![1],
+        };
         c.microstores.insert("games".into(), def);
         c.buckets.insert("scores".into(), "games".into());
         save(d.path(), &c).unwrap();
@@ -41,7 +46,7 @@ mod tests {
         let text = std::fs::read_to_string(&path).unwrap();
         std::fs::write(&path, text.replace("scores", "scorez")).unwrap();
         assert!(load(d.path()).unwrap_err().contains("checksum mismatch"));
-        std::fs::write(&path, datadir_format::encode_microstores(&c).unwrap().replace("version=1", "version=2"))
+        std::fs::write(&path, datadir_format::encode_microstores(&c).unwrap().replace("version=2", "version=3"))
             .unwrap();
         assert!(load(d.path()).is_err());
         // A bucket assigned to a microstore that is not there is refused, even with a good checksum.

@@ -2,6 +2,7 @@
 //! on SIGINT/SIGTERM (a second signal exits at once).
 
 use crate::admin_server::{self, AdminState};
+use crate::bucket_moves::SetPool;
 use crate::cluster::Cluster;
 use crate::config::Config;
 use crate::datadir::{self, Credentials, State};
@@ -174,19 +175,25 @@ pub fn run(cfg: Config) -> Result<(), String> {
         cluster.set_shared_state(&creds, &master);
     }
     let sse_keys = Arc::new(sse_keys(&cfg, master)?);
-    let layer: Arc<dyn ObjectLayer> = match &cluster {
+    let (layer, pool): (Arc<dyn ObjectLayer>, Option<Arc<SetPool>>) = match &cluster {
         Some(cluster) => {
             let _entered = rt.enter();
             cluster.serve(SemanticsConfig { sse_keys: Some(sse_keys.clone()), ..Default::default() });
-            cluster.switch.clone()
+            (cluster.switch.clone(), None)
         }
-        None => rt.block_on(semantics_over(&drives, sse_keys.clone()))?,
+        None => {
+            let catalog = crate::microstores_file::load(&cfg.data_dir)?;
+            crate::bucket_moves::check_sets(&catalog, drives.sets.len())
+                .map_err(|e| format!("{}/microstores: {e}", cfg.data_dir.display()))?;
+            rt.block_on(semantics_over(&drives, sse_keys.clone(), &catalog.placements))?
+        }
     };
     let serving = Serving {
         cfg: cfg.clone(),
         layer: layer.clone(),
         sse_keys,
         drives: drives.clone(),
+        pool,
         creds,
         certificates,
         prometheus,
@@ -233,6 +240,8 @@ struct Serving {
     layer: Arc<dyn ObjectLayer>,
     sse_keys: Arc<mosaic_layer::SseKeys>,
     drives: Arc<Drives>,
+    /// The pool of the sets, when there are several (a standalone server's).
+    pool: Option<Arc<SetPool>>,
     creds: Credentials,
     certificates: Option<Arc<mosaic_s3::tls::Certificates>>,
     prometheus: metrics_exporter_prometheus::PrometheusHandle,
@@ -252,18 +261,25 @@ fn cluster_tls(
 }
 
 /// The S3 semantics over the store's sets: one set directly, several as a pool (each object on the set its
-/// key hashes to).
-async fn semantics_over(drives: &Drives, sse_keys: Arc<mosaic_layer::SseKeys>) -> Result<Arc<dyn ObjectLayer>, String> {
+/// key hashes to among all, or among its bucket's sets when `placements` place it: a microstore's own).
+async fn semantics_over(
+    drives: &Drives,
+    sse_keys: Arc<mosaic_layer::SseKeys>,
+    placements: &std::collections::BTreeMap<String, mosaic_microstore::BucketPlacement>,
+) -> Result<(Arc<dyn ObjectLayer>, Option<Arc<SetPool>>), String> {
     let open = |e: mosaic_layer::LayerError| format!("cannot open the store: {e}");
     let cfg = SemanticsConfig { sse_keys: Some(sse_keys), ..Default::default() };
     if let [set] = drives.sets.as_slice() {
         let s = S3Semantics::open(Arc::new(set.clone()), cfg).await.map_err(open)?;
-        return Ok(Arc::new(s));
+        return Ok((Arc::new(s), None));
     }
     let sets = drives.sets.iter().map(|s| Arc::new(s.clone())).collect();
-    let pool = mosaic_pool::Pool::new(sets).map_err(|e| format!("cannot pool the sets of drives: {e}"))?;
-    let s = S3Semantics::open(Arc::new(pool), cfg).await.map_err(open)?;
-    Ok(Arc::new(s))
+    let pool = Arc::new(mosaic_pool::Pool::new(sets).map_err(|e| format!("cannot pool the sets of drives: {e}"))?);
+    // Before anything is read: a bucket's objects are found where its placement says.
+    let scopes = crate::bucket_moves::scopes_of(placements);
+    pool.set_scopes(scopes).await.map_err(|e| format!("the buckets' placements: {e}"))?;
+    let s = S3Semantics::open(pool.clone(), cfg).await.map_err(open)?;
+    Ok((Arc::new(s), Some(pool)))
 }
 
 /// The web console: its S3 calls go to the S3 listener on loopback (or the address it is bound to), over
@@ -309,7 +325,7 @@ async fn serve_all(
     cluster: Option<Arc<Cluster>>,
     (stop_tx, stop_rx): (watch::Sender<bool>, watch::Receiver<bool>),
 ) -> Result<(), String> {
-    let Serving { cfg, layer, sse_keys, drives, creds, certificates, prometheus, started } = serving;
+    let Serving { cfg, layer, sse_keys, drives, pool, creds, certificates, prometheus, started } = serving;
     let (s3_listener, admin_listener) = (listeners.s3, listeners.admin);
     let s3_bound = s3_listener.local_addr().map_err(|e| e.to_string())?;
     let admin_bound = admin_listener.local_addr().map_err(|e| e.to_string())?;
@@ -369,6 +385,10 @@ async fn serve_all(
             };
             cluster.on_shared(crate::admin_sse::CLUSTER_SETTING, Box::new(apply));
         }
+    }
+    if let Some(pool) = pool {
+        let moves = crate::bucket_moves::BucketMoves::new(pool, microstores.clone(), cfg.microstore_move_bytes_s);
+        tokio::spawn(moves.run(stop_rx.clone()));
     }
     tokio::spawn(microstore_rounds(microstores, stop_rx.clone()));
     tokio::spawn(lifecycle_worker(layer.clone(), cfg.lifecycle_day, stop_rx.clone()));

@@ -13,13 +13,14 @@
 //!   member holds nothing in the collection, commits on the home member, then removes it from the others.
 //!   Collection changes hold the pool's gate exclusively, object writes hold it shared.
 
+use crate::scopes::Placement;
 use crate::snapshot::PoolSnapshot;
-use crate::{Handle, PoolColl, PoolInner, PoolStaged, member_of};
-use mosaic_store::{AlignedBuf, ErrorKind, Op, Outcome, Snapshot, Store, StoreError, StoreResult, Txn, locator};
+use crate::{Handle, PoolColl, PoolInner, PoolStaged};
+use mosaic_store::{AlignedBuf, ErrorKind, Op, Outcome, Snapshot, Store, StoreError, StoreResult, Txn};
 use std::collections::HashMap;
 
 type PoolOp<S> = Op<PoolColl<<S as Store>::Coll>, PoolStaged<<S as Store>::Staged>>;
-type MemberOp<S> = Op<<S as Store>::Coll, <S as Store>::Staged>;
+pub(crate) type MemberOp<S> = Op<<S as Store>::Coll, <S as Store>::Staged>;
 
 /// Bytes read per step when a clone between members copies data.
 const COPY_CHUNK_BYTES: u64 = 32 << 20;
@@ -28,10 +29,6 @@ const MAX_COPIED_ATTRS: usize = 65_536;
 
 fn invalid(why: String) -> StoreError {
     StoreError::new(ErrorKind::InvalidArgument, why)
-}
-
-fn member_of_name(name: &[u8], members: usize) -> usize {
-    member_of(locator(name), members)
 }
 
 /// Where an operation of a transaction applies.
@@ -46,34 +43,39 @@ enum Route {
     Catalog,
 }
 
-fn route<C, St>(op: &Op<C, St>, members: usize) -> StoreResult<Route> {
-    let at = |name: &[u8]| member_of_name(name, members);
+fn route<C, St>(op: &Op<PoolColl<C>, St>, placement: &Placement) -> StoreResult<Route> {
+    let at = |coll: &PoolColl<C>, name: &[u8]| placement.place(&coll.name, name).now;
     Ok(match op {
         Op::CreateCollection { .. } | Op::RemoveCollection { .. } => Route::Catalog,
-        Op::AssertAttr { name, .. } | Op::AssertExists { name, .. } => Route::Check(at(name)),
-        Op::Clone { from, to, .. } | Op::CloneRange { src: from, dst: to, .. } if at(from) != at(to) => {
-            Route::Copy { from: at(from), to: at(to) }
+        Op::AssertAttr { coll, name, .. } | Op::AssertExists { coll, name } => Route::Check(at(coll, name)),
+        Op::Clone { coll, from, to_coll, to } if at(coll, from) != at(to_coll, to) => {
+            Route::Copy { from: at(coll, from), to: at(to_coll, to) }
         }
-        Op::Clone { to: name, .. } | Op::CloneRange { dst: name, .. } => Route::Write(at(name)),
-        Op::Rename { from, to, .. } if at(from) != at(to) => {
+        Op::CloneRange { src_coll, src, dst_coll, dst, .. } if at(src_coll, src) != at(dst_coll, dst) => {
+            Route::Copy { from: at(src_coll, src), to: at(dst_coll, dst) }
+        }
+        Op::Clone { to_coll: coll, to: name, .. } | Op::CloneRange { dst_coll: coll, dst: name, .. } => {
+            Route::Write(at(coll, name))
+        }
+        Op::Rename { coll, from, to_coll, to } if at(coll, from) != at(to_coll, to) => {
             return Err(invalid(format!(
                 "a rename between objects of two members ({} to {})",
                 from.escape_ascii(),
                 to.escape_ascii()
             )));
         }
-        Op::Create { name, .. }
-        | Op::Reset { name, .. }
-        | Op::Write { name, .. }
-        | Op::WriteStaged { name, .. }
-        | Op::Append { name, .. }
-        | Op::Remove { name, .. }
-        | Op::Rename { from: name, .. }
-        | Op::Truncate { name, .. }
-        | Op::SetAttr { name, .. }
-        | Op::RemoveAttr { name, .. }
-        | Op::SetNameTag { name, .. }
-        | Op::SetPriority { name, .. } => Route::Write(at(name)),
+        Op::Create { coll, name }
+        | Op::Reset { coll, name }
+        | Op::Write { coll, name, .. }
+        | Op::WriteStaged { coll, name, .. }
+        | Op::Append { coll, name, .. }
+        | Op::Remove { coll, name }
+        | Op::Rename { coll, from: name, .. }
+        | Op::Truncate { coll, name, .. }
+        | Op::SetAttr { coll, name, .. }
+        | Op::RemoveAttr { coll, name, .. }
+        | Op::SetNameTag { coll, name, .. }
+        | Op::SetPriority { coll, name, .. } => Route::Write(at(coll, name)),
     })
 }
 
@@ -81,11 +83,17 @@ pub(crate) async fn commit<S: Store>(
     pool: &std::sync::Arc<PoolInner<S>>,
     txn: Txn<PoolColl<S::Coll>, PoolStaged<S::Staged>>,
 ) -> StoreResult<Outcome> {
-    let n = pool.members.len();
-    let routes = txn.ops.iter().map(|op| route(op, n)).collect::<StoreResult<Vec<_>>>()?;
-    if routes.iter().any(|r| matches!(r, Route::Catalog)) {
+    let catalog = txn.ops.iter().any(|op| matches!(op, Op::CreateCollection { .. } | Op::RemoveCollection { .. }));
+    if catalog {
+        let placement = pool.placement();
+        let routes = txn.ops.iter().map(|op| route(op, &placement)).collect::<StoreResult<Vec<_>>>()?;
         return commit_catalog(pool, txn, &routes).await;
     }
+    // The placement is read under the gate: a change of scopes waits for the writes that planned by the
+    // one before.
+    let _gate = pool.gate.read().await;
+    let placement = pool.placement();
+    let routes = txn.ops.iter().map(|op| route(op, &placement)).collect::<StoreResult<Vec<_>>>()?;
     let mut writers: Vec<usize> = routes
         .iter()
         .filter_map(|r| match r {
@@ -98,7 +106,9 @@ pub(crate) async fn commit<S: Store>(
     if writers.len() > 1 {
         return Err(invalid(format!("a transaction changes objects of members {writers:?}: their locators differ")));
     }
-    let _gate = pool.gate.read().await;
+    // Objects of moving scopes that the transaction names are moved to their new member first, under
+    // their locks, which the transaction holds until it is done (no move copies an older version over it).
+    let _moved = crate::moving::move_named(pool, &placement, &txn).await?;
     let snap = PoolSnapshot::new(pool.clone());
     // Checks on members the transaction does not change, first.
     for (i, (op, r)) in txn.ops.iter().zip(&routes).enumerate() {
@@ -200,8 +210,9 @@ impl<S: Store> Handles<S> {
             Op::Write { coll, name, offset, data } => Op::Write { coll: h!(coll), name, offset, data },
             Op::WriteStaged { coll, name, offset, staged } => {
                 if staged.member != member {
-                    return Err(invalid(format!(
-                        "units staged on member {} written to {} on member {member}",
+                    // Staged by a placement that changed since (a scope moved): the write is tried again.
+                    return Err(StoreError::unavailable(format!(
+                        "units staged on member {} written to {} on member {member}: the placement changed",
                         staged.member,
                         name.escape_ascii()
                     )));
@@ -233,7 +244,7 @@ impl<S: Store> Handles<S> {
 
 /// Creates collection `name` on `member`, which missed its creation (a crash or an unreachable member
 /// then), after checking that the catalog still has it (the gate, held shared, keeps it there).
-async fn create_missed<S: Store>(
+pub(crate) async fn create_missed<S: Store>(
     pool: &std::sync::Arc<PoolInner<S>>,
     name: &str,
     member: usize,
@@ -281,6 +292,39 @@ async fn copy_ops<S: Store>(
         return Err(invalid(format!("a clone of bytes past the end of {}", src.escape_ascii())));
     }
     let coll = handles.get(pool, &dst_coll, to).await?;
+    let source =
+        Source { snap: snap.member_snap(&info.obj), obj: &info.obj.obj, high_priority: info.high_priority, name: &src };
+    let target = Target { member: to, coll, name: dst, offset: dst_offset };
+    copy_from_member(pool, source, src_offset, len, whole, target).await
+}
+
+/// An object read through a member's snapshot.
+pub(crate) struct Source<'a, S: Store> {
+    pub(crate) snap: &'a S::Snapshot,
+    pub(crate) obj: &'a S::Obj,
+    pub(crate) high_priority: bool,
+    pub(crate) name: &'a [u8],
+}
+
+/// Where a copy goes: an object of a member, from an offset.
+pub(crate) struct Target<S: Store> {
+    pub(crate) member: usize,
+    pub(crate) coll: S::Coll,
+    pub(crate) name: Vec<u8>,
+    pub(crate) offset: u64,
+}
+
+/// Bytes [src_offset, src_offset + len) of `source` as operations on `target`'s member: whole units staged
+/// there, the rest in `Write`s; with `whole`, a reset first and the source's attributes and priority after.
+pub(crate) async fn copy_from_member<S: Store>(
+    pool: &std::sync::Arc<PoolInner<S>>,
+    source: Source<'_, S>,
+    src_offset: u64,
+    len: u64,
+    whole: bool,
+    target: Target<S>,
+) -> StoreResult<Vec<MemberOp<S>>> {
+    let Target { member: to, coll, name: dst, offset: dst_offset } = target;
     let mut ops = Vec::new();
     if whole {
         ops.push(Op::Reset { coll: coll.clone(), name: dst.clone() });
@@ -290,14 +334,14 @@ async fn copy_ops<S: Store>(
     let mut pos = 0u64;
     while pos < len {
         let n = (len - pos).min(chunk_bytes);
-        let data = snap.read(&info.obj, src_offset + pos, n).await?;
+        let data = source.snap.read(source.obj, src_offset + pos, n).await?;
         if data.len() as u64 != n {
-            return Err(StoreError::corrupt(format!("{} is shorter than its size", src.escape_ascii())));
+            return Err(StoreError::corrupt(format!("{} is shorter than its size", source.name.escape_ascii())));
         }
         let whole_units = (n / g.unit_bytes * g.unit_bytes) as usize;
         if whole_units > 0 {
             let buf = AlignedBuf::copy_of(&data[..whole_units]);
-            let (staged, _) = pool.members[to].stage(buf, whole_units, locator(&dst)).await?;
+            let (staged, _) = pool.members[to].stage(buf, whole_units, mosaic_store::locator(&dst)).await?;
             ops.push(Op::WriteStaged { coll: coll.clone(), name: dst.clone(), offset: dst_offset + pos, staged });
         }
         let mut at = whole_units;
@@ -312,7 +356,7 @@ async fn copy_ops<S: Store>(
     if whole {
         let mut after = Vec::new();
         loop {
-            let attrs = snap.attrs(&info.obj, &after, 1024).await?;
+            let attrs = source.snap.attrs(source.obj, &after, 1024).await?;
             let Some((last, _)) = attrs.last() else { break };
             after = last.clone();
             for (key, value) in attrs {
@@ -322,7 +366,7 @@ async fn copy_ops<S: Store>(
                 return Err(StoreError::new(ErrorKind::Limit, "too many attributes to copy"));
             }
         }
-        if info.high_priority {
+        if source.high_priority {
             ops.push(Op::SetPriority { coll, name: dst, high: true });
         }
     }

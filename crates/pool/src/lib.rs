@@ -3,6 +3,9 @@
 //! of a pool by a hash of its name. Nothing is kept about where an object is: its name says it.
 //!
 //! - `placement`: the member an object lives on.
+//! - `scopes`: parts of the objects placed on some members only (a microstore's sets), and their moves.
+//! - `moving`: objects of a moving scope taken to their new member, by the writes that touch them and by
+//!   `Pool::move_objects` in the background.
 //! - `snapshot`: lookups and reads on the member of each object; listings merged from every member's
 //!   ordered names.
 //! - `commit`: a transaction applied on the one member its objects live on (a clone between members
@@ -11,10 +14,14 @@
 //! The pool is generic over the member store: an erasure set in the server, a single drive in tests.
 
 mod commit;
+mod moving;
 mod placement;
+mod scopes;
 mod snapshot;
 
+pub use moving::MoveReport;
 pub use placement::member_of;
+pub use scopes::{MAX_SCOPES, Scope};
 pub use snapshot::{PoolObj, PoolSnapshot};
 
 use async_trait::async_trait;
@@ -76,9 +83,17 @@ pub(crate) struct PoolInner<S: Store> {
     pub(crate) gate: tokio::sync::RwLock<()>,
     /// Handles of collections on every member, by name; dropped when the pool creates or removes one.
     pub(crate) colls: Mutex<HashMap<String, PoolColl<S::Coll>>>,
+    /// Where objects live: over all members, or their scope's.
+    pub(crate) placement: parking_lot::RwLock<Arc<scopes::Placement>>,
+    /// Locks of objects of moving scopes, held by the writes that move them and the background moves.
+    pub(crate) moving: moving::Moving,
 }
 
 impl<S: Store> PoolInner<S> {
+    pub(crate) fn placement(&self) -> Arc<scopes::Placement> {
+        self.placement.read().clone()
+    }
+
     pub(crate) fn cached(&self, name: &str) -> Option<PoolColl<S::Coll>> {
         self.colls.lock().get(name).cloned()
     }
@@ -110,12 +125,37 @@ impl<S: Store> Pool<S> {
                 members[i].geometry()
             ));
         }
-        let inner = PoolInner { members, gate: Default::default(), colls: Default::default() };
+        let placement = parking_lot::RwLock::new(Arc::new(scopes::Placement::flat(members.len())));
+        let inner = PoolInner {
+            members,
+            gate: Default::default(),
+            colls: Default::default(),
+            placement,
+            moving: Default::default(),
+        };
         Ok(Pool { inner: Arc::new(inner) })
     }
 
     pub fn members(&self) -> &[Arc<S>] {
         &self.inner.members
+    }
+
+    /// Places the objects of `scopes` on their members from now on (those of no scope over all members).
+    /// A scope whose members change must say where its objects were (`moving_from`) until
+    /// `move_objects` reports it settled; a scope given without `moving_from` must already be where its
+    /// members say (a scope dropped or narrowed without a move hides its objects). Waits for the writes
+    /// under way.
+    pub async fn set_scopes(&self, scopes: Vec<Scope>) -> StoreResult<()> {
+        let placement = Arc::new(scopes::Placement::new(self.inner.members.len(), scopes)?);
+        let _gate = self.inner.gate.write().await;
+        *self.inner.placement.write() = placement;
+        self.inner.moving.forget_cursors();
+        Ok(())
+    }
+
+    /// The scopes as set.
+    pub fn scopes(&self) -> Vec<Scope> {
+        self.inner.placement().scopes().to_vec()
     }
 
     /// Takes over the collection handles `previous` remembers, when this pool replaces it with some of its
@@ -173,7 +213,7 @@ impl<S: Store> Pool<S> {
 #[async_trait]
 impl<S: Store> Store for Pool<S> {
     type Coll = PoolColl<S::Coll>;
-    type Obj = PoolObj<S::Obj>;
+    type Obj = snapshot::ObjOf<S>;
     type Staged = PoolStaged<S::Staged>;
     type Snapshot = PoolSnapshot<S>;
 
@@ -187,6 +227,19 @@ impl<S: Store> Store for Pool<S> {
 
     async fn stage(&self, buf: AlignedBuf, len_bytes: usize, hint: &[u8]) -> StoreResult<(Self::Staged, AlignedBuf)> {
         let member = member_of(mosaic_store::locator(hint), self.inner.members.len());
+        let (staged, buf) = self.inner.members[member].stage(buf, len_bytes, hint).await?;
+        Ok((PoolStaged { member, staged }, buf))
+    }
+
+    async fn stage_in(
+        &self,
+        coll: &Self::Coll,
+        name: &[u8],
+        buf: AlignedBuf,
+        len_bytes: usize,
+        hint: &[u8],
+    ) -> StoreResult<(Self::Staged, AlignedBuf)> {
+        let member = self.inner.placement().place(&coll.name, name).now;
         let (staged, buf) = self.inner.members[member].stage(buf, len_bytes, hint).await?;
         Ok((PoolStaged { member, staged }, buf))
     }

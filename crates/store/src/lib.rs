@@ -160,6 +160,20 @@ pub trait Store: Send + Sync + 'static {
     /// 003's attributes as hints): a store that spreads objects over devices places them by it, so every
     /// unit of one object (its parts included) lands alike.
     async fn stage(&self, buf: AlignedBuf, len_bytes: usize, hint: &[u8]) -> StoreResult<(Self::Staged, AlignedBuf)>;
+    /// `stage` for object `name` of collection `coll`: a store that places a collection's objects on some
+    /// of its devices only (a pool's scopes, a microstore's sets) places the units by both; the others,
+    /// and the devices, by the hint alone.
+    async fn stage_in(
+        &self,
+        coll: &Self::Coll,
+        name: &[u8],
+        buf: AlignedBuf,
+        len_bytes: usize,
+        hint: &[u8],
+    ) -> StoreResult<(Self::Staged, AlignedBuf)> {
+        let _ = (coll, name);
+        self.stage(buf, len_bytes, hint).await
+    }
     /// Applies a transaction atomically; returns once it is durable (on a write quorum, where the store
     /// has one).
     async fn commit(&self, txn: Txn<Self::Coll, Self::Staged>) -> StoreResult<Outcome>;

@@ -175,6 +175,33 @@ impl<C, S> Op<C, S> {
         })
     }
 
+    /// The objects the operation names, with their collections: both of a rename or a clone (source
+    /// first), none of a collection change.
+    pub fn named_objects(&self) -> Vec<(&C, &[u8])> {
+        match self {
+            Op::CreateCollection { .. } | Op::RemoveCollection { .. } => Vec::new(),
+            Op::Create { coll, name }
+            | Op::Reset { coll, name }
+            | Op::Write { coll, name, .. }
+            | Op::WriteStaged { coll, name, .. }
+            | Op::Append { coll, name, .. }
+            | Op::Remove { coll, name }
+            | Op::Truncate { coll, name, .. }
+            | Op::SetAttr { coll, name, .. }
+            | Op::RemoveAttr { coll, name, .. }
+            | Op::SetNameTag { coll, name, .. }
+            | Op::SetPriority { coll, name, .. }
+            | Op::AssertAttr { coll, name, .. }
+            | Op::AssertExists { coll, name } => vec![(coll, name.as_slice())],
+            Op::Rename { coll, from, to_coll, to } | Op::Clone { coll, from, to_coll, to } => {
+                vec![(coll, from.as_slice()), (to_coll, to.as_slice())]
+            }
+            Op::CloneRange { src_coll, src, dst_coll, dst, .. } => {
+                vec![(src_coll, src.as_slice()), (dst_coll, dst.as_slice())]
+            }
+        }
+    }
+
     /// The operation's name, for errors and logs.
     pub fn kind_name(&self) -> &'static str {
         match self {

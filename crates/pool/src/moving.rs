@@ -1,0 +1,220 @@
+//! Objects of a moving scope taken to their new member: a write moves the objects it names first
+//! (`move_named`, under their locks, which it holds until it commits), and `Pool::move_objects` moves the
+//! rest in the background, a bounded batch per call, walking the members the scopes leave.
+//!
+//! A move copies the object to its new member (data, attributes, priority and listing tag) in one
+//! transaction there, then removes it from the old one. So an object is always on one of them, and on both
+//! only as the same version (readers then keep the new member's); a crash between the two leaves a copy
+//! that the next move of the name finds and only removes the old one. No write goes to the old member once
+//! the scope moves, so the old member holds nothing newer than the new one.
+
+use crate::commit::{Source, Target, copy_from_member, create_missed};
+use crate::scopes::{Placement, Scope};
+use crate::{Pool, PoolColl, PoolInner, PoolStaged};
+use mosaic_store::{Op, Priority, Snapshot, Store, StoreResult, Txn};
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+use tokio::sync::{Mutex, OwnedMutexGuard};
+
+/// Locks over the names of moving scopes (hashed).
+const LOCK_STRIPES: usize = 1024;
+/// Names a background walk lists at once.
+const WALK_PAGE_ENTRIES: usize = 256;
+/// Walks a pool remembers where to go on from (one per moving scope and member it leaves).
+const MAX_CURSORS: usize = 65_536;
+
+/// A background walk: a moving scope (collection, prefix) on a member it leaves.
+type WalkKey = (String, Vec<u8>, usize);
+
+/// What the pool keeps for moves: the names' locks and where background walks stopped.
+pub(crate) struct Moving {
+    locks: Vec<Arc<Mutex<()>>>,
+    /// Per (collection, prefix, member left): the name the walk goes on from.
+    cursors: parking_lot::Mutex<HashMap<WalkKey, Vec<u8>>>,
+}
+
+impl Default for Moving {
+    fn default() -> Self {
+        Moving { locks: (0..LOCK_STRIPES).map(|_| Arc::new(Mutex::new(()))).collect(), cursors: Default::default() }
+    }
+}
+
+impl Moving {
+    /// The locks of `names` (collection, name), taken in one order so that two holders never wait on each
+    /// other.
+    async fn lock(&self, names: &[(&str, &[u8])]) -> Vec<OwnedMutexGuard<()>> {
+        let mut stripes: Vec<usize> = names.iter().map(|(c, n)| stripe_of(c, n)).collect();
+        stripes.sort_unstable();
+        stripes.dedup();
+        let mut held = Vec::with_capacity(stripes.len());
+        for s in stripes {
+            held.push(self.locks[s].clone().lock_owned().await);
+        }
+        held
+    }
+
+    pub(crate) fn forget_cursors(&self) {
+        self.cursors.lock().clear();
+    }
+
+    fn cursor(&self, key: &WalkKey) -> Option<Vec<u8>> {
+        self.cursors.lock().get(key).cloned()
+    }
+
+    fn set_cursor(&self, key: WalkKey, at: Vec<u8>) {
+        let mut cursors = self.cursors.lock();
+        if cursors.len() >= MAX_CURSORS && !cursors.contains_key(&key) {
+            // Walks start over from their prefix: slower, never wrong.
+            cursors.clear();
+        }
+        cursors.insert(key, at);
+    }
+}
+
+fn stripe_of(coll: &str, name: &[u8]) -> usize {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    coll.hash(&mut h);
+    name.hash(&mut h);
+    (h.finish() % LOCK_STRIPES as u64) as usize
+}
+
+/// Moves the objects of moving scopes that `txn` names to their new member, and returns their locks, for
+/// the transaction to hold until it is done.
+pub(crate) async fn move_named<S: Store>(
+    pool: &Arc<PoolInner<S>>,
+    placement: &Placement,
+    txn: &Txn<PoolColl<S::Coll>, PoolStaged<S::Staged>>,
+) -> StoreResult<Vec<OwnedMutexGuard<()>>> {
+    if !placement.any_moving() {
+        return Ok(Vec::new());
+    }
+    let mut moving = Vec::new();
+    for op in &txn.ops {
+        for (coll, name) in op.named_objects() {
+            let coll = &*coll.name;
+            let placed = placement.place(coll, name);
+            if let Some(before) = placed.before {
+                moving.push((coll, name, before, placed.now));
+            }
+        }
+    }
+    if moving.is_empty() {
+        return Ok(Vec::new());
+    }
+    let names: Vec<(&str, &[u8])> = moving.iter().map(|(c, n, _, _)| (*c, *n)).collect();
+    let held = pool.moving.lock(&names).await;
+    for (coll, name, before, now) in moving {
+        move_one(pool, coll, name, before, now, None).await?;
+    }
+    Ok(held)
+}
+
+/// Moves object `name` of collection `coll` from member `from` to member `to` (nothing when `from` does not
+/// hold it; only the removal when `to` holds it already: a move that a crash cut short). The caller holds
+/// the name's lock. The bytes copied.
+async fn move_one<S: Store>(
+    pool: &Arc<PoolInner<S>>,
+    coll: &str,
+    name: &[u8],
+    from: usize,
+    to: usize,
+    priority: Option<Priority>,
+) -> StoreResult<u64> {
+    debug_assert_ne!(from, to);
+    let src = pool.members[from].snapshot();
+    let Some(src_coll) = src.collection(coll).await? else { return Ok(0) };
+    let Some(info) = src.lookup(&src_coll, name).await? else { return Ok(0) };
+    let dst = pool.members[to].snapshot();
+    let dst_coll = match dst.collection(coll).await? {
+        Some(c) => c,
+        None => create_missed(pool, coll, to).await?,
+    };
+    let mut copied = 0;
+    if dst.lookup(&dst_coll, name).await?.is_none() {
+        let tag =
+            src.list_entries(&src_coll, name, name, 1).await?.into_iter().find(|e| e.name == name).and_then(|e| e.tag);
+        let source = Source::<S> { snap: &src, obj: &info.obj, high_priority: info.high_priority, name };
+        let target = Target::<S> { member: to, coll: dst_coll.clone(), name: name.to_vec(), offset: 0 };
+        let mut ops = copy_from_member(pool, source, 0, info.size_bytes, true, target).await?;
+        if let Some(tag) = tag {
+            ops.push(Op::SetNameTag { coll: dst_coll, name: name.to_vec(), tag });
+        }
+        pool.members[to].commit(Txn { ops, priority }).await?;
+        copied = info.size_bytes;
+    }
+    let remove = Txn { ops: vec![Op::Remove { coll: src_coll, name: name.to_vec() }], priority };
+    pool.members[from].commit(remove).await?;
+    Ok(copied)
+}
+
+/// What a call of `Pool::move_objects` did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MoveReport {
+    pub objects: u64,
+    pub bytes: u64,
+    /// Moving scopes (collection, prefix) that the members they leave hold nothing of any more: their
+    /// moves are done, and they may be set without `moving_from`.
+    pub settled: Vec<(String, Vec<u8>)>,
+}
+
+impl<S: Store> Pool<S> {
+    /// Moves at most `max_objects` objects of moving scopes to their new members, at the background
+    /// priority, going on where the last call stopped.
+    pub async fn move_objects(&self, max_objects: u64) -> StoreResult<MoveReport> {
+        let pool = &self.inner;
+        let placement = pool.placement();
+        let mut report = MoveReport::default();
+        for scope in placement.scopes().iter().filter(|s| s.moving_from.is_some()) {
+            let mut settled = true;
+            for &m in scope.moving_from.iter().flatten() {
+                settled &= walk_member(pool, &placement, scope, m, max_objects, &mut report).await?;
+            }
+            if settled {
+                report.settled.push((scope.coll.clone(), scope.prefix.clone()));
+            }
+        }
+        Ok(report)
+    }
+}
+
+/// Moves what member `m` holds of `scope` elsewhere, from where the last walk stopped: true once it walked
+/// to the end, false when it stopped at the batch's limit or the scopes changed.
+async fn walk_member<S: Store>(
+    pool: &Arc<PoolInner<S>>,
+    placement: &Arc<Placement>,
+    scope: &Scope,
+    m: usize,
+    max_objects: u64,
+    report: &mut MoveReport,
+) -> StoreResult<bool> {
+    let key = (scope.coll.clone(), scope.prefix.clone(), m);
+    loop {
+        let from = pool.moving.cursor(&key).unwrap_or_else(|| scope.prefix.clone());
+        let snap = pool.members[m].snapshot();
+        let Some(c) = snap.collection(&scope.coll).await? else { return Ok(true) };
+        let page = snap.list_entries(&c, &scope.prefix, &from, WALK_PAGE_ENTRIES).await?;
+        for e in &page {
+            let now = placement.place(&scope.coll, &e.name).now;
+            if now != m {
+                if report.objects >= max_objects {
+                    return Ok(false);
+                }
+                // Under the gate, as a write: no collection is removed and no scope changes meanwhile.
+                let _gate = pool.gate.read().await;
+                if !Arc::ptr_eq(&pool.placement(), placement) {
+                    return Ok(false);
+                }
+                let _held = pool.moving.lock(&[(&scope.coll, &e.name)]).await;
+                report.bytes += move_one(pool, &scope.coll, &e.name, m, now, Some(Priority::Background)).await?;
+                report.objects += 1;
+            }
+            let mut next = e.name.clone();
+            next.push(0);
+            pool.moving.set_cursor(key.clone(), next);
+        }
+        if page.len() < WALK_PAGE_ENTRIES {
+            return Ok(true);
+        }
+    }
+}
