@@ -83,7 +83,7 @@ for round in $(seq 1 "$ROUNDS"); do
     assign $mode ten-t1 small
     assign $mode ten-t2 large
     "$BIN" bench s3 "${COMMON[@]}" --workload tenants --tenants "cosbench-b,cosbench-d:$LARGE" --bucket ten --warmup 3s \
-      --duration "$DURATION" --out "$OUT/round$round/$mode" >/dev/null 2>&1 || { echo "round $round $mode FAILED"; exit 1; }
+      --duration "$DURATION" --out "$OUT/round$round/$mode" >/dev/null 2>"$OUT/bench-errors.log" || { echo "round $round $mode FAILED: $(tail -1 "$OUT/bench-errors.log")"; stop; exit 1; }
     summary "$OUT/round$round/$mode/result.json" "round $round $mode"
     "$BIN" admin --admin "$ADMIN" --json microstore status >"$OUT/round$round/$mode/microstores.json"
     stop
@@ -98,8 +98,8 @@ for mode in "${ABCD_LIST[@]}"; do
     --duration "$DURATION" --out "$OUT/abcd/$mode/ac" >/dev/null 2>&1 &
   AC=$!
   "$BIN" bench s3 "${COMMON[@]}" --workload tenants --tenants "cosbench-b,cosbench-d:$LARGE" --bucket bd --warmup 3s \
-    --duration "$DURATION" --out "$OUT/abcd/$mode/bd" >/dev/null 2>&1 || { echo "abcd $mode FAILED"; exit 1; }
-  wait $AC || { echo "abcd $mode FAILED"; exit 1; }
+    --duration "$DURATION" --out "$OUT/abcd/$mode/bd" >/dev/null 2>"$OUT/bench-errors.log" || { echo "abcd $mode FAILED: $(tail -1 "$OUT/bench-errors.log")"; stop; exit 1; }
+  wait $AC || { echo "abcd $mode FAILED"; stop; exit 1; }
   summary "$OUT/abcd/$mode/ac/result.json" "abcd $mode"
   summary "$OUT/abcd/$mode/bd/result.json" "abcd $mode"
   stop

@@ -93,7 +93,7 @@ pub(crate) async fn commit<S: Store>(
     // one before.
     let _gate = pool.gate.read().await;
     let placement = pool.placement();
-    let routes = txn.ops.iter().map(|op| route(op, &placement)).collect::<StoreResult<Vec<_>>>()?;
+    let mut routes = txn.ops.iter().map(|op| route(op, &placement)).collect::<StoreResult<Vec<_>>>()?;
     let mut writers: Vec<usize> = routes
         .iter()
         .filter_map(|r| match r {
@@ -106,9 +106,71 @@ pub(crate) async fn commit<S: Store>(
     if writers.len() > 1 {
         return Err(invalid(format!("a transaction changes objects of members {writers:?}: their locators differ")));
     }
-    // Objects of moving scopes that the transaction names are moved to their new member first, under
-    // their locks, which the transaction holds until it is done (no move copies an older version over it).
-    let _moved = crate::moving::move_named(pool, &placement, &txn).await?;
+    // Units staged before a move began lie on the member their scope leaves: the transaction runs there.
+    let relocated = relocation::<S>(&txn, &placement, writers.first().copied())?;
+    if let Some(old) = relocated {
+        let member = writers[0];
+        writers = vec![old];
+        let to_old = |m: usize| if m == member { old } else { m };
+        routes = routes
+            .into_iter()
+            .map(|r| match r {
+                Route::Write(m) => Route::Write(to_old(m)),
+                Route::Check(m) => Route::Check(to_old(m)),
+                Route::Copy { from, to } if from == to_old(to) => Route::Write(from),
+                Route::Copy { from, to } => Route::Copy { from, to: to_old(to) },
+                Route::Catalog => Route::Catalog,
+            })
+            .collect();
+    }
+    // Objects of moving scopes that the transaction names are moved to their new member first (back to the
+    // old one for a relocated transaction), under their locks, which the transaction holds until it is
+    // done (no move copies an older version over it).
+    let moved = crate::moving::move_named(pool, &placement, &txn, relocated).await?;
+    let committed = commit_on(pool, txn, routes, &writers).await;
+    if committed.is_ok() {
+        crate::moving::move_on(pool, &moved).await;
+    }
+    committed
+}
+
+/// The member a transaction's staged units lie on when it is not the one its objects now live on: the
+/// member their scope leaves, as the units were staged before the move began (None: no such units). Units
+/// staged anywhere else cannot be written (the placement changed twice meanwhile): the write is tried again.
+fn relocation<S: Store>(
+    txn: &Txn<PoolColl<S::Coll>, PoolStaged<S::Staged>>,
+    placement: &Placement,
+    member: Option<usize>,
+) -> StoreResult<Option<usize>> {
+    let Some(member) = member else { return Ok(None) };
+    let staged: Vec<usize> = txn
+        .ops
+        .iter()
+        .filter_map(|op| match op {
+            Op::WriteStaged { staged, .. } => Some(staged.member),
+            _ => None,
+        })
+        .collect();
+    let Some(&old) = staged.iter().find(|m| **m != member) else { return Ok(None) };
+    let from_old = |(coll, name): (&PoolColl<S::Coll>, &[u8])| {
+        let placed = placement.place(&coll.name, name);
+        placed.now != member || placed.before == Some(old)
+    };
+    if staged.iter().all(|m| *m == old) && txn.ops.iter().flat_map(|op| op.named_objects()).all(from_old) {
+        return Ok(Some(old));
+    }
+    Err(StoreError::unavailable(format!(
+        "units staged on member {old} are written to objects of member {member}: the placement changed"
+    )))
+}
+
+/// Commits a routed transaction on its one writing member (`writers`), checks on other members first.
+async fn commit_on<S: Store>(
+    pool: &std::sync::Arc<PoolInner<S>>,
+    txn: Txn<PoolColl<S::Coll>, PoolStaged<S::Staged>>,
+    routes: Vec<Route>,
+    writers: &[usize],
+) -> StoreResult<Outcome> {
     let snap = PoolSnapshot::new(pool.clone());
     // Checks on members the transaction does not change, first.
     for (i, (op, r)) in txn.ops.iter().zip(&routes).enumerate() {

@@ -59,10 +59,42 @@ pub(crate) enum Handle<C> {
     Unreachable(StoreError),
 }
 
-/// Units staged on one member.
+/// Units staged on one member, with the placement they were placed by (kept alive while they are: a move
+/// does not end while units staged before it began may still be written to the member it leaves).
 pub struct PoolStaged<St> {
     pub(crate) member: usize,
     pub(crate) staged: St,
+    pub(crate) _placement: Arc<scopes::Placement>,
+    /// Holds the object's units to this member while any of them are staged (`Pool::stage_in`).
+    pub(crate) _pin: Arc<()>,
+}
+
+/// Objects with units staged and not yet written, and the member they are staged on: an object's later
+/// units go where its first went, so a body staged across a change of placement lies on one member.
+#[derive(Default)]
+pub(crate) struct Pins {
+    by_name: HashMap<(String, Vec<u8>), (usize, std::sync::Weak<()>)>,
+}
+
+/// Pinned objects a pool keeps before it forgets those whose units are gone.
+const MAX_PINS: usize = 4096;
+
+impl Pins {
+    /// The member of an object's staged units, or `member` (pinned from now on), and the pin to hold.
+    fn pin(&mut self, coll: &str, name: &[u8], member: usize) -> (usize, Arc<()>) {
+        let key = (coll.to_string(), name.to_vec());
+        if let Some((pinned, pin)) = self.by_name.get(&key)
+            && let Some(pin) = pin.upgrade()
+        {
+            return (*pinned, pin);
+        }
+        if self.by_name.len() >= MAX_PINS {
+            self.by_name.retain(|_, (_, pin)| pin.strong_count() > 0);
+        }
+        let pin = Arc::new(());
+        self.by_name.insert(key, (member, Arc::downgrade(&pin)));
+        (member, pin)
+    }
 }
 
 /// Several stores as one. Cheap to clone.
@@ -87,6 +119,9 @@ pub(crate) struct PoolInner<S: Store> {
     pub(crate) placement: parking_lot::RwLock<Arc<scopes::Placement>>,
     /// Locks of objects of moving scopes, held by the writes that move them and the background moves.
     pub(crate) moving: moving::Moving,
+    /// The placements before the current one (while staged units or requests still hold them).
+    pub(crate) previous: Mutex<Vec<std::sync::Weak<scopes::Placement>>>,
+    pub(crate) pins: Mutex<Pins>,
 }
 
 impl<S: Store> PoolInner<S> {
@@ -132,6 +167,8 @@ impl<S: Store> Pool<S> {
             colls: Default::default(),
             placement,
             moving: Default::default(),
+            previous: Default::default(),
+            pins: Default::default(),
         };
         Ok(Pool { inner: Arc::new(inner) })
     }
@@ -148,7 +185,10 @@ impl<S: Store> Pool<S> {
     pub async fn set_scopes(&self, scopes: Vec<Scope>) -> StoreResult<()> {
         let placement = Arc::new(scopes::Placement::new(self.inner.members.len(), scopes)?);
         let _gate = self.inner.gate.write().await;
-        *self.inner.placement.write() = placement;
+        let before = std::mem::replace(&mut *self.inner.placement.write(), placement);
+        let mut previous = self.inner.previous.lock();
+        previous.retain(|p| p.strong_count() > 0);
+        previous.push(Arc::downgrade(&before));
         self.inner.moving.forget_cursors();
         Ok(())
     }
@@ -226,9 +266,10 @@ impl<S: Store> Store for Pool<S> {
     }
 
     async fn stage(&self, buf: AlignedBuf, len_bytes: usize, hint: &[u8]) -> StoreResult<(Self::Staged, AlignedBuf)> {
+        let placement = self.inner.placement();
         let member = member_of(mosaic_store::locator(hint), self.inner.members.len());
         let (staged, buf) = self.inner.members[member].stage(buf, len_bytes, hint).await?;
-        Ok((PoolStaged { member, staged }, buf))
+        Ok((PoolStaged { member, staged, _placement: placement, _pin: Arc::new(()) }, buf))
     }
 
     async fn stage_in(
@@ -239,9 +280,10 @@ impl<S: Store> Store for Pool<S> {
         len_bytes: usize,
         hint: &[u8],
     ) -> StoreResult<(Self::Staged, AlignedBuf)> {
-        let member = self.inner.placement().place(&coll.name, name).now;
+        let placement = self.inner.placement();
+        let (member, pin) = self.inner.pins.lock().pin(&coll.name, name, placement.place(&coll.name, name).now);
         let (staged, buf) = self.inner.members[member].stage(buf, len_bytes, hint).await?;
-        Ok((PoolStaged { member, staged }, buf))
+        Ok((PoolStaged { member, staged, _placement: placement, _pin: pin }, buf))
     }
 
     async fn commit(&self, txn: Txn<Self::Coll, Self::Staged>) -> StoreResult<Outcome> {

@@ -79,15 +79,27 @@ fn stripe_of(coll: &str, name: &[u8]) -> usize {
     (h.finish() % LOCK_STRIPES as u64) as usize
 }
 
+/// The locks of the objects a transaction names in moving scopes, and what is to move after it commits.
+pub(crate) struct Held {
+    _locks: Vec<OwnedMutexGuard<()>>,
+    /// A relocated transaction's objects, to move on to their new member once it committed: (collection,
+    /// name, the member it ran on, the new member).
+    then: Vec<(String, Vec<u8>, usize, usize)>,
+}
+
 /// Moves the objects of moving scopes that `txn` names to their new member, and returns their locks, for
-/// the transaction to hold until it is done.
+/// the transaction to hold until it is done. A transaction `relocated` to the member its objects' scope
+/// leaves (its units were staged there before the move began) takes them back there instead, to run where
+/// it was planned; `move_on` then moves them on.
 pub(crate) async fn move_named<S: Store>(
     pool: &Arc<PoolInner<S>>,
     placement: &Placement,
     txn: &Txn<PoolColl<S::Coll>, PoolStaged<S::Staged>>,
-) -> StoreResult<Vec<OwnedMutexGuard<()>>> {
+    relocated: Option<usize>,
+) -> StoreResult<Held> {
+    let mut held = Held { _locks: Vec::new(), then: Vec::new() };
     if !placement.any_moving() {
-        return Ok(Vec::new());
+        return Ok(held);
     }
     let mut moving = Vec::new();
     for op in &txn.ops {
@@ -100,14 +112,29 @@ pub(crate) async fn move_named<S: Store>(
         }
     }
     if moving.is_empty() {
-        return Ok(Vec::new());
+        return Ok(held);
     }
     let names: Vec<(&str, &[u8])> = moving.iter().map(|(c, n, _, _)| (*c, *n)).collect();
-    let held = pool.moving.lock(&names).await;
+    held._locks = pool.moving.lock(&names).await;
     for (coll, name, before, now) in moving {
-        move_one(pool, coll, name, before, now, None).await?;
+        if relocated == Some(before) {
+            move_one(pool, coll, name, now, before, None).await?;
+            held.then.push((coll.to_string(), name.to_vec(), before, now));
+        } else {
+            move_one(pool, coll, name, before, now, None).await?;
+        }
     }
     Ok(held)
+}
+
+/// After a relocated transaction committed: its objects move on to their new member. A failure leaves them
+/// where the transaction put them (the only copy, so reads find them; the background walk moves them).
+pub(crate) async fn move_on<S: Store>(pool: &Arc<PoolInner<S>>, held: &Held) {
+    for (coll, name, from, to) in &held.then {
+        if let Err(e) = move_one(pool, coll, name, *from, *to, None).await {
+            tracing::warn!(collection = %coll, name = %name.escape_ascii(), error = %e, "an object written where its scope left stays there for now");
+        }
+    }
 }
 
 /// Moves object `name` of collection `coll` from member `from` to member `to` (nothing when `from` does not
@@ -165,8 +192,11 @@ impl<S: Store> Pool<S> {
         let pool = &self.inner;
         let placement = pool.placement();
         let mut report = MoveReport::default();
+        // Units staged by an earlier placement may still be written where a scope leaves (the write runs
+        // there, then moves on): no move ends while any are in flight.
+        let earlier_in_flight = pool.previous.lock().iter().any(|p| p.strong_count() > 0);
         for scope in placement.scopes().iter().filter(|s| s.moving_from.is_some()) {
-            let mut settled = true;
+            let mut settled = !earlier_in_flight;
             for &m in scope.moving_from.iter().flatten() {
                 settled &= walk_member(pool, &placement, scope, m, max_objects, &mut report).await?;
             }

@@ -460,3 +460,158 @@ async fn bad_scopes_are_refused_and_change_nothing() {
     assert!(pool.set_scopes(too_many).await.is_err());
     assert_eq!(pool.scopes(), scopes_of("a", &[1], None));
 }
+
+/// Units staged before a move began lie on the member the scope leaves: the write runs there (its object
+/// taken back there first when the walk had moved it) and its object then moves on, so a PUT in flight
+/// when a bucket's move begins succeeds. Units staged where no placement puts the object any more (the
+/// placement changed twice meanwhile) are refused as unavailable, and the write is tried again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn units_staged_before_a_move_began_are_written_where_they_lie() {
+    let mut dirs = Vec::new();
+    let pool = pool(&mut dirs);
+    let l = S3Semantics::open(pool.clone(), SemanticsConfig::default()).await.unwrap();
+    l.create_bucket("bkt", None).await.unwrap();
+    let all: Vec<usize> = (0..MEMBERS).collect();
+    let coll = pool.snapshot().collection("b/bkt").await.unwrap().unwrap();
+    let keys: Vec<String> =
+        (0..100).map(|i| format!("key-{i}")).filter(|k| member_of(k.as_bytes(), MEMBERS) != 3).take(3).collect();
+    let unit = pool.geometry().unit_bytes as usize;
+    let stage = |name: &str, seed: u64| {
+        let (pool, coll, name) = (pool.clone(), coll.clone(), name.to_string());
+        async move {
+            let data = pattern(seed, 2 * unit);
+            let buf = mosaic_store::AlignedBuf::copy_of(&data);
+            let (staged, _) = pool.stage_in(&coll, name.as_bytes(), buf, data.len(), name.as_bytes()).await.unwrap();
+            (staged, data)
+        }
+    };
+    let write = |name: &str, staged| {
+        Txn::new().op(Op::Reset { coll: coll.clone(), name: name.as_bytes().to_vec() }).op(Op::WriteStaged {
+            coll: coll.clone(),
+            name: name.as_bytes().to_vec(),
+            offset: 0,
+            staged,
+        })
+    };
+    let read = |name: &str| {
+        let (pool, coll, name) = (pool.clone(), coll.clone(), name.to_string());
+        async move {
+            let snap = pool.snapshot();
+            let info = snap.lookup(&coll, name.as_bytes()).await.unwrap().expect("the object is there");
+            snap.read(&info.obj, 0, info.size_bytes).await.unwrap().to_vec()
+        }
+    };
+    // keys[1] exists and the walk moves it before the write commits; keys[0] is new.
+    pool.commit(write(&keys[1], stage(&keys[1], 1).await.0)).await.unwrap();
+    let (new_units, new_data) = stage(&keys[0], 2).await;
+    let (over_units, over_data) = stage(&keys[1], 3).await;
+    pool.set_scopes(scopes_of("bkt", &[3], Some(&all))).await.unwrap();
+    pool.move_objects(1000).await.unwrap();
+    pool.commit(write(&keys[0], new_units)).await.expect("a write staged before the move began");
+    pool.commit(write(&keys[1], over_units)).await.expect("an overwrite staged before the move began");
+    assert_eq!(read(&keys[0]).await, new_data);
+    assert_eq!(read(&keys[1]).await, over_data);
+    let holdings = held(&pool, "b/bkt").await;
+    for k in &keys[..2] {
+        assert!(holdings[3].contains(&k.as_bytes().to_vec()), "{k} moved on to the new member");
+        assert_eq!(holdings.iter().flatten().filter(|n| *n == k.as_bytes()).count(), 1, "{k} once");
+    }
+    // The move ends once no units staged before it began are in flight.
+    assert_eq!(pool.move_objects(1000).await.unwrap().settled.len(), 2);
+    pool.set_scopes(scopes_of("bkt", &[3], None)).await.unwrap();
+    // A move from member 3 to member 2 begins while a write's units lie on member 3: the move does not end
+    // before the write is done, which runs on member 3 and moves on.
+    let (late_units, late_data) = stage(&keys[2], 4).await;
+    pool.set_scopes(scopes_of("bkt", &[2], Some(&[3]))).await.unwrap();
+    assert!(pool.move_objects(1000).await.unwrap().settled.is_empty(), "units staged before it are in flight");
+    pool.commit(write(&keys[2], late_units)).await.unwrap();
+    assert_eq!(pool.move_objects(1000).await.unwrap().settled.len(), 2);
+    assert_eq!(read(&keys[2]).await, late_data);
+    assert!(held(&pool, "b/bkt").await[2].contains(&keys[2].as_bytes().to_vec()));
+    // Units on a member that the placement neither names nor leaves (it was set without a move from
+    // there) are refused as unavailable: the write is tried again.
+    let (stray_units, _) = stage(&keys[2], 5).await;
+    pool.set_scopes(scopes_of("bkt", &[1], Some(&[3]))).await.unwrap();
+    let refused = pool.commit(write(&keys[2], stray_units)).await.unwrap_err();
+    assert_eq!(refused.kind, mosaic_store::ErrorKind::Unavailable, "{refused}");
+    l.shutdown().await.unwrap();
+}
+
+/// PUTs of staged sizes in flight while a move begins and ends (as the server's mover runs it: begin,
+/// walk until settled, then set without the members left) all succeed and read back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn puts_in_flight_when_a_move_begins_and_ends_succeed() {
+    let mut dirs = Vec::new();
+    let pool = pool(&mut dirs);
+    let l = Arc::new(S3Semantics::open(pool.clone(), SemanticsConfig::default()).await.unwrap());
+    l.create_bucket("busy", None).await.unwrap();
+    let writers: Vec<_> = (0..4u64)
+        .map(|w| {
+            let l = l.clone();
+            tokio::spawn(async move {
+                for i in 0..40u64 {
+                    let key = format!("w{w}/k{i:02}");
+                    let data = pattern(w * 100 + i, 100_000 + i as usize);
+                    l.put_object("busy", &key, body(&data, 8192), PutOptions::default()).await.unwrap();
+                    assert_eq!(read_all(&*l, "busy", &key).await.unwrap(), data);
+                }
+            })
+        })
+        .collect();
+    let all: Vec<usize> = (0..MEMBERS).collect();
+    let mut current = all.clone();
+    let plans = [vec![1], vec![2, 3], all.clone(), vec![0]];
+    for (moves, plan) in plans.iter().cycle().cloned().enumerate() {
+        if moves >= plans.len() && writers.iter().all(|w| w.is_finished()) {
+            break;
+        }
+        tokio::task::yield_now().await;
+        pool.set_scopes(scopes_of("busy", &plan, Some(&current))).await.unwrap();
+        while pool.move_objects(4).await.unwrap().settled.len() < 2 {
+            tokio::task::yield_now().await;
+        }
+        pool.set_scopes(scopes_of("busy", &plan, None)).await.unwrap();
+        current = plan;
+    }
+    for w in writers {
+        w.await.unwrap();
+    }
+    check_placement(&pool, "busy", &current, None).await;
+    l.shutdown().await.unwrap();
+}
+
+/// A body staged across the beginning of a move (its first units before, the rest after) lies on one
+/// member: an object's later units go where its first went while any are staged, and the write succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_staged_across_a_moves_beginning_lies_on_one_member() {
+    let mut dirs = Vec::new();
+    let pool = pool(&mut dirs);
+    let l = S3Semantics::open(pool.clone(), SemanticsConfig::default()).await.unwrap();
+    l.create_bucket("bkt", None).await.unwrap();
+    let coll = pool.snapshot().collection("b/bkt").await.unwrap().unwrap();
+    let key = (0..100).map(|i| format!("key-{i}")).find(|k| member_of(k.as_bytes(), MEMBERS) != 3).unwrap();
+    let unit = pool.geometry().unit_bytes as usize;
+    let data = pattern(7, 2 * unit);
+    let stage = |part: &[u8]| {
+        let (pool, coll, key, part) = (pool.clone(), coll.clone(), key.clone(), part.to_vec());
+        async move {
+            let buf = mosaic_store::AlignedBuf::copy_of(&part);
+            pool.stage_in(&coll, key.as_bytes(), buf, part.len(), key.as_bytes()).await.unwrap().0
+        }
+    };
+    let first = stage(&data[..unit]).await;
+    pool.set_scopes(scopes_of("bkt", &[3], Some(&(0..MEMBERS).collect::<Vec<_>>()))).await.unwrap();
+    let second = stage(&data[unit..]).await;
+    let name = key.as_bytes().to_vec();
+    let txn = Txn::new()
+        .op(Op::Reset { coll: coll.clone(), name: name.clone() })
+        .op(Op::WriteStaged { coll: coll.clone(), name: name.clone(), offset: 0, staged: first })
+        .op(Op::WriteStaged { coll: coll.clone(), name: name.clone(), offset: unit as u64, staged: second });
+    pool.commit(txn).await.expect("one member holds every unit");
+    let snap = pool.snapshot();
+    let info = snap.lookup(&coll, &name).await.unwrap().unwrap();
+    assert_eq!(snap.read(&info.obj, 0, info.size_bytes).await.unwrap().to_vec(), data);
+    assert_eq!(pool.move_objects(100).await.unwrap().settled.len(), 2);
+    assert!(held(&pool, "b/bkt").await[3].contains(&name), "moved on to the new member");
+    l.shutdown().await.unwrap();
+}
