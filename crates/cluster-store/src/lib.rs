@@ -136,7 +136,9 @@ pub async fn build(
     }
     let geometry = SetGeometry::new(map.data_shards as usize, map.parity_shards as usize)
         .map_err(|e| StoreError::new(ErrorKind::InvalidArgument, e.to_string()))?;
-    let set_cfg = SetConfig { geometry, ..cfg.set.clone() };
+    // With k = m a write made after a step's last fill round is on only k drives of the set the step
+    // serves (the kept ones), so the k drives a lookup's fast path asks may all miss it.
+    let set_cfg = SetConfig { geometry, read_fast_path: geometry.data > geometry.parity, ..cfg.set.clone() };
     let previous = previous.filter(|p| {
         p.map.pgs.len() == map.pgs.len()
             && (p.map.data_shards, p.map.parity_shards) == (map.data_shards, map.parity_shards)

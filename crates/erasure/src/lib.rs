@@ -78,6 +78,12 @@ pub struct SetConfig {
     /// Deciding from all drives instead lets the copies outvote the delete when k = m, and heal would then
     /// put the deleted object back on the kept drives. None: every drive counts.
     pub decided_by: Option<u16>,
+    /// Lookups ask the k drives of the name's data shards first and take their answer when they agree
+    /// (`read::resolve`): sound when every acknowledged write is on more than m drives of the set. A
+    /// cluster group with k = m breaks that after a step: a write made after the fill's last round is on
+    /// the k kept drives only, and the k new drives may hold an older copy or none, so the k asked can
+    /// agree on a stale answer. False: every lookup asks every drive and the quorum decides.
+    pub read_fast_path: bool,
     /// Locks a write also takes when other processes write the same drives (a cluster's nodes): the set's
     /// own locks order only its own writes. None: this set is the drives' only writer.
     pub shared_locks: Option<Arc<dyn SharedLocks>>,
@@ -139,6 +145,7 @@ impl SetConfig {
             heal_removes: true,
             kept_drives: None,
             decided_by: None,
+            read_fast_path: true,
             shared_locks: None,
             removal_follower: None,
             node_foreground: None,

@@ -174,7 +174,7 @@ pub(crate) async fn drive_states<S: Store>(
 /// version, or absent), that is the answer, because any write quorum shares a drive with any k drives
 /// (k + write quorum > k + m), so no newer acknowledged version can hide on the drives not asked. Else, or
 /// when the version is placed otherwise (a clone keeps its source's placement), the others are asked too
-/// and the quorum decides.
+/// and the quorum decides. Not when the set's settings say so (`SetConfig::read_fast_path`).
 pub(crate) async fn resolve<S: Store>(
     set: &SetInner<S>,
     coll: &SetColl<S::Coll>,
@@ -202,7 +202,7 @@ async fn resolve_asking<S: Store>(
     let g = *set.geometry();
     let n = set.drives();
     let mut states: Vec<Option<DriveState<S>>> = (0..n).map(|_| None).collect();
-    if !all && g.read_quorum() < n {
+    if !all && set.cfg.read_fast_path && g.read_quorum() < n {
         let rotation = g.rotation_for(name);
         let first: Vec<usize> = (0..g.data).map(|j| g.drive_of_shard(rotation, j)).collect();
         let answers = join_all(first.iter().map(|&d| drive_state(set, d, coll, name))).await;

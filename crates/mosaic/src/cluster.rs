@@ -1108,13 +1108,34 @@ impl Cluster {
         // purpose), and clearing under it fails it there: with k = m that fails the write (a 503). The
         // clearing waits until every node serves the placement the step made and its calls on older stores
         // are done; past the wait it clears anyway (a lagging node's write may fail, never be lost).
-        if let Err(e) = self.wait_until_served(epoch, running).await {
+        let served_everywhere = self.wait_until_served(epoch, running).await;
+        if let Err(e) = &served_everywhere {
             tracing::warn!(pg, error = %e, "clearing the drives a step left before every node serves the step");
         }
         for (slot, drive) in from.iter().enumerate().filter(|(i, d)| target[*i] != **d) {
             self.clear_left_drive(pg as u32, slot, *drive, running).await;
         }
+        // A write made between the fill's last round and the moment every node served the step is on the
+        // kept drives only: fewer shards than the set keeps (with k = m, k of 2k). The next step's start
+        // heals the set served; after the last step there is none, so the set the move made is healed now.
+        if let (Ok(placement), true) = (served_everywhere, entry.set == target) {
+            self.heal_moved(pg, placement).await;
+        }
         Ok(())
+    }
+
+    /// Heals group `pg`'s set as this node serves it once it serves placement epoch `placement` (the
+    /// set a move made); a failure is logged (the owner's background heal and scans go on).
+    async fn heal_moved(&self, pg: usize, placement: u64) {
+        let Some(served) = self.served.lock().clone() else { return };
+        if served.map.placement_epoch < placement {
+            return;
+        }
+        let Some(set) = served.store.members().get(pg).cloned() else { return };
+        match heal_until_alike(&set, false).await {
+            Ok(()) => tracing::debug!(pg, "healed the set a move made"),
+            Err(e) => tracing::warn!(pg, error = %e, "healing the set a move made"),
+        }
     }
 
     /// Group `pg`'s removal counts on every node that is up (or draining), this one too: an error when one
@@ -1130,14 +1151,16 @@ impl Cluster {
     }
 
     /// Waits (at most `PLACEMENT_WAIT` in all) until every node that is up serves the placement of the map
-    /// of `epoch` or a newer one, its calls on older stores done (`report_when_drained`).
-    async fn wait_until_served(&self, epoch: u64, running: &Running) -> Result<(), String> {
+    /// of `epoch` or a newer one, its calls on older stores done (`report_when_drained`); that placement's
+    /// epoch.
+    async fn wait_until_served(&self, epoch: u64, running: &Running) -> Result<u64, String> {
         let deadline = Instant::now() + PLACEMENT_WAIT;
         let map = running.node.wait_for_epoch(epoch, PLACEMENT_WAIT).await.map_err(|e| e.to_string())?;
         let placement = map.placement_epoch;
         let what = format!("serve placement epoch {placement}");
         let left = deadline.saturating_duration_since(Instant::now());
-        self.wait_for_every_node(running, left, &what, |r| r.placement_epoch >= placement).await
+        self.wait_for_every_node(running, left, &what, |r| r.placement_epoch >= placement).await?;
+        Ok(placement)
     }
 
     /// Group `pg`'s next set, only for filling it (`mosaic_cluster_store::open_step_set`).

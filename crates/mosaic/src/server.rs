@@ -103,6 +103,8 @@ pub fn run(cfg: Config) -> Result<(), String> {
         heal_removes: true,
         kept_drives: None,
         decided_by: None,
+        // A cluster's groups turn it off where k = m (`mosaic_cluster_store::build`).
+        read_fast_path: true,
         removal_follower: None,
         // A cluster node's groups take the cluster's locks when they are composed.
         shared_locks: None,
