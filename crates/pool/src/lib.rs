@@ -92,7 +92,12 @@ impl Pins {
             self.by_name.retain(|_, (_, pin)| pin.strong_count() > 0);
         }
         let pin = Arc::new(());
-        self.by_name.insert(key, (member, Arc::downgrade(&pin)));
+        // Past the limit with every pin held, the object is not pinned: if a move begins while its body is
+        // staged, its units lie on two members and its write fails (`commit::relocation`), never misplaced.
+        if self.by_name.len() < MAX_PINS {
+            self.by_name.insert(key, (member, Arc::downgrade(&pin)));
+        }
+        debug_assert!(self.by_name.len() <= MAX_PINS);
         (member, pin)
     }
 }
@@ -304,5 +309,30 @@ impl<S: Store> Store for Pool<S> {
     async fn close(&self) -> StoreResult<()> {
         let results = futures::future::join_all(self.inner.members.iter().map(|m| m.close())).await;
         results.into_iter().find(|r| r.is_err()).unwrap_or(Ok(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pins_hold_an_objects_member_up_to_their_limit_and_past_it_pin_nothing() {
+        let mut pins = Pins::default();
+        let (member, first) = pins.pin("c", b"o", 3);
+        assert_eq!(member, 3);
+        assert_eq!(pins.pin("c", b"o", 5).0, 3, "later units go where the first went");
+        drop(first);
+        assert_eq!(pins.pin("c", b"o", 5).0, 5, "a pin let go places anew");
+        let held: Vec<Arc<()>> = (0..MAX_PINS).map(|i| pins.pin("c", format!("k{i}").as_bytes(), 1).1).collect();
+        assert_eq!(pins.by_name.len(), MAX_PINS, "the let-go pin was forgotten at the limit");
+        let (member, past) = pins.pin("c", b"past", 2);
+        assert_eq!((member, pins.by_name.len()), (2, MAX_PINS), "past the limit nothing more is kept");
+        assert_eq!(pins.pin("c", b"past", 4).0, 4, "an object pinned past the limit is not held");
+        assert_eq!(pins.pin("c", b"k7", 0).0, 1, "those within it still are");
+        drop(past);
+        drop(held);
+        assert_eq!(pins.pin("c", b"again", 6).0, 6);
+        assert_eq!(pins.by_name.len(), 1, "every let-go pin forgotten once the limit is reached");
     }
 }

@@ -248,3 +248,23 @@ async fn walk_member<S: Store>(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursors_are_kept_up_to_their_limit_and_start_over_past_it() {
+        let moving = Moving::default();
+        let key = |i: usize| (format!("c{i}"), Vec::new(), 0);
+        for i in 0..MAX_CURSORS {
+            moving.set_cursor(key(i), b"at".to_vec());
+        }
+        moving.set_cursor(key(0), b"later".to_vec());
+        assert_eq!(moving.cursors.lock().len(), MAX_CURSORS, "a walk's cursor moves on at the limit");
+        assert_eq!(moving.cursor(&key(0)).as_deref(), Some(&b"later"[..]));
+        moving.set_cursor(key(MAX_CURSORS), b"new".to_vec());
+        assert_eq!(moving.cursors.lock().len(), 1, "past it every walk starts over");
+        assert_eq!((moving.cursor(&key(1)), moving.cursor(&key(MAX_CURSORS))), (None, Some(b"new".to_vec())));
+    }
+}
