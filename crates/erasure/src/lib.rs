@@ -110,6 +110,46 @@ pub trait RemovalFollower: Send + Sync + 'static {
     fn removed<'a>(&'a self, coll: &'a str, name: &'a [u8]) -> futures::future::BoxFuture<'a, StoreResult<()>>;
 }
 
+/// Removals not followed are logged at most once per `LOG_EVERY` in the process: while a node of a
+/// moving group's set is down every removal from the group fails to be followed, and the count is in
+/// `SetCounters::removals_not_followed` anyway.
+static NOT_FOLLOWED_LOG: LogPace = LogPace::new(std::time::Duration::from_secs(10));
+
+/// Lets a repeated log line through at most once per `every`, and counts the lines held back.
+struct LogPace {
+    every: std::time::Duration,
+    /// When the last line went through (ms since `start`), or u64::MAX before the first.
+    last_ms: AtomicU64,
+    held_back: AtomicU64,
+    start: std::sync::OnceLock<std::time::Instant>,
+}
+
+impl LogPace {
+    const fn new(every: std::time::Duration) -> Self {
+        LogPace {
+            every,
+            last_ms: AtomicU64::new(u64::MAX),
+            held_back: AtomicU64::new(0),
+            start: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Some(lines held back since the last one) when this line may go through.
+    fn allow(&self) -> Option<u64> {
+        self.allow_at(self.start.get_or_init(std::time::Instant::now).elapsed().as_millis() as u64)
+    }
+
+    fn allow_at(&self, now_ms: u64) -> Option<u64> {
+        let last = self.last_ms.load(Ordering::Relaxed);
+        let due = last == u64::MAX || now_ms.saturating_sub(last) >= self.every.as_millis() as u64;
+        if due && self.last_ms.compare_exchange(last, now_ms, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
+            return Some(self.held_back.swap(0, Ordering::Relaxed));
+        }
+        self.held_back.fetch_add(1, Ordering::Relaxed);
+        None
+    }
+}
+
 impl std::fmt::Debug for dyn RemovalFollower {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("RemovalFollower")
@@ -683,7 +723,10 @@ impl<S: Store> Store for ErasureSet<S> {
         for (coll, name) in removed {
             if let Err(e) = follower.removed(&coll, &name).await {
                 self.inner.counters.removals_not_followed.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(coll = %coll, name = %name.escape_ascii(), error = %e, "a removal was not followed");
+                if let Some(since_last) = NOT_FOLLOWED_LOG.allow() {
+                    tracing::warn!(coll = %coll, name = %name.escape_ascii(), error = %e, not_logged_before = since_last,
+                        "a removal was not followed");
+                }
             }
         }
         Ok(outcome)
@@ -704,5 +747,22 @@ impl<S: Store> Store for ErasureSet<S> {
         let closes = members.iter().flatten().map(|m| m.close());
         let results = futures::future::join_all(closes).await;
         results.into_iter().find(|r| r.is_err()).unwrap_or(Ok(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_paced_log_line_goes_through_once_per_period_and_counts_the_rest() {
+        let pace = LogPace::new(std::time::Duration::from_secs(10));
+        assert_eq!(pace.allow_at(5_000), Some(0), "the first goes through");
+        assert_eq!((pace.allow_at(5_001), pace.allow_at(14_999)), (None, None), "within the period, held back");
+        assert_eq!(pace.allow_at(15_000), Some(2), "due again: says how many were held back");
+        assert_eq!(pace.allow_at(15_000), None);
+        assert_eq!(pace.allow_at(u64::MAX - 1), Some(1));
+        let always = LogPace::new(std::time::Duration::ZERO);
+        assert_eq!((always.allow(), always.allow()), (Some(0), Some(0)));
     }
 }
