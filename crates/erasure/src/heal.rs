@@ -339,9 +339,7 @@ pub(crate) async fn scan<S: Store>(set: &Arc<SetInner<S>>, deep: bool) -> StoreR
     let snap = SetSnapshot::new(set.clone());
     let mut seen = 0u64;
     for (name, coll) in snap.collections("", SCAN_COLLECTIONS_MAX).await? {
-        if name.starts_with(".ec-") {
-            continue;
-        }
+        debug_assert!(!name.starts_with(crate::INTERNAL_COLLECTION_PREFIX), "the set hides its drives' own");
         let coll = ensure_collection(set, coll).await;
         seen += scan_collection(set, &coll, deep).await?;
     }

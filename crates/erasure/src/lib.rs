@@ -110,6 +110,9 @@ pub trait RemovalFollower: Send + Sync + 'static {
     fn removed<'a>(&'a self, coll: &'a str, name: &'a [u8]) -> futures::future::BoxFuture<'a, StoreResult<()>>;
 }
 
+/// Collections of this prefix on the drives are the set's own (its undo log): the set does not list them.
+pub(crate) const INTERNAL_COLLECTION_PREFIX: &str = ".ec-";
+
 /// Removals not followed are logged at most once per `LOG_EVERY` in the process: while a node of a
 /// moving group's set is down every removal from the group fails to be followed, and the count is in
 /// `SetCounters::removals_not_followed` anyway.
@@ -753,6 +756,11 @@ impl<S: Store> Store for ErasureSet<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_undo_log_is_one_of_the_sets_own_collections() {
+        assert!(undo::UNDO_COLLECTION.starts_with(INTERNAL_COLLECTION_PREFIX));
+    }
 
     #[test]
     fn a_paced_log_line_goes_through_once_per_period_and_counts_the_rest() {

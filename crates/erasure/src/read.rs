@@ -387,8 +387,13 @@ impl<S: Store> Snapshot for SetSnapshot<S> {
         }
         let mut out = Vec::new();
         for (name, n) in names {
-            if n < self.set.geometry().read_quorum() || out.len() >= limit {
+            // The drives' own collections (the undo log) are not the set's: no caller may list, walk or
+            // move their objects as the set's.
+            if name.starts_with(crate::INTERNAL_COLLECTION_PREFIX) || n < self.set.geometry().read_quorum() {
                 continue;
+            }
+            if out.len() >= limit {
+                break;
             }
             if let Some(c) = self.collection(&name).await? {
                 out.push((name, c));

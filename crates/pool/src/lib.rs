@@ -3,7 +3,8 @@
 //! of a pool by a hash of its name. Nothing is kept about where an object is: its name says it.
 //!
 //! - `placement`: the member an object lives on.
-//! - `scopes`: parts of the objects placed on some members only (a microstore's sets), and their moves.
+//! - `scopes`: parts of the objects placed on some members only (a microstore's sets), the home members
+//!   of the others, and their moves.
 //! - `moving`: objects of a moving scope taken to their new member, by the writes that touch them and by
 //!   `Pool::move_objects` in the background.
 //! - `snapshot`: lookups and reads on the member of each object; listings merged from every member's
@@ -21,7 +22,7 @@ mod snapshot;
 
 pub use moving::MoveReport;
 pub use placement::member_of;
-pub use scopes::{MAX_SCOPES, Scope};
+pub use scopes::{Home, MAX_SCOPES, Scope};
 pub use snapshot::{PoolObj, PoolSnapshot};
 
 use async_trait::async_trait;
@@ -182,14 +183,29 @@ impl<S: Store> Pool<S> {
         &self.inner.members
     }
 
-    /// Places the objects of `scopes` on their members from now on (those of no scope over all members).
+    /// Places the objects of `scopes` on their members from now on (those of no scope stay on the home
+    /// members).
     /// A scope whose members change must say where its objects were (`moving_from`) until
     /// `move_objects` reports it settled; a scope given without `moving_from` must already be where its
     /// members say (a scope dropped or narrowed without a move hides its objects). Waits for the writes
     /// under way.
     pub async fn set_scopes(&self, scopes: Vec<Scope>) -> StoreResult<()> {
-        let placement = Arc::new(scopes::Placement::new(self.inner.members.len(), scopes)?);
         let _gate = self.inner.gate.write().await;
+        let home = self.inner.placement().home();
+        self.replace_placement(home, scopes)
+    }
+
+    /// Places the objects of `scopes` on their members, and the others on `home`'s, from now on (as
+    /// `set_scopes`: a home whose members change says where its objects were until `move_objects` reports
+    /// it settled). Waits for the writes under way.
+    pub async fn set_placement(&self, home: Home, scopes: Vec<Scope>) -> StoreResult<()> {
+        let _gate = self.inner.gate.write().await;
+        self.replace_placement(home, scopes)
+    }
+
+    /// Under the gate, held exclusively: no write plans with the placement replaced.
+    fn replace_placement(&self, home: Home, scopes: Vec<Scope>) -> StoreResult<()> {
+        let placement = Arc::new(scopes::Placement::new(self.inner.members.len(), home, scopes)?);
         let before = std::mem::replace(&mut *self.inner.placement.write(), placement);
         let mut previous = self.inner.previous.lock();
         previous.retain(|p| p.strong_count() > 0);
@@ -201,6 +217,11 @@ impl<S: Store> Pool<S> {
     /// The scopes as set.
     pub fn scopes(&self) -> Vec<Scope> {
         self.inner.placement().scopes().to_vec()
+    }
+
+    /// The home members as set.
+    pub fn home(&self) -> Home {
+        self.inner.placement().home()
     }
 
     /// Takes over the collection handles `previous` remembers, when this pool replaces it with some of its

@@ -9,7 +9,7 @@
 //! the scope moves, so the old member holds nothing newer than the new one.
 
 use crate::commit::{Source, Target, copy_from_member, create_missed};
-use crate::scopes::{Placement, Scope};
+use crate::scopes::Placement;
 use crate::{Pool, PoolColl, PoolInner, PoolStaged};
 use mosaic_store::{Op, Priority, Snapshot, Store, StoreResult, Txn};
 use std::collections::HashMap;
@@ -24,8 +24,12 @@ const WALK_PAGE_ENTRIES: usize = 256;
 /// Walks a pool remembers where to go on from (one per moving scope and member it leaves).
 const MAX_CURSORS: usize = 65_536;
 
-/// A background walk: a moving scope (collection, prefix) on a member it leaves.
-type WalkKey = (String, Vec<u8>, usize);
+/// Collections a walk of the moving home lists on a member at most (a drive holds at most 2^20).
+const HOME_WALK_COLLECTIONS: usize = 1 << 20;
+
+/// A background walk on a member it leaves: of a moving scope (collection, Some(prefix)), or of one
+/// collection's objects while the home moves (collection, None).
+type WalkKey = (String, Option<Vec<u8>>, usize);
 
 /// What the pool keeps for moves: the names' locks and where background walks stopped.
 pub(crate) struct Moving {
@@ -183,6 +187,9 @@ pub struct MoveReport {
     /// Moving scopes (collection, prefix) that the members they leave hold nothing of any more: their
     /// moves are done, and they may be set without `moving_from`.
     pub settled: Vec<(String, Vec<u8>)>,
+    /// The home moves, and the members it leaves hold nothing of it any more: it may be set without
+    /// `moving_from`.
+    pub home_settled: bool,
 }
 
 impl<S: Store> Pool<S> {
@@ -198,34 +205,69 @@ impl<S: Store> Pool<S> {
         for scope in placement.scopes().iter().filter(|s| s.moving_from.is_some()) {
             let mut settled = !earlier_in_flight;
             for &m in scope.moving_from.iter().flatten() {
-                settled &= walk_member(pool, &placement, scope, m, max_objects, &mut report).await?;
+                let walk = Walk { coll: &scope.coll, prefix: &scope.prefix, home: false };
+                settled &= walk_member(pool, &placement, walk, m, max_objects, &mut report).await?;
             }
             if settled {
                 report.settled.push((scope.coll.clone(), scope.prefix.clone()));
             }
         }
+        if let Some(from) = placement.home().moving_from {
+            let mut settled = !earlier_in_flight;
+            for m in from {
+                settled &= walk_home(pool, &placement, m, max_objects, &mut report).await?;
+            }
+            report.home_settled = settled;
+        }
         Ok(report)
     }
 }
 
-/// Moves what member `m` holds of `scope` elsewhere, from where the last walk stopped: true once it walked
-/// to the end, false when it stopped at the batch's limit or the scopes changed.
-async fn walk_member<S: Store>(
+/// Moves what member `m` holds of every collection elsewhere when its placement says so (the objects of
+/// the moving home, and of any moving scope found there): true once every walk went to the end.
+async fn walk_home<S: Store>(
     pool: &Arc<PoolInner<S>>,
     placement: &Arc<Placement>,
-    scope: &Scope,
     m: usize,
     max_objects: u64,
     report: &mut MoveReport,
 ) -> StoreResult<bool> {
-    let key = (scope.coll.clone(), scope.prefix.clone(), m);
+    let colls = pool.members[m].snapshot().collections("", HOME_WALK_COLLECTIONS).await?;
+    for (coll, _) in &colls {
+        let walk = Walk { coll, prefix: b"", home: true };
+        if !walk_member(pool, placement, walk, m, max_objects, report).await? {
+            return Ok(false);
+        }
+    }
+    Ok(colls.len() < HOME_WALK_COLLECTIONS)
+}
+
+/// What a walk goes over: a collection's names under a prefix, for a scope or for the home.
+#[derive(Clone, Copy)]
+struct Walk<'a> {
+    coll: &'a str,
+    prefix: &'a [u8],
+    home: bool,
+}
+
+/// Moves what member `m` holds of `walk` elsewhere, from where the last walk stopped: true once it walked
+/// to the end, false when it stopped at the batch's limit or the scopes changed.
+async fn walk_member<S: Store>(
+    pool: &Arc<PoolInner<S>>,
+    placement: &Arc<Placement>,
+    walk: Walk<'_>,
+    m: usize,
+    max_objects: u64,
+    report: &mut MoveReport,
+) -> StoreResult<bool> {
+    let key = (walk.coll.to_string(), (!walk.home).then(|| walk.prefix.to_vec()), m);
     loop {
-        let from = pool.moving.cursor(&key).unwrap_or_else(|| scope.prefix.clone());
+        let from = pool.moving.cursor(&key).unwrap_or_else(|| walk.prefix.to_vec());
         let snap = pool.members[m].snapshot();
-        let Some(c) = snap.collection(&scope.coll).await? else { return Ok(true) };
-        let page = snap.list_entries(&c, &scope.prefix, &from, WALK_PAGE_ENTRIES).await?;
+        let Some(c) = snap.collection(walk.coll).await? else { return Ok(true) };
+        let page = snap.list_entries(&c, walk.prefix, &from, WALK_PAGE_ENTRIES).await?;
         for e in &page {
-            let now = placement.place(&scope.coll, &e.name).now;
+            let now = placement.place(walk.coll, &e.name).now;
             if now != m {
                 if report.objects >= max_objects {
                     return Ok(false);
@@ -235,8 +277,8 @@ async fn walk_member<S: Store>(
                 if !Arc::ptr_eq(&pool.placement(), placement) {
                     return Ok(false);
                 }
-                let _held = pool.moving.lock(&[(&scope.coll, &e.name)]).await;
-                report.bytes += move_one(pool, &scope.coll, &e.name, m, now, Some(Priority::Background)).await?;
+                let _held = pool.moving.lock(&[(walk.coll, &e.name)]).await;
+                report.bytes += move_one(pool, walk.coll, &e.name, m, now, Some(Priority::Background)).await?;
                 report.objects += 1;
             }
             let mut next = e.name.clone();
@@ -256,7 +298,7 @@ mod tests {
     #[test]
     fn cursors_are_kept_up_to_their_limit_and_start_over_past_it() {
         let moving = Moving::default();
-        let key = |i: usize| (format!("c{i}"), Vec::new(), 0);
+        let key = |i: usize| (format!("c{i}"), Some(Vec::new()), 0);
         for i in 0..MAX_CURSORS {
             moving.set_cursor(key(i), b"at".to_vec());
         }

@@ -1,7 +1,8 @@
 //! Scopes: parts of a pool's objects placed on some members only (a microstore's sets, paper 002). A scope
 //! is the objects of one collection whose names begin with a prefix; its objects live on its members, each
 //! on the member its locator hashes to among them (`member_of` over the scope's members, in their order).
-//! Objects outside every scope, and objects with an empty locator, are placed as before over all members.
+//! Objects outside every scope are placed the same way among the pool's home members (`Home`: every
+//! member unless a microstore keeps its sets to itself); objects with an empty locator live on member 0.
 //!
 //! A scope that changes members moves: while `moving_from` names the members it had, an object may still
 //! be on its member there, so reads ask the new member, then the old one, then the new one again (an object
@@ -26,6 +27,21 @@ pub struct Scope {
     pub moving_from: Option<Vec<usize>>,
 }
 
+/// Where the objects outside every scope live: on `members` (each on the one its locator hashes to among
+/// them), and while they move there, on `moving_from` before.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Home {
+    pub members: Vec<usize>,
+    pub moving_from: Option<Vec<usize>>,
+}
+
+impl Home {
+    /// Every member of a pool of `members`, not moving.
+    pub fn all(members: usize) -> Home {
+        Home { members: (0..members).collect(), moving_from: None }
+    }
+}
+
 /// Where an object is placed: its member, and while its scope moves, the member it may still be on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Placed {
@@ -38,6 +54,7 @@ pub(crate) struct Placed {
 #[derive(Debug, Default)]
 pub(crate) struct Placement {
     members: usize,
+    home: Option<Home>,
     scopes: Vec<Scope>,
     /// Per collection, its scopes' indexes by prefix (no prefix of a collection begins another).
     by_coll: HashMap<String, BTreeMap<Vec<u8>, usize>>,
@@ -46,19 +63,27 @@ pub(crate) struct Placement {
 impl Placement {
     /// Every object over all `members`.
     pub(crate) fn flat(members: usize) -> Self {
-        Placement { members, ..Default::default() }
+        Placement { members, home: Some(Home::all(members)), ..Default::default() }
     }
 
-    pub(crate) fn new(members: usize, scopes: Vec<Scope>) -> StoreResult<Self> {
+    pub(crate) fn new(members: usize, home: Home, scopes: Vec<Scope>) -> StoreResult<Self> {
         let invalid = |why: String| Err(StoreError::new(ErrorKind::InvalidArgument, why));
         if scopes.len() > MAX_SCOPES {
             return invalid(format!("{} scopes; a pool has at most {MAX_SCOPES}", scopes.len()));
         }
+        let valid = |list: &Vec<usize>| {
+            let sorted_unique = list.windows(2).all(|w| w[0] < w[1]);
+            !list.is_empty() && sorted_unique && list.iter().all(|m| *m < members)
+        };
+        if let Some(list) = std::iter::once(&home.members).chain(home.moving_from.as_ref()).find(|l| !valid(l)) {
+            return invalid(format!(
+                "the home names members {list:?}: give 1 to {members} members below {members}, ascending"
+            ));
+        }
         let mut by_coll: HashMap<String, BTreeMap<Vec<u8>, usize>> = HashMap::new();
         for (i, s) in scopes.iter().enumerate() {
             for list in std::iter::once(&s.members).chain(s.moving_from.as_ref()) {
-                let sorted_unique = list.windows(2).all(|w| w[0] < w[1]);
-                if list.is_empty() || !sorted_unique || list.iter().any(|m| *m >= members) {
+                if !valid(list) {
                     return invalid(format!(
                         "scope {}/{} names members {list:?}: give 1 to {members} members below {members}, ascending",
                         s.coll,
@@ -79,11 +104,15 @@ impl Placement {
             }
             prefixes.insert(s.prefix.clone(), i);
         }
-        Ok(Placement { members, scopes, by_coll })
+        Ok(Placement { members, home: Some(home), scopes, by_coll })
     }
 
     pub(crate) fn scopes(&self) -> &[Scope] {
         &self.scopes
+    }
+
+    pub(crate) fn home(&self) -> Home {
+        self.home.clone().unwrap_or_else(|| Home::all(self.members))
     }
 
     /// The scope of object `name` of collection `coll`, if any.
@@ -99,19 +128,24 @@ impl Placement {
     /// Where object `name` of collection `coll` lives.
     pub(crate) fn place(&self, coll: &str, name: &[u8]) -> Placed {
         let loc = locator(name);
-        let flat = Placed { now: member_of(loc, self.members), before: None };
         if loc.is_empty() {
-            return flat;
+            return Placed { now: member_of(loc, self.members), before: None };
         }
-        let Some(scope) = self.scope_of(coll, name) else { return flat };
-        let now = among(&scope.members, loc);
-        let before = scope.moving_from.as_ref().map(|from| among(from, loc)).filter(|b| *b != now);
+        let (members, moving_from) = match (self.scope_of(coll, name), &self.home) {
+            (Some(scope), _) => (&scope.members, scope.moving_from.as_ref()),
+            (None, Some(home)) => (&home.members, home.moving_from.as_ref()),
+            (None, None) => return Placed { now: member_of(loc, self.members), before: None },
+        };
+        let now = among(members, loc);
+        let before = moving_from.map(|from| among(from, loc)).filter(|b| *b != now);
+        debug_assert!(now < self.members && before.is_none_or(|b| b < self.members));
         Placed { now, before }
     }
 
-    /// Whether any scope is moving.
+    /// Whether any scope, or the home, is moving.
     pub(crate) fn any_moving(&self) -> bool {
         self.scopes.iter().any(|s| s.moving_from.is_some())
+            || self.home.as_ref().is_some_and(|h| h.moving_from.is_some())
     }
 }
 
@@ -138,6 +172,7 @@ mod tests {
     fn objects_of_a_scope_live_on_its_members_and_others_over_all() {
         let p = Placement::new(
             4,
+            Home::all(4),
             vec![scope("b/small", "", &[2, 3], None), scope("mpu", "small/", &[2, 3], Some(&[0, 1, 2, 3]))],
         )
         .unwrap();
@@ -161,6 +196,31 @@ mod tests {
     }
 
     #[test]
+    fn objects_outside_every_scope_live_on_the_home_members() {
+        let home = Home { members: vec![0, 3], moving_from: Some(vec![0, 1, 2, 3]) };
+        let p = Placement::new(4, home.clone(), vec![scope("b/small", "", &[1, 2], None)]).unwrap();
+        assert_eq!(p.home(), home);
+        assert!(p.any_moving(), "the home moves");
+        for i in 0..200 {
+            let key = format!("k{i}");
+            let placed = p.place("b/other", key.as_bytes());
+            assert_eq!(placed.now, [0, 3][member_of(key.as_bytes(), 2)]);
+            let was = member_of(key.as_bytes(), 4);
+            assert_eq!(placed.before, (was != placed.now).then_some(was));
+            assert_eq!(p.place("b/small", key.as_bytes()).now, [1, 2][member_of(key.as_bytes(), 2)], "scoped");
+        }
+        assert_eq!(p.place("b/other", &with_locator(b"record", b"")).now, 0, "an empty locator stays on 0");
+        let settled = Placement::new(4, Home { members: vec![3], moving_from: None }, vec![]).unwrap();
+        assert!(!settled.any_moving());
+        assert_eq!(settled.place("c", b"anything").now, 3);
+        for bad in [vec![], vec![4], vec![2, 1], vec![1, 1]] {
+            let moving = Home { members: vec![1], moving_from: Some(bad.clone()) };
+            assert!(Placement::new(4, moving, vec![]).is_err(), "{bad:?}");
+            assert!(Placement::new(4, Home { members: bad.clone(), moving_from: None }, vec![]).is_err());
+        }
+    }
+
+    #[test]
     fn bad_scopes_are_refused() {
         let bad = [
             vec![scope("c", "", &[], None)],
@@ -173,12 +233,12 @@ mod tests {
             vec![scope("c", "a", &[1], None), scope("c", "a", &[2], None)],
         ];
         for scopes in bad {
-            assert!(Placement::new(4, scopes.clone()).is_err(), "{scopes:?}");
+            assert!(Placement::new(4, Home::all(4), scopes.clone()).is_err(), "{scopes:?}");
         }
         let many = (0..=MAX_SCOPES).map(|i| scope("c", &format!("{i:05}/"), &[0], None)).collect();
-        assert!(Placement::new(4, many).unwrap_err().message.contains("at most"));
+        assert!(Placement::new(4, Home::all(4), many).unwrap_err().message.contains("at most"));
         let at_limit = (0..MAX_SCOPES).map(|i| scope("c", &format!("{i:05}/"), &[0], None)).collect();
-        let p = Placement::new(4, at_limit).unwrap();
+        let p = Placement::new(4, Home::all(4), at_limit).unwrap();
         assert_eq!(p.scope_of("c", b"00017/x").map(|s| s.prefix.clone()), Some(b"00017/".to_vec()));
         assert!(p.scope_of("c", b"00017").is_none());
         assert!(p.scope_of("d", b"00017/x").is_none());

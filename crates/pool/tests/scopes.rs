@@ -10,7 +10,7 @@ use mosaic_engine::{Engine, EngineConfig, SimDevice};
 use mosaic_erasure::{ErasureSet, SetConfig, SetGeometry};
 use mosaic_layer::testing::{body, pattern};
 use mosaic_layer::*;
-use mosaic_pool::{MoveReport, Pool, Scope, member_of};
+use mosaic_pool::{Home, MoveReport, Pool, Scope, member_of};
 use mosaic_store::{Op, Snapshot, Store, Txn};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -113,20 +113,38 @@ async fn held<S: Store>(pool: &Pool<S>, coll: &str) -> Vec<Vec<Vec<u8>>> {
     out
 }
 
-/// Where the buckets are, as the test sets it: members, and the members a move leaves.
-#[derive(Clone, Default)]
+/// Where the buckets are, as the test sets it: members, and the members a move leaves; and so for the
+/// home (the buckets of no scope).
+#[derive(Clone)]
 struct Where {
     members: BTreeMap<String, (Vec<usize>, Option<Vec<usize>>)>,
+    home: (Vec<usize>, Option<Vec<usize>>),
 }
 
 impl Where {
+    fn new() -> Self {
+        Where { members: BTreeMap::new(), home: ((0..MEMBERS).collect(), None) }
+    }
+
     fn scopes(&self) -> Vec<Scope> {
         self.members.iter().flat_map(|(b, (m, from))| scopes_of(b, m, from.as_deref())).collect()
+    }
+
+    fn home(&self) -> Home {
+        Home { members: self.home.0.clone(), moving_from: self.home.1.clone() }
+    }
+
+    /// Where `bucket` is: its scope's members, or the home's.
+    fn of(&self, bucket: &str) -> (Vec<usize>, Option<Vec<usize>>) {
+        self.members.get(bucket).cloned().unwrap_or_else(|| self.home.clone())
     }
 
     /// Takes the moves a report says are done off, and says whether any was.
     fn settle(&mut self, report: &MoveReport) -> bool {
         let mut changed = false;
+        if report.home_settled && self.home.1.take().is_some() {
+            changed = true;
+        }
         for (bucket, (_, from)) in self.members.iter_mut() {
             let all_settled =
                 bucket_scopes(bucket).iter().all(|(c, p)| report.settled.iter().any(|(sc, sp)| sc == c && sp == p));
@@ -163,7 +181,7 @@ async fn model_run<S: Store>(pool: Arc<Pool<S>>, seed: u64, steps: usize) {
         l.create_bucket(b, None).await.unwrap();
     }
     let mut rng = Rng(seed | 1);
-    let mut placed = Where::default();
+    let mut placed = Where::new();
     placed.members.insert("small".into(), ((0..MEMBERS).collect(), None));
     placed.members.insert("large".into(), ((0..MEMBERS).collect(), None));
     let mut model: BTreeMap<(String, String), Vec<u8>> = BTreeMap::new();
@@ -192,20 +210,24 @@ async fn model_run<S: Store>(pool: Arc<Pool<S>>, seed: u64, steps: usize) {
                 let want: Vec<String> = model.keys().filter(|(b, _)| *b == bucket).map(|(_, k)| k.clone()).collect();
                 assert_eq!(list_all(&l, &bucket, 1 + rng.below(9) as usize).await, want, "step {step}");
             }
-            8 if bucket != "plain" => {
-                // A move begins where none is under way: to a random non-empty set of members.
-                let (members, from) = placed.members[&bucket].clone();
+            8 => {
+                // A move begins where none is under way: to a random non-empty set of members. "plain" is
+                // in no scope: the home moves.
+                let (members, from) = placed.of(&bucket);
                 if from.is_none() {
                     let mask = 1 + rng.below((1 << MEMBERS) - 1) as usize;
                     let to: Vec<usize> = (0..MEMBERS).filter(|m| mask & (1 << m) != 0).collect();
-                    placed.members.insert(bucket.clone(), (to, Some(members)));
-                    pool.set_scopes(placed.scopes()).await.unwrap();
+                    match placed.members.contains_key(&bucket) {
+                        true => drop(placed.members.insert(bucket.clone(), (to, Some(members)))),
+                        false => placed.home = (to, Some(members)),
+                    }
+                    pool.set_placement(placed.home(), placed.scopes()).await.unwrap();
                 }
             }
             9 | 10 => {
                 let report = pool.move_objects(rng.below(6)).await.unwrap();
                 if placed.settle(&report) {
-                    pool.set_scopes(placed.scopes()).await.unwrap();
+                    pool.set_placement(placed.home(), placed.scopes()).await.unwrap();
                 }
             }
             11 => {
@@ -228,7 +250,7 @@ async fn model_run<S: Store>(pool: Arc<Pool<S>>, seed: u64, steps: usize) {
                 let e1 = l.upload_part(&bucket, &key, &id, 1, body(&p1, 1 << 20)).await.unwrap().etag;
                 let report = pool.move_objects(rng.below(3)).await.unwrap();
                 if placed.settle(&report) {
-                    pool.set_scopes(placed.scopes()).await.unwrap();
+                    pool.set_placement(placed.home(), placed.scopes()).await.unwrap();
                 }
                 let p2 = pattern(seed ^ 77, 1000);
                 let e2 = l.upload_part(&bucket, &key, &id, 2, body(&p2, 1000)).await.unwrap().etag;
@@ -237,8 +259,9 @@ async fn model_run<S: Store>(pool: Arc<Pool<S>>, seed: u64, steps: usize) {
                 model.insert((bucket, key), [p1, p2].concat());
             }
             _ => {
-                for (b, (members, from)) in &placed.members {
-                    check_placement(&pool, b, members, from.as_deref()).await;
+                for b in buckets {
+                    let (members, from) = placed.of(b);
+                    check_placement(&pool, b, &members, from.as_deref()).await;
                 }
             }
         }
@@ -247,16 +270,17 @@ async fn model_run<S: Store>(pool: Arc<Pool<S>>, seed: u64, steps: usize) {
     for _ in 0..100 {
         let report = pool.move_objects(1000).await.unwrap();
         if placed.settle(&report) {
-            pool.set_scopes(placed.scopes()).await.unwrap();
+            pool.set_placement(placed.home(), placed.scopes()).await.unwrap();
         }
-        if placed.members.values().all(|(_, from)| from.is_none()) {
+        if placed.members.values().chain([&placed.home]).all(|(_, from)| from.is_none()) {
             break;
         }
     }
-    assert!(placed.members.values().all(|(_, from)| from.is_none()), "every move settles");
-    for (b, (members, _)) in &placed.members {
-        check_placement(&pool, b, members, None).await;
+    assert!(placed.members.values().chain([&placed.home]).all(|(_, from)| from.is_none()), "every move settles");
+    for b in buckets {
+        check_placement(&pool, b, &placed.of(b).0, None).await;
     }
+    assert_eq!(pool.home(), placed.home());
     for ((b, k), want) in &model {
         assert_eq!(read_all(&l, b, k).await.as_ref(), Ok(want), "{b}/{k} at the end");
     }
