@@ -71,6 +71,10 @@ pub struct Catalog {
     /// Buckets whose data lives on some sets only, or moves.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub placements: BTreeMap<String, BucketPlacement>,
+    /// Where the data of buckets placed nowhere else lives (the default microstore's sets: those no
+    /// microstore owns), or moves; None: every set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub home: Option<BucketPlacement>,
 }
 
 impl Catalog {
@@ -93,13 +97,23 @@ impl Catalog {
         for (name, d) in &self.microstores {
             validate_sets(&d.sets, false).map_err(|e| format!("microstore {name}: {e}"))?;
         }
-        for (bucket, p) in &self.placements {
+        let home = self.home.iter().map(|p| ("the default microstore's home", p));
+        for (bucket, p) in self.placements.iter().map(|(b, p)| (b.as_str(), p)).chain(home) {
             validate_sets(&p.sets, true).map_err(|e| format!("bucket {bucket}: {e}"))?;
             if let Some(from) = &p.moving_from {
                 validate_sets(from, true).map_err(|e| format!("bucket {bucket} moving from: {e}"))?;
             }
         }
         Ok(())
+    }
+
+    /// The sets some microstore owns (the default microstore keeps off them).
+    pub fn owned_sets(&self) -> std::collections::BTreeSet<usize> {
+        self.microstores
+            .iter()
+            .filter(|(n, _)| n.as_str() != DEFAULT)
+            .flat_map(|(_, d)| d.sets.iter().copied())
+            .collect()
     }
 }
 
@@ -205,6 +219,8 @@ pub struct Status {
     pub adapt: bool,
     /// Buckets whose data lives on some sets only, or moves.
     pub placements: BTreeMap<String, BucketPlacement>,
+    /// Where the other buckets' data lives, or moves (None: every set).
+    pub home: Option<BucketPlacement>,
 }
 
 struct Inner {
@@ -361,6 +377,26 @@ impl Microstores {
     /// Where the buckets placed on some sets are.
     pub fn placements(&self) -> BTreeMap<String, BucketPlacement> {
         self.inner.read().catalog.placements.clone()
+    }
+
+    /// Where the data of the buckets placed nowhere else is (None: on every set).
+    pub fn home(&self) -> Option<BucketPlacement> {
+        self.inner.read().catalog.home.clone()
+    }
+
+    /// The sets some microstore owns.
+    pub fn owned_sets(&self) -> std::collections::BTreeSet<usize> {
+        self.inner.read().catalog.owned_sets()
+    }
+
+    /// Records where the data of the buckets placed nowhere else is (None: on every set), stored through
+    /// the saver first.
+    pub fn set_home(&self, home: Option<BucketPlacement>) -> Result<(), String> {
+        let save = |c: &Catalog| self.saver.as_ref().map_or(Ok(()), |s| s(c));
+        self.change(save, |c| {
+            c.home = home;
+            Ok(())
+        })
     }
 
     /// Records where a bucket's data is (None: on every set), stored through the saver first.
@@ -578,6 +614,7 @@ impl Microstores {
             decisions: self.decisions.lock().iter().cloned().collect(),
             adapt: self.config.adapt,
             placements: inner.catalog.placements.clone(),
+            home: inner.catalog.home.clone(),
         }
     }
 }
@@ -727,6 +764,17 @@ mod tests {
         let from_none = BucketPlacement { sets: vec![0], moving_from: Some(vec![]) };
         assert!(m.set_placement("b", Some(from_none)).is_err());
         assert!(!m.placements().contains_key("b"), "a refused placement changes nothing");
+        // The sets microstores own; the home of the others kept and checked as a placement is.
+        assert_eq!(m.owned_sets().into_iter().collect::<Vec<_>>(), [1, 2]);
+        let home = BucketPlacement { sets: vec![0, 3], moving_from: Some(vec![0, 1, 2, 3]) };
+        m.set_home(Some(home.clone())).unwrap();
+        assert_eq!((m.home(), m.status().home), (Some(home.clone()), Some(home.clone())));
+        assert_eq!(Microstores::new(config(), m.catalog()).unwrap().home(), Some(home.clone()), "stored");
+        assert!(m.set_home(Some(BucketPlacement { sets: vec![3, 0], moving_from: None })).is_err());
+        assert!(m.set_home(Some(BucketPlacement { sets: vec![], moving_from: None })).is_err());
+        assert_eq!(m.home(), Some(home), "a refused home changes nothing");
+        m.set_home(None).unwrap();
+        assert_eq!(m.home(), None);
     }
 
     #[tokio::test]

@@ -21,9 +21,10 @@ const KEYS_VERSION_LINE: &str = "version=1\n";
 const LAYOUT_VERSION_LINE: &str = "version=1\n";
 const IDENTITY_VERSION_LINE: &str = "version=1\n";
 const CLUSTER_NODE_VERSION_LINE: &str = "version=1\n";
-/// Version 2 adds the microstores' sets and the buckets' placements (a version 1 file has neither).
-const MICROSTORES_VERSION_LINE: &str = "version=2\n";
-const MICROSTORES_VERSION_1_LINE: &str = "version=1\n";
+/// Version 2 adds the microstores' sets and the buckets' placements (a version 1 file has neither);
+/// version 3 the home of the buckets placed nowhere else (a version 2 file has none: every set).
+const MICROSTORES_VERSION_LINE: &str = "version=3\n";
+const MICROSTORES_EARLIER_VERSION_LINES: [&str; 2] = ["version=1\n", "version=2\n"];
 /// Most drives a store holds (sets of at most 16 drives).
 pub const MAX_DRIVES: usize = 1024;
 /// The largest of these files we parse: the keys file at its limits (10,000 keys) stays well below.
@@ -163,9 +164,9 @@ pub fn encode_microstores(catalog: &mosaic_microstore::Catalog) -> Result<String
 /// The catalog of a microstores file; one that is not valid (unknown microstore, past a limit) is refused.
 pub fn parse_microstores(text: &str) -> Result<mosaic_microstore::Catalog, String> {
     let body = unseal(text)?;
-    let json = body
-        .strip_prefix(MICROSTORES_VERSION_LINE)
-        .or_else(|| body.strip_prefix(MICROSTORES_VERSION_1_LINE))
+    let json = std::iter::once(MICROSTORES_VERSION_LINE)
+        .chain(MICROSTORES_EARLIER_VERSION_LINES)
+        .find_map(|line| body.strip_prefix(line))
         .ok_or("unsupported microstores file version")?;
     let catalog: mosaic_microstore::Catalog = serde_json::from_str(json).map_err(|e| format!("damaged: {e}"))?;
     catalog.validate().map_err(|e| format!("damaged: {e}"))?;
@@ -308,18 +309,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_microstores_file_of_version_1_still_reads() {
+    fn microstores_files_of_versions_1_and_2_still_read() {
         // What a build before microstores had sets wrote: no sets, no placements.
         let v1 = seal(format!(
-            "{MICROSTORES_VERSION_1_LINE}{}\n",
+            "version=1\n{}\n",
             r#"{"microstores":{"games":{"target":{"latency_ms_p99":10.0},"class":null,"workers":8}},"buckets":{"scores":"games"}}"#
         ));
         let c = parse_microstores(&v1).unwrap();
         assert!(c.microstores["games"].sets.is_empty() && c.placements.is_empty());
         assert_eq!(c.buckets["scores"], "games");
-        let v2 = encode_microstores(&c).unwrap();
-        assert!(v2.starts_with("version=2\n"), "written as version 2");
-        assert_eq!(parse_microstores(&v2).unwrap(), c);
+        // What a build before the home wrote: placements, no home.
+        let v2 = seal(format!(
+            "version=2\n{}\n",
+            r#"{"microstores":{},"buckets":{},"placements":{"scores":{"sets":[1],"moving_from":null}}}"#
+        ));
+        let c2 = parse_microstores(&v2).unwrap();
+        assert!(c2.home.is_none() && c2.placements["scores"].sets == [1]);
+        let v3 = encode_microstores(&c).unwrap();
+        assert!(v3.starts_with("version=3\n"), "written as version 3");
+        assert_eq!(parse_microstores(&v3).unwrap(), c);
+        let v4 = seal(format!("version=4\n{}\n", r#"{"microstores":{},"buckets":{}}"#));
+        assert!(parse_microstores(&v4).unwrap_err().contains("version"), "a later version is refused");
     }
 
     #[test]

@@ -46,7 +46,7 @@ mod tests {
         let text = std::fs::read_to_string(&path).unwrap();
         std::fs::write(&path, text.replace("scores", "scorez")).unwrap();
         assert!(load(d.path()).unwrap_err().contains("checksum mismatch"));
-        std::fs::write(&path, datadir_format::encode_microstores(&c).unwrap().replace("version=2", "version=3"))
+        std::fs::write(&path, datadir_format::encode_microstores(&c).unwrap().replace("version=3", "version=4"))
             .unwrap();
         assert!(load(d.path()).is_err());
         // A bucket assigned to a microstore that is not there is refused, even with a good checksum.

@@ -187,7 +187,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
             let catalog = crate::microstores_file::load(&cfg.data_dir)?;
             crate::bucket_moves::check_sets(&catalog, drives.sets.len())
                 .map_err(|e| format!("{}/microstores: {e}", cfg.data_dir.display()))?;
-            rt.block_on(semantics_over(&drives, sse_keys.clone(), &catalog.placements))?
+            rt.block_on(semantics_over(&drives, sse_keys.clone(), &catalog))?
         }
     };
     let serving = Serving {
@@ -267,7 +267,7 @@ fn cluster_tls(
 async fn semantics_over(
     drives: &Drives,
     sse_keys: Arc<mosaic_layer::SseKeys>,
-    placements: &std::collections::BTreeMap<String, mosaic_microstore::BucketPlacement>,
+    catalog: &mosaic_microstore::Catalog,
 ) -> Result<(Arc<dyn ObjectLayer>, Option<Arc<SetPool>>), String> {
     let open = |e: mosaic_layer::LayerError| format!("cannot open the store: {e}");
     let cfg = SemanticsConfig { sse_keys: Some(sse_keys), ..Default::default() };
@@ -277,9 +277,10 @@ async fn semantics_over(
     }
     let sets = drives.sets.iter().map(|s| Arc::new(s.clone())).collect();
     let pool = Arc::new(mosaic_pool::Pool::new(sets).map_err(|e| format!("cannot pool the sets of drives: {e}"))?);
-    // Before anything is read: a bucket's objects are found where its placement says.
-    let scopes = crate::bucket_moves::scopes_of(placements);
-    pool.set_scopes(scopes).await.map_err(|e| format!("the buckets' placements: {e}"))?;
+    // Before anything is read: a bucket's objects are found where its placement (or the home) says.
+    let scopes = crate::bucket_moves::scopes_of(&catalog.placements);
+    let home = crate::bucket_moves::home_of(catalog.home.as_ref(), pool.members().len());
+    pool.set_placement(home, scopes).await.map_err(|e| format!("the buckets' placements: {e}"))?;
     let s = S3Semantics::open(pool.clone(), cfg).await.map_err(open)?;
     Ok((Arc::new(s), Some(pool)))
 }
