@@ -32,7 +32,6 @@ pub fn route(
     let done = match parts.as_slice() {
         ["create", name, kind, value, class, workers, sets @ ..] if sets.len() <= 1 => {
             let sets = sets.first().map_or(Ok(Vec::new()), |s| parse_sets(s, pooled_sets));
-            let sets = sets.and_then(|s| default_keeps_a_set(ms, &s, pooled_sets).map(|()| s));
             match sets.and_then(|sets| definition(kind, value, class, workers, sets)) {
                 Ok(d) => ms.create(name, d, save),
                 Err(e) => return (400, serde_json::json!({ "error": e })),
@@ -78,21 +77,6 @@ fn parse_sets(text: &str, pooled_sets: usize) -> Result<Vec<usize>, String> {
     Ok(sets)
 }
 
-/// Refuses `sets` when, with the sets other microstores own, they would leave none to the default
-/// microstore (the buckets of no microstore's sets live on the sets no microstore owns).
-fn default_keeps_a_set(ms: &Microstores, sets: &[usize], pooled_sets: usize) -> Result<(), String> {
-    let mut owned = ms.owned_sets();
-    let others: Vec<usize> = owned.iter().copied().collect();
-    owned.extend(sets.iter().copied());
-    if !sets.is_empty() && owned.len() >= pooled_sets {
-        return Err(format!(
-            "sets {sets:?}: with the sets other microstores own ({others:?}) no set of this server's {pooled_sets} \
-             would be left to the default microstore"
-        ));
-    }
-    Ok(())
-}
-
 fn definition(kind: &str, value: &str, class: &str, workers: &str, sets: Vec<usize>) -> Result<Definition, String> {
     let v: f64 = value.parse().map_err(|_| format!("target: {value:?} is not a number"))?;
     let target = match kind {
@@ -134,8 +118,7 @@ mod tests {
         assert_eq!(post("/admin/v1/microstores/create/small/p99-ms/20/any/4/1").0, 200);
         assert_eq!(ms.catalog().microstores["small"].sets, [1]);
         assert_eq!(post("/admin/v1/microstores/create/big/mib-s/100/any/4/2").0, 400);
-        let (code, body) = post("/admin/v1/microstores/create/big/mib-s/100/any/4/0");
-        assert!(code == 400 && body["error"].as_str().unwrap().contains("default microstore"), "{body}");
+        assert_eq!(post("/admin/v1/microstores/create/other/mib-s/100/any/4/0").0, 200, "every set owned");
         assert_eq!(post("/admin/v1/microstores/create/big/mib-s/100/any/4/0/1").0, 404);
         assert_eq!(post("/admin/v1/microstores/create/big/mib-s/100/any/4").0, 200);
         assert!(ms.catalog().microstores["big"].sets.is_empty());

@@ -8,8 +8,8 @@
 //! background priority. A bucket whose move is under way does not begin another until it is done.
 //!
 //! The buckets of the default microstore (those placed nowhere else) live on its home: the sets no
-//! microstore owns. When a microstore takes sets (or gives them back), the home moves the same way, so a
-//! microstore's sets hold its own buckets only.
+//! microstore owns (every set when microstores own them all). When a microstore takes sets (or gives them
+//! back), the home moves the same way, so a microstore's sets hold its own buckets only.
 
 use mosaic_drive::DriveStore;
 use mosaic_erasure::ErasureSet;
@@ -106,7 +106,7 @@ impl BucketMoves {
     }
 
     /// Begins a move of the home when the sets no microstore owns changed and it is not moving: true if
-    /// it began. When microstores own every set, the home stays where it is.
+    /// it began. When microstores own every set, the home is every set (the default microstore shares).
     fn begin_home_move(&self, all: &[usize]) -> Result<bool, String> {
         let home = self.microstores.home();
         if home.as_ref().is_some_and(|h| h.moving_from.is_some()) {
@@ -114,8 +114,11 @@ impl BucketMoves {
         }
         let now = home.map_or_else(|| all.to_vec(), |h| h.sets);
         let owned = self.microstores.owned_sets();
-        let wanted: Vec<usize> = all.iter().copied().filter(|s| !owned.contains(s)).collect();
-        if wanted.is_empty() || wanted == now {
+        let mut wanted: Vec<usize> = all.iter().copied().filter(|s| !owned.contains(s)).collect();
+        if wanted.is_empty() {
+            wanted = all.to_vec();
+        }
+        if wanted == now {
             return Ok(false);
         }
         self.microstores.set_home(Some(BucketPlacement { sets: wanted, moving_from: Some(now) }))?;

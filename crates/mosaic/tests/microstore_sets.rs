@@ -186,6 +186,15 @@ async fn a_bucket_moves_to_its_microstores_set_through_a_kill_and_back() {
     wait_status(&s, "the move back ends", |v| placement(v).is_null());
     verify(&c, &model, "after moving back").await;
     put_in(&c, OTHERS, &mut others, "o/after", pattern(6000, 30_000)).await;
+    // Microstores owning every set: the default microstore shares them all again (its home is every set),
+    // and keeps off set 1 once more when the second one goes.
+    admin(&s, &["microstore", "create", "rest", "--target-p99-ms", "50", "--workers", "4", "--sets", "0"]);
+    wait_status(&s, "the home is every set", |v| v["home"].is_null());
+    verify_in(&c, OTHERS, &others, "on every set").await;
+    admin(&s, &["microstore", "delete", "rest"]);
+    let settled_on_0 = serde_json::json!({ "sets": [0], "moving_from": null });
+    wait_status(&s, "the home keeps off set 1 again", |v| v["home"] == settled_on_0);
+    verify(&c, &model, "the home back on set 0").await;
     // The microstore deleted, its set goes back to the default microstore: the home moves onto every set
     // and its record goes.
     admin(&s, &["microstore", "delete", "own"]);
