@@ -133,7 +133,7 @@ impl BucketMoves {
         let all = self.all_sets();
         pass.home_begun = self.begin_home_move(&all)?;
         let home = self.home_sets(&all);
-        let home_moves = self.microstores.home().is_some_and(|h| h.moving_from.is_some());
+        let home_moving = self.microstores.home().filter(|h| h.moving_from.is_some());
         let placements = self.microstores.placements();
         for bucket in self.microstores.placement_candidates() {
             let current = placements.get(&bucket);
@@ -143,7 +143,7 @@ impl BucketMoves {
             // A bucket of no microstore's sets lives on the home, and goes back there. Not while the home
             // moves: a scope leaving it would have to say two places its objects may be.
             let wanted = self.microstores.wanted_sets(&bucket);
-            if home_moves && (current.is_none() || wanted.is_none()) {
+            if home_moving.is_some() && (current.is_none() || wanted.is_none()) {
                 continue;
             }
             let now = current.map_or(home.clone(), |p| p.sets.clone());
@@ -168,7 +168,6 @@ impl BucketMoves {
             .filter(|(_, p)| p.moving_from.is_some())
             .map(|(b, _)| b)
             .collect();
-        let home_moving = self.microstores.home().filter(|h| h.moving_from.is_some());
         if moving.is_empty() && home_moving.is_none() {
             return Ok(pass);
         }

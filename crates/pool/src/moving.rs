@@ -27,8 +27,7 @@ const MAX_CURSORS: usize = 65_536;
 /// Collections a walk of the moving home lists on a member at most (a drive holds at most 2^20).
 const HOME_WALK_COLLECTIONS: usize = 1 << 20;
 
-/// A background walk on a member it leaves: of a moving scope (collection, Some(prefix)), or of one
-/// collection's objects while the home moves (collection, None).
+/// A background walk on a member it leaves (`Walk`, owned).
 type WalkKey = (String, Option<Vec<u8>>, usize);
 
 /// What the pool keeps for moves: the names' locks and where background walks stopped.
@@ -205,7 +204,7 @@ impl<S: Store> Pool<S> {
         for scope in placement.scopes().iter().filter(|s| s.moving_from.is_some()) {
             let mut settled = !earlier_in_flight;
             for &m in scope.moving_from.iter().flatten() {
-                let walk = Walk { coll: &scope.coll, prefix: &scope.prefix, home: false };
+                let walk = Walk { coll: &scope.coll, scope_prefix: Some(&scope.prefix) };
                 settled &= walk_member(pool, &placement, walk, m, max_objects, &mut report).await?;
             }
             if settled {
@@ -234,7 +233,7 @@ async fn walk_home<S: Store>(
 ) -> StoreResult<bool> {
     let colls = pool.members[m].snapshot().collections("", HOME_WALK_COLLECTIONS).await?;
     for (coll, _) in &colls {
-        let walk = Walk { coll, prefix: b"", home: true };
+        let walk = Walk { coll, scope_prefix: None };
         if !walk_member(pool, placement, walk, m, max_objects, report).await? {
             return Ok(false);
         }
@@ -242,12 +241,12 @@ async fn walk_home<S: Store>(
     Ok(colls.len() < HOME_WALK_COLLECTIONS)
 }
 
-/// What a walk goes over: a collection's names under a prefix, for a scope or for the home.
+/// What a walk goes over: a moving scope's names (its collection, Some(prefix)), or, while the home
+/// moves, one collection's names (None).
 #[derive(Clone, Copy)]
 struct Walk<'a> {
     coll: &'a str,
-    prefix: &'a [u8],
-    home: bool,
+    scope_prefix: Option<&'a [u8]>,
 }
 
 /// Moves what member `m` holds of `walk` elsewhere, from where the last walk stopped: true once it walked
@@ -260,12 +259,13 @@ async fn walk_member<S: Store>(
     max_objects: u64,
     report: &mut MoveReport,
 ) -> StoreResult<bool> {
-    let key = (walk.coll.to_string(), (!walk.home).then(|| walk.prefix.to_vec()), m);
+    let key = (walk.coll.to_string(), walk.scope_prefix.map(<[u8]>::to_vec), m);
+    let prefix = walk.scope_prefix.unwrap_or_default();
     loop {
-        let from = pool.moving.cursor(&key).unwrap_or_else(|| walk.prefix.to_vec());
+        let from = pool.moving.cursor(&key).unwrap_or_else(|| prefix.to_vec());
         let snap = pool.members[m].snapshot();
         let Some(c) = snap.collection(walk.coll).await? else { return Ok(true) };
-        let page = snap.list_entries(&c, walk.prefix, &from, WALK_PAGE_ENTRIES).await?;
+        let page = snap.list_entries(&c, prefix, &from, WALK_PAGE_ENTRIES).await?;
         for e in &page {
             let now = placement.place(walk.coll, &e.name).now;
             if now != m {

@@ -51,10 +51,10 @@ pub(crate) struct Placed {
 }
 
 /// The pool's placement: its member count and its scopes, validated.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Placement {
     members: usize,
-    home: Option<Home>,
+    home: Home,
     scopes: Vec<Scope>,
     /// Per collection, its scopes' indexes by prefix (no prefix of a collection begins another).
     by_coll: HashMap<String, BTreeMap<Vec<u8>, usize>>,
@@ -63,7 +63,7 @@ pub(crate) struct Placement {
 impl Placement {
     /// Every object over all `members`.
     pub(crate) fn flat(members: usize) -> Self {
-        Placement { members, home: Some(Home::all(members)), ..Default::default() }
+        Placement { members, home: Home::all(members), scopes: Vec::new(), by_coll: HashMap::new() }
     }
 
     pub(crate) fn new(members: usize, home: Home, scopes: Vec<Scope>) -> StoreResult<Self> {
@@ -104,7 +104,7 @@ impl Placement {
             }
             prefixes.insert(s.prefix.clone(), i);
         }
-        Ok(Placement { members, home: Some(home), scopes, by_coll })
+        Ok(Placement { members, home, scopes, by_coll })
     }
 
     pub(crate) fn scopes(&self) -> &[Scope] {
@@ -112,7 +112,7 @@ impl Placement {
     }
 
     pub(crate) fn home(&self) -> Home {
-        self.home.clone().unwrap_or_else(|| Home::all(self.members))
+        self.home.clone()
     }
 
     /// The scope of object `name` of collection `coll`, if any.
@@ -131,10 +131,9 @@ impl Placement {
         if loc.is_empty() {
             return Placed { now: member_of(loc, self.members), before: None };
         }
-        let (members, moving_from) = match (self.scope_of(coll, name), &self.home) {
-            (Some(scope), _) => (&scope.members, scope.moving_from.as_ref()),
-            (None, Some(home)) => (&home.members, home.moving_from.as_ref()),
-            (None, None) => return Placed { now: member_of(loc, self.members), before: None },
+        let (members, moving_from) = match self.scope_of(coll, name) {
+            Some(scope) => (&scope.members, scope.moving_from.as_ref()),
+            None => (&self.home.members, self.home.moving_from.as_ref()),
         };
         let now = among(members, loc);
         let before = moving_from.map(|from| among(from, loc)).filter(|b| *b != now);
@@ -144,8 +143,7 @@ impl Placement {
 
     /// Whether any scope, or the home, is moving.
     pub(crate) fn any_moving(&self) -> bool {
-        self.scopes.iter().any(|s| s.moving_from.is_some())
-            || self.home.as_ref().is_some_and(|h| h.moving_from.is_some())
+        self.scopes.iter().any(|s| s.moving_from.is_some()) || self.home.moving_from.is_some()
     }
 }
 
