@@ -9,6 +9,7 @@
 //! - `class`: the workload classes (COSBench A-D) and the classifier with hysteresis.
 //! - `monitor`: the windows and classes of every bucket, bounded in count.
 //! - `manager`: the resource manager: which microstore gains or gives back workers, and why.
+//! - `sets`: which erasure sets move between microstores (their drives), and why.
 
 pub mod bandwidth;
 pub mod class;
@@ -17,6 +18,7 @@ pub mod manager;
 pub mod monitor;
 pub mod pacer;
 pub mod registry;
+pub mod sets;
 pub mod window;
 pub mod workers;
 

@@ -117,10 +117,12 @@ pub struct Decision {
     pub reason: String,
 }
 
+/// How a microstore did against its target in a round.
 #[derive(Clone, Debug, PartialEq)]
-enum Verdict {
-    /// Missing its target by this factor (above 1).
+pub enum Verdict {
+    /// Missing its target by this factor (above 1), and why.
     Missing(f64, String),
+    /// Well within it (or idle), and why.
     Slack(String),
     Met,
 }
@@ -251,6 +253,12 @@ impl ResourceManager {
         }
     }
 
+    /// Each observed microstore's verdict on its round.
+    pub fn verdicts(&self, observations: &BTreeMap<String, Observation>) -> BTreeMap<String, Verdict> {
+        let observed = self.holdings.iter().filter_map(|(n, h)| Some((n, h, observations.get(n)?)));
+        observed.map(|(n, h, o)| (n.clone(), self.verdict(h, o))).collect()
+    }
+
     /// One round: microstores with slack give back a step, those missing their targets (the worst first)
     /// take their grants from the free pool and then from those with slack. Microstores without an
     /// observation are left as they are.
@@ -260,11 +268,10 @@ impl ResourceManager {
         let mut reasons: BTreeMap<String, String> = BTreeMap::new();
         let mut missing = vec![];
         let mut slack = vec![];
-        for (name, h) in &self.holdings {
-            let Some(o) = observations.get(name) else { continue };
-            match self.verdict(h, o) {
-                Verdict::Missing(by, why) => missing.push((by, name.clone(), why)),
-                Verdict::Slack(why) => slack.push((name.clone(), why)),
+        for (name, verdict) in self.verdicts(observations) {
+            match verdict {
+                Verdict::Missing(by, why) => missing.push((by, name, why)),
+                Verdict::Slack(why) => slack.push((name, why)),
                 Verdict::Met => {}
             }
         }

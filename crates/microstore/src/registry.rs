@@ -6,6 +6,7 @@ use crate::bandwidth::{Bandwidth, BandwidthConfig, BandwidthDecision};
 use crate::class::Class;
 use crate::manager::{Decision, ManagerConfig, Observation, ResourceManager, Target};
 use crate::monitor::{BucketStatus, Monitor, MonitorConfig};
+use crate::sets::{SetDecision, SetPlanner, SetsConfig};
 use crate::window::Sample;
 use crate::workers::{Admission, Refused, WorkerPool};
 use parking_lot::{Mutex, RwLock};
@@ -117,6 +118,13 @@ impl Catalog {
     }
 }
 
+/// The sets the home belongs on, of `set_count`: those no microstore owns, or every one when microstores
+/// own them all (the default microstore then shares them).
+pub fn home_for(owned: &std::collections::BTreeSet<usize>, set_count: usize) -> Vec<usize> {
+    let free: Vec<usize> = (0..set_count).filter(|s| !owned.contains(s)).collect();
+    if free.is_empty() { (0..set_count).collect() } else { free }
+}
+
 pub fn validate_name(name: &str) -> Result<(), String> {
     let ok = !name.is_empty()
         && name.len() <= MAX_NAME_BYTES
@@ -142,6 +150,8 @@ pub struct Config {
     pub adapt: bool,
     /// How bandwidth caps move (its slack ratio and request floor are the manager's).
     pub bandwidth: BandwidthConfig,
+    /// How sets move between microstores (when adapting, on a server of several sets).
+    pub sets: SetsConfig,
 }
 
 impl Default for Config {
@@ -154,6 +164,7 @@ impl Default for Config {
             max_wait: Duration::from_secs(30),
             adapt: true,
             bandwidth: BandwidthConfig::default(),
+            sets: SetsConfig::default(),
         }
     }
 }
@@ -164,6 +175,7 @@ impl Default for Config {
 pub enum AnyDecision {
     Workers(Decision),
     Bandwidth(BandwidthDecision),
+    Sets(SetDecision),
 }
 
 /// A decision with the time it was taken (ms since the registry started).
@@ -180,6 +192,10 @@ pub struct RoundReport {
     pub class_changes: Vec<(String, Class)>,
     pub decisions: Vec<Decision>,
     pub bandwidth: Vec<BandwidthDecision>,
+    /// Sets moved between microstores (stored in the catalog; their buckets' data moves after).
+    pub sets: Vec<SetDecision>,
+    /// Why the sets decided could not be stored (then none moved).
+    pub sets_error: Option<String>,
     pub observations: BTreeMap<String, Observation>,
 }
 
@@ -240,6 +256,9 @@ pub struct Microstores {
     monitor: Monitor,
     manager: Mutex<ResourceManager>,
     bandwidth: Mutex<Bandwidth>,
+    planner: Mutex<SetPlanner>,
+    /// The erasure sets microstores may own (0: none, the store is one set or a cluster's).
+    set_count: usize,
     inner: RwLock<Inner>,
     decisions: Mutex<VecDeque<LoggedDecision>>,
     started: Instant,
@@ -263,6 +282,7 @@ impl Microstores {
             ..config.bandwidth.clone()
         })?;
         let monitor = Monitor::new(config.monitor.clone())?;
+        let planner = SetPlanner::new(config.sets.clone())?;
         catalog.microstores.remove(DEFAULT);
         catalog.validate()?;
         let mut pools = BTreeMap::new();
@@ -285,6 +305,8 @@ impl Microstores {
             monitor,
             manager: Mutex::new(manager),
             bandwidth: Mutex::new(bandwidth),
+            planner: Mutex::new(planner),
+            set_count: 0,
             inner: RwLock::new(Inner { any_class: any_class(&catalog), catalog, pools }),
             decisions: Mutex::new(VecDeque::new()),
             started: now,
@@ -301,6 +323,13 @@ impl Microstores {
     /// How the catalog is stored when a bucket is deleted (see `bucket_deleted`).
     pub fn with_saver(mut self, saver: Saver) -> Microstores {
         self.saver = Some(saver);
+        self
+    }
+
+    /// The number of erasure sets microstores may own (the server's pool; 0, the default: none).
+    pub fn with_sets(mut self, set_count: usize) -> Microstores {
+        assert!(set_count <= MAX_SETS, "at most {MAX_SETS} sets");
+        self.set_count = set_count;
         self
     }
 
@@ -365,8 +394,11 @@ impl Microstores {
     /// Buckets whose data placement may have to change: those assigned by hand, placed on some sets, or
     /// watched (a bucket routed by its class is).
     pub fn placement_candidates(&self) -> Vec<String> {
+        self.candidates_in(&self.inner.read())
+    }
+
+    fn candidates_in(&self, inner: &Inner) -> Vec<String> {
         let mut out: Vec<String> = self.monitor.status(self.now_ms()).into_iter().map(|b| b.bucket).collect();
-        let inner = self.inner.read();
         out.extend(inner.catalog.buckets.keys().cloned());
         out.extend(inner.catalog.placements.keys().cloned());
         out.sort();
@@ -440,6 +472,10 @@ impl Microstores {
         let mut manager = self.manager.lock();
         if self.inner.read().catalog.microstores.contains_key(name) {
             return Err(format!("microstore {name} exists"));
+        }
+        let owned = self.inner.read().catalog.owned_sets();
+        if let Some(s) = definition.sets.iter().find(|s| owned.contains(s)) {
+            return Err(format!("set {s} is another microstore's"));
         }
         let floor = manager.config().floor_workers;
         let want = definition.workers.max(floor);
@@ -544,6 +580,11 @@ impl Microstores {
         } else {
             (vec![], vec![])
         };
+        let (sets, sets_error) = if self.config.adapt && self.config.sets.enabled && self.set_count > 1 {
+            self.move_sets(&manager.verdicts(&observations))
+        } else {
+            (vec![], None)
+        };
         let caps = self.bandwidth.lock();
         for (name, pool) in &pools {
             if let Some(w) = manager.workers(name) {
@@ -554,14 +595,77 @@ impl Microstores {
         drop(caps);
         let mut log = self.decisions.lock();
         let all = decisions.iter().cloned().map(AnyDecision::Workers);
-        for d in all.chain(bandwidth.iter().cloned().map(AnyDecision::Bandwidth)) {
+        let all = all.chain(bandwidth.iter().cloned().map(AnyDecision::Bandwidth));
+        for d in all.chain(sets.iter().cloned().map(AnyDecision::Sets)) {
             if log.len() == DECISIONS_KEPT {
                 log.pop_front();
             }
             log.push_back(LoggedDecision { at_ms: now_ms, decision: d });
         }
         *self.last_observations.lock() = observations.clone();
-        RoundReport { class_changes, decisions, bandwidth, observations }
+        RoundReport { class_changes, decisions, bandwidth, sets, sets_error, observations }
+    }
+
+    /// The set planner's round: the sets it moves are stored in the catalog (through the saver; all or
+    /// none), and the buckets' moves follow from there.
+    fn move_sets(&self, verdicts: &BTreeMap<String, crate::manager::Verdict>) -> (Vec<SetDecision>, Option<String>) {
+        let (holdings, moving) = {
+            let inner = self.inner.read();
+            (self.set_holdings(&inner.catalog), !self.placement_settled(&inner))
+        };
+        let decisions = self.planner.lock().decide(&holdings, verdicts, moving);
+        if decisions.is_empty() {
+            return (decisions, None);
+        }
+        let after = crate::sets::apply(&holdings, &decisions);
+        let save = |c: &Catalog| self.saver.as_ref().map_or(Ok(()), |s| s(c));
+        let stored = self.change(save, |c| {
+            for (name, sets) in after.iter().filter(|(n, _)| n.as_str() != DEFAULT) {
+                let d = c.microstores.get_mut(name).ok_or_else(|| format!("microstore {name} is gone"))?;
+                d.sets = sets.clone();
+            }
+            Ok(())
+        });
+        match stored {
+            Ok(()) => (decisions, None),
+            Err(e) => (vec![], Some(e)),
+        }
+    }
+
+    /// The sets of each microstore taking part in set moves: those owning sets, and the default one holding
+    /// the sets no microstore owns (left out when microstores own every set: it shares them all).
+    fn set_holdings(&self, catalog: &Catalog) -> BTreeMap<String, Vec<usize>> {
+        let mut out: BTreeMap<String, Vec<usize>> = catalog
+            .microstores
+            .iter()
+            .filter(|(n, d)| n.as_str() != DEFAULT && !d.sets.is_empty())
+            .map(|(n, d)| (n.clone(), d.sets.clone()))
+            .collect();
+        let owned = catalog.owned_sets();
+        if owned.len() < self.set_count {
+            out.insert(DEFAULT.to_string(), home_for(&owned, self.set_count));
+        }
+        out
+    }
+
+    /// Whether every bucket's data and the home are where their microstores' sets say, with no move under
+    /// way (the same rule the buckets' moves follow: a bucket of no microstore's sets is on the home).
+    fn placement_settled(&self, inner: &Inner) -> bool {
+        let c = &inner.catalog;
+        let wanted_home = home_for(&c.owned_sets(), self.set_count);
+        let home = match &c.home {
+            Some(h) if h.moving_from.is_some() => return false,
+            Some(h) => h.sets.clone(),
+            None => (0..self.set_count).collect(),
+        };
+        if home != wanted_home || c.placements.values().any(|p| p.moving_from.is_some()) {
+            return false;
+        }
+        self.candidates_in(inner).iter().all(|b| {
+            let sets = &c.microstores[route_in(inner, &self.monitor, Some(b))].sets;
+            let wanted = if sets.is_empty() { &home } else { sets };
+            c.placements.get(b).map_or(&home, |p| &p.sets) == wanted
+        })
     }
 
     pub fn status(&self) -> Status {
@@ -795,6 +899,76 @@ mod tests {
             r.decisions.iter().map(|d| (d.microstore.as_str(), d.workers_before, d.workers_after)).collect();
         assert_eq!(d, vec![(DEFAULT, 30, 26), ("games", 2, 6)], "{:?}", r.decisions);
         assert_eq!(m.status().decisions.len(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_starved_microstore_takes_a_set_from_the_default_once_the_data_is_settled() {
+        let sets = crate::sets::SetsConfig { patience_rounds: 2, cooldown_rounds: 0, ..Default::default() };
+        let saved = Arc::new(Mutex::new(None));
+        let fail = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (keep, failing) = (saved.clone(), fail.clone());
+        let saver: Saver = Box::new(move |c| {
+            if failing.load(std::sync::atomic::Ordering::Relaxed) {
+                return Err("disk full".into());
+            }
+            *keep.lock() = Some(c.clone());
+            Ok(())
+        });
+        let m =
+            Microstores::new(Config { sets, ..config() }, Catalog::default()).unwrap().with_saver(saver).with_sets(4);
+        m.create("games", Definition { sets: vec![3], ..small(10.0, 2) }, ok).unwrap();
+        m.assign("scores", Some("games"), ok).unwrap();
+        let starve = || async {
+            for _ in 0..50 {
+                m.admit(Some("scores")).await.unwrap().finish(1_000, 50_000);
+            }
+        };
+        // The home is still on every set (it has not moved off set 3): nothing moves, however long.
+        for _ in 0..4 {
+            starve().await;
+            assert_eq!(m.round().sets, vec![]);
+        }
+        m.set_home(Some(BucketPlacement { sets: vec![0, 1, 2], moving_from: None })).unwrap();
+        m.set_placement("scores", Some(BucketPlacement { sets: vec![3], moving_from: None })).unwrap();
+        starve().await;
+        assert_eq!(m.round().sets, vec![], "patience");
+        // A decision whose save fails moves nothing and says why; patience starts over.
+        fail.store(true, std::sync::atomic::Ordering::Relaxed);
+        starve().await;
+        let r = m.round();
+        assert_eq!((r.sets, r.sets_error.as_deref()), (vec![], Some("disk full")));
+        assert_eq!(m.catalog().microstores["games"].sets, [3]);
+        fail.store(false, std::sync::atomic::Ordering::Relaxed);
+        starve().await;
+        assert_eq!(m.round().sets, vec![], "patience again");
+        starve().await;
+        let r = m.round();
+        assert_eq!(
+            r.sets.iter().map(|d| (d.set, d.from.as_str(), d.to.as_str())).collect::<Vec<_>>(),
+            [(2, DEFAULT, "games")]
+        );
+        assert_eq!(m.catalog().microstores["games"].sets, [2, 3]);
+        assert_eq!(saved.lock().as_ref().unwrap().microstores["games"].sets, [2, 3], "stored");
+        assert_eq!(m.wanted_sets("scores"), Some(vec![2, 3]));
+        assert!(m.status().decisions.iter().any(|d| matches!(&d.decision, AnyDecision::Sets(s) if s.set == 2)));
+        // Its bucket and the home must move now: until they did, no other set moves.
+        for _ in 0..4 {
+            starve().await;
+            assert_eq!(m.round().sets, vec![]);
+        }
+        // Settled (as the buckets' moves record it), the next decision asks two sets; the default gives one
+        // (it keeps its floor).
+        m.set_home(Some(BucketPlacement { sets: vec![0, 1], moving_from: None })).unwrap();
+        m.set_placement("scores", Some(BucketPlacement { sets: vec![2, 3], moving_from: None })).unwrap();
+        let mut moved = vec![];
+        for _ in 0..4 {
+            starve().await;
+            moved.extend(m.round().sets.into_iter().map(|d| d.set));
+        }
+        assert_eq!(moved, [1]);
+        assert_eq!(m.catalog().microstores["games"].sets, [1, 2, 3]);
+        // A microstore may not own another's set.
+        assert!(m.create("other", Definition { sets: vec![3], ..small(10.0, 2) }, ok).unwrap_err().contains("set 3"));
     }
 
     #[tokio::test]

@@ -113,11 +113,7 @@ impl BucketMoves {
             return Ok(false);
         }
         let now = home.map_or_else(|| all.to_vec(), |h| h.sets);
-        let owned = self.microstores.owned_sets();
-        let mut wanted: Vec<usize> = all.iter().copied().filter(|s| !owned.contains(s)).collect();
-        if wanted.is_empty() {
-            wanted = all.to_vec();
-        }
+        let wanted = mosaic_microstore::registry::home_for(&self.microstores.owned_sets(), all.len());
         if wanted == now {
             return Ok(false);
         }

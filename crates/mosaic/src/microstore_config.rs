@@ -38,6 +38,14 @@ pub struct MicrostoresFile {
     pub enabled: Option<bool>,
     /// Bytes per second a bucket's objects move between sets when its microstore changes, e.g. "64MiB".
     pub move_rate: Option<String>,
+    /// Whether the resource manager moves erasure sets between microstores that own sets (on by default).
+    pub move_sets: Option<bool>,
+    /// Rounds in a row a microstore misses its target (and a donor has slack) before a set moves to it.
+    pub set_patience_rounds: Option<u32>,
+    /// Rounds after a set move before the next (besides waiting until the buckets' data moved).
+    pub set_cooldown_rounds: Option<u32>,
+    /// Sets a microstore that owns sets keeps at least.
+    pub set_floor: Option<u32>,
 }
 
 /// The default pace of a bucket's move between sets.
@@ -103,6 +111,12 @@ pub fn resolve(file: Option<&MicrostoresFile>) -> Result<MicrostoresConfig, Stri
     if let Some(v) = &f.bandwidth_step {
         c.bandwidth.step_mib_s = size("bandwidth_step", v)? as f64 / (1u64 << 20) as f64;
     }
+    let sets = &mut c.sets;
+    sets.enabled = f.move_sets.unwrap_or(sets.enabled);
+    sets.patience_rounds = f.set_patience_rounds.unwrap_or(sets.patience_rounds);
+    sets.cooldown_rounds = f.set_cooldown_rounds.unwrap_or(sets.cooldown_rounds);
+    sets.floor_sets = f.set_floor.unwrap_or(sets.floor_sets);
+    c.sets.validate().map_err(|e| format!("microstores: {e}"))?;
     c.bandwidth.validate().map_err(|e| format!("microstores: {e}"))?;
     c.monitor.validate().map_err(|e| format!("microstores: {e}"))?;
     c.manager.validate().map_err(|e| format!("microstores: {e}"))?;
@@ -122,6 +136,10 @@ mod tests {
         let f: MicrostoresFile = toml::from_str("window_slot = \"1s\"\nworkers = 64\nadapt = false").unwrap();
         let c = resolve(Some(&f)).unwrap();
         assert_eq!((c.monitor.window.slot_ms, c.manager.total_workers, c.adapt), (1_000, 64, false));
+        let f: MicrostoresFile =
+            toml::from_str("move_sets = false\nset_patience_rounds = 10000\nset_floor = 2").unwrap();
+        let c = resolve(Some(&f)).unwrap();
+        assert_eq!((c.sets.enabled, c.sets.patience_rounds, c.sets.floor_sets), (false, 10_000, 2));
         for bad in [
             "workers = 0",
             "window_slot = \"0s\"",
@@ -129,6 +147,9 @@ mod tests {
             "max_wait = \"1h\"",
             "small_max_size = \"2MiB\"",
             "bandwidth_step = \"1KiB\"",
+            "set_patience_rounds = 0",
+            "set_cooldown_rounds = 10001",
+            "set_floor = 0",
         ] {
             let f: MicrostoresFile = toml::from_str(bad).unwrap();
             assert!(resolve(Some(&f)).unwrap_err().starts_with("microstores"), "{bad}");

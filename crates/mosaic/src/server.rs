@@ -340,8 +340,11 @@ async fn serve_all(
     let catalog = crate::microstores_file::load(&cfg.data_dir)?;
     let dir = cfg.data_dir.clone();
     let saver: mosaic_microstore::registry::Saver = Box::new(move |c| crate::microstores_file::save(&dir, c));
-    let microstores =
-        Arc::new(mosaic_microstore::Microstores::new(cfg.microstores.clone(), catalog)?.with_saver(saver));
+    // Microstores may own sets of a pool of several (a store of one set, or a cluster's, has none).
+    let pooled_sets = pool.as_ref().map_or(0, |p| p.members().len());
+    let microstores = Arc::new(
+        mosaic_microstore::Microstores::new(cfg.microstores.clone(), catalog)?.with_saver(saver).with_sets(pooled_sets),
+    );
     let mut service =
         mosaic_s3::build_service_with_keys(layer.clone(), keys.clone(), cfg.domain.as_deref(), cfg.sse_c_over_http)?;
     if cfg.microstores_enabled {
@@ -463,6 +466,13 @@ async fn microstore_rounds(ms: Arc<mosaic_microstore::Microstores>, mut stop: wa
             );
             metrics::counter!("mosaic_microstore_decisions_total", "microstore" => d.microstore.clone()).increment(1);
         }
+        for d in &report.sets {
+            tracing::info!(set = d.set, from = d.from, to = d.to, reason = d.reason, "microstore set moved");
+            metrics::counter!("mosaic_microstore_decisions_total", "microstore" => d.to.clone()).increment(1);
+        }
+        if let Some(e) = &report.sets_error {
+            tracing::warn!(error = e, "a set move was decided but could not be stored; none moved");
+        }
         for s in ms.status().microstores {
             let g = |name: &'static str, v: f64| metrics::gauge!(name, "microstore" => s.name.clone()).set(v);
             g("mosaic_microstore_workers", f64::from(s.workers));
@@ -470,6 +480,7 @@ async fn microstore_rounds(ms: Arc<mosaic_microstore::Microstores>, mut stop: wa
             g("mosaic_microstore_waiting", f64::from(s.waiting));
             // 0: unlimited.
             g("mosaic_microstore_bandwidth_cap_mib_s", s.bandwidth_cap_mib_s.unwrap_or(0.0));
+            g("mosaic_microstore_sets", s.sets.len() as f64);
             if let Some(o) = report.observations.get(&s.name) {
                 g("mosaic_microstore_latency_ms_p99", o.latency_ms_p99.unwrap_or(0.0));
                 g("mosaic_microstore_throughput_mib_s", o.throughput_mib_s);

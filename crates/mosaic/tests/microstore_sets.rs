@@ -208,3 +208,91 @@ async fn a_bucket_moves_to_its_microstores_set_through_a_kill_and_back() {
     verify_in(&c, OTHERS, &others, "after a restart").await;
     assert_eq!(stop(s).0, 0);
 }
+
+/// The resource manager moves a set on its own: six drives of 1+1 are three sets; a microstore owning set
+/// 2 misses its latency target under a load of sixteen clients held to four workers, while the default
+/// microstore (on sets 0 and 1) idles; after a few rounds set 1 becomes the microstore's, the home moves
+/// off it and the bucket spreads onto it, under the load, and every acknowledged write reads back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_microstore_missing_its_target_takes_a_set_from_the_default_one() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let root = tempfile::tempdir().unwrap();
+    let data = root.path().join("store");
+    let drives: Vec<PathBuf> = (0..6).map(|d| root.path().join(format!("drive{d}"))).collect();
+    let list = drives.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(",");
+    let config = root.path().join("sets.toml");
+    let rules =
+        "window_slot = \"200ms\"\nworkers = 8\nfloor_workers = 4\nset_patience_rounds = 3\nset_cooldown_rounds = 1";
+    std::fs::write(&config, format!("[microstores]\n{rules}\nmove_rate = \"256MiB\"\n")).unwrap();
+    let env = [
+        ("MOSAIC_ACCESS_KEY", AK),
+        ("MOSAIC_SECRET_KEY", SK),
+        ("MOSAIC_DRIVES", list.as_str()),
+        ("MOSAIC_ERASURE", "1+1"),
+        ("MOSAIC_DRIVE_SIZE", "64MiB"),
+    ];
+    let s = support::start_with_args(&data, &env, &["--config", config.to_str().unwrap()]);
+    let c = s3_client(&s.s3, AK, SK);
+    c.create_bucket().bucket(OTHERS).send().await.unwrap();
+    let mut others = BTreeMap::new();
+    for i in 0..30 {
+        put_in(&c, OTHERS, &mut others, &format!("o/{i:03}"), pattern(7000 + i, 10_000 + i)).await;
+    }
+    // A target no request meets (a microsecond).
+    admin(&s, &["microstore", "create", "hot", "--target-p99-ms", "0.001", "--workers", "4", "--sets", "2"]);
+    admin(&s, &["microstore", "assign", BUCKET, "hot"]);
+    wait_status(&s, "the home keeps off set 2", |v| {
+        v["home"] == serde_json::json!({ "sets": [0, 1], "moving_from": null })
+    });
+    c.create_bucket().bucket(BUCKET).send().await.unwrap();
+
+    // Sixteen writers and readers until the set moved and the data followed (bounded in count).
+    let done = Arc::new(AtomicBool::new(false));
+    let acked = Arc::new(parking_lot::Mutex::new(BTreeMap::new()));
+    let mut load = vec![];
+    for t in 0..16usize {
+        let (c, done, acked) = (c.clone(), done.clone(), acked.clone());
+        load.push(tokio::spawn(async move {
+            for i in 0..5_000usize {
+                if done.load(Ordering::Relaxed) {
+                    return;
+                }
+                let key = format!("k/{t:02}/{:03}", i % 40);
+                if i % 3 == 2 {
+                    let want = acked.lock().get(&key).cloned();
+                    if let Some(want) = want {
+                        assert_eq!(get(&c, &key).await, Some(want), "{key} reads what was last written");
+                    }
+                    continue;
+                }
+                let body = pattern(t * 10_000 + i, 3_000 + i % 700);
+                c.put_object().bucket(BUCKET).key(&key).body(ByteStream::from(body.clone())).send().await.unwrap();
+                acked.lock().insert(key, body);
+            }
+        }));
+    }
+    logged(&s, "microstore set moved");
+    let v = wait_status(&s, "set 1 is the hot microstore's", |v| {
+        let hot = v["microstores"].as_array().unwrap().iter().find(|m| m["name"] == "hot").cloned();
+        hot.is_some_and(|m| m["sets"] == serde_json::json!([1, 2]))
+    });
+    let decision = v["decisions"].as_array().unwrap().iter().find(|d| d["set"] == 1).cloned();
+    assert!(decision.is_some_and(|d| d["from"] == "default" && d["to"] == "hot"), "{v:#}");
+    wait_status(&s, "the home keeps off set 1", |v| {
+        v["home"] == serde_json::json!({ "sets": [0], "moving_from": null })
+    });
+    wait_status(&s, "the bucket spreads onto set 1", |v| {
+        placement(v) == &serde_json::json!({ "sets": [1, 2], "moving_from": null })
+    });
+    done.store(true, Ordering::Relaxed);
+    for l in load {
+        l.await.unwrap();
+    }
+    let model: BTreeMap<String, Option<Vec<u8>>> =
+        acked.lock().iter().map(|(k, v)| (k.clone(), Some(v.clone()))).collect();
+    assert!(model.len() > 100, "the load wrote ({} keys)", model.len());
+    verify(&c, &model, "after the set moved").await;
+    verify_in(&c, OTHERS, &others, "after the set moved").await;
+    assert_eq!(stop(s).0, 0);
+}
