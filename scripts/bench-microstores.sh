@@ -8,15 +8,19 @@
 #   sets         adaptive, and each microstore owns one of two erasure sets (needs SETS=2);
 #   sets-static  static, and each microstore owns one of two erasure sets (needs SETS=2).
 # Then a load change with the adaptive mode: the small tenant alone, the large one joining in the middle,
-# with `mosaic admin microstore status` sampled every second (workers held, each microstore's p99) for the
-# plot.
+# with `mosaic admin microstore status` sampled every second (workers and sets held, each microstore's p99)
+# for the plot. LOAD_CHANGE_MODE=lc-sets runs it on sixteen drives of 2+2 (four sets): small owns set 0,
+# large set 1, the default microstore holds sets 2 and 3, and the resource manager may move sets too; the
+# small tenant's target is 40 ms there (it meets it alone on this machine, so a set moves on the change;
+# the small tenant runs 10 s alone before the timeline starts, so the first slow rounds of a new store are
+# not on it; set_patience_rounds = 10).
 #
 #   scripts/bench-microstores.sh OUT [ROUNDS]
 #
 # DURATION (default 30s), CONCURRENCY (per tenant, default 8), LARGE_SIZE (default 1MiB-32MiB), DRIVE_SIZE
 # (per drive, default 4GiB), SETS (1: six drives, one 3+3 set; 2: twelve drives, two 3+3 sets, every mode),
 # MODES (default "monolith static adaptive", with SETS=2 also "sets sets-static"), ABCD_MODES (default
-# "monolith adaptive"), LOAD_CHANGE (default 1; 0 skips it).
+# "monolith adaptive"), LOAD_CHANGE (default 1; 0 skips it), LOAD_CHANGE_MODE (adaptive or lc-sets).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:?OUT directory}
@@ -44,7 +48,8 @@ mkdir -p "$OUT"
   echo "date: $(date -u +%FT%TZ)"
   echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM, $(uname -sr)"
   echo "build: $("$BIN" --version) (commit $(git rev-parse --short HEAD))"
-  echo "server: $DRIVES drives of ${DRIVE_SIZE:-4GiB} (thin files, $SETS 3+3 set(s)), [microstores] window_slot = 1s, floor_workers = 2"
+  echo "server: $DRIVES drives of ${DRIVE_SIZE:-4GiB} (thin files, $SETS 3+3 set(s)), [microstores] window_slot = 1s, floor_workers = 2, set_patience_rounds = 10"
+  echo "load change: ${LOAD_CHANGE_MODE:-adaptive} (lc-sets: sixteen drives of 2+2, four sets; small owns set 0 with a 40 ms target, large set 1)"
   echo "command: mosaic bench s3 --workload tenants --tenants cosbench-b,cosbench-d:$LARGE --duration $DURATION --concurrency $CONC --warmup 3s --seed 1"
 } >"$OUT/machine.txt"
 
@@ -52,18 +57,19 @@ start_server() { # MODE
   require_free_port
   rm -rf "$DIR"
   mkdir -p "$DIR"
-  local adapt=true small_sets=() large_sets=()
+  local adapt=true small_sets=() large_sets=() erasure=3+3 count=$DRIVES small_target=20
   [[ $1 == static || $1 == sets-static ]] && adapt=false
-  [[ $1 == sets* ]] && small_sets=(--sets 0) && large_sets=(--sets 1)
-  printf '[microstores]\nwindow_slot = "1s"\nwindow_slots = 10\nfloor_workers = 2\nadapt = %s\n' "$adapt" >"$DIR/mosaic.toml"
+  [[ $1 == sets* || $1 == lc-sets ]] && small_sets=(--sets 0) && large_sets=(--sets 1)
+  [[ $1 == lc-sets ]] && erasure=2+2 count=16 small_target=40
+  printf '[microstores]\nwindow_slot = "1s"\nwindow_slots = 10\nfloor_workers = 2\nadapt = %s\nset_patience_rounds = 10\n' "$adapt" >"$DIR/mosaic.toml"
   local drives=()
-  for i in $(seq 0 $((DRIVES - 1))); do drives+=(--drive "$DIR/d$i"); done
-  "$BIN" server --data "$DIR/data" "${drives[@]}" --erasure 3+3 --drive-size "${DRIVE_SIZE:-4GiB}" --config "$DIR/mosaic.toml" \
+  for i in $(seq 0 $((count - 1))); do drives+=(--drive "$DIR/d$i"); done
+  "$BIN" server --data "$DIR/data" "${drives[@]}" --erasure $erasure --drive-size "${DRIVE_SIZE:-4GiB}" --config "$DIR/mosaic.toml" \
     --s3-address 127.0.0.1:$PORT --admin-address "$ADMIN" >"$DIR/server.log" 2>&1 &
   PID=$!
   wait_port
   if [[ $1 != monolith ]]; then
-    "$BIN" admin --admin "$ADMIN" microstore create small --target-p99-ms 20 --workers 32 "${small_sets[@]}" >/dev/null
+    "$BIN" admin --admin "$ADMIN" microstore create small --target-p99-ms $small_target --workers 32 "${small_sets[@]}" >/dev/null
     "$BIN" admin --admin "$ADMIN" microstore create large --target-mib-s 100 --workers 4 "${large_sets[@]}" >/dev/null
   fi
 }
@@ -107,16 +113,33 @@ done | tee -a "$OUT/summary.txt"
 
 [[ ${LOAD_CHANGE:-1} == 1 ]] || exit 0
 # A load change: the small tenant alone for 20 s, then the large one too for 25 s; status every second.
-start_server adaptive
-assign adaptive lc-small small
-assign adaptive lc-large large
+LC=${LOAD_CHANGE_MODE:-adaptive}
+start_server "$LC"
+assign "$LC" lc-small small
+assign "$LC" lc-large large
 mkdir -p "$OUT/load-change"
+if [[ $LC == lc-sets ]]; then
+  # The buckets on their microstores' sets and the home off them before the load begins (at most 60 s).
+  for _ in $(seq 600); do
+    "$BIN" admin --admin "$ADMIN" --json microstore status | jq -e '.placements["lc-small"].sets == [0] and
+      .placements["lc-large"].sets == [1] and ([.placements[], .home] | all(.moving_from == null))' >/dev/null && break
+    sleep 0.1
+  done
+  # Ten seconds of the small tenant alone first (kept), so the timeline starts from a warm store.
+  "$BIN" bench s3 "${COMMON[@]}" --workload cosbench-b --bucket lc-small --duration 10s --warmup 0s --keep \
+    --out "$OUT/load-change/warm" >/dev/null 2>&1 || echo "load change: warm-up FAILED"
+fi
 : >"$OUT/load-change/status.jsonl"
 (
   t0=$(date +%s.%N)
+  all_sets=$("$BIN" admin --admin "$ADMIN" --json drives | jq '.sets | length')
   while kill -0 "$PID" 2>/dev/null; do
     s=$("$BIN" admin --admin "$ADMIN" --json microstore status 2>/dev/null) || break
-    jq -c --argjson t "$(echo "$(date +%s.%N) - $t0" | bc)" '{t: $t, microstores: [.microstores[] | {name, workers, bandwidth_cap_mib_s, in_use, waiting, last_round}]}' <<<"$s" >>"$OUT/load-change/status.jsonl"
+    # The default microstore's sets are the home (null: every set).
+    jq -c --argjson t "$(echo "$(date +%s.%N) - $t0" | bc)" --argjson all "$all_sets" '(.home.sets // null) as $home | {t: $t,
+      moving: (([.placements[] | select(.moving_from != null)] | length) + (if .home.moving_from then 1 else 0 end)),
+      microstores: [.microstores[] | {name, target, workers, bandwidth_cap_mib_s, in_use, waiting, last_round,
+        sets: (if .name == "default" then ($home // [range($all)]) else .sets end)}]}' <<<"$s" >>"$OUT/load-change/status.jsonl"
     sleep 1
   done
 ) &
@@ -132,5 +155,6 @@ cp "$DIR/server.log" "$OUT/load-change/server.log"
 stop
 wait $SAMPLER 2>/dev/null || true
 python3 scripts/plot-microstores.py "$OUT/load-change/status.jsonl" "$OUT/load-change.svg"
-grep -c "microstore workers moved\|microstore bandwidth moved" "$OUT/load-change/server.log" | sed 's/^/load change: decisions logged: /' | tee -a "$OUT/summary.txt"
+grep -c "microstore workers moved\|microstore bandwidth moved\|microstore set moved" "$OUT/load-change/server.log" | sed 's/^/load change: decisions logged: /' | tee -a "$OUT/summary.txt"
+grep "microstore set moved\|objects of moving buckets moved\|a bucket's data mov\|no microstore's sets mov" "$OUT/load-change/server.log" >"$OUT/load-change/set-moves.log" || true
 rm -f "$OUT/load-change/server.log"

@@ -581,7 +581,7 @@ impl Microstores {
             (vec![], vec![])
         };
         let (sets, sets_error) = if self.config.adapt && self.config.sets.enabled && self.set_count > 1 {
-            self.move_sets(&manager.verdicts(&observations))
+            self.move_sets(&manager.target_verdicts(&observations))
         } else {
             (vec![], None)
         };
