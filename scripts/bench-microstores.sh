@@ -20,7 +20,8 @@
 # DURATION (default 30s), CONCURRENCY (per tenant, default 8), LARGE_SIZE (default 1MiB-32MiB), DRIVE_SIZE
 # (per drive, default 4GiB), SETS (1: six drives, one 3+3 set; 2: twelve drives, two 3+3 sets, every mode),
 # MODES (default "monolith static adaptive", with SETS=2 also "sets sets-static"), ABCD_MODES (default
-# "monolith adaptive"), LOAD_CHANGE (default 1; 0 skips it), LOAD_CHANGE_MODE (adaptive or lc-sets).
+# "monolith adaptive"), LOAD_CHANGE (default 1; 0 skips it), LOAD_CHANGE_MODE (adaptive or lc-sets),
+# MOVE_SETS (default true; false: the resource manager moves no set, the ablation).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:?OUT directory}
@@ -48,7 +49,7 @@ mkdir -p "$OUT"
   echo "date: $(date -u +%FT%TZ)"
   echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM, $(uname -sr)"
   echo "build: $("$BIN" --version) (commit $(git rev-parse --short HEAD))"
-  echo "server: $DRIVES drives of ${DRIVE_SIZE:-4GiB} (thin files, $SETS 3+3 set(s)), [microstores] window_slot = 1s, floor_workers = 2, set_patience_rounds = 10"
+  echo "server: $DRIVES drives of ${DRIVE_SIZE:-4GiB} (thin files, $SETS 3+3 set(s)), [microstores] window_slot = 1s, floor_workers = 2, set_patience_rounds = 10, move_sets = ${MOVE_SETS:-true}"
   echo "load change: ${LOAD_CHANGE_MODE:-adaptive} (lc-sets: sixteen drives of 2+2, four sets; small owns set 0 with a 40 ms target, large set 1)"
   echo "command: mosaic bench s3 --workload tenants --tenants cosbench-b,cosbench-d:$LARGE --duration $DURATION --concurrency $CONC --warmup 3s --seed 1"
 } >"$OUT/machine.txt"
@@ -61,7 +62,7 @@ start_server() { # MODE
   [[ $1 == static || $1 == sets-static ]] && adapt=false
   [[ $1 == sets* || $1 == lc-sets ]] && small_sets=(--sets 0) && large_sets=(--sets 1)
   [[ $1 == lc-sets ]] && erasure=2+2 count=16 small_target=40
-  printf '[microstores]\nwindow_slot = "1s"\nwindow_slots = 10\nfloor_workers = 2\nadapt = %s\nset_patience_rounds = 10\n' "$adapt" >"$DIR/mosaic.toml"
+  printf '[microstores]\nwindow_slot = "1s"\nwindow_slots = 10\nfloor_workers = 2\nadapt = %s\nset_patience_rounds = 10\nmove_sets = %s\n' "$adapt" "${MOVE_SETS:-true}" >"$DIR/mosaic.toml"
   local drives=()
   for i in $(seq 0 $((count - 1))); do drives+=(--drive "$DIR/d$i"); done
   "$BIN" server --data "$DIR/data" "${drives[@]}" --erasure $erasure --drive-size "${DRIVE_SIZE:-4GiB}" --config "$DIR/mosaic.toml" \
@@ -112,8 +113,10 @@ for mode in "${ABCD_LIST[@]}"; do
 done | tee -a "$OUT/summary.txt"
 
 [[ ${LOAD_CHANGE:-1} == 1 ]] || exit 0
-# A load change: the small tenant alone for 20 s, then the large one too for 25 s; status every second.
+# A load change: the small tenant alone for 20 s, then the large one too for LC_BOTH seconds (25; 60 with
+# lc-sets, so the time after a set's move is seen); status every second.
 LC=${LOAD_CHANGE_MODE:-adaptive}
+if [[ $LC == lc-sets ]]; then BOTH=${LC_BOTH:-60}; else BOTH=${LC_BOTH:-25}; fi
 start_server "$LC"
 assign "$LC" lc-small small
 assign "$LC" lc-large large
@@ -144,11 +147,11 @@ fi
   done
 ) &
 SAMPLER=$!
-"$BIN" bench s3 "${COMMON[@]}" --workload cosbench-b --bucket lc-small --duration 50s --warmup 0s \
+"$BIN" bench s3 "${COMMON[@]}" --workload cosbench-b --bucket lc-small --duration $((20 + BOTH + 5))s --warmup 0s \
   --out "$OUT/load-change/small" >/dev/null 2>&1 &
 SMALL=$!
 sleep 20
-"$BIN" bench s3 "${COMMON[@]}" --workload cosbench-d --size "$LARGE" --bucket lc-large --duration 25s --warmup 0s \
+"$BIN" bench s3 "${COMMON[@]}" --workload cosbench-d --size "$LARGE" --bucket lc-large --duration "${BOTH}s" --warmup 0s \
   --out "$OUT/load-change/large" >/dev/null 2>&1 || echo "load change: large tenant FAILED"
 wait $SMALL || echo "load change: small tenant FAILED"
 cp "$DIR/server.log" "$OUT/load-change/server.log"
