@@ -524,6 +524,65 @@ impl Microstores {
         Ok(())
     }
 
+    /// Takes a whole catalog (a cluster's, as its map has it): microstores it lacks are deleted, those it
+    /// adds or defines otherwise are (re)created, each with the workers it names as far as the free pool and
+    /// the default microstore's spare allow (at least the floor), its assignments and placements replace
+    /// these. Refused, changing nothing, when the floors do not fit; `save` stores it first.
+    pub fn replace_catalog(
+        &self,
+        mut next: Catalog,
+        save: impl FnOnce(&Catalog) -> Result<(), String>,
+    ) -> Result<(), String> {
+        next.microstores.remove(DEFAULT);
+        next.validate()?;
+        let mut manager = self.manager.lock();
+        let now = self.catalog();
+        let gone: Vec<String> = now
+            .microstores
+            .iter()
+            .filter(|(n, d)| next.microstores.get(*n) != Some(d))
+            .map(|(n, _)| n.clone())
+            .collect();
+        let added: Vec<(&String, &Definition)> =
+            next.microstores.iter().filter(|(n, d)| now.microstores.get(*n) != Some(d)).collect();
+        // What each added one gets: planned before anything changes.
+        let floor = manager.config().floor_workers;
+        let freed: u32 = gone.iter().filter_map(|n| manager.workers(n)).sum();
+        let default_spare = manager.workers(DEFAULT).expect("the default microstore is held") - floor;
+        let mut available = manager.free_workers() + freed + default_spare;
+        let mut grants = Vec::with_capacity(added.len());
+        for (name, d) in &added {
+            let want = d.workers.max(floor).min(available);
+            if want < floor {
+                return Err(format!("microstore {name} needs {floor} workers; {available} are left on this node"));
+            }
+            available -= want;
+            grants.push(want);
+        }
+        self.change(save, |c| {
+            let default = c.microstores.remove(DEFAULT);
+            *c = next.clone();
+            c.microstores.extend(default.map(|d| (DEFAULT.to_string(), d)));
+            Ok(())
+        })?;
+        let mut inner = self.inner.write();
+        for name in &gone {
+            let held = manager.remove(name).map(|h| h.workers).unwrap_or(0);
+            manager.grant(DEFAULT, held);
+            self.bandwidth.lock().forget(name);
+            inner.pools.remove(name);
+        }
+        for ((name, d), want) in added.into_iter().zip(grants) {
+            let short = want.saturating_sub(manager.free_workers());
+            manager.release(DEFAULT, short);
+            manager.add(name, d.target, want).expect("planned to fit");
+            inner.pools.insert(name.clone(), WorkerPool::new(want, self.config.max_waiting, self.config.max_wait));
+        }
+        inner.pools[DEFAULT].resize(manager.workers(DEFAULT).expect("the default microstore is held"));
+        debug_assert_eq!(inner.pools.len(), manager.holdings().len());
+        Ok(())
+    }
+
     /// Assigns a bucket by hand (Some) or back to automatic routing (None).
     pub fn assign(
         &self,
@@ -899,6 +958,53 @@ mod tests {
             r.decisions.iter().map(|d| (d.microstore.as_str(), d.workers_before, d.workers_after)).collect();
         assert_eq!(d, vec![(DEFAULT, 30, 26), ("games", 2, 6)], "{:?}", r.decisions);
         assert_eq!(m.status().decisions.len(), 2);
+    }
+
+    #[test]
+    fn a_whole_catalog_replaces_the_microstores_and_their_workers_follow() {
+        let m = Microstores::new(config(), Catalog::default()).unwrap();
+        m.create("games", small(10.0, 8), ok).unwrap();
+        m.create("logs", small(50.0, 4), ok).unwrap();
+        m.assign("scores", Some("games"), ok).unwrap();
+        let mut next = m.catalog();
+        next.microstores.remove("logs");
+        next.microstores.insert(
+            "photos".into(),
+            Definition { target: Target::ThroughputMibS(50.0), class: None, workers: 6, sets: vec![] },
+        );
+        // Defined otherwise: recreated with what it names now.
+        next.microstores.get_mut("games").unwrap().workers = 10;
+        next.buckets.insert("pics".into(), "photos".into());
+        let saved = parking_lot::Mutex::new(None);
+        m.replace_catalog(next.clone(), |c| {
+            *saved.lock() = Some(c.clone());
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(m.catalog(), next);
+        assert_eq!(saved.lock().as_ref(), Some(&next), "stored first");
+        let workers: BTreeMap<String, u32> = m.status().microstores.into_iter().map(|s| (s.name, s.workers)).collect();
+        assert_eq!(workers, BTreeMap::from([(DEFAULT.into(), 16), ("games".into(), 10), ("photos".into(), 6)]));
+        assert_eq!(m.route(Some("pics")), "photos");
+        assert_eq!(m.route(Some("scores")), "games");
+        // The same catalog again changes nothing; one whose floors do not fit changes nothing either.
+        m.replace_catalog(next.clone(), ok).unwrap();
+        assert_eq!(m.status().microstores.iter().map(|s| s.workers).sum::<u32>(), 32);
+        let mut crowded = next.clone();
+        for i in 0..20 {
+            crowded.microstores.insert(format!("m{i}"), small(10.0, 2));
+        }
+        assert!(m.replace_catalog(crowded, ok).unwrap_err().contains("workers"));
+        assert_eq!(m.catalog(), next);
+        // Workers asked past what is left are cut to it.
+        let mut greedy = next.clone();
+        greedy.microstores.get_mut("photos").unwrap().workers = 1_000;
+        m.replace_catalog(greedy, ok).unwrap();
+        let workers: BTreeMap<String, u32> = m.status().microstores.into_iter().map(|s| (s.name, s.workers)).collect();
+        assert_eq!(workers, BTreeMap::from([(DEFAULT.into(), 2), ("games".into(), 10), ("photos".into(), 20)]));
+        let fail = |_: &Catalog| Err("disk full".to_string());
+        assert_eq!(m.replace_catalog(Catalog::default(), fail), Err("disk full".into()));
+        assert_eq!(m.status().microstores.len(), 3);
     }
 
     #[tokio::test]

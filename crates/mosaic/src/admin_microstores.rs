@@ -2,11 +2,69 @@
 //! `POST /admin/v1/microstores/create/{name}/{p99-ms|mib-s}/{target}/{class|any}/{workers}[/{sets}]` (sets:
 //! the erasure sets its buckets' data lives on, such as `1,2`; none: every set, shared),
 //! `POST /admin/v1/microstores/delete/{name}` and `POST /admin/v1/microstores/assign/{bucket}/{name|auto}`.
-//! Every change is saved in the data directory before it applies.
+//! Every change is saved in the data directory before it applies. On a cluster node the catalog is the
+//! cluster map's (the shared setting `microstores`): a change is planned from the map's catalog, set there
+//! first, then saved and applied here, and every other node applies it as its map arrives.
 
+use crate::cluster::Cluster;
 use mosaic_microstore::manager::Target;
-use mosaic_microstore::{Class, Definition, Microstores};
+use mosaic_microstore::{Catalog, Class, Definition, Microstores};
 use std::path::Path;
+
+/// The map's shared setting that holds a cluster's microstores (the microstores file's text).
+pub const CLUSTER_SETTING: &str = "microstores";
+/// Tries of a change that other nodes' changes to the cluster's microstores refused.
+const CLUSTER_CHANGE_TRIES: usize = 5;
+
+/// A change on a cluster node (call it off the async runtime: it waits for the map). The node first takes
+/// the map's catalog if it has not yet, so the change is planned from what every node serves.
+pub fn route_in_cluster(
+    ms: &Microstores,
+    data_dir: &Path,
+    cluster: &Cluster,
+    method: &str,
+    path: &str,
+) -> (u16, serde_json::Value) {
+    if method == "GET" {
+        return route(ms, data_dir, 0, method, path);
+    }
+    let runtime = tokio::runtime::Handle::current();
+    let mut last = serde_json::Value::Null;
+    for _ in 0..CLUSTER_CHANGE_TRIES {
+        let shared = cluster.shared(CLUSTER_SETTING);
+        let version = shared.as_ref().map_or(0, |s| s.version);
+        if let Some(Err(e)) = shared.as_ref().map(|s| apply_cluster(ms, data_dir, &s.value)) {
+            return (500, serde_json::json!({ "error": format!("the cluster's microstores: {e}") }));
+        }
+        let publish = |c: &Catalog| {
+            let text = mosaic::datadir_format::encode_microstores(c)?;
+            runtime.block_on(cluster.set_shared(CLUSTER_SETTING, text, version + 1))?;
+            crate::microstores_file::save(data_dir, c)
+        };
+        let (status, v) = route_with(ms, 0, method, path, &publish);
+        let refused = v["error"].as_str().is_some_and(|e| e.contains(mosaic_cluster::map::SHARED_VERSION_REFUSED));
+        if !refused {
+            return (status, v);
+        }
+        // Another node changed the microstores since this one read them: plan again from theirs.
+        last = v;
+    }
+    (
+        409,
+        serde_json::json!({ "error": format!("the cluster's microstores kept changing on other nodes; try again ({last})") }),
+    )
+}
+
+/// Applies the cluster's microstores as the map has them (`text`, the microstores file's) on this node:
+/// saved in `data_dir`, then served.
+pub fn apply_cluster(ms: &Microstores, data_dir: &Path, text: &str) -> Result<(), String> {
+    let catalog = mosaic::datadir_format::parse_microstores(text)?;
+    if ms.catalog() == catalog {
+        // This node made the change (it saved it then) or saved it before a restart.
+        return Ok(());
+    }
+    ms.replace_catalog(catalog, |c| crate::microstores_file::save(data_dir, c))
+}
 
 /// The status, or the answer to a change: (HTTP status, JSON body). `pooled_sets`: the sets a microstore
 /// may own (0 when the store is one set or a cluster's, where microstores share every set).
@@ -16,6 +74,18 @@ pub fn route(
     pooled_sets: usize,
     method: &str,
     path: &str,
+) -> (u16, serde_json::Value) {
+    let save = |c: &Catalog| crate::microstores_file::save(data_dir, c);
+    route_with(ms, pooled_sets, method, path, &save)
+}
+
+/// The status, or a change stored through `save` before it applies.
+fn route_with(
+    ms: &Microstores,
+    pooled_sets: usize,
+    method: &str,
+    path: &str,
+    save: &dyn Fn(&Catalog) -> Result<(), String>,
 ) -> (u16, serde_json::Value) {
     if (method, path) == ("GET", "/admin/v1/microstores") {
         return match serde_json::to_value(ms.status()) {
@@ -27,7 +97,6 @@ pub fn route(
     let Some(args) = path.strip_prefix("/admin/v1/microstores/").filter(|_| method == "POST") else {
         return not_found();
     };
-    let save = |c: &mosaic_microstore::Catalog| crate::microstores_file::save(data_dir, c);
     let parts: Vec<&str> = args.split('/').collect();
     let done = match parts.as_slice() {
         ["create", name, kind, value, class, workers, sets @ ..] if sets.len() <= 1 => {

@@ -375,8 +375,19 @@ pub(crate) async fn dispatch(state: Arc<AdminState>, method: &str, path: &str) -
             }
         }
         _ if path == "/admin/v1/microstores" || path.starts_with("/admin/v1/microstores/") => {
-            // A standalone server's sets are pooled when there are several; a cluster's microstores share
-            // its groups (microstores in the cluster map are not built).
+            if state.cluster.as_ref().is_some_and(|c| c.runs()) {
+                // A cluster's microstores are its map's, and share its groups.
+                let (st, method, path) = (state.clone(), method.to_string(), path.to_string());
+                let change = move || {
+                    let cluster = st.cluster.as_ref().expect("a cluster node");
+                    crate::admin_microstores::route_in_cluster(&st.microstores, &st.data_dir, cluster, &method, &path)
+                };
+                return match tokio::task::spawn_blocking(change).await {
+                    Ok((status, v)) => json(status, v),
+                    Err(e) => json(500, serde_json::json!({ "error": e.to_string() })),
+                };
+            }
+            // A standalone server's sets are pooled when there are several.
             let pooled =
                 if state.cluster.is_none() && state.drives.sets.len() > 1 { state.drives.sets.len() } else { 0 };
             let (status, v) =

@@ -378,6 +378,10 @@ async fn serve_all(
         let (keys, dir) = (admin_state.keys.clone(), cfg.data_dir.clone());
         let apply = move |text: &str| crate::admin_keys::apply_cluster_keys(&keys, &dir, text);
         cluster.on_shared(crate::admin_keys::CLUSTER_SETTING, Box::new(apply));
+        // And its microstores (each node holds its own share of workers of each).
+        let (ms, dir) = (microstores.clone(), cfg.data_dir.clone());
+        let apply = move |text: &str| crate::admin_microstores::apply_cluster(&ms, &dir, text);
+        cluster.on_shared(crate::admin_microstores::CLUSTER_SETTING, Box::new(apply));
         // So are its SSE master keys, unless the config gives every node its key.
         if cfg.sse_master_key.is_none() {
             let (sse, dir, weak) = (admin_state.sse_keys.clone(), cfg.data_dir.clone(), Arc::downgrade(cluster));

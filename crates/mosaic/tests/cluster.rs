@@ -125,6 +125,7 @@ async fn three_processes_form_a_cluster_that_serves_from_every_node() {
     }
     verify(&clients, &model, "after writes").await;
     let (user_ak, user_sk) = keys_are_the_clusters(&[&a, &b, &c], &ak, &sk).await;
+    microstores_are_the_clusters(&[&a, &b, &c], &ak, &sk);
     // Sealed objects join the model: every later check (a restarted node's too) opens them.
     model.extend(sse_keys_are_the_clusters(&[&a, &b, &c], &dirs, &ak, &sk).await);
 
@@ -153,6 +154,13 @@ async fn three_processes_form_a_cluster_that_serves_from_every_node() {
     // The restarted node serves the cluster's keys (its saved copy of the map's).
     let user = s3_client(&b.s3, &user_ak, &user_sk);
     user.get_object().bucket(BUCKET).key("obj/001").send().await.expect("the user's key on the restarted node");
+    // And the cluster's microstores; one deleted through it is gone on every node.
+    assert_eq!(microstore(&b, &ak, &sk, "small")["assigned"], serde_json::json!([BUCKET]));
+    assert!(admin(&b, &ak, &sk, &["microstore", "delete", "small"]).status.success());
+    for s in [&a, &b, &c] {
+        applied(s, "microstores", 3);
+        assert!(microstore(s, &ak, &sk, "small").is_null());
+    }
 
     for s in [a, b, c] {
         assert_eq!(stop(s).0, 0);
@@ -217,6 +225,33 @@ async fn sse_keys_are_the_clusters(nodes: &[&Server], dirs: &[PathBuf], ak: &str
     let (code, _, err) = support::run(&["sse", "rotate", "--data", dirs[0].join("data").to_str().unwrap()]);
     assert!(code != 0 && err.contains("mosaic admin sse rotate"), "{err}");
     sealed
+}
+
+/// Microstore `name` as node `s`'s status has it (null: none).
+fn microstore(s: &Server, ak: &str, sk: &str, name: &str) -> serde_json::Value {
+    let status = json(admin(s, ak, sk, &["microstore", "status"]));
+    status["microstores"].as_array().unwrap().iter().find(|m| m["name"] == name).cloned().unwrap_or_default()
+}
+
+/// Microstores are the cluster's: one created through one node and a bucket assigned to it through another
+/// are served by every node once they applied the map's catalog; a microstore owning sets is refused (a
+/// cluster's microstores share its groups).
+fn microstores_are_the_clusters(nodes: &[&Server], ak: &str, sk: &str) {
+    let owning = admin(nodes[0], ak, sk, &["microstore", "create", "own", "--target-p99-ms", "20", "--sets", "0"]);
+    assert!(!owning.status.success() && String::from_utf8_lossy(&owning.stderr).contains("share"), "{owning:?}");
+    let created =
+        admin(nodes[2], ak, sk, &["microstore", "create", "small", "--target-p99-ms", "20", "--workers", "8"]);
+    assert!(created.status.success(), "{created:?}");
+    for s in nodes {
+        applied(s, "microstores", 1);
+    }
+    assert!(admin(nodes[1], ak, sk, &["microstore", "assign", BUCKET, "small"]).status.success());
+    for (n, s) in nodes.iter().enumerate() {
+        applied(s, "microstores", 2);
+        let small = microstore(s, ak, sk, "small");
+        assert_eq!(small["workers"], 8, "node {n}: {small}");
+        assert_eq!(small["assigned"], serde_json::json!([BUCKET]), "node {n}: {small}");
+    }
 }
 
 /// Access keys are the cluster's: a key made through one node and granted through another is served by
