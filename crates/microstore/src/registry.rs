@@ -266,10 +266,14 @@ pub struct Microstores {
     last_observations: Mutex<BTreeMap<String, Observation>>,
     /// Stores the catalog when a change comes from the S3 side (a bucket deleted).
     saver: Option<Saver>,
+    /// Told of each deleted bucket (a cluster node's: the cluster's catalog forgets it too).
+    forget_hook: Option<ForgetHook>,
 }
 
 /// Stores a catalog (the server's: the data directory's microstores file).
 pub type Saver = Box<dyn Fn(&Catalog) -> Result<(), String> + Send + Sync>;
+/// Told of a deleted bucket once this node forgot it.
+pub type ForgetHook = Box<dyn Fn(&str) + Send + Sync>;
 
 impl Microstores {
     /// The microstores of `catalog` (the default one added when missing, holding every worker the others
@@ -313,6 +317,7 @@ impl Microstores {
             last_round: Mutex::new(now),
             last_observations: Mutex::new(BTreeMap::new()),
             saver: None,
+            forget_hook: None,
         })
     }
 
@@ -337,7 +342,17 @@ impl Microstores {
     /// with none), stored through the saver.
     pub fn bucket_deleted(&self, bucket: &str) -> Result<(), String> {
         let save = |c: &Catalog| self.saver.as_ref().map_or(Ok(()), |s| s(c));
-        self.forget_bucket(bucket, save)
+        self.forget_bucket(bucket, save)?;
+        if let Some(hook) = &self.forget_hook {
+            hook(bucket);
+        }
+        Ok(())
+    }
+
+    /// Who is told of each deleted bucket after this node forgot it.
+    pub fn with_forget_hook(mut self, hook: ForgetHook) -> Microstores {
+        self.forget_hook = Some(hook);
+        self
     }
 
     pub fn now_ms(&self) -> u64 {

@@ -55,6 +55,33 @@ pub fn route_in_cluster(
     )
 }
 
+/// Forgets a deleted bucket's hand assignment in the cluster's catalog (planned from the map's version,
+/// tried again when another node changed it first); every node then applies the map's.
+pub async fn forget_in_cluster(cluster: &Cluster, bucket: &str) {
+    for _ in 0..CLUSTER_CHANGE_TRIES {
+        let Some(shared) = cluster.shared(CLUSTER_SETTING).filter(|_| cluster.runs()) else { return };
+        let mut catalog = match mosaic::datadir_format::parse_microstores(&shared.value) {
+            Ok(c) => c,
+            Err(e) => return tracing::warn!(error = %e, "the cluster's microstores cannot be read"),
+        };
+        if catalog.buckets.remove(bucket).is_none() {
+            return;
+        }
+        let text = match mosaic::datadir_format::encode_microstores(&catalog) {
+            Ok(t) => t,
+            Err(e) => return tracing::warn!(error = %e, "the cluster's microstores cannot be written"),
+        };
+        match cluster.set_shared(CLUSTER_SETTING, text, shared.version + 1).await {
+            Ok(()) => return,
+            Err(e) if e.contains(mosaic_cluster::map::SHARED_VERSION_REFUSED) => continue,
+            Err(e) => {
+                return tracing::warn!(bucket, error = %e, "a deleted bucket's assignment stays in the cluster's microstores");
+            }
+        }
+    }
+    tracing::warn!(bucket, "a deleted bucket's assignment stays in the cluster's microstores: they kept changing");
+}
+
 /// Applies the cluster's microstores as the map has them (`text`, the microstores file's) on this node:
 /// saved in `data_dir`, then served.
 pub fn apply_cluster(ms: &Microstores, data_dir: &Path, text: &str) -> Result<(), String> {

@@ -342,9 +342,21 @@ async fn serve_all(
     let saver: mosaic_microstore::registry::Saver = Box::new(move |c| crate::microstores_file::save(&dir, c));
     // Microstores may own sets of a pool of several (a store of one set, or a cluster's, has none).
     let pooled_sets = pool.as_ref().map_or(0, |p| p.members().len());
-    let microstores = Arc::new(
-        mosaic_microstore::Microstores::new(cfg.microstores.clone(), catalog)?.with_saver(saver).with_sets(pooled_sets),
-    );
+    let mut microstores =
+        mosaic_microstore::Microstores::new(cfg.microstores.clone(), catalog)?.with_saver(saver).with_sets(pooled_sets);
+    if let Some(cluster) = &cluster {
+        // A deleted bucket's assignment goes from the cluster's catalog too.
+        let (cluster, runtime) = (Arc::downgrade(cluster), tokio::runtime::Handle::current());
+        microstores = microstores.with_forget_hook(Box::new(move |bucket| {
+            let (cluster, bucket) = (cluster.clone(), bucket.to_string());
+            runtime.spawn(async move {
+                if let Some(cluster) = cluster.upgrade() {
+                    crate::admin_microstores::forget_in_cluster(&cluster, &bucket).await;
+                }
+            });
+        }));
+    }
+    let microstores = Arc::new(microstores);
     let mut service =
         mosaic_s3::build_service_with_keys(layer.clone(), keys.clone(), cfg.domain.as_deref(), cfg.sse_c_over_http)?;
     if cfg.microstores_enabled {

@@ -125,7 +125,7 @@ async fn three_processes_form_a_cluster_that_serves_from_every_node() {
     }
     verify(&clients, &model, "after writes").await;
     let (user_ak, user_sk) = keys_are_the_clusters(&[&a, &b, &c], &ak, &sk).await;
-    microstores_are_the_clusters(&[&a, &b, &c], &ak, &sk);
+    microstores_are_the_clusters(&[&a, &b, &c], &ak, &sk).await;
     // Sealed objects join the model: every later check (a restarted node's too) opens them.
     model.extend(sse_keys_are_the_clusters(&[&a, &b, &c], &dirs, &ak, &sk).await);
 
@@ -158,7 +158,7 @@ async fn three_processes_form_a_cluster_that_serves_from_every_node() {
     assert_eq!(microstore(&b, &ak, &sk, "small")["assigned"], serde_json::json!([BUCKET]));
     assert!(admin(&b, &ak, &sk, &["microstore", "delete", "small"]).status.success());
     for s in [&a, &b, &c] {
-        applied(s, "microstores", 3);
+        applied(s, "microstores", 5);
         assert!(microstore(s, &ak, &sk, "small").is_null());
     }
 
@@ -235,8 +235,9 @@ fn microstore(s: &Server, ak: &str, sk: &str, name: &str) -> serde_json::Value {
 
 /// Microstores are the cluster's: one created through one node and a bucket assigned to it through another
 /// are served by every node once they applied the map's catalog; a microstore owning sets is refused (a
-/// cluster's microstores share its groups).
-fn microstores_are_the_clusters(nodes: &[&Server], ak: &str, sk: &str) {
+/// cluster's microstores share its groups); a bucket deleted through a third node loses its assignment on
+/// every node.
+async fn microstores_are_the_clusters(nodes: &[&Server], ak: &str, sk: &str) {
     let owning = admin(nodes[0], ak, sk, &["microstore", "create", "own", "--target-p99-ms", "20", "--sets", "0"]);
     assert!(!owning.status.success() && String::from_utf8_lossy(&owning.stderr).contains("share"), "{owning:?}");
     let created =
@@ -251,6 +252,22 @@ fn microstores_are_the_clusters(nodes: &[&Server], ak: &str, sk: &str) {
         let small = microstore(s, ak, sk, "small");
         assert_eq!(small["workers"], 8, "node {n}: {small}");
         assert_eq!(small["assigned"], serde_json::json!([BUCKET]), "node {n}: {small}");
+    }
+    let doomed = "doomed";
+    s3_client(&nodes[0].s3, ak, sk).create_bucket().bucket(doomed).send().await.unwrap();
+    assert!(admin(nodes[2], ak, sk, &["microstore", "assign", doomed, "small"]).status.success());
+    for s in nodes {
+        applied(s, "microstores", 3);
+    }
+    assert_eq!(
+        microstore(nodes[0], ak, sk, "small")["assigned"],
+        serde_json::json!([doomed, BUCKET]),
+        "sorted by name"
+    );
+    s3_client(&nodes[1].s3, ak, sk).delete_bucket().bucket(doomed).send().await.unwrap();
+    for (n, s) in nodes.iter().enumerate() {
+        applied(s, "microstores", 4);
+        assert_eq!(microstore(s, ak, sk, "small")["assigned"], serde_json::json!([BUCKET]), "node {n}");
     }
 }
 
