@@ -2,10 +2,11 @@
 //! erasure sets microstores own move, a whole set at a time, from one with slack to one missing its
 //! target. A set's move migrates data (the buckets of the microstore it leaves move off it, those of the
 //! one it joins spread onto it), so sets move far more slowly than workers: only after a microstore missed
-//! its target for `patience_rounds` quiet rounds in a row while its donor had slack as long, never while a
-//! bucket's data or the home still moves, and not for `cooldown_rounds` after a move. Grow fast (a
-//! microstore's grant doubles each time it still misses after its last gain), shrink linearly (a donor
-//! gives at most one set per decision), never below `floor_sets`.
+//! its target in the round and in 80% of the last `patience_rounds` quiet rounds while its donor had slack
+//! as long (a share, so that one noisy round does not start the count over), never while a bucket's data
+//! or the home still moves, and not for `cooldown_rounds` after a move. Grow fast (a microstore's grant
+//! doubles each time it still misses after its last gain, back to one set once it has slack), shrink
+//! linearly (a donor gives at most one set per decision), never below `floor_sets`.
 //!
 //! Who takes part: the microstores that own sets, and the default microstore, which holds the home (the
 //! sets no microstore owns). A microstore without sets of its own shares the home and is left out (a set
@@ -13,7 +14,7 @@
 
 use crate::manager::Verdict;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -59,14 +60,36 @@ pub struct SetDecision {
     pub reason: String,
 }
 
+/// A round's verdict, as the planner keeps it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Missing,
+    Slack,
+    Met,
+}
+
 /// What the planner keeps of a microstore between rounds.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 struct Track {
-    missing_rounds: u32,
-    slack_rounds: u32,
+    /// The verdicts of the last `patience_rounds` quiet rounds, oldest first.
+    recent: VecDeque<Kind>,
     /// Sets it asks for when it next gains.
     grant: u32,
 }
+
+impl Track {
+    /// Whether `kind` held in this round and in at least `PATIENCE_SHARE_PERCENT` of the last `patience`
+    /// quiet rounds (a streak would start over at one noisy round).
+    fn lasted(&self, kind: Kind, patience: u32) -> bool {
+        let held = self.recent.iter().filter(|k| **k == kind).count() as u64;
+        self.recent.len() as u64 == u64::from(patience)
+            && self.recent.back() == Some(&kind)
+            && held * 100 >= u64::from(patience) * PATIENCE_SHARE_PERCENT
+    }
+}
+
+/// The share of the patience window in which a taker must have missed its target (or a giver had slack).
+const PATIENCE_SHARE_PERCENT: u64 = 80;
 
 pub struct SetPlanner {
     config: SetsConfig,
@@ -99,31 +122,37 @@ impl SetPlanner {
             // Only quiet rounds count: what a round measures while data moves says little of the sets
             // after.
             self.cooldown_left = self.cooldown_left.saturating_sub(u32::from(!moving));
-            for t in self.tracks.values_mut() {
-                (t.missing_rounds, t.slack_rounds) = (0, 0);
-            }
+            self.tracks.values_mut().for_each(|t| t.recent.clear());
             return vec![];
         }
         self.count(holdings, verdicts);
         let decisions = self.plan(holdings, verdicts);
         if !decisions.is_empty() {
             self.cooldown_left = self.config.cooldown_rounds;
-            for t in self.tracks.values_mut() {
-                (t.missing_rounds, t.slack_rounds) = (0, 0);
-            }
+            self.tracks.values_mut().for_each(|t| t.recent.clear());
         }
         debug_assert!(decisions.iter().all(|d| holdings[&d.from].contains(&d.set) && d.from != d.to));
         decisions
     }
 
     fn count(&mut self, holdings: &BTreeMap<String, Vec<usize>>, verdicts: &BTreeMap<String, Verdict>) {
+        let patience = self.config.patience_rounds as usize;
         for name in holdings.keys() {
-            let t = self.tracks.entry(name.clone()).or_insert(Track { grant: 1, ..Track::default() });
-            match verdicts.get(name) {
-                Some(Verdict::Missing(..)) => (t.missing_rounds, t.slack_rounds) = (t.missing_rounds + 1, 0),
-                Some(Verdict::Slack(_)) => (t.missing_rounds, t.slack_rounds, t.grant) = (0, t.slack_rounds + 1, 1),
-                Some(Verdict::Met) | None => (t.missing_rounds, t.slack_rounds, t.grant) = (0, 0, 1),
+            let t = self.tracks.entry(name.clone()).or_insert(Track { recent: VecDeque::new(), grant: 1 });
+            let kind = match verdicts.get(name) {
+                Some(Verdict::Missing(..)) => Kind::Missing,
+                Some(Verdict::Slack(_)) => Kind::Slack,
+                Some(Verdict::Met) | None => Kind::Met,
+            };
+            if kind == Kind::Slack {
+                // It needs no more: its next gain starts from one set again.
+                t.grant = 1;
             }
+            if t.recent.len() == patience {
+                t.recent.pop_front();
+            }
+            t.recent.push_back(kind);
+            debug_assert!(t.recent.len() <= patience);
         }
     }
 
@@ -136,7 +165,7 @@ impl SetPlanner {
         let floor = self.config.floor_sets as usize;
         let mut missing: Vec<(f64, &String, &str)> = holdings
             .keys()
-            .filter(|n| self.tracks[*n].missing_rounds >= patience)
+            .filter(|n| self.tracks[*n].lasted(Kind::Missing, patience))
             .filter_map(|n| match verdicts.get(n) {
                 Some(Verdict::Missing(by, why)) => Some((*by, n, why.as_str())),
                 _ => None,
@@ -146,7 +175,7 @@ impl SetPlanner {
         missing.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.cmp(b.1)));
         let mut spare: BTreeMap<&String, Vec<usize>> = holdings
             .iter()
-            .filter(|(n, sets)| self.tracks[*n].slack_rounds >= patience && sets.len() > floor)
+            .filter(|(n, sets)| self.tracks[*n].lasted(Kind::Slack, patience) && sets.len() > floor)
             .map(|(n, sets)| (n, sets.clone()))
             .collect();
         let mut decisions = vec![];
@@ -163,7 +192,7 @@ impl SetPlanner {
                 let sets = spare.remove(donor).expect("a donor");
                 let set = *sets.last().expect("a donor holds more than its floor");
                 let reason = format!(
-                    "{name} missing its target {patience} rounds ({why}), {donor} with slack as long: \
+                    "{name} missing its target in most of {patience} rounds ({why}), {donor} with slack as long: \
                      set {set} moves ({} of {want} asked)",
                     got + 1
                 );
@@ -248,6 +277,27 @@ mod tests {
         assert_eq!(p.decide(&h2, &v2, false), vec![], "patience again");
         let d = p.decide(&h2, &v2, false);
         assert_eq!(d.iter().map(|d| (d.set, d.from.as_str())).collect::<Vec<_>>(), vec![(3, "default"), (7, "large")]);
+    }
+
+    #[test]
+    fn one_round_within_the_target_does_not_start_the_patience_over() {
+        let mut p = SetPlanner::new(SetsConfig { patience_rounds: 5, ..config() }).unwrap();
+        let h = holdings(&[("default", &[0, 1]), ("small", &[2])]);
+        let round = |p: &mut SetPlanner, small: Verdict| {
+            p.decide(&h, &verdicts(&[("default", slack()), ("small", small)]), false)
+        };
+        for _ in 0..2 {
+            assert_eq!(round(&mut p, missing()), vec![]);
+        }
+        assert_eq!(round(&mut p, Verdict::Met), vec![]);
+        assert_eq!(round(&mut p, missing()), vec![]);
+        assert_eq!(round(&mut p, missing()).len(), 1, "four of five rounds missed, the last among them");
+        // Two rounds within it out of five are too many.
+        let mut p = SetPlanner::new(SetsConfig { patience_rounds: 5, ..config() }).unwrap();
+        for v in [missing(), Verdict::Met, missing(), Verdict::Met, missing(), missing()] {
+            assert_eq!(round(&mut p, v), vec![]);
+        }
+        assert_eq!(round(&mut p, missing()).len(), 1, "the window slid past them");
     }
 
     #[test]
