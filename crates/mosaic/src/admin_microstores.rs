@@ -16,8 +16,10 @@ pub const CLUSTER_SETTING: &str = "microstores";
 /// Tries of a change that other nodes' changes to the cluster's microstores refused.
 const CLUSTER_CHANGE_TRIES: usize = 5;
 
-/// A change on a cluster node (call it off the async runtime: it waits for the map). The node first takes
-/// the map's catalog if it has not yet, so the change is planned from what every node serves.
+/// A change on a cluster node (call it off the async runtime: it waits for the map). It is planned on a
+/// scratch copy of the map's catalog (so no lock of the microstores that serve requests is held while the
+/// map decides), set in the map from its version, then saved and served here; every other node applies it
+/// as its map arrives.
 pub fn route_in_cluster(
     ms: &Microstores,
     data_dir: &Path,
@@ -28,26 +30,53 @@ pub fn route_in_cluster(
     if method == "GET" {
         return route(ms, data_dir, 0, method, path);
     }
+    let failed = |e: String| (500, serde_json::json!({ "error": format!("the cluster's microstores: {e}") }));
     let runtime = tokio::runtime::Handle::current();
-    let mut last = serde_json::Value::Null;
+    let mut last = String::new();
     for _ in 0..CLUSTER_CHANGE_TRIES {
         let shared = cluster.shared(CLUSTER_SETTING);
         let version = shared.as_ref().map_or(0, |s| s.version);
-        if let Some(Err(e)) = shared.as_ref().map(|s| apply_cluster(ms, data_dir, &s.value)) {
-            return (500, serde_json::json!({ "error": format!("the cluster's microstores: {e}") }));
-        }
-        let publish = |c: &Catalog| {
-            let text = mosaic::datadir_format::encode_microstores(c)?;
-            runtime.block_on(cluster.set_shared(CLUSTER_SETTING, text, version + 1))?;
-            crate::microstores_file::save(data_dir, c)
+        // A map without microstores yet takes this node's (the first change after an upgrade publishes them).
+        let base = match shared.map(|s| mosaic::datadir_format::parse_microstores(&s.value)).transpose() {
+            Ok(base) => base.unwrap_or_else(|| ms.catalog()),
+            Err(e) => return failed(e),
         };
-        let (status, v) = route_with(ms, 0, method, path, &publish);
-        let refused = v["error"].as_str().is_some_and(|e| e.contains(mosaic_cluster::map::SHARED_VERSION_REFUSED));
-        if !refused {
-            return (status, v);
+        let scratch = Microstores::new(ms.config().clone(), Catalog::default())
+            .and_then(|scratch| scratch.replace_catalog(base, |_| Ok(())).map(|()| scratch));
+        let scratch = match scratch {
+            Ok(s) => s,
+            Err(e) => return failed(e),
+        };
+        let planned = parking_lot::Mutex::new(None);
+        let plan = |c: &Catalog| {
+            *planned.lock() = Some(c.clone());
+            Ok(())
+        };
+        let (status, mut v) = route_with(&scratch, 0, method, path, &plan);
+        // Refused (or nothing to change): answered as planned.
+        let Some(next) = planned.into_inner() else { return (status, v) };
+        let text = match mosaic::datadir_format::encode_microstores(&next) {
+            Ok(t) => t,
+            Err(e) => return failed(e),
+        };
+        match runtime.block_on(cluster.set_shared(CLUSTER_SETTING, text, version + 1)) {
+            Ok(()) => {}
+            // Another node changed the microstores since this one read them: plan again from theirs.
+            Err(e) if e.contains(mosaic_cluster::map::SHARED_VERSION_REFUSED) => {
+                last = e;
+                continue;
+            }
+            Err(e) => return (409, serde_json::json!({ "error": e })),
         }
-        // Another node changed the microstores since this one read them: plan again from theirs.
-        last = v;
+        // Served here at once (the map's follower then finds it applied).
+        if let Err(e) = ms.replace_catalog(next, |c| crate::microstores_file::save(data_dir, c)) {
+            return failed(e);
+        }
+        let parts: Vec<&str> = path.trim_start_matches("/admin/v1/microstores/").split('/').collect();
+        if let Some(route) = route_of(ms, &parts) {
+            v["routes_to"] = route.into();
+        }
+        return (status, v);
     }
     (
         409,
