@@ -341,12 +341,17 @@ impl Microstores {
     /// A bucket was deleted: its window goes, and its hand assignment (a new bucket of the same name starts
     /// with none), stored through the saver.
     pub fn bucket_deleted(&self, bucket: &str) -> Result<(), String> {
-        let save = |c: &Catalog| self.saver.as_ref().map_or(Ok(()), |s| s(c));
+        let save = |c: &Catalog| self.store(c);
         self.forget_bucket(bucket, save)?;
         if let Some(hook) = &self.forget_hook {
             hook(bucket);
         }
         Ok(())
+    }
+
+    /// Stores a catalog through the saver (nothing to do without one).
+    fn store(&self, catalog: &Catalog) -> Result<(), String> {
+        self.saver.as_ref().map_or(Ok(()), |s| s(catalog))
     }
 
     /// Who is told of each deleted bucket after this node forgot it.
@@ -439,7 +444,7 @@ impl Microstores {
     /// Records where the data of the buckets placed nowhere else is (None: on every set), stored through
     /// the saver first.
     pub fn set_home(&self, home: Option<BucketPlacement>) -> Result<(), String> {
-        let save = |c: &Catalog| self.saver.as_ref().map_or(Ok(()), |s| s(c));
+        let save = |c: &Catalog| self.store(c);
         self.change(save, |c| {
             c.home = home;
             Ok(())
@@ -448,7 +453,7 @@ impl Microstores {
 
     /// Records where a bucket's data is (None: on every set), stored through the saver first.
     pub fn set_placement(&self, bucket: &str, placement: Option<BucketPlacement>) -> Result<(), String> {
-        let save = |c: &Catalog| self.saver.as_ref().map_or(Ok(()), |s| s(c));
+        let save = |c: &Catalog| self.store(c);
         self.change(save, |c| {
             match placement {
                 Some(p) => c.placements.insert(bucket.to_string(), p),
@@ -529,14 +534,19 @@ impl Microstores {
             c.buckets.retain(|_, ms| ms != name);
             Ok(())
         })?;
-        let held = manager.remove(name).map(|h| h.workers).unwrap_or(0);
-        self.bandwidth.lock().forget(name);
-        manager.grant(DEFAULT, held);
         let mut inner = self.inner.write();
-        // Requests admitted there finish on their permits; new ones route elsewhere.
-        inner.pools.remove(name);
+        self.drop_holding(&mut manager, &mut inner, name);
         inner.pools[DEFAULT].resize(manager.workers(DEFAULT).expect("the default microstore is held"));
         Ok(())
+    }
+
+    /// A microstore's workers go back to the default one, its bandwidth cap and worker pool go (requests
+    /// admitted there finish on their permits; new ones route elsewhere).
+    fn drop_holding(&self, manager: &mut ResourceManager, inner: &mut Inner, name: &str) {
+        let held = manager.remove(name).map(|h| h.workers).unwrap_or(0);
+        manager.grant(DEFAULT, held);
+        self.bandwidth.lock().forget(name);
+        inner.pools.remove(name);
     }
 
     /// Takes a whole catalog (a cluster's, as its map has it): microstores it lacks are deleted, those it
@@ -582,10 +592,7 @@ impl Microstores {
         })?;
         let mut inner = self.inner.write();
         for name in &gone {
-            let held = manager.remove(name).map(|h| h.workers).unwrap_or(0);
-            manager.grant(DEFAULT, held);
-            self.bandwidth.lock().forget(name);
-            inner.pools.remove(name);
+            self.drop_holding(&mut manager, &mut inner, name);
         }
         for ((name, d), want) in added.into_iter().zip(grants) {
             let short = want.saturating_sub(manager.free_workers());
@@ -692,7 +699,7 @@ impl Microstores {
             return (decisions, None);
         }
         let after = crate::sets::apply(&holdings, &decisions);
-        let save = |c: &Catalog| self.saver.as_ref().map_or(Ok(()), |s| s(c));
+        let save = |c: &Catalog| self.store(c);
         let stored = self.change(save, |c| {
             for (name, sets) in after.iter().filter(|(n, _)| n.as_str() != DEFAULT) {
                 let d = c.microstores.get_mut(name).ok_or_else(|| format!("microstore {name} is gone"))?;
