@@ -21,7 +21,9 @@
 # (per drive, default 4GiB), SETS (1: six drives, one 3+3 set; 2: twelve drives, two 3+3 sets, every mode),
 # MODES (default "monolith static adaptive", with SETS=2 also "sets sets-static"), ABCD_MODES (default
 # "monolith adaptive"), LOAD_CHANGE (default 1; 0 skips it), LOAD_CHANGE_MODE (adaptive or lc-sets),
-# MOVE_SETS (default true; false: the resource manager moves no set, the ablation).
+# MOVE_SETS (default true; false: the resource manager moves no set, the ablation), IO_SHARES (default true;
+# false: drives do not schedule IO by microstore, the ablation), IO_IN_FLIGHT (default 8MiB: device bytes a
+# drive lets be in flight before IO waits its turn by share).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:?OUT directory}
@@ -49,7 +51,7 @@ mkdir -p "$OUT"
   echo "date: $(date -u +%FT%TZ)"
   echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM, $(uname -sr)"
   echo "build: $("$BIN" --version) (commit $(git rev-parse --short HEAD))"
-  echo "server: $DRIVES drives of ${DRIVE_SIZE:-4GiB} (thin files, $SETS 3+3 set(s)), [microstores] window_slot = 1s, floor_workers = 2, set_patience_rounds = 10, move_sets = ${MOVE_SETS:-true}"
+  echo "server: $DRIVES drives of ${DRIVE_SIZE:-4GiB} (thin files, $SETS 3+3 set(s)), [microstores] window_slot = 1s, floor_workers = 2, set_patience_rounds = 10, move_sets = ${MOVE_SETS:-true}, io_shares = ${IO_SHARES:-true}, io_in_flight = ${IO_IN_FLIGHT:-8MiB}"
   echo "load change: ${LOAD_CHANGE_MODE:-adaptive} (lc-sets: sixteen drives of 2+2, four sets; small owns set 0 with a 40 ms target, large set 1)"
   echo "command: mosaic bench s3 --workload tenants --tenants cosbench-b,cosbench-d:$LARGE --duration $DURATION --concurrency $CONC --warmup 3s --seed 1"
 } >"$OUT/machine.txt"
@@ -62,7 +64,8 @@ start_server() { # MODE
   [[ $1 == static || $1 == sets-static ]] && adapt=false
   [[ $1 == sets* || $1 == lc-sets ]] && small_sets=(--sets 0) && large_sets=(--sets 1)
   [[ $1 == lc-sets ]] && erasure=2+2 count=16 small_target=40
-  printf '[microstores]\nwindow_slot = "1s"\nwindow_slots = 10\nfloor_workers = 2\nadapt = %s\nset_patience_rounds = 10\nmove_sets = %s\n' "$adapt" "${MOVE_SETS:-true}" >"$DIR/mosaic.toml"
+  printf '[microstores]\nwindow_slot = "1s"\nwindow_slots = 10\nfloor_workers = 2\nadapt = %s\nset_patience_rounds = 10\nmove_sets = %s\nio_shares = %s\nio_in_flight = "%s"\n' \
+    "$adapt" "${MOVE_SETS:-true}" "${IO_SHARES:-true}" "${IO_IN_FLIGHT:-8MiB}" >"$DIR/mosaic.toml"
   local drives=()
   for i in $(seq 0 $((count - 1))); do drives+=(--drive "$DIR/d$i"); done
   "$BIN" server --data "$DIR/data" "${drives[@]}" --erasure $erasure --drive-size "${DRIVE_SIZE:-4GiB}" --config "$DIR/mosaic.toml" \
@@ -141,7 +144,7 @@ fi
     # The default microstore's sets are the home (null: every set).
     jq -c --argjson t "$(echo "$(date +%s.%N) - $t0" | bc)" --argjson all "$all_sets" '(.home.sets // null) as $home | {t: $t,
       moving: (([.placements[] | select(.moving_from != null)] | length) + (if .home.moving_from then 1 else 0 end)),
-      microstores: [.microstores[] | {name, target, workers, bandwidth_cap_mib_s, in_use, waiting, last_round,
+      microstores: [.microstores[] | {name, target, workers, bandwidth_cap_mib_s, in_use, waiting, last_round, io_points, io_served_bytes,
         sets: (if .name == "default" then ($home // [range($all)]) else .sets end)}]}' <<<"$s" >>"$OUT/load-change/status.jsonl"
     sleep 1
   done

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Plots a microstore status time series (JSON lines from bench-microstores.sh) as an SVG with four panels:
+"""Plots a microstore status time series (JSON lines from bench-microstores.sh) as an SVG with five panels:
 each microstore's p99 latency per round (as the server measured it), the object bytes it moved and its
-bandwidth cap (dashed), the request workers it holds, and the erasure sets it holds (the default
-microstore's: the home), over time; shaded where some bucket's data moved between sets.
+bandwidth cap (dashed), the request workers it holds, the erasure sets it holds (the default
+microstore's: the home), and its points of drive IO (the default one's left out: it holds the rest of
+10,000), over time; shaded where some bucket's data moved between sets.
 
     scripts/plot-microstores.py STATUS.jsonl OUT.svg
 """
@@ -11,7 +12,7 @@ import sys
 
 COLORS = {"small": "#1f77b4", "large": "#d62728", "default": "#7f7f7f"}
 W, PAD_L, PAD_R, PAD_T, PANEL_H, GAP = 760, 70, 120, 30, 150, 50
-PANELS = 4
+PANELS = 5
 H = PAD_T + PANELS * PANEL_H + (PANELS - 1) * GAP + 40
 DASHED = "6 4"
 
@@ -91,6 +92,7 @@ def main():
     caps = series(points, lambda m: m.get("bandwidth_cap_mib_s"))
     workers = series(points, lambda m: m.get("workers"))
     sets = series(points, lambda m: len(m["sets"]) if m.get("sets") is not None else None)
+    io_points = series(points, lambda m: m.get("io_points") if m["name"] != "default" else None)
     moving = spans(points)
     svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif">',
            f'<rect width="{W}" height="{H}" fill="white"/>']
@@ -100,7 +102,9 @@ def main():
     panel(svg, top(1), "object bytes moved per round; dashed: bandwidth cap", "MiB/s", moved, t_max, caps, moving)
     panel(svg, top(2), "request workers held", "workers", workers, t_max, moving=moving)
     panel(svg, top(3), "erasure sets held (default: the home)", "sets", sets, t_max, moving=moving)
-    base = top(3) + PANEL_H
+    panel(svg, top(4), "points of drive IO held (the default one holds the rest of 10,000)", "points", io_points, t_max,
+          moving=moving)
+    base = top(4) + PANEL_H
     for i in range(6):
         t = t_max * i / 5
         xx = PAD_L + (W - PAD_L - PAD_R) * t / t_max

@@ -41,7 +41,8 @@ impl Kind {
             // 3: bulk bytes travel as the body's payload, after the value.
             // 4: drive requests carry the caller's capability.
             // 5: drive requests say whether a client waits for them (foreground work).
-            Kind::Drive => 5,
+            // 6: drive requests name the IO share they run in (their microstore's).
+            Kind::Drive => 6,
             _ => 1,
         }
     }
@@ -241,9 +242,9 @@ mod tests {
         *flipped.last_mut().unwrap() ^= 1;
         assert_eq!(decode_binary::<(String, u64)>(Kind::Drive, &Bytes::from(flipped)), Err(FrameError::Checksum));
         let mut older = raw.to_vec();
-        older[5] = 4;
+        older[5] = 5;
         let refused = decode_binary::<(String, u64)>(Kind::Drive, &Bytes::from(older));
-        assert_eq!(refused, Err(FrameError::Version { kind: Kind::Drive as u8, got: 4, want: 5 }));
+        assert_eq!(refused, Err(FrameError::Version { kind: Kind::Drive as u8, got: 5, want: 6 }));
         assert!(matches!(
             encode_binary(Kind::Drive, &0u8, &vec![0u8; MAX_BODY_BYTES]),
             Err(FrameError::TooLarge(n)) if n > MAX_BODY_BYTES

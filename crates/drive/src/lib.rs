@@ -59,8 +59,10 @@ pub fn store_error(e: EngineError) -> StoreError {
     StoreError { kind, op_index: op, message: e.cause().to_string() }
 }
 
+/// Runs engine work on a blocking thread, in the IO share of the task that asks for it.
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, EngineError> + Send + 'static) -> StoreResult<T> {
-    match tokio::task::spawn_blocking(f).await {
+    let share = mosaic_store::io_share();
+    match tokio::task::spawn_blocking(move || mosaic_store::on_thread_with_share(share, f)).await {
         Ok(r) => r.map_err(store_error),
         Err(e) => Err(StoreError::internal(format!("a drive worker failed: {e}"))),
     }

@@ -44,6 +44,7 @@ mod plan;
 mod qos;
 mod reader;
 mod scrubber;
+mod shares;
 mod space;
 mod stats;
 mod superblock;
@@ -69,6 +70,7 @@ pub use plan::{MAX_ATTR_KEY_BYTES, MAX_ATTR_VALUE_BYTES, MAX_NAME_BYTES, MAX_NAM
 pub use qos::{PerClass, Priority, PriorityGuard};
 pub use reader::{NameEntry, ObjectInfo, Reader};
 pub use scrubber::ScrubStatus;
+pub use shares::ScheduledDevice;
 pub use stats::EngineStats;
 pub use superblock::{BLOCK_SIZE_BYTES, FORMAT_VERSION, Superblock};
 pub use txn::{Op, Outcome, Staged, Transaction};

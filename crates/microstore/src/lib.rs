@@ -10,10 +10,12 @@
 //! - `monitor`: the windows and classes of every bucket, bounded in count.
 //! - `manager`: the resource manager: which microstore gains or gives back workers, and why.
 //! - `sets`: which erasure sets move between microstores (their drives), and why.
+//! - `io`: each microstore's points of drive IO, and the share ids its requests run in.
 
 pub mod bandwidth;
 pub mod class;
 pub mod histogram;
+pub mod io;
 pub mod manager;
 pub mod monitor;
 pub mod pacer;

@@ -273,12 +273,23 @@ impl ResourceManager {
     /// take their grants from the free pool and then from those with slack. Microstores without an
     /// observation are left as they are.
     pub fn decide(&mut self, observations: &BTreeMap<String, Observation>) -> Vec<Decision> {
+        let verdicts = self.verdicts(observations);
+        self.decide_on(verdicts, observations)
+    }
+
+    /// `decide` on verdicts given (an IO share's: `target_verdicts`, since a share of the drives may be
+    /// what a microstore whose workers idle is short of).
+    pub fn decide_on(
+        &mut self,
+        verdicts: BTreeMap<String, Verdict>,
+        observations: &BTreeMap<String, Observation>,
+    ) -> Vec<Decision> {
         self.check();
         let before: BTreeMap<String, u32> = self.holdings.iter().map(|(n, h)| (n.clone(), h.workers)).collect();
         let mut reasons: BTreeMap<String, String> = BTreeMap::new();
         let mut missing = vec![];
         let mut slack = vec![];
-        for (name, verdict) in self.verdicts(observations) {
+        for (name, verdict) in verdicts.into_iter().filter(|(n, _)| self.holdings.contains_key(n)) {
             match verdict {
                 Verdict::Missing(by, why) => missing.push((by, name, why)),
                 Verdict::Slack(why) => slack.push((name, why)),

@@ -4,6 +4,7 @@
 
 use crate::bandwidth::{Bandwidth, BandwidthConfig, BandwidthDecision};
 use crate::class::Class;
+use crate::io::{IoConfig, IoDecision, IoPlanner};
 use crate::manager::{Decision, ManagerConfig, Observation, ResourceManager, Target};
 use crate::monitor::{BucketStatus, Monitor, MonitorConfig};
 use crate::sets::{SetDecision, SetPlanner, SetsConfig};
@@ -152,6 +153,8 @@ pub struct Config {
     pub bandwidth: BandwidthConfig,
     /// How sets move between microstores (when adapting, on a server of several sets).
     pub sets: SetsConfig,
+    /// How drive IO is shared among microstores.
+    pub io: IoConfig,
 }
 
 impl Default for Config {
@@ -165,6 +168,7 @@ impl Default for Config {
             adapt: true,
             bandwidth: BandwidthConfig::default(),
             sets: SetsConfig::default(),
+            io: IoConfig::default(),
         }
     }
 }
@@ -176,6 +180,7 @@ pub enum AnyDecision {
     Workers(Decision),
     Bandwidth(BandwidthDecision),
     Sets(SetDecision),
+    Io(IoDecision),
 }
 
 /// A decision with the time it was taken (ms since the registry started).
@@ -196,6 +201,8 @@ pub struct RoundReport {
     pub sets: Vec<SetDecision>,
     /// Why the sets decided could not be stored (then none moved).
     pub sets_error: Option<String>,
+    /// IO points moved between microstores.
+    pub io: Vec<IoDecision>,
     pub observations: BTreeMap<String, Observation>,
 }
 
@@ -209,6 +216,11 @@ pub struct MicrostoreStatus {
     pub workers: u32,
     /// Its object bytes are paced to this; None: unlimited.
     pub bandwidth_cap_mib_s: Option<f64>,
+    /// Its points of drive IO (None: it runs unshared) and what the drives served it.
+    pub io_points: Option<u32>,
+    pub io_served_bytes: u64,
+    pub io_waited_ios: u64,
+    pub io_wait_ms: f64,
     pub in_use: u32,
     pub waiting: u32,
     pub refused: u64,
@@ -245,6 +257,8 @@ struct Inner {
     /// Whether some microstore serves a class (else routing never asks the monitor: one lock less per
     /// request on a server that defines none).
     any_class: bool,
+    /// Each microstore's IO share (as the IO planner has them; read per request).
+    share_ids: BTreeMap<String, mosaic_store::ShareId>,
 }
 
 fn any_class(catalog: &Catalog) -> bool {
@@ -257,6 +271,8 @@ pub struct Microstores {
     manager: Mutex<ResourceManager>,
     bandwidth: Mutex<Bandwidth>,
     planner: Mutex<SetPlanner>,
+    /// Locked after `manager` and `inner` when with them.
+    io: Mutex<IoPlanner>,
     /// The erasure sets microstores may own (0: none, the store is one set or a cluster's).
     set_count: usize,
     inner: RwLock<Inner>,
@@ -287,6 +303,7 @@ impl Microstores {
         })?;
         let monitor = Monitor::new(config.monitor.clone())?;
         let planner = SetPlanner::new(config.sets.clone())?;
+        let io = IoPlanner::new(config.io.clone(), &config.manager)?;
         catalog.microstores.remove(DEFAULT);
         catalog.validate()?;
         let mut pools = BTreeMap::new();
@@ -304,14 +321,18 @@ impl Microstores {
             Definition { target: config.default_target, class: None, workers, sets: vec![] },
         );
         let now = Instant::now();
+        let mut inner = Inner { any_class: any_class(&catalog), catalog, pools, share_ids: BTreeMap::new() };
+        let mut io = Mutex::new(io);
+        sync_io(io.get_mut(), &mut inner);
         Ok(Microstores {
             config,
             monitor,
             manager: Mutex::new(manager),
             bandwidth: Mutex::new(bandwidth),
             planner: Mutex::new(planner),
+            io,
             set_count: 0,
-            inner: RwLock::new(Inner { any_class: any_class(&catalog), catalog, pools }),
+            inner: RwLock::new(inner),
             decisions: Mutex::new(VecDeque::new()),
             started: now,
             last_round: Mutex::new(now),
@@ -332,6 +353,12 @@ impl Microstores {
     }
 
     /// The number of erasure sets microstores may own (the server's pool; 0, the default: none).
+    /// Schedules the node's drive IO by microstore through `shares` (the table its drives' schedulers read).
+    pub fn with_io_shares(mut self, shares: std::sync::Arc<mosaic_store::IoShares>) -> Microstores {
+        self.io.get_mut().with_shares(shares);
+        self
+    }
+
     pub fn with_sets(mut self, set_count: usize) -> Microstores {
         assert!(set_count <= MAX_SETS, "at most {MAX_SETS} sets");
         self.set_count = set_count;
@@ -379,12 +406,12 @@ impl Microstores {
 
     /// Admits a request into its bucket's microstore (waiting for a worker, bounded).
     pub async fn admit(&self, bucket: Option<&str>) -> Result<Admission, Refused> {
-        let pool = {
+        let (pool, share) = {
             let inner = self.inner.read();
             let name = route_in(&inner, &self.monitor, bucket);
-            inner.pools[name].clone()
+            (inner.pools[name].clone(), inner.share_ids.get(name).copied().unwrap_or(mosaic_store::UNSHARED))
         };
-        pool.admit().await
+        Ok(pool.admit().await?.in_io_share(share))
     }
 
     /// Counts a finished request in its bucket's window.
@@ -518,6 +545,7 @@ impl Microstores {
         let mut inner = self.inner.write();
         inner.pools.insert(name.to_string(), pool);
         inner.pools[DEFAULT].resize(manager.workers(DEFAULT).expect("the default microstore is held"));
+        sync_io(&mut self.io.lock(), &mut inner);
         Ok(())
     }
 
@@ -537,6 +565,7 @@ impl Microstores {
         let mut inner = self.inner.write();
         self.drop_holding(&mut manager, &mut inner, name);
         inner.pools[DEFAULT].resize(manager.workers(DEFAULT).expect("the default microstore is held"));
+        sync_io(&mut self.io.lock(), &mut inner);
         Ok(())
     }
 
@@ -602,6 +631,7 @@ impl Microstores {
         }
         inner.pools[DEFAULT].resize(manager.workers(DEFAULT).expect("the default microstore is held"));
         debug_assert_eq!(inner.pools.len(), manager.holdings().len());
+        sync_io(&mut self.io.lock(), &mut inner);
         Ok(())
     }
 
@@ -666,6 +696,11 @@ impl Microstores {
         } else {
             (vec![], None)
         };
+        let io = if self.config.adapt && self.config.io.enabled {
+            self.io.lock().decide(manager.target_verdicts(&observations), &observations)
+        } else {
+            vec![]
+        };
         let caps = self.bandwidth.lock();
         for (name, pool) in &pools {
             if let Some(w) = manager.workers(name) {
@@ -677,6 +712,7 @@ impl Microstores {
         let mut log = self.decisions.lock();
         let all = decisions.iter().cloned().map(AnyDecision::Workers);
         let all = all.chain(bandwidth.iter().cloned().map(AnyDecision::Bandwidth));
+        let all = all.chain(io.iter().cloned().map(AnyDecision::Io));
         for d in all.chain(sets.iter().cloned().map(AnyDecision::Sets)) {
             if log.len() == DECISIONS_KEPT {
                 log.pop_front();
@@ -684,7 +720,7 @@ impl Microstores {
             log.push_back(LoggedDecision { at_ms: now_ms, decision: d });
         }
         *self.last_observations.lock() = observations.clone();
-        RoundReport { class_changes, decisions, bandwidth, sets, sets_error, observations }
+        RoundReport { class_changes, decisions, bandwidth, sets, sets_error, io, observations }
     }
 
     /// The set planner's round: the sets it moves are stored in the catalog (through the saver; all or
@@ -755,12 +791,14 @@ impl Microstores {
         let inner = self.inner.read();
         let observed = self.last_observations.lock().clone();
         let caps = self.bandwidth.lock();
+        let io = self.io.lock();
         let microstores = inner
             .catalog
             .microstores
             .iter()
             .map(|(name, d)| {
                 let pool = &inner.pools[name];
+                let served = io.stats(name).unwrap_or_default();
                 MicrostoreStatus {
                     name: name.clone(),
                     target: manager.holdings().get(name).map(|h| h.target).unwrap_or(d.target),
@@ -768,6 +806,10 @@ impl Microstores {
                     sets: d.sets.clone(),
                     workers: pool.workers(),
                     bandwidth_cap_mib_s: caps.cap_mib_s(name),
+                    io_points: io.points(name),
+                    io_served_bytes: served.served_bytes,
+                    io_waited_ios: served.waited_ios,
+                    io_wait_ms: served.wait_us as f64 / 1000.0,
                     in_use: pool.in_use(),
                     waiting: pool.waiting(),
                     refused: pool.refused(),
@@ -802,6 +844,13 @@ impl Microstores {
             home: inner.catalog.home.clone(),
         }
     }
+}
+
+/// Gives the IO planner the microstores of the catalog and takes their share ids.
+fn sync_io(io: &mut IoPlanner, inner: &mut Inner) {
+    let targets = inner.catalog.microstores.iter().map(|(n, d)| (n.clone(), d.target)).collect();
+    io.sync(&targets, DEFAULT);
+    inner.share_ids = io.share_ids();
 }
 
 /// The microstore of a bucket: assigned by hand, else the first (by name) serving its class, else default.
@@ -979,7 +1028,39 @@ mod tests {
         let d: Vec<_> =
             r.decisions.iter().map(|d| (d.microstore.as_str(), d.workers_before, d.workers_after)).collect();
         assert_eq!(d, vec![(DEFAULT, 30, 26), ("games", 2, 6)], "{:?}", r.decisions);
-        assert_eq!(m.status().decisions.len(), 2);
+        // Its points of drive IO follow the same verdict: the default one's slack gives a step.
+        let io: Vec<_> = r.io.iter().map(|d| (d.microstore.as_str(), d.io_points_before, d.io_points_after)).collect();
+        assert_eq!(io, vec![(DEFAULT, 9_900, 9_890), ("games", 100, 110)], "{:?}", r.io);
+        let status = m.status();
+        assert_eq!(status.decisions.len(), 4);
+        let games = status.microstores.iter().find(|s| s.name == "games").unwrap();
+        assert_eq!(games.io_points, Some(110));
+    }
+
+    #[tokio::test]
+    async fn requests_run_in_their_microstore_s_io_share_and_its_weight_follows_the_points() {
+        let shares = mosaic_store::IoShares::new(1 << 20, 10);
+        let m = Microstores::new(config(), Catalog::default()).unwrap().with_io_shares(shares.clone());
+        assert!(!shares.is_active(), "one microstore: drives do not schedule");
+        assert_eq!(m.admit(Some("logs")).await.unwrap().io_share(), m.admit(None).await.unwrap().io_share());
+        m.create("games", small(10.0, 2), ok).unwrap();
+        assert!(shares.is_active());
+        m.assign("scores", Some("games"), ok).unwrap();
+        let games = m.admit(Some("scores")).await.unwrap().io_share();
+        let default = m.admit(Some("logs")).await.unwrap().io_share();
+        assert!(games != default && games != mosaic_store::UNSHARED && default != mosaic_store::UNSHARED);
+        assert_eq!(shares.stats(games).unwrap().weight, 100);
+        assert_eq!(shares.stats(default).unwrap().weight, 9_900);
+        for _ in 0..50 {
+            m.admit(Some("scores")).await.unwrap().finish(1_000, 50_000);
+            m.admit(Some("logs")).await.unwrap().finish(1_000, 100);
+        }
+        m.round();
+        assert_eq!(shares.stats(games).unwrap().weight, 110);
+        m.delete("games", ok).unwrap();
+        assert!(shares.stats(games).is_none(), "a deleted microstore's share goes");
+        assert!(!shares.is_active());
+        assert_eq!(m.admit(Some("scores")).await.unwrap().io_share(), default);
     }
 
     #[test]

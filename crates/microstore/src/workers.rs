@@ -51,6 +51,8 @@ pub struct WorkerPool {
 pub struct Admission {
     pool: Arc<WorkerPool>,
     permit: Option<OwnedSemaphorePermit>,
+    /// The IO share the request runs in (its microstore's).
+    io_share: mosaic_store::ShareId,
 }
 
 impl WorkerPool {
@@ -137,7 +139,7 @@ impl WorkerPool {
 
     fn admitted(self: &Arc<Self>, permit: OwnedSemaphorePermit) -> Admission {
         self.in_use.fetch_add(1, Ordering::AcqRel);
-        Admission { pool: self.clone(), permit: Some(permit) }
+        Admission { pool: self.clone(), permit: Some(permit), io_share: mosaic_store::UNSHARED }
     }
 
     /// The pace of the pool's object bytes (unlimited unless the resource manager capped it).
@@ -152,6 +154,17 @@ impl WorkerPool {
 }
 
 impl Admission {
+    /// The admission running in `share`.
+    pub fn in_io_share(mut self, share: mosaic_store::ShareId) -> Admission {
+        self.io_share = share;
+        self
+    }
+
+    /// The IO share the request runs in.
+    pub fn io_share(&self) -> mosaic_store::ShareId {
+        self.io_share
+    }
+
     /// The pacer its bodies must follow, when its microstore's bandwidth is capped now.
     pub fn pacer(&self) -> Option<Arc<Pacer>> {
         self.pool.pacer.rate_bytes_per_s().map(|_| self.pool.pacer.clone())

@@ -167,6 +167,8 @@ pub struct DriveConfig {
     /// A cluster node's drives: each one is recorded as its own 1+0 set, since the cluster map, not this
     /// directory, groups drives into erasure sets.
     pub cluster_node: bool,
+    /// The node's IO shares: each drive schedules its device IO by them (None: straight through).
+    pub io_shares: Option<Arc<mosaic_store::IoShares>>,
 }
 
 /// The fault switches of the drives' devices, by drive directory (fault injection, testing only).
@@ -224,11 +226,15 @@ impl DriveConfig {
         } else {
             Arc::new(d)
         };
-        match &self.faults {
+        let d: Arc<dyn mosaic_engine::Device> = match &self.faults {
             Some(faults) => {
                 let switch = faults.lock().entry(drive.to_path_buf()).or_default().clone();
                 Arc::new(mosaic_engine::FaultyDevice::new(d, switch))
             }
+            None => d,
+        };
+        match &self.io_shares {
+            Some(shares) => Arc::new(mosaic_engine::ScheduledDevice::new(d, shares.clone())),
             None => d,
         }
     }

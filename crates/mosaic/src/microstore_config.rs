@@ -46,6 +46,16 @@ pub struct MicrostoresFile {
     pub set_cooldown_rounds: Option<u32>,
     /// Sets a microstore that owns sets keeps at least.
     pub set_floor: Option<u32>,
+    /// Whether drives schedule their IO by microstore (on by default; only with two or more microstores).
+    pub io_shares: Option<bool>,
+    /// A new microstore's points of drive IO (of 10000), its floor, and the step they move by.
+    pub io_start_points: Option<u32>,
+    pub io_floor_points: Option<u32>,
+    pub io_step_points: Option<u32>,
+    /// The weight of work no microstore asked for (moves, heal, upkeep).
+    pub io_unshared_points: Option<u32>,
+    /// Device bytes a drive lets be in flight before IO waits its turn by share, e.g. "8MiB".
+    pub io_in_flight: Option<String>,
 }
 
 /// The default pace of a bucket's move between sets.
@@ -116,6 +126,16 @@ pub fn resolve(file: Option<&MicrostoresFile>) -> Result<MicrostoresConfig, Stri
     sets.patience_rounds = f.set_patience_rounds.unwrap_or(sets.patience_rounds);
     sets.cooldown_rounds = f.set_cooldown_rounds.unwrap_or(sets.cooldown_rounds);
     sets.floor_sets = f.set_floor.unwrap_or(sets.floor_sets);
+    let io = &mut c.io;
+    io.enabled = f.io_shares.unwrap_or(io.enabled);
+    io.start_points = f.io_start_points.unwrap_or(io.start_points);
+    io.floor_points = f.io_floor_points.unwrap_or(io.floor_points);
+    io.step_points = f.io_step_points.unwrap_or(io.step_points);
+    io.unshared_points = f.io_unshared_points.unwrap_or(io.unshared_points);
+    if let Some(v) = &f.io_in_flight {
+        io.in_flight_max_bytes = size("io_in_flight", v)?;
+    }
+    c.io.validate().map_err(|e| format!("microstores: {e}"))?;
     c.sets.validate().map_err(|e| format!("microstores: {e}"))?;
     c.bandwidth.validate().map_err(|e| format!("microstores: {e}"))?;
     c.monitor.validate().map_err(|e| format!("microstores: {e}"))?;
@@ -140,7 +160,16 @@ mod tests {
             toml::from_str("move_sets = false\nset_patience_rounds = 10000\nset_floor = 2").unwrap();
         let c = resolve(Some(&f)).unwrap();
         assert_eq!((c.sets.enabled, c.sets.patience_rounds, c.sets.floor_sets), (false, 10_000, 2));
+        let f: MicrostoresFile =
+            toml::from_str("io_shares = false\nio_step_points = 50\nio_in_flight = \"4MiB\"").unwrap();
+        let c = resolve(Some(&f)).unwrap();
+        assert_eq!((c.io.enabled, c.io.step_points, c.io.in_flight_max_bytes), (false, 50, 4 << 20));
         for bad in [
+            "io_floor_points = 0",
+            "io_floor_points = 200",
+            "io_in_flight = \"1KiB\"",
+            "io_in_flight = \"2GiB\"",
+            "io_unshared_points = 2000000",
             "workers = 0",
             "window_slot = \"0s\"",
             "slack_ratio = 2.0",

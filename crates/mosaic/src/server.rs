@@ -67,6 +67,11 @@ pub fn run(cfg: Config) -> Result<(), String> {
         ..Default::default()
     };
     let creds_env = env_credentials()?;
+    // The node's drive IO shared among microstores (inactive while only the default one exists).
+    let io_shares = (cfg.microstores_enabled && cfg.microstores.io.enabled).then(|| {
+        let io = &cfg.microstores.io;
+        mosaic_store::IoShares::new(io.in_flight_max_bytes, io.unshared_points)
+    });
     let max_op_data_bytes = engine_cfg.max_op_data_bytes as u64;
     let drive_cfg = datadir::DriveConfig {
         paths: cfg.drives.clone(),
@@ -79,6 +84,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
         faults: cfg.fault_injection.then(Default::default),
         kv_memory,
         cluster_node: cfg.cluster.is_some(),
+        io_shares: io_shares.clone(),
     };
     let opened = datadir::open_store(&cfg.data_dir, &drive_cfg)?;
     match opened.state {
@@ -200,6 +206,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
         certificates,
         prometheus,
         started,
+        io_shares,
     };
     let result = rt.block_on(serve_all(serving, listeners, cluster.clone(), (stop_tx, stop_rx)));
     let mut closed = rt.block_on(layer.shutdown());
@@ -248,6 +255,8 @@ struct Serving {
     certificates: Option<Arc<mosaic_s3::tls::Certificates>>,
     prometheus: metrics_exporter_prometheus::PrometheusHandle,
     started: Instant,
+    /// The table the drives' IO schedulers read (None: IO shares are off).
+    io_shares: Option<Arc<mosaic_store::IoShares>>,
 }
 
 /// TLS between nodes, when the cluster names the authority of the nodes' certificates: this node serves
@@ -328,7 +337,7 @@ async fn serve_all(
     cluster: Option<Arc<Cluster>>,
     (stop_tx, stop_rx): (watch::Sender<bool>, watch::Receiver<bool>),
 ) -> Result<(), String> {
-    let Serving { cfg, layer, sse_keys, drives, pool, creds, certificates, prometheus, started } = serving;
+    let Serving { cfg, layer, sse_keys, drives, pool, creds, certificates, prometheus, started, io_shares } = serving;
     let (s3_listener, admin_listener) = (listeners.s3, listeners.admin);
     let s3_bound = s3_listener.local_addr().map_err(|e| e.to_string())?;
     let admin_bound = admin_listener.local_addr().map_err(|e| e.to_string())?;
@@ -344,6 +353,9 @@ async fn serve_all(
     let pooled_sets = pool.as_ref().map_or(0, |p| p.members().len());
     let mut microstores =
         mosaic_microstore::Microstores::new(cfg.microstores.clone(), catalog)?.with_saver(saver).with_sets(pooled_sets);
+    if let Some(shares) = io_shares {
+        microstores = microstores.with_io_shares(shares);
+    }
     if let Some(cluster) = &cluster {
         // A deleted bucket's assignment goes from the cluster's catalog too.
         let (cluster, runtime) = (Arc::downgrade(cluster), tokio::runtime::Handle::current());
@@ -482,6 +494,16 @@ async fn microstore_rounds(ms: Arc<mosaic_microstore::Microstores>, mut stop: wa
             );
             metrics::counter!("mosaic_microstore_decisions_total", "microstore" => d.microstore.clone()).increment(1);
         }
+        for d in &report.io {
+            tracing::info!(
+                microstore = d.microstore,
+                before = d.io_points_before,
+                after = d.io_points_after,
+                reason = d.reason,
+                "microstore IO share moved"
+            );
+            metrics::counter!("mosaic_microstore_decisions_total", "microstore" => d.microstore.clone()).increment(1);
+        }
         for d in &report.sets {
             tracing::info!(set = d.set, from = d.from, to = d.to, reason = d.reason, "microstore set moved");
             metrics::counter!("mosaic_microstore_decisions_total", "microstore" => d.to.clone()).increment(1);
@@ -497,6 +519,10 @@ async fn microstore_rounds(ms: Arc<mosaic_microstore::Microstores>, mut stop: wa
             // 0: unlimited.
             g("mosaic_microstore_bandwidth_cap_mib_s", s.bandwidth_cap_mib_s.unwrap_or(0.0));
             g("mosaic_microstore_sets", s.sets.len() as f64);
+            // 0: it runs unshared.
+            g("mosaic_microstore_io_points", f64::from(s.io_points.unwrap_or(0)));
+            g("mosaic_microstore_io_served_bytes", s.io_served_bytes as f64);
+            g("mosaic_microstore_io_wait_ms", s.io_wait_ms);
             if let Some(o) = report.observations.get(&s.name) {
                 g("mosaic_microstore_latency_ms_p99", o.latency_ms_p99.unwrap_or(0.0));
                 g("mosaic_microstore_throughput_mib_s", o.throughput_mib_s);

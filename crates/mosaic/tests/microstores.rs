@@ -147,3 +147,44 @@ async fn buckets_are_classified_routed_and_refused_when_their_microstore_is_full
     assert_eq!(microstore(&v, "default")["workers"], 56);
     stop(s);
 }
+
+/// Each microstore's requests reach the drives in its own IO share: the bytes a bucket's PUT stages and
+/// its GET reads are counted in its microstore's share (the weight its drives schedule it by), not in
+/// another's, and the points each holds show in the status.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_microstore_s_requests_reach_the_drives_in_its_own_io_share() {
+    let d = tempfile::tempdir().unwrap();
+    let data = d.path().join("store");
+    let config = d.path().join("mosaic.toml");
+    std::fs::write(&config, "[microstores]\nwindow_slot = \"100ms\"\nadapt = false\n").unwrap();
+    let s = start(&data, &config);
+    let c = s3_client(&s.s3, AK, SK);
+    admin(&s, &["microstore", "create", "big", "--target-mib-s", "100", "--workers", "8"]);
+    admin(&s, &["microstore", "assign", "bulk", "big"]);
+    for b in ["bulk", "misc"] {
+        c.create_bucket().bucket(b).send().await.unwrap();
+    }
+    let served = |v: &serde_json::Value, name: &str| microstore(v, name)["io_served_bytes"].as_u64().unwrap();
+    let v = admin(&s, &["microstore", "status"]);
+    assert_eq!(
+        (microstore(&v, "big")["io_points"].as_u64(), microstore(&v, "default")["io_points"].as_u64()),
+        (Some(100), Some(9_900))
+    );
+    let (big0, default0) = (served(&v, "big"), served(&v, "default"));
+
+    let body: Vec<u8> = (0..8u32 << 20).map(|i| (i % 251) as u8).collect();
+    c.put_object().bucket("bulk").key("o").body(ByteStream::from(body.clone())).send().await.unwrap();
+    let v = admin(&s, &["microstore", "status"]);
+    let (big1, default1) = (served(&v, "big"), served(&v, "default"));
+    assert!(big1 - big0 >= 8 << 20, "a PUT of 8 MiB to bulk staged in big's share: {big0} -> {big1}");
+    assert!(default1 - default0 < 1 << 20, "and not in default's: {default0} -> {default1}");
+
+    c.put_object().bucket("misc").key("o").body(ByteStream::from(body.clone())).send().await.unwrap();
+    let got = c.get_object().bucket("bulk").key("o").send().await.unwrap().body.collect().await.unwrap().into_bytes();
+    assert!(got == body, "bulk's object reads back");
+    let v = admin(&s, &["microstore", "status"]);
+    let (big2, default2) = (served(&v, "big"), served(&v, "default"));
+    assert!(default2 - default1 >= 8 << 20, "a PUT of 8 MiB to misc in default's share: {default1} -> {default2}");
+    assert!(big2 - big1 >= 8 << 20, "the GET of bulk's object read in big's share: {big1} -> {big2}");
+    stop(s);
+}

@@ -54,8 +54,10 @@ impl Remote {
         let fence = caller.map(|c| c.fence.clone());
         let capability = caller.map(|c| c.capability());
         let foreground = mosaic_store::is_foreground();
+        let io_share = mosaic_store::io_share();
         let drive = self.drive.clone();
-        let mut request = Request { drive, fence, capability, foreground, release_snapshots, release_staged, command };
+        let mut request =
+            Request { drive, fence, capability, foreground, io_share, release_snapshots, release_staged, command };
         let payload = request.take_payload();
         let head = frame::encode_binary(Kind::Drive, &request, &payload).map_err(|e| self.unavailable(e))?;
         let body = Parts::new(head, payload);

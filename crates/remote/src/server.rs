@@ -323,7 +323,9 @@ where
             return Reply { opened: None, answer: Err(e) };
         };
         let mut opened = None;
-        let answer = self.command(&drive, request.command, capability.as_ref(), &mut opened).await;
+        // In the caller's IO share: this node's drives schedule the command as its microstore's.
+        let work = self.command(&drive, request.command, capability.as_ref(), &mut opened);
+        let answer = mosaic_store::with_io_share(request.io_share, work).await;
         if answer.is_err()
             && let Some(id) = opened.take()
         {

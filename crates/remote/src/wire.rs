@@ -34,6 +34,9 @@ pub struct Request {
     /// Work a client waits for (`mosaic_store::in_foreground`): the drive's node counts it as foreground
     /// work, which its own background work waits for (`mosaic_store::ForegroundWork`).
     pub foreground: bool,
+    /// The IO share the command runs in on the drive's node (`mosaic_store::io_share`: the caller's
+    /// microstore's, the same id on every node; `UNSHARED` for work of none).
+    pub io_share: mosaic_store::ShareId,
     pub release_snapshots: Vec<SnapshotId>,
     pub release_staged: Vec<StagedId>,
     pub command: Command,

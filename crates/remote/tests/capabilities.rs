@@ -68,6 +68,7 @@ async fn call(node: &Node, command: Command, capability: Option<mosaic_cluster::
         fence: Some(fence()),
         capability,
         foreground: false,
+        io_share: mosaic_store::UNSHARED,
         release_snapshots: Vec::new(),
         release_staged: Vec::new(),
         command,

@@ -6,7 +6,7 @@
 use futures::StreamExt;
 use mosaic_cluster::rpc::{self, RpcClient, Secret};
 use mosaic_drive::DriveStore;
-use mosaic_engine::{Engine, EngineConfig, SimDevice};
+use mosaic_engine::{Engine, EngineConfig, ScheduledDevice, SimDevice};
 use mosaic_erasure::{ErasureSet, SetConfig, SetGeometry};
 use mosaic_layer::testing::{body, pattern, run_suite};
 use mosaic_layer::{LayerError, ObjectLayer, Precondition, PutOptions, S3Semantics, SemanticsConfig};
@@ -18,6 +18,8 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
 const DRIVE_BYTES: u64 = 128 << 20;
+/// The IO share of the tests' client requests.
+const SHARE: mosaic_store::ShareId = 7;
 
 /// One node serving one simulated drive.
 struct Node {
@@ -25,6 +27,8 @@ struct Node {
     server: Arc<DriveServer<DriveStore>>,
     /// What the server counts as the node's foreground work.
     foreground: Arc<ForegroundWork>,
+    /// The node's IO shares (its drive schedules by them; share `SHARE` is known).
+    shares: Arc<mosaic_store::IoShares>,
     stop: Option<oneshot::Sender<()>>,
     _dir: tempfile::TempDir,
 }
@@ -34,7 +38,11 @@ impl Node {
         let dir = tempfile::tempdir().unwrap();
         let config =
             EngineConfig { kv_write_buffer_bytes: 4 << 20, kv_block_cache_bytes: 8 << 20, ..Default::default() };
-        let engine = Engine::format(dir.path(), Arc::new(SimDevice::new(DRIVE_BYTES)), config).unwrap();
+        let shares = mosaic_store::IoShares::new(8 << 20, 1);
+        shares.set_weight(SHARE, 100).unwrap();
+        shares.set_active(true);
+        let device = Arc::new(ScheduledDevice::new(Arc::new(SimDevice::new(DRIVE_BYTES)), shares.clone()));
+        let engine = Engine::format(dir.path(), device, config).unwrap();
         let foreground = ForegroundWork::new();
         let drives = HashMap::from([("d0".to_string(), Arc::new(DriveStore::new(engine)))]);
         let server = DriveServer::new(drives, None, Some(foreground.clone()));
@@ -44,7 +52,7 @@ impl Node {
         tokio::spawn(rpc::serve(listener, secret.clone(), None, server.clone(), async {
             let _ = stopped.await;
         }));
-        Node { address, server, foreground, stop: Some(stop), _dir: dir }
+        Node { address, server, foreground, shares, stop: Some(stop), _dir: dir }
     }
 
     fn stop(&mut self) {
@@ -220,4 +228,39 @@ async fn only_a_clients_commands_count_as_the_drive_nodes_foreground_work() {
     assert_eq!(mosaic_store::in_foreground(read).await, data);
     let after = begun(&nodes);
     assert!(after.iter().zip(&before).any(|(a, b)| a > b), "a client's read counted: {after:?}");
+}
+
+/// A command runs on the drive's node in the IO share of the request it was made for (the caller's
+/// microstore's, named on the wire): the bytes a client's PUT stages and its GET reads are counted in that
+/// share on every node; a set's scans run unshared there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_runs_in_the_callers_io_share_on_the_drives_node() {
+    let secret = Secret::generate();
+    let (set, nodes) = remote_set(2, 1, &secret).await;
+    let set = Arc::new(set);
+    let layer = S3Semantics::open(set.clone(), SemanticsConfig::default()).await.unwrap();
+    layer.create_bucket("bkt", None).await.unwrap();
+    let served =
+        |nodes: &[Node], share| nodes.iter().map(|n| n.shares.stats(share).unwrap().served_bytes).collect::<Vec<_>>();
+    assert_eq!(served(&nodes, SHARE), vec![0; 3]);
+    let data = pattern(9, 1 << 20);
+    let put = layer.put_object("bkt", "k", body(&data, 64 << 10), PutOptions::default());
+    mosaic_store::with_io_share(SHARE, put).await.unwrap();
+    let after_put = served(&nodes, SHARE);
+    assert!(after_put.iter().all(|&b| b >= 512 << 10), "each node staged its shard in the share: {after_put:?}");
+    let unshared = served(&nodes, mosaic_store::UNSHARED);
+    assert!(set.scan_deep().await.unwrap() > 0, "the deep scan read the shards back");
+    assert_eq!(served(&nodes, SHARE), after_put, "a scan is no request's");
+    assert!(served(&nodes, mosaic_store::UNSHARED).iter().zip(&unshared).any(|(a, b)| a > b), "it ran unshared");
+    let read = async {
+        let got = layer.get_object("bkt", "k", None, None, None, &Precondition::default()).await.unwrap();
+        let (mut out, mut body) = (Vec::new(), got.body);
+        while let Some(c) = body.next().await {
+            out.extend_from_slice(&c.unwrap());
+        }
+        out
+    };
+    assert_eq!(mosaic_store::with_io_share(SHARE, read).await, data);
+    let after_get = served(&nodes, SHARE);
+    assert!(after_get.iter().zip(&after_put).any(|(a, b)| a > b), "the GET read in the share: {after_get:?}");
 }

@@ -53,6 +53,11 @@ impl Metered {
         Metered { microstores, admission, bucket, op, size_bytes, started, pacer }
     }
 
+    /// The IO share its drive work runs in.
+    pub(crate) fn io_share(&self) -> mosaic_store::ShareId {
+        self.admission.io_share()
+    }
+
     /// A PUT's body paced to its microstore's bandwidth cap, if it has one.
     pub(crate) fn pace_request(&self, req: http::Request<s3s::Body>) -> http::Request<s3s::Body> {
         match (&self.pacer, self.op) {
@@ -88,7 +93,9 @@ impl Metered {
         }
         let (parts, body) = resp.into_parts();
         let pacer = if self.op == OpKind::Get { self.pacer.clone() } else { None };
-        http::Response::from_parts(parts, s3s::Body::http_body(Followed::new(body, pacer, Some(self))))
+        let share = self.io_share();
+        let followed = Followed::new(body, pacer, Some(self)).in_io_share(share);
+        http::Response::from_parts(parts, s3s::Body::http_body(followed))
     }
 }
 
@@ -103,10 +110,12 @@ impl Drop for Metered {
 }
 
 /// A streamed body as its microstore follows it: paced when its microstore's bandwidth is capped (after
-/// each chunk it waits, if the pacer says so, before the next), and holding its request's worker (a
-/// response's `Metered`) until it is done or dropped. One wrapper for both, so a capped GET is boxed once.
+/// each chunk it waits, if the pacer says so, before the next), holding its request's worker (a
+/// response's `Metered`) until it is done or dropped, and read in its microstore's IO share (a GET body
+/// reads its drives as it is polled). One wrapper for all, so a capped GET is boxed once.
 struct Followed {
     inner: s3s::Body,
+    io_share: mosaic_store::ShareId,
     pacer: Option<Arc<Pacer>>,
     sleep: Option<Pin<Box<tokio::time::Sleep>>>,
     _metered: Option<Metered>,
@@ -114,7 +123,12 @@ struct Followed {
 
 impl Followed {
     fn new(inner: s3s::Body, pacer: Option<Arc<Pacer>>, metered: Option<Metered>) -> Followed {
-        Followed { inner, pacer, sleep: None, _metered: metered }
+        Followed { inner, io_share: mosaic_store::UNSHARED, pacer, sleep: None, _metered: metered }
+    }
+
+    fn in_io_share(mut self, share: mosaic_store::ShareId) -> Followed {
+        self.io_share = share;
+        self
     }
 }
 
@@ -130,7 +144,9 @@ impl http_body::Body for Followed {
             std::task::ready!(sleep.as_mut().poll(cx));
             self.sleep = None;
         }
-        let frame = std::task::ready!(Pin::new(&mut self.inner).poll_frame(cx));
+        let share = self.io_share;
+        let inner = Pin::new(&mut self.inner);
+        let frame = std::task::ready!(mosaic_store::with_io_share_sync(share, || inner.poll_frame(cx)));
         if let (Some(Ok(f)), Some(pacer)) = (&frame, &self.pacer)
             && let Some(data) = f.data_ref()
             && let Some(wait) = pacer.schedule(data.len() as u64, tokio::time::Instant::now().into_std())

@@ -181,7 +181,9 @@ async fn handle(
             Some(m) => m.pace_request(req),
             None => req,
         };
-        match service.s3.call(req).await {
+        // Run in the microstore's IO share: its drives schedule what this request reads and writes by it.
+        let share = metered.as_ref().map_or(mosaic_store::UNSHARED, |m| m.io_share());
+        match mosaic_store::with_io_share(share, service.s3.call(req)).await {
             Ok(r) => r,
             Err(e) => {
                 tracing::warn!(request_id = %id, op, error = ?e, "request failed");

@@ -399,6 +399,7 @@ async function microstoresPage() {
       h("td", {}, met, " ", h("span", { class: "muted" }, measured(m.last_round))),
       h("td", { class: "num" }, m.workers + " (" + m.in_use + " busy, " + m.waiting + " waiting)"),
       h("td", { class: "num wide" }, m.bandwidth_cap_mib_s ? m.bandwidth_cap_mib_s.toFixed(0) + " MiB/s" : "—"),
+      h("td", { class: "num wide" }, m.io_points === null ? "unshared" : m.io_points + " pts, " + bytes(m.io_served_bytes) + " served"),
       h("td", { class: "wide" }, m.assigned.join(", ")));
   });
   const buckets = v.buckets.map((b) => h("tr", {}, h("td", {}, b.bucket), h("td", {}, b.class ?? "—"),
@@ -406,7 +407,7 @@ async function microstoresPage() {
     h("td", { class: "num" }, b.requests_per_s.toFixed(1)), h("td", { class: "num wide" }, bytes(b.bytes_per_s) + "/s")));
   page("Microstores",
     h("p", { class: "muted" }, v.free_workers + " workers free; resources move between microstores ", v.adapt ? "as load changes." : "only by hand (adapt is off)."),
-    h("table", { id: "microstores" }, h("thead", {}, h("tr", {}, h("th", {}, "Name"), h("th", {}, "Class"), h("th", {}, "Target"), h("th", {}, "Last round"), h("th", { class: "num" }, "Workers"), h("th", { class: "num wide" }, "Bandwidth cap"), h("th", { class: "wide" }, "Assigned"))), h("tbody", {}, rows)),
+    h("table", { id: "microstores" }, h("thead", {}, h("tr", {}, h("th", {}, "Name"), h("th", {}, "Class"), h("th", {}, "Target"), h("th", {}, "Last round"), h("th", { class: "num" }, "Workers"), h("th", { class: "num wide" }, "Bandwidth cap"), h("th", { class: "num wide" }, "IO share"), h("th", { class: "wide" }, "Assigned"))), h("tbody", {}, rows)),
     h("h2", {}, "Buckets"),
     h("table", { id: "microstore-buckets" }, h("thead", {}, h("tr", {}, h("th", {}, "Bucket"), h("th", {}, "Class"), h("th", {}, "Microstore"), h("th", { class: "num" }, "Requests/s"), h("th", { class: "num wide" }, "Bytes/s"))), h("tbody", {}, buckets)));
 }
