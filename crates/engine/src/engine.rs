@@ -524,7 +524,12 @@ fn start_threads(pipe: &Arc<Pipeline>, scrubber: &Arc<Scrubber>, cfg: &EngineCon
     let p = pipe.clone();
     threads.push(spawn("mosaic-flush", Box::new(move || crate::commit::flusher(p, to_committer)))?);
     let p = pipe.clone();
-    threads.push(spawn("mosaic-commit", Box::new(move || crate::commit::committer(p, from_flusher)))?);
+    // The committer writes and reads blocks while it plans a group: in the pipeline's share, which never
+    // waits behind a microstore's IO (every microstore's commits wait on it).
+    let committer = move || {
+        mosaic_store::on_thread_with_share(mosaic_store::PIPELINE, || crate::commit::committer(p, from_flusher))
+    };
+    threads.push(spawn("mosaic-commit", Box::new(committer))?);
     let p = pipe.clone();
     threads.push(spawn("mosaic-bg", Box::new(move || crate::commit::background(p)))?);
     let (rate, interval) = (cfg.scrub_bytes_per_s, cfg.scrub_pass_interval);

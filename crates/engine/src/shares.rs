@@ -7,6 +7,8 @@
 //! never held (the scheduler only orders what contends). The share is the thread's
 //! (`mosaic_store::thread_io_share`), which a drive's blocking thread takes from its request.
 //!
+//! The drive's commit pipeline (`mosaic_store::PIPELINE`) is never queued: every share's commits wait on it.
+//!
 //! Scheduled: `read_at`, `read_cached_at*` and `write_at`. Not: `flush`, `discard` and reads that may not
 //! wait (`read_cached_at_uninit_nowait`), which never occupy the device for long.
 
@@ -125,6 +127,9 @@ impl ScheduledDevice {
             return io();
         }
         let share = mosaic_store::thread_io_share();
+        if share == mosaic_store::PIPELINE {
+            return io();
+        }
         let entry: Arc<ShareEntry> = self.shares.entry(share);
         let (bytes, max) = (bytes as u64, self.shares.in_flight_max_bytes());
         let mut q = self.queue.lock();
@@ -329,6 +334,12 @@ mod tests {
                 std::thread::yield_now();
             }
         }
+        // The commit pipeline's IO does not queue: it reaches the device while the others wait.
+        threads.push(read(dev.clone(), mosaic_store::PIPELINE));
+        while gated.order.lock().unwrap().len() < 2 {
+            std::thread::yield_now();
+        }
+        assert_eq!(dev.waiting(), 8);
         let (m, c) = &gated.gate;
         *m.lock().unwrap() = true;
         c.notify_all();
@@ -338,7 +349,7 @@ mod tests {
         let order = gated.order.lock().unwrap().clone();
         // Share 3 (weight 4) runs four IOs for each of share 1's while both wait (the first of each tie
         // by arrival).
-        assert_eq!(order, vec![7, 1, 3, 3, 3, 3, 1, 1, 1]);
+        assert_eq!(order, vec![7, mosaic_store::PIPELINE, 1, 3, 3, 3, 3, 1, 1, 1]);
         let (s1, s3) = (shares.stats(1).unwrap(), shares.stats(3).unwrap());
         assert_eq!((s1.served_ios, s1.waited_ios, s1.served_bytes), (4, 4, 4 * 4096));
         assert_eq!((s3.served_ios, s3.waited_ios), (4, 4));

@@ -19,6 +19,10 @@ pub type ShareId = u32;
 /// The share of work no microstore asked for.
 pub const UNSHARED: ShareId = 0;
 
+/// The share of a drive's own commit pipeline: its IO never waits its turn, since every share's commits
+/// wait on it (were it queued behind a busy share, every microstore would wait for that one).
+pub const PIPELINE: ShareId = u32::MAX;
+
 /// Most shares a node keeps (a microstore each, plus the unshared one).
 pub const MAX_SHARES: usize = 1_024;
 
@@ -36,14 +40,18 @@ thread_local! {
 /// The share of the microstore named `name`: the same on every node (a cluster's nodes schedule the
 /// commands they run for each other's requests by it), never `UNSHARED`. FNV-1a of the name; two names
 /// of one node that hash alike are the caller's to tell apart (`mosaic-microstore` leaves the second
-/// unshared).
+/// unshared). Never `PIPELINE` either.
 pub fn share_id_of(name: &str) -> ShareId {
     let mut h: u32 = 0x811c_9dc5;
     for b in name.bytes() {
         h ^= u32::from(b);
         h = h.wrapping_mul(0x0100_0193);
     }
-    if h == UNSHARED { 1 } else { h }
+    match h {
+        UNSHARED => 1,
+        PIPELINE => PIPELINE - 1,
+        h => h,
+    }
 }
 
 /// Runs `work` in `share`: the drive IO it causes is counted and scheduled there. A task spawned from it
@@ -227,7 +235,7 @@ mod tests {
         assert_eq!(share_id_of("default"), 0x933b_5bde);
         assert_eq!(share_id_of(""), 0x811c_9dc5);
         assert_ne!(share_id_of("small"), share_id_of("large"));
-        assert!((0..10_000).all(|i| share_id_of(&format!("m{i}")) != UNSHARED));
+        assert!((0..10_000).map(|i| share_id_of(&format!("m{i}"))).all(|id| id != UNSHARED && id != PIPELINE));
     }
 
     #[test]
