@@ -100,6 +100,7 @@ mod tests {
         ("uring", 2),
         ("device", 2),
         ("blockio", 3),
+        ("shares", 3),
         ("kv", 4),
         ("overlay", 4),
         ("meta_cache", 4),
