@@ -209,9 +209,9 @@ impl<S: Store> S3Semantics<S> {
     ) -> tokio::task::JoinHandle<LayerResult<(S::Staged, AlignedBuf)>> {
         debug_assert!(len > 0 && len.is_multiple_of(self.store.geometry().unit_bytes as usize));
         let (store, target) = (self.store.clone(), target.clone());
-        // In the request's IO share: its drives schedule the staging write as the request's.
-        let share = mosaic_store::io_share();
-        tokio::spawn(mosaic_store::with_io_share(share, async move {
+        // As part of the request: its drives (here and on other nodes) count and schedule the staging
+        // write as the request's.
+        tokio::spawn(mosaic_store::carry_request(async move {
             store.stage_in(&target.coll, &target.name, buf, len, &target.hint).await.map_err(LayerError::from)
         }))
     }

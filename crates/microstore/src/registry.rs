@@ -352,13 +352,13 @@ impl Microstores {
         self
     }
 
-    /// The number of erasure sets microstores may own (the server's pool; 0, the default: none).
     /// Schedules the node's drive IO by microstore through `shares` (the table its drives' schedulers read).
     pub fn with_io_shares(mut self, shares: std::sync::Arc<mosaic_store::IoShares>) -> Microstores {
         self.io.get_mut().with_shares(shares);
         self
     }
 
+    /// The number of erasure sets microstores may own (the server's pool; 0, the default: none).
     pub fn with_sets(mut self, set_count: usize) -> Microstores {
         assert!(set_count <= MAX_SETS, "at most {MAX_SETS} sets");
         self.set_count = set_count;

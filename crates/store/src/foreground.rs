@@ -16,7 +16,8 @@ tokio::task_local! {
 /// Runs `work` as foreground work: what a client waits for (an S3 connection's requests). A set's reads
 /// and writes made in this task count in the node's `ForegroundWork`, and a store that reaches drives
 /// on other nodes tells their nodes so; everything else (heal, scans, fills, a node's own upkeep) is
-/// background work there, whatever it is. A task spawned from it is not marked.
+/// background work there, whatever it is. A task spawned from it is not marked, unless it is spawned to do
+/// a piece of the request (`carry_request`).
 pub async fn in_foreground<F: Future>(work: F) -> F::Output {
     FOREGROUND.scope((), work).await
 }

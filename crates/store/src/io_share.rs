@@ -60,6 +60,17 @@ pub async fn with_io_share<F: Future>(share: ShareId, work: F) -> F::Output {
     TASK_SHARE.scope(share, work).await
 }
 
+/// Runs `work` as part of the running task's request: foreground work if the task is (`in_foreground`), in
+/// its IO share. For a task spawned to do a piece of a request (a PUT's staging), which would otherwise
+/// run as no request's.
+pub fn carry_request<F: Future>(work: F) -> impl Future<Output = F::Output> {
+    let (foreground, share) = (crate::is_foreground(), io_share());
+    async move {
+        let work = with_io_share(share, work);
+        if foreground { crate::in_foreground(work).await } else { work.await }
+    }
+}
+
 /// Runs a synchronous step of a task (a poll of a response body) in `share`.
 pub fn with_io_share_sync<R>(share: ShareId, step: impl FnOnce() -> R) -> R {
     TASK_SHARE.sync_scope(share, step)
@@ -222,6 +233,12 @@ mod tests {
         assert_eq!(with_io_share_sync(9, io_share), 9);
         let spawned = with_io_share(7, async { tokio::spawn(async { io_share() }).await.unwrap() }).await;
         assert_eq!(spawned, UNSHARED, "a spawned task is not in the share");
+        let probe = || async { (io_share(), crate::is_foreground()) };
+        let carried =
+            crate::in_foreground(with_io_share(7, async { tokio::spawn(carry_request(probe())).await.unwrap() })).await;
+        assert_eq!(carried, (7, true), "carried into a spawned task: the share and the foreground mark");
+        let carried = with_io_share(8, async { tokio::spawn(carry_request(probe())).await.unwrap() }).await;
+        assert_eq!(carried, (8, false), "not foreground where the request was not");
         assert_eq!(on_thread_with_share(5, thread_io_share), 5);
         assert_eq!(thread_io_share(), UNSHARED, "restored");
         let panicked = std::panic::catch_unwind(|| on_thread_with_share(5, || panic!("work failed")));

@@ -31,7 +31,7 @@ pub use aligned::{AlignedBuf, IO_ALIGN_BYTES, assert_io_aligned};
 pub use error::{ErrorKind, StoreError, StoreResult};
 pub use foreground::{ForegroundWork, ForegroundWorkGuard, in_foreground, is_foreground};
 pub use io_share::{
-    IoShares, MAX_SHARES, MAX_WEIGHT, PIPELINE, ShareEntry, ShareId, ShareStats, UNSHARED, io_share,
+    IoShares, MAX_SHARES, MAX_WEIGHT, PIPELINE, ShareEntry, ShareId, ShareStats, UNSHARED, carry_request, io_share,
     on_thread_with_share, share_id_of, thread_io_share, with_io_share, with_io_share_sync,
 };
 pub use shared_locks::{BoxFuture, HeldShared, SharedLocks};
