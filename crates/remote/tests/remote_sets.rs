@@ -217,15 +217,7 @@ async fn only_a_clients_commands_count_as_the_drive_nodes_foreground_work() {
     assert!(set.scan().await.unwrap() > 0, "the scan saw the object");
     assert!(set.scan_deep().await.unwrap() > 0, "the deep scan read its shards back");
     assert_eq!(begun(&nodes), before, "scans are background work");
-    let read = async {
-        let got = layer.get_object("bkt", "k", None, None, None, &Precondition::default()).await.unwrap();
-        let (mut out, mut body) = (Vec::new(), got.body);
-        while let Some(c) = body.next().await {
-            out.extend_from_slice(&c.unwrap());
-        }
-        out
-    };
-    assert_eq!(mosaic_store::in_foreground(read).await, data);
+    assert_eq!(mosaic_store::in_foreground(get_all(&layer, "k")).await.unwrap(), data);
     let after = begun(&nodes);
     assert!(after.iter().zip(&before).any(|(a, b)| a > b), "a client's read counted: {after:?}");
 }
@@ -252,15 +244,7 @@ async fn a_command_runs_in_the_callers_io_share_on_the_drives_node() {
     assert!(set.scan_deep().await.unwrap() > 0, "the deep scan read the shards back");
     assert_eq!(served(&nodes, SHARE), after_put, "a scan is no request's");
     assert!(served(&nodes, mosaic_store::UNSHARED).iter().zip(&unshared).any(|(a, b)| a > b), "it ran unshared");
-    let read = async {
-        let got = layer.get_object("bkt", "k", None, None, None, &Precondition::default()).await.unwrap();
-        let (mut out, mut body) = (Vec::new(), got.body);
-        while let Some(c) = body.next().await {
-            out.extend_from_slice(&c.unwrap());
-        }
-        out
-    };
-    assert_eq!(mosaic_store::with_io_share(SHARE, read).await, data);
+    assert_eq!(mosaic_store::with_io_share(SHARE, get_all(&layer, "k")).await.unwrap(), data);
     let after_get = served(&nodes, SHARE);
     assert!(after_get.iter().zip(&after_put).any(|(a, b)| a > b), "the GET read in the share: {after_get:?}");
 }
