@@ -22,7 +22,8 @@ use std::time::Instant;
 
 /// Virtual time is in bytes times this over the weight (exact enough for weights up to 2^20).
 const VIRTUAL_SCALE: u128 = 1 << 20;
-/// Past this many remembered finish tags, those behind the virtual time are dropped (they change nothing).
+/// Past this many remembered finish tags, those behind the virtual time are dropped (they change nothing),
+/// and all of them if that is not enough.
 const FINISH_TAGS_MAX: usize = 4_096;
 
 /// Where an IO waits: its tag and its arrival (ties by arrival).
@@ -51,6 +52,11 @@ impl FairQueue {
         if self.finish.len() >= FINISH_TAGS_MAX {
             let now = self.virtual_time;
             self.finish.retain(|_, f| *f > now);
+            if self.finish.len() >= FINISH_TAGS_MAX {
+                // Still full (many shares, none behind): forget them all; each starts from now, as an
+                // idle share does, which costs fairness for a moment and never memory.
+                self.finish.clear();
+            }
         }
         self.finish.insert(share, start + cost);
         if self.waiting.is_empty() && self.fits(bytes, max_bytes) {
@@ -130,7 +136,8 @@ impl ScheduledDevice {
         if share == mosaic_store::PIPELINE {
             return io();
         }
-        let entry: Arc<ShareEntry> = self.shares.entry(share);
+        // Queued as the share it is served as, so ids the table does not know add no state here.
+        let (share, entry): (ShareId, Arc<ShareEntry>) = self.shares.resolve(share);
         let (bytes, max) = (bytes as u64, self.shares.in_flight_max_bytes());
         let mut q = self.queue.lock();
         let waited_us = match q.arrive(share, bytes, entry.weight(), max) {
@@ -355,6 +362,16 @@ mod tests {
         assert_eq!((s3.served_ios, s3.waited_ios), (4, 4));
         assert_eq!(shares.stats(mosaic_store::UNSHARED).unwrap().served_ios, 1, "share 7 is unknown: unshared");
         assert_eq!(dev.waiting(), 0);
+    }
+
+    #[test]
+    fn finish_tags_stay_bounded_past_their_limit() {
+        let mut q = FairQueue::default();
+        for share in 0..(FINISH_TAGS_MAX as ShareId + 1_000) {
+            q.arrive(share, 4096, 1, MAX).unwrap();
+            q.done(4096);
+            assert!(q.finish.len() <= FINISH_TAGS_MAX, "{} tags kept", q.finish.len());
+        }
     }
 
     proptest! {

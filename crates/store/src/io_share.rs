@@ -210,10 +210,16 @@ impl IoShares {
 
     /// The share's entry; a share the table does not know is served as the unshared one.
     pub fn entry(&self, share: ShareId) -> Arc<ShareEntry> {
+        self.resolve(share).1
+    }
+
+    /// The share IO of `share` is served as (itself, or the unshared one when the table does not know it:
+    /// an id from another node's request is not trusted to name a share) and its entry.
+    pub fn resolve(&self, share: ShareId) -> (ShareId, Arc<ShareEntry>) {
         let shares = self.shares.read().unwrap_or_else(|e| e.into_inner());
         match shares.get(&share) {
-            Some(e) => e.clone(),
-            None => shares.get(&UNSHARED).expect("the unshared share is always kept").clone(),
+            Some(e) => (share, e.clone()),
+            None => (UNSHARED, shares.get(&UNSHARED).expect("the unshared share is always kept").clone()),
         }
     }
 
@@ -264,6 +270,8 @@ mod tests {
         t.set_weight(3, u32::MAX).unwrap();
         assert_eq!(t.entry(3).weight(), MAX_WEIGHT);
         assert_eq!(t.entry(4).weight(), 10, "an unknown share is served as the unshared one");
+        assert_eq!(t.resolve(4).0, UNSHARED);
+        assert_eq!(t.resolve(3).0, 3);
         t.entry(4).record(4096, Some(3));
         assert_eq!(t.stats(UNSHARED).unwrap().served_bytes, 4096);
         assert_eq!(t.stats(UNSHARED).unwrap().waited_ios, 1);
