@@ -5,11 +5,12 @@
 //! This layer knows the device and block-map runs (to verify their checksum units); it knows nothing of
 //! transactions, snapshots or names.
 
-use crate::device::Device;
+use crate::device::{CachedMapping, Device};
 use crate::error::{EngineError, Result};
 use crate::keys::{BlockRun, ChecksumUnit, Nid};
 use crate::stats::Counters;
 use crate::superblock::BLOCK_SIZE_BYTES;
+use crate::verified::VerifiedPins;
 use mosaic_store::AlignedBuf;
 use parking_lot::Mutex;
 use std::sync::Arc;
@@ -25,6 +26,8 @@ pub(crate) struct BlockIo {
     counters: Arc<Counters>,
     /// Object reads go through the kernel's page cache (still verified, re-read directly on a mismatch).
     cached_reads: bool,
+    /// Large reads kept verified and pinned (verified.rs).
+    verified: VerifiedPins,
     failed: Mutex<Option<String>>,
 }
 
@@ -34,8 +37,9 @@ impl BlockIo {
         data_start_block: u64,
         counters: Arc<Counters>,
         cached_reads: bool,
+        verified: VerifiedPins,
     ) -> Self {
-        BlockIo { device, data_start_block, counters, cached_reads, failed: Mutex::new(None) }
+        BlockIo { device, data_start_block, counters, cached_reads, verified, failed: Mutex::new(None) }
     }
 
     pub(crate) fn device(&self) -> &Arc<dyn Device> {
@@ -53,6 +57,18 @@ impl BlockIo {
             tracing::error!(reason = %why, "drive is now read-only");
             *f = Some(why);
         }
+        self.verified.clear();
+    }
+
+    /// Blocks about to go back to the allocator (or whose cached copy is suspect): nothing of them is kept
+    /// verified any more, so that no later read takes a kept copy of a block rewritten since.
+    pub(crate) fn forget_verified(&self, first_physical: u64, blocks: u64) {
+        self.verified.forget(first_physical, blocks);
+    }
+
+    /// Bytes kept verified now.
+    pub(crate) fn verified_bytes(&self) -> u64 {
+        self.verified.bytes()
     }
 
     pub(crate) fn failure(&self) -> Option<String> {
@@ -213,6 +229,35 @@ impl BlockIo {
         Ok(first_bad_unit(buf.as_slice(), &seg.units).is_none().then_some(buf))
     }
 
+    /// `read_verified_segment` without a copy: the segment pinned in the kernel's page cache and mapped
+    /// (`Device::map_cached`), every unit checked in place. None when the device maps nothing now (no
+    /// budget, a read failure) or a unit fails its checksum: the caller then reads the segment with
+    /// `read_verified_segment`, which rereads a damaged cached copy directly and names the damage.
+    /// A segment kept verified from an earlier read is that pin again, without a checksum pass.
+    pub(crate) fn map_verified_segment(&self, seg: &Segment) -> Option<Arc<CachedMapping>> {
+        if !self.cached_reads {
+            return None;
+        }
+        let len_bytes = seg.blocks * BLOCK_SIZE_BYTES;
+        if let Some(kept) = self.verified.get(seg.first_physical, seg.blocks) {
+            debug_assert_eq!(kept.as_slice().len() as u64, len_bytes);
+            self.counters.cached_bytes_read.fetch_add(len_bytes, Ordering::Relaxed);
+            self.counters.mapped_bytes_read.fetch_add(len_bytes, Ordering::Relaxed);
+            self.counters.verified_bytes_read.fetch_add(len_bytes, Ordering::Relaxed);
+            return Some(kept);
+        }
+        let map = self.device.map_cached(seg.first_physical * BLOCK_SIZE_BYTES, len_bytes as usize)?;
+        debug_assert_eq!(map.as_slice().len() as u64, len_bytes);
+        if first_bad_unit(map.as_slice(), &seg.units).is_some() {
+            return None;
+        }
+        self.counters.cached_bytes_read.fetch_add(len_bytes, Ordering::Relaxed);
+        self.counters.mapped_bytes_read.fetch_add(len_bytes, Ordering::Relaxed);
+        let map = Arc::new(map);
+        self.verified.insert(seg.first_physical, seg.blocks, map.clone());
+        Some(map)
+    }
+
     pub(crate) fn read_verified_segment(&self, name: &[u8], seg: &Segment) -> Result<AlignedBuf> {
         let bs = BLOCK_SIZE_BYTES;
         let len_bytes = (seg.blocks * bs) as usize;
@@ -221,6 +266,7 @@ impl BlockIo {
             if first_bad_unit(buf.as_slice(), &seg.units).is_none() {
                 return Ok(buf);
             }
+            self.forget_verified(seg.first_physical, seg.blocks);
             self.device.forget_cached(seg.first_physical * bs, len_bytes as u64);
             self.counters.cache_rereads.fetch_add(1, Ordering::Relaxed);
         }

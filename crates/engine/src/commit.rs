@@ -240,6 +240,10 @@ impl Pipeline {
         if ready.is_empty() {
             return;
         }
+        // Before any block can be written again: nothing of it may stay kept as verified (verified.rs).
+        for e in &ready {
+            self.core.io.forget_verified(e.start, e.len);
+        }
         if self.cfg.discard {
             let device = self.core.io.device();
             for e in &ready {

@@ -49,6 +49,12 @@ pub struct EngineConfig {
     /// Bytes of the page cache of recently written blocks (clean, dirty and fragment pages); 0 turns it
     /// off.
     pub page_cache_bytes: usize,
+    /// Bytes of large reads kept verified and pinned in the kernel's page cache (`verified.rs`): a read of
+    /// them again is served from memory with no checksum pass. Pinned pages are not reclaimed while kept;
+    /// 0 keeps none (every large read is still served in place, pinned while it is sent).
+    pub verified_cache_bytes: u64,
+    /// At most this many segments kept verified (each holds one descriptor).
+    pub verified_cache_entries: usize,
 }
 
 impl Default for EngineConfig {
@@ -71,6 +77,8 @@ impl Default for EngineConfig {
             scrub_pass_interval: std::time::Duration::from_secs(24 * 3600),
             meta_cache_bytes: 16 << 20,
             page_cache_bytes: 32 << 20,
+            verified_cache_bytes: 256 << 20,
+            verified_cache_entries: 1024,
         }
     }
 }

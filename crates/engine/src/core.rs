@@ -25,6 +25,28 @@ pub(crate) struct Core {
     pub(crate) qos: Arc<HighPriorityWork>,
 }
 
+/// A reader's epoch held by bytes it served in place (a locked page-cache mapping handed to the caller):
+/// blocks freed after the epoch are neither reused nor discarded while the bytes live, even once the
+/// reader itself is gone.
+pub(crate) struct EpochPin {
+    core: Arc<Core>,
+    epoch: u64,
+}
+
+impl Core {
+    /// Pins `epoch`, which a live reader of this core holds, once more until the pin drops.
+    pub(crate) fn pin_again(self: &Arc<Self>, epoch: u64) -> EpochPin {
+        self.epochs.pin_again(epoch);
+        EpochPin { core: self.clone(), epoch }
+    }
+}
+
+impl Drop for EpochPin {
+    fn drop(&mut self) {
+        self.core.epochs.unpin(self.epoch);
+    }
+}
+
 /// Commit epochs: the epoch is incremented after every durable group, and every reader pins the epoch it
 /// started in, so that blocks freed by later groups are reused only once no reader can still see them.
 #[derive(Default)]
@@ -62,6 +84,14 @@ impl Epochs {
         (epoch, first)
     }
 
+    /// One more pin of an epoch a live reader holds (bytes it served in place outlive it: `EpochPin`).
+    pub(crate) fn pin_again(&self, epoch: u64) {
+        let mut pinned = self.pinned.lock();
+        let count = pinned.get_mut(&epoch).expect("only a pinned epoch is pinned again");
+        assert!(*count > 0, "a pinned epoch has readers ({epoch})");
+        *count += 1;
+    }
+
     pub(crate) fn unpin(&self, epoch: u64) {
         let mut pinned = self.pinned.lock();
         let count = pinned.get_mut(&epoch).expect("a reader unpins the epoch it pinned");
@@ -97,6 +127,23 @@ mod tests {
         assert_eq!(e.oldest_pinned(), Some(2));
         e.unpin(2);
         assert_eq!(e.oldest_pinned(), None);
+    }
+
+    #[test]
+    fn an_epoch_pinned_again_is_held_until_every_pin_drops() {
+        let e = Epochs::starting_at(3);
+        let (a, _) = e.pin(|| ());
+        e.pin_again(a);
+        e.unpin(a);
+        assert_eq!(e.oldest_pinned(), Some(3), "the second pin holds it");
+        e.unpin(a);
+        assert_eq!(e.oldest_pinned(), None);
+    }
+
+    #[test]
+    #[should_panic(expected = "only a pinned epoch")]
+    fn pinning_again_an_epoch_no_reader_holds_is_a_bug() {
+        Epochs::starting_at(1).pin_again(1);
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! The engine never overwrites a block referenced by durable metadata (copy-on-write), so a device only
 //! needs plain positional reads and writes plus a flush that makes every completed write durable.
 
+pub use crate::mapped::CachedMapping;
 pub use crate::uring::IoEngine;
 use mosaic_store::{IO_ALIGN_BYTES, assert_io_aligned};
 use parking_lot::Mutex;
@@ -60,6 +61,13 @@ pub trait Device: Send + Sync + 'static {
     ) -> io::Result<()> {
         Err(io::ErrorKind::WouldBlock.into())
     }
+    /// `[offset_bytes, offset_bytes + len_bytes)` pinned in the kernel's page cache (read into it first if
+    /// it is not there) and mapped: a large cached read without a copy (see `mapped.rs`). None when the
+    /// device has no page cache to map or the range cannot be pinned now; the caller then reads with
+    /// `read_cached_at*`, which names any failure. The default maps nothing.
+    fn map_cached(&self, _offset_bytes: u64, _len_bytes: usize) -> Option<CachedMapping> {
+        None
+    }
     /// Drops cached pages of a range, so the next cached read comes from the device.
     fn forget_cached(&self, _offset_bytes: u64, _len_bytes: u64) {}
     fn write_at(&self, buf: &[u8], offset_bytes: u64) -> io::Result<()>;
@@ -84,6 +92,8 @@ pub struct FileDevice {
     /// writes: the kernel invalidates cached pages of a range a direct write or a hole punch covers, and a
     /// block is only written while no reader can reach it (copy-on-write, deferred reuse).
     cached: File,
+    /// Mappings of `cached` for large reads in place (`map_cached`).
+    map: crate::mapped::FileMap,
     /// Bytes preallocated now; a regular file grows (never shrinks) through `grow_to`.
     size_bytes: AtomicU64,
     kind: &'static str,
@@ -139,7 +149,8 @@ impl FileDevice {
                 }
             },
         };
-        Ok(FileDevice { file, cached, size_bytes: AtomicU64::new(size_bytes), kind, ring })
+        let map = crate::mapped::FileMap::new(cached.as_raw_fd());
+        Ok(FileDevice { file, cached, map, size_bytes: AtomicU64::new(size_bytes), kind, ring })
     }
 
     fn size(&self) -> u64 {
@@ -306,6 +317,11 @@ impl Device for FileDevice {
                 }
             }
         }
+    }
+
+    fn map_cached(&self, offset_bytes: u64, len_bytes: usize) -> Option<CachedMapping> {
+        check_bounds(offset_bytes, len_bytes, self.size()).ok()?;
+        self.map.pin(offset_bytes, len_bytes)
     }
 
     fn forget_cached(&self, offset_bytes: u64, len_bytes: u64) {
@@ -742,6 +758,12 @@ impl Device for FaultyDevice {
     fn read_cached_at_uninit(&self, buf: &mut [std::mem::MaybeUninit<u8>], offset_bytes: u64) -> io::Result<()> {
         self.check_read()?;
         self.inner.read_cached_at_uninit(buf, offset_bytes)
+    }
+
+    fn map_cached(&self, offset_bytes: u64, len_bytes: usize) -> Option<CachedMapping> {
+        // A failing device maps nothing: the read that follows fails as the device does.
+        self.check_read().ok()?;
+        self.inner.map_cached(offset_bytes, len_bytes)
     }
 
     fn forget_cached(&self, offset_bytes: u64, len_bytes: u64) {

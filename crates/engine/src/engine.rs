@@ -186,7 +186,12 @@ impl Engine {
         };
         let (frags, max_seq) = rebuild_frag_index(&db, cfg.inline_max_bytes)?;
         let counters = Arc::new(Counters::default());
-        let io = BlockIo::new(device, sb.data_start_block, counters, cfg.page_cache_reads);
+        let verified = crate::verified::VerifiedPins::new(
+            if cfg.page_cache_reads { cfg.verified_cache_bytes } else { 0 },
+            cfg.verified_cache_entries,
+            crate::superblock::BLOCK_SIZE_BYTES,
+        );
+        let io = BlockIo::new(device, sb.data_start_block, counters, cfg.page_cache_reads, verified);
         let core = Arc::new(Core {
             db: Arc::new(db),
             io,
@@ -323,6 +328,7 @@ impl Engine {
         s.page_cache_hits = core.page_cache.hits.load(Ordering::Relaxed);
         s.page_cache_misses = core.page_cache.misses.load(Ordering::Relaxed);
         s.page_cache_bytes = core.page_cache.bytes() as u64;
+        s.verified_cache_bytes = core.io.verified_bytes();
         s.page_cache_dirty_pages = core.page_cache.dirty_pages();
         s.prioritized_in_flight = core.qos.in_flight();
         s.background_waits_for_priority = core.qos.background_waits.load(Ordering::Relaxed);

@@ -13,8 +13,8 @@
 //! 0. `error`, `checksum`
 //! 1. leaves: `stats` (counters), `qos` (classes, the prioritized-work gate), `superblock`, `keys`
 //!    (record encodings), `config`
-//! 2. devices: `uring`, `device`
-//! 3. block IO with checksum verification: `blockio`
+//! 2. devices: `uring`, `device`, `mapped` (page-cache ranges pinned and mapped for large reads)
+//! 3. block IO with checksum verification: `blockio`, `verified` (large reads kept verified and pinned)
 //! 4. state: `kv`, `overlay`, `meta_cache`, `page_cache`, `alloc`, `space`, `frag_index`, `core`,
 //!    `blockmap` (one object's runs, read the same way from a snapshot or a planning view), and
 //!    `txn` (operations; staged blocks go back to the allocator when dropped)
@@ -37,6 +37,8 @@ mod frag_index;
 mod keys;
 mod kv;
 pub use kv::KvMemory;
+mod mapped;
+pub use mapped::{PINNED_MAX_BYTES, PINNED_MAX_RANGES, pinned_bytes};
 mod meta_cache;
 mod overlay;
 mod page_cache;
@@ -50,6 +52,7 @@ mod stats;
 mod superblock;
 mod txn;
 mod uring;
+mod verified;
 mod verify;
 
 pub use alloc::LARGE_RUN_BLOCKS;
@@ -99,7 +102,9 @@ mod tests {
         ("config", 1),
         ("uring", 2),
         ("device", 2),
+        ("mapped", 2),
         ("blockio", 3),
+        ("verified", 3),
         ("shares", 3),
         ("kv", 4),
         ("overlay", 4),
@@ -126,6 +131,8 @@ mod tests {
         ("superblock", "checksum"),
         ("config", "superblock"),
         ("device", "uring"),
+        ("device", "mapped"),
+        ("blockio", "verified"),
         ("overlay", "meta_cache"),
         ("overlay", "kv"),
         ("overlay", "keys"),

@@ -24,6 +24,24 @@ const LIST_PREALLOC_ENTRIES: usize = 1024;
 /// Reads of at most this many blocks try the page cache first.
 const PAGE_READ_MAX_BLOCKS: u64 = 64;
 
+/// Reads of one segment at least this long are served in place from the kernel's page cache (pinned and
+/// mapped, not copied: `BlockIo::map_verified_segment`); below it a copy costs less than the pin.
+const MAP_READ_MIN_BYTES: u64 = 256 << 10;
+
+/// Bytes served in place: the pinned mapping, and the reader's epoch, so that the blocks stay as they are
+/// until the bytes are dropped (the caller may keep them after the reader is gone, e.g. in a socket's
+/// write queue).
+struct InPlace {
+    map: Arc<crate::device::CachedMapping>,
+    _pin: crate::core::EpochPin,
+}
+
+impl AsRef<[u8]> for InPlace {
+    fn as_ref(&self) -> &[u8] {
+        self.map.as_slice()
+    }
+}
+
 /// A block merged from a snapshot, with what it was merged from.
 pub(crate) struct MergeInput {
     pub(crate) content: Vec<u8>,
@@ -414,8 +432,15 @@ impl Reader {
             && seg.first_lb <= lb0
             && seg.first_lb + seg.blocks() >= lb1
         {
-            let Some(buf) = read_segment(seg)? else { return Ok(None) };
             let at = (offset - seg.first_lb * bs) as usize;
+            if matches!(wait, DeviceWait::Wait)
+                && seg.blocks() * bs >= MAP_READ_MIN_BYTES
+                && let Some(map) = self.core.io.map_verified_segment(seg)
+            {
+                let held = InPlace { map, _pin: self.core.pin_again(self.epoch) };
+                return Ok(Some(bytes::Bytes::from_owner(held).slice(at..at + (end - offset) as usize)));
+            }
+            let Some(buf) = read_segment(seg)? else { return Ok(None) };
             let bytes = bytes::Bytes::from_owner(buf).slice(at..at + (end - offset) as usize);
             debug_assert_eq!(bytes.len() as u64, end - offset);
             return Ok(Some(bytes));

@@ -9,7 +9,7 @@
 //!
 //! The drive's commit pipeline (`mosaic_store::PIPELINE`) is never queued: every share's commits wait on it.
 //!
-//! Scheduled: `read_at`, `read_cached_at*` and `write_at`. Not: `flush`, `discard` and reads that may not
+//! Scheduled: `read_at`, `read_cached_at*`, `map_cached` and `write_at`. Not: `flush`, `discard` and reads that may not
 //! wait (`read_cached_at_uninit_nowait`), which never occupy the device for long.
 
 use crate::device::Device;
@@ -180,6 +180,9 @@ impl Device for ScheduledDevice {
     }
     fn read_cached_at_uninit_nowait(&self, buf: &mut [std::mem::MaybeUninit<u8>], offset_bytes: u64) -> io::Result<()> {
         self.inner.read_cached_at_uninit_nowait(buf, offset_bytes)
+    }
+    fn map_cached(&self, offset_bytes: u64, len_bytes: usize) -> Option<crate::device::CachedMapping> {
+        self.scheduled(len_bytes, || self.inner.map_cached(offset_bytes, len_bytes))
     }
     fn forget_cached(&self, offset_bytes: u64, len_bytes: u64) {
         self.inner.forget_cached(offset_bytes, len_bytes)

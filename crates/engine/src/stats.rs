@@ -21,6 +21,10 @@ pub(crate) struct Counters {
     pub device_read_ios: AtomicU64,
     /// Bytes read through the kernel's page cache (from memory when cached, else from the device).
     pub cached_bytes_read: AtomicU64,
+    /// Of `cached_bytes_read`, bytes verified and served in place from the page cache (mapped, not copied).
+    pub mapped_bytes_read: AtomicU64,
+    /// Of `mapped_bytes_read`, bytes kept verified from an earlier read (no checksum pass).
+    pub verified_bytes_read: AtomicU64,
     /// Cached reads whose blocks failed their checksum and were read again from the device.
     pub cache_rereads: AtomicU64,
     /// Object reads (`Reader::read` calls): the background scrub's signal of foreground reads.
@@ -81,6 +85,10 @@ pub struct EngineStats {
     pub device_write_ios: u64,
     pub device_read_ios: u64,
     pub cached_bytes_read: u64,
+    pub mapped_bytes_read: u64,
+    pub verified_bytes_read: u64,
+    /// Bytes kept verified now (gauge).
+    pub verified_cache_bytes: u64,
     pub cache_rereads: u64,
     pub object_reads: u64,
     pub meta_cache_hits: u64,
@@ -138,6 +146,8 @@ pub(crate) fn load(c: &Counters) -> EngineStats {
         device_write_ios: c.device_write_ios.load(Relaxed),
         device_read_ios: c.device_read_ios.load(Relaxed),
         cached_bytes_read: c.cached_bytes_read.load(Relaxed),
+        mapped_bytes_read: c.mapped_bytes_read.load(Relaxed),
+        verified_bytes_read: c.verified_bytes_read.load(Relaxed),
         cache_rereads: c.cache_rereads.load(Relaxed),
         object_reads: c.object_reads.load(Relaxed),
         rmw_on_write_path: c.rmw_on_write_path.load(Relaxed),

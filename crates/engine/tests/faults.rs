@@ -399,6 +399,108 @@ fn reads_through_the_page_cache_see_every_direct_write() {
     assert_eq!((s.cache_rereads, s.checksum_errors), (0, 0));
 }
 
+/// An engine on a 32 MiB file device, with one collection.
+fn file_engine(cfg: EngineConfig) -> (tempfile::TempDir, Engine, CollectionId) {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = FileDevice::create(&dir.path().join("data"), DEVICE_BYTES).unwrap();
+    let engine = Engine::format(&dir.path().join("kv"), Arc::new(dev), cfg).unwrap();
+    let coll = engine.submit(Transaction::new().op(Op::CreateCollection { name: "c".into() })).unwrap();
+    let coll = coll.created_collections[0];
+    (dir, engine, coll)
+}
+
+/// Replaces `name` with `len` bytes of `data(seed)`.
+fn replace(engine: &Engine, coll: CollectionId, name: &[u8], seed: u64, len: usize) -> Result<()> {
+    engine.submit(Transaction::new().op(Op::Remove { coll, name: name.to_vec() })).ok();
+    let op = Op::Write { coll, name: name.to_vec(), offset: 0, data: data(seed, len) };
+    engine.submit(Transaction::new().op(op)).map(|_| ())
+}
+
+fn read_whole(engine: &Engine, coll: CollectionId, name: &[u8]) -> Result<bytes::Bytes> {
+    let r = engine.reader();
+    let info = r.lookup(coll, name)?.expect("the object exists");
+    r.read_bytes(info.nid, 0, info.size_bytes)
+}
+
+/// A large read is served in place (pinned in the page cache and mapped, not copied), and the bytes it
+/// returns hold their blocks: overwrites that free and reuse the device's blocks while the bytes live (the
+/// reader already dropped, as when a socket still sends them) change nothing in them.
+#[test]
+fn large_reads_are_served_in_place_and_hold_their_blocks_until_dropped() {
+    let (_dir, engine, coll) = file_engine(config());
+    let len = 1 << 20;
+    replace(&engine, coll, b"big", 1, len).unwrap();
+    // The blocks were written directly, so the pin reads them into the page cache first.
+    let held = read_whole(&engine, coll, b"big").unwrap();
+    assert_eq!(held, data(1, len));
+    let mapped = engine.stats().mapped_bytes_read;
+    assert!(mapped >= len as u64, "mapped {mapped} bytes");
+    // Overwrites of a 32 MiB device with 1 MiB: while the held bytes pin their epoch, no block freed since
+    // is reused, so the device fills up (without the pin, 40 rounds reuse blocks and fit).
+    let mut full = false;
+    for round in 0..40u64 {
+        match replace(&engine, coll, b"big", 100 + round, len) {
+            Ok(()) => assert_eq!(read_whole(&engine, coll, b"big").unwrap(), data(100 + round, len), "round {round}"),
+            Err(e) => {
+                assert!(matches!(e.cause(), EngineError::NoSpace { .. }), "{e}");
+                full = true;
+                break;
+            }
+        }
+    }
+    assert!(full, "held bytes keep every block freed after them from reuse");
+    assert_eq!(held, data(1, len), "bytes served in place never change while they live");
+    drop(held);
+    // The next commit releases what the pin held back; then overwrites reuse blocks again.
+    let nudge = Op::Write { coll, name: b"nudge".to_vec(), offset: 0, data: vec![1; 100] };
+    engine.submit(Transaction::new().op(nudge)).unwrap();
+    for round in 0..40u64 {
+        replace(&engine, coll, b"big", 200 + round, len).unwrap();
+        let got = read_whole(&engine, coll, b"big").unwrap();
+        assert_eq!(got, data(200 + round, len), "after the bytes dropped, round {round}");
+    }
+    let s = engine.stats();
+    assert_eq!((s.cache_rereads, s.checksum_errors), (0, 0));
+    assert!(engine.check().unwrap().is_clean());
+}
+
+/// A large read again of the same blocks is served from what the first one kept verified (no checksum
+/// pass), and what is kept is forgotten once its blocks are freed: with blocks reused round after round on
+/// a small device, every read has the newest bytes.
+#[test]
+fn large_reads_kept_verified_are_served_again_and_forgotten_when_their_blocks_are_freed() {
+    let (_dir, engine, coll) = file_engine(config());
+    let len = 1 << 20;
+    for round in 0..40u64 {
+        replace(&engine, coll, b"big", round, len).unwrap();
+        assert_eq!(engine.stats().verified_cache_bytes, 0, "the old blocks were freed: nothing kept of them");
+        let before = engine.stats().verified_bytes_read;
+        assert_eq!(read_whole(&engine, coll, b"big").unwrap(), data(round, len), "round {round}, first read");
+        assert_eq!(engine.stats().verified_cache_bytes, len as u64, "the first read keeps its segment");
+        assert_eq!(read_whole(&engine, coll, b"big").unwrap(), data(round, len), "round {round}, kept");
+        assert_eq!(engine.stats().verified_bytes_read, before + len as u64, "the second read is the kept one");
+    }
+    assert_eq!(engine.stats().checksum_errors, 0);
+}
+
+/// Damage under a large read (every data block of the file changed, as the page cache shows it) is an
+/// error naming it, never bytes.
+#[test]
+fn damage_under_a_large_read_is_an_error_never_bytes() {
+    let (dir, engine, coll) = file_engine(EngineConfig { verified_cache_bytes: 0, ..config() });
+    let len = 1 << 20;
+    replace(&engine, coll, b"big", 1, len).unwrap();
+    assert_eq!(read_whole(&engine, coll, b"big").unwrap(), data(1, len));
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new().write(true).open(dir.path().join("data")).unwrap();
+    for block in 16..DEVICE_BYTES / 4096 {
+        f.write_all_at(&[0xa5], block * 4096 + 7).unwrap();
+    }
+    let e = read_whole(&engine, coll, b"big").unwrap_err();
+    assert!(matches!(e, EngineError::Checksum { .. }), "{e}");
+    assert!(engine.stats().mapped_bytes_read >= len as u64, "the first read was served in place");
+}
+
 #[test]
 fn name_tags_are_listed_kept_on_rename_dropped_on_reset_and_bounded() {
     let d = SimDrive::new(config());

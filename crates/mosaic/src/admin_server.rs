@@ -63,6 +63,8 @@ fn render_metrics(state: &AdminState) -> String {
         let Some(e) = &d.engine else { continue };
         engine_gauges(e, &drive);
     }
+    // Page-cache ranges pinned while large reads send them, across the process's drives (bounded).
+    metrics::gauge!("mosaic_engine_pinned_bytes").set(mosaic_engine::pinned_bytes() as f64);
     for (i, set) in state.drives.sets.iter().enumerate() {
         set_gauges(set, "set", &i.to_string());
     }
@@ -105,6 +107,9 @@ fn engine_gauges(e: &Engine, drive: &str) {
     g("mosaic_engine_device_read_ios", s.device_read_ios);
     g("mosaic_engine_write_runs", s.write_runs());
     g("mosaic_engine_cached_bytes_read", s.cached_bytes_read);
+    g("mosaic_engine_mapped_bytes_read", s.mapped_bytes_read);
+    g("mosaic_engine_verified_bytes_read", s.verified_bytes_read);
+    g("mosaic_engine_verified_cache_bytes", s.verified_cache_bytes);
     g("mosaic_engine_cache_rereads", s.cache_rereads);
     let scrub = e.scrub_status();
     g("mosaic_engine_scrub_passes", scrub.passes_completed);
@@ -190,6 +195,9 @@ fn drive_json(state: &AdminState, d: &DriveView) -> serde_json::Value {
         "device_bytes_written": s.device_bytes_written,
         "device_bytes_read": s.device_bytes_read,
         "cached_bytes_read": s.cached_bytes_read,
+        "mapped_bytes_read": s.mapped_bytes_read,
+        "verified_bytes_read": s.verified_bytes_read,
+        "verified_cache_bytes": s.verified_cache_bytes,
         "cache_rereads": s.cache_rereads,
         "kv_bytes_written": s.kv_bytes_written(),
         "rmw_on_write_path": s.rmw_on_write_path,

@@ -27,6 +27,7 @@ pub struct FileConfig {
     pub kv_cache_size: Option<String>,
     pub meta_cache_size: Option<String>,
     pub page_cache_size: Option<String>,
+    pub verified_cache_size: Option<String>,
     pub inline_max_size: Option<String>,
     pub read_cache: Option<String>,
     pub scrub_rate: Option<String>,
@@ -113,6 +114,10 @@ pub struct ServerArgs {
     /// The drive's page cache of recently written blocks (e.g. 32MiB); 0 turns it off.
     #[arg(long, env = "MOSAIC_PAGE_CACHE_SIZE", value_name = "SIZE")]
     pub page_cache_size: Option<String>,
+    /// Large reads kept verified and pinned in the kernel's page cache, for the node (e.g. 1GiB; default a
+    /// sixteenth of the memory, at most 2GiB); 0 keeps none.
+    #[arg(long, env = "MOSAIC_VERIFIED_CACHE_SIZE", value_name = "SIZE")]
+    pub verified_cache_size: Option<String>,
     /// Objects up to this size live wholly in the metadata database (e.g. 16KiB).
     #[arg(long, env = "MOSAIC_INLINE_MAX_SIZE", value_name = "SIZE")]
     pub inline_max_size: Option<String>,
@@ -221,6 +226,8 @@ pub struct Config {
     pub kv_cache_bytes: u64,
     pub meta_cache_bytes: u64,
     pub page_cache_bytes: u64,
+    /// Bytes of large reads kept verified, for the node (split among its drives).
+    pub verified_cache_bytes: u64,
     pub inline_max_bytes: u64,
     /// Object reads through the kernel's page cache (`read_cache = "page-cache"`).
     pub page_cache_reads: bool,
@@ -298,6 +305,17 @@ const MIN_SCRUB_INTERVAL: Duration = Duration::from_secs(1);
 const MAX_SCRUB_INTERVAL: Duration = Duration::from_secs(366 * 24 * 3600);
 const MAX_META_CACHE_BYTES: u64 = 64 << 30;
 const MAX_PAGE_CACHE_BYTES: u64 = 64 << 30;
+const MAX_VERIFIED_CACHE_BYTES: u64 = 64 << 30;
+
+/// The default of `verified_cache_size`: a sixteenth of the machine's memory, at most 2 GiB (pinned pages
+/// are not reclaimed while kept, so the default stays a small share).
+fn default_verified_cache_bytes() -> u64 {
+    // SAFETY: sysinfo writes into the struct we pass.
+    let mut info: libc::sysinfo = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let memory = if unsafe { libc::sysinfo(&mut info) } == 0 { info.totalram * u64::from(info.mem_unit) } else { 0 };
+    (memory / 16).min(2 << 30)
+}
 
 pub fn load_file(path: &Path) -> Result<FileConfig, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read config file {}: {e}", path.display()))?;
@@ -433,6 +451,13 @@ impl Config {
         if page_cache_bytes > MAX_PAGE_CACHE_BYTES {
             return Err(format!("page_cache_size: {page_cache_bytes} bytes is above the maximum 64GiB"));
         }
+        let verified_cache_bytes = match pick(&args.verified_cache_size, &file.verified_cache_size) {
+            Some(v) => size("verified_cache_size", &v)?,
+            None => default_verified_cache_bytes(),
+        };
+        if verified_cache_bytes > MAX_VERIFIED_CACHE_BYTES {
+            return Err(format!("verified_cache_size: {verified_cache_bytes} bytes is above the maximum 64GiB"));
+        }
         let inline_max_bytes =
             size("inline_max_size", &pick(&args.inline_max_size, &file.inline_max_size).unwrap_or("16KiB".into()))?;
         if inline_max_bytes > MAX_INLINE_BYTES {
@@ -531,6 +556,7 @@ impl Config {
             kv_cache_bytes,
             meta_cache_bytes,
             page_cache_bytes,
+            verified_cache_bytes,
             inline_max_bytes,
             page_cache_reads,
             scrub_bytes_per_s,
@@ -716,6 +742,7 @@ mod tests {
             kv_cache_size = "64MiB"
             meta_cache_size = "1MiB"
             page_cache_size = "2MiB"
+            verified_cache_size = "3MiB"
             inline_max_size = "8KiB"
             "#,
         )
@@ -732,6 +759,7 @@ mod tests {
         assert_eq!(c.kv_cache_bytes, 64 << 20);
         assert_eq!(c.meta_cache_bytes, 1 << 20);
         assert_eq!(c.page_cache_bytes, 2 << 20);
+        assert_eq!(c.verified_cache_bytes, 3 << 20);
         assert_eq!(c.inline_max_bytes, 8 << 10);
     }
 
@@ -771,6 +799,7 @@ mod tests {
             "kv_cache_size = \"1XB\"",
             "meta_cache_size = \"65GiB\"",
             "page_cache_size = \"65GiB\"",
+            "verified_cache_size = \"65GiB\"",
             "inline_max_size = \"2MiB\"",
             "data_dir = 5",
             "domain = 7",

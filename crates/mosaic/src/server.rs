@@ -33,6 +33,25 @@ fn bound_malloc_retention() {
     }
 }
 
+/// Raises the soft limit of open descriptors to the hard limit (at most 1,048,576): connections, RocksDB's
+/// files and the pages large reads keep pinned (one descriptor each, bounded by a quarter of this limit)
+/// all take descriptors. A limit that cannot be raised stays as it is.
+fn raise_descriptor_limit() {
+    const MOST: libc::rlim_t = 1 << 20;
+    // SAFETY: getrlimit and setrlimit read and write the struct we pass; called once at start.
+    unsafe {
+        let mut l: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) != 0 {
+            return;
+        }
+        let want = l.rlim_max.min(MOST);
+        if l.rlim_cur < want {
+            l.rlim_cur = want;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &l);
+        }
+    }
+}
+
 /// Memtables of all drives' KV stores together, when a node has several drives (one drive keeps its own
 /// 96 MiB budget).
 const NODE_MEMTABLE_BYTES: usize = 192 << 20;
@@ -42,6 +61,7 @@ const MIN_DRIVE_CACHE_BYTES: usize = 2 << 20;
 
 pub fn run(cfg: Config) -> Result<(), String> {
     bound_malloc_retention();
+    raise_descriptor_limit();
     crate::logging::init(cfg.log_format, &cfg.log_level);
     let prometheus = metrics_exporter_prometheus::PrometheusBuilder::new()
         .set_buckets(&[0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0])
@@ -62,6 +82,9 @@ pub fn run(cfg: Config) -> Result<(), String> {
         page_cache_bytes: (cfg.page_cache_bytes as usize / drives_n)
             .max(MIN_DRIVE_CACHE_BYTES.min(cfg.page_cache_bytes as usize)),
         page_cache_reads: cfg.page_cache_reads,
+        verified_cache_bytes: cfg.verified_cache_bytes / drives_n as u64,
+        // Segments of large reads are at least 256 KiB; a quarter of a drive's bytes in 1 MiB chunks.
+        verified_cache_entries: (cfg.verified_cache_bytes / drives_n as u64 / (256 << 10)) as usize,
         scrub_bytes_per_s: cfg.scrub_bytes_per_s,
         scrub_pass_interval: cfg.scrub_interval,
         ..Default::default()
