@@ -37,8 +37,10 @@ wait_ready() { # url
   return 1
 }
 
-rss() { # pid -> "VmRSS VmHWM" in MiB
-  awk '/VmRSS|VmHWM/ {printf "%s %.0f MiB  ", $1, $2/1024}' "/proc/$1/status"
+rss() { # pid -> "VmHWM VmRSS RssAnon RssFile" in MiB (RssFile: page-cache pages mapped, which large reads
+  # served in place through a mapping of the drive file count: the kernel's pages, reclaimable unless kept
+  # verified, verified_cache_size)
+  awk '/VmRSS|VmHWM|RssAnon|RssFile/ {printf "%s %.0f MiB  ", $1, $2/1024}' "/proc/$1/status"
 }
 
 MOSAIC_DRIVES=()

@@ -59,10 +59,13 @@ pub fn store_error(e: EngineError) -> StoreError {
     StoreError { kind, op_index: op, message: e.cause().to_string() }
 }
 
-/// Runs engine work on a blocking thread, in the IO share of the task that asks for it.
+/// Runs engine work on a blocking thread, in the IO share of the task that asks for it and marked as
+/// background work unless that task is a client's (`mosaic_store::in_foreground`).
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, EngineError> + Send + 'static) -> StoreResult<T> {
-    let share = mosaic_store::io_share();
-    match tokio::task::spawn_blocking(move || mosaic_store::on_thread_with_share(share, f)).await {
+    let (share, background) = (mosaic_store::io_share(), !mosaic_store::is_foreground());
+    let work =
+        move || mosaic_store::on_thread_with_share(share, || mosaic_store::on_thread_as_background(background, f));
+    match tokio::task::spawn_blocking(work).await {
         Ok(r) => r.map_err(store_error),
         Err(e) => Err(StoreError::internal(format!("a drive worker failed: {e}"))),
     }
@@ -256,6 +259,35 @@ mod tests {
         assert_eq!(store.snapshot().lookup(&coll, b"a").await.unwrap(), None, "nothing of it was applied");
         let e = store.commit(Txn::new().op(Op::Remove { coll, name: b"a".to_vec() })).await.unwrap_err();
         assert!(e.is_op(0, ErrorKind::NotFound), "{e:?}");
+        store.close().await.unwrap();
+    }
+
+    /// A large read for a client (`in_foreground`) keeps its segment verified; the same read as background
+    /// work (heal, scans) keeps nothing, so a drive read whole once does not push out what clients read.
+    #[tokio::test]
+    async fn only_a_client_s_large_read_is_kept_verified() {
+        let dir = tempfile::tempdir().unwrap();
+        let dev = mosaic_engine::FileDevice::create(&dir.path().join("data"), 64 << 20).unwrap();
+        let engine = Engine::format(&dir.path().join("kv"), Arc::new(dev), EngineConfig::default()).unwrap();
+        let store = DriveStore::new(engine);
+        store.commit(Txn::new().op(Op::CreateCollection { name: "c".into() })).await.unwrap();
+        let coll = store.snapshot().collection("c").await.unwrap().unwrap();
+        let data: Vec<u8> = (0..1u32 << 20).map(|i| (i % 241) as u8).collect();
+        let write = Op::Write { coll, name: b"big".to_vec(), offset: 0, data: data.clone() };
+        store.commit(Txn::new().op(write)).await.unwrap();
+        let read = || async {
+            let snap = store.snapshot();
+            let obj = snap.lookup(&coll, b"big").await.unwrap().unwrap().obj;
+            snap.read(&obj, 0, data.len() as u64).await.unwrap()
+        };
+        assert_eq!(read().await, data);
+        let s = store.engine().stats();
+        assert!(s.mapped_bytes_read >= data.len() as u64, "served in place: {s:?}");
+        assert_eq!(s.verified_cache_bytes, 0, "a background read keeps nothing");
+        assert_eq!(mosaic_store::in_foreground(read()).await, data);
+        assert_eq!(store.engine().stats().verified_cache_bytes, data.len() as u64, "a client's read keeps it");
+        assert_eq!(mosaic_store::in_foreground(read()).await, data);
+        assert_eq!(store.engine().stats().verified_bytes_read, data.len() as u64, "and the next one uses it");
         store.close().await.unwrap();
     }
 

@@ -254,7 +254,10 @@ impl BlockIo {
         self.counters.cached_bytes_read.fetch_add(len_bytes, Ordering::Relaxed);
         self.counters.mapped_bytes_read.fetch_add(len_bytes, Ordering::Relaxed);
         let map = Arc::new(map);
-        self.verified.insert(seg.first_physical, seg.blocks, map.clone());
+        // Background work (heal, scans) reads whole drives once: it would only push out what clients read.
+        if !mosaic_store::thread_is_background() {
+            self.verified.insert(seg.first_physical, seg.blocks, map.clone());
+        }
         Some(map)
     }
 

@@ -325,7 +325,9 @@ where
         let mut opened = None;
         // In the caller's IO share: this node's drives schedule the command as its microstore's.
         let work = self.command(&drive, request.command, capability.as_ref(), &mut opened);
-        let answer = mosaic_store::with_io_share(request.io_share, work).await;
+        let work = mosaic_store::with_io_share(request.io_share, work);
+        // A client's command runs as foreground work here too (the drive keeps what it reads verified).
+        let answer = if request.foreground { mosaic_store::in_foreground(work).await } else { work.await };
         if answer.is_err()
             && let Some(id) = opened.take()
         {

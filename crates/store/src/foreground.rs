@@ -13,6 +13,10 @@ tokio::task_local! {
     static FOREGROUND: ();
 }
 
+std::thread_local! {
+    static THREAD_BACKGROUND: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 /// Runs `work` as foreground work: what a client waits for (an S3 connection's requests). A set's reads
 /// and writes made in this task count in the node's `ForegroundWork`, and a store that reaches drives
 /// on other nodes tells their nodes so; everything else (heal, scans, fills, a node's own upkeep) is
@@ -25,6 +29,26 @@ pub async fn in_foreground<F: Future>(work: F) -> F::Output {
 /// Whether the running task does foreground work (`in_foreground`).
 pub fn is_foreground() -> bool {
     FOREGROUND.try_with(|_| ()).is_ok()
+}
+
+/// Runs `work` on this thread as background work or not (a drive's blocking thread, for the task it works
+/// for: background when that task is not `in_foreground`); the thread's mark before is restored after,
+/// even when `work` panics. A drive keeps nothing that background work reads among the segments it keeps
+/// verified (heal and scans read a whole drive once and would push out what clients read again).
+pub fn on_thread_as_background<R>(background: bool, work: impl FnOnce() -> R) -> R {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            THREAD_BACKGROUND.with(|b| b.set(self.0));
+        }
+    }
+    let _restore = Restore(THREAD_BACKGROUND.with(|b| b.replace(background)));
+    work()
+}
+
+/// Whether this thread runs background work (`on_thread_as_background`); false outside every mark.
+pub fn thread_is_background() -> bool {
+    THREAD_BACKGROUND.with(|b| b.get())
 }
 
 /// Counts a node's foreground work in flight and remembers when it last began or ended.
@@ -113,6 +137,19 @@ mod tests {
         assert!(!is_foreground());
         let spawned = in_foreground(async { tokio::spawn(async { is_foreground() }).await.unwrap() }).await;
         assert!(!spawned, "a task spawned from foreground work is not marked");
+    }
+
+    /// A thread's background mark holds inside its scope only, nested marks restore theirs, and a panic in
+    /// the work restores it too.
+    #[test]
+    fn a_thread_s_background_mark_holds_inside_its_scope() {
+        assert!(!thread_is_background());
+        assert!(on_thread_as_background(true, thread_is_background));
+        assert!(on_thread_as_background(true, || on_thread_as_background(false, || !thread_is_background())
+            && thread_is_background()));
+        let panicked = std::panic::catch_unwind(|| on_thread_as_background(true, || panic!("work failed")));
+        assert!(panicked.is_err());
+        assert!(!thread_is_background(), "restored after a panic");
     }
 
     #[test]

@@ -29,7 +29,9 @@ mod txn;
 
 pub use aligned::{AlignedBuf, IO_ALIGN_BYTES, assert_io_aligned};
 pub use error::{ErrorKind, StoreError, StoreResult};
-pub use foreground::{ForegroundWork, ForegroundWorkGuard, in_foreground, is_foreground};
+pub use foreground::{
+    ForegroundWork, ForegroundWorkGuard, in_foreground, is_foreground, on_thread_as_background, thread_is_background,
+};
 pub use io_share::{
     IoShares, MAX_SHARES, MAX_WEIGHT, PIPELINE, ShareEntry, ShareId, ShareStats, UNSHARED, carry_request, io_share,
     on_thread_with_share, share_id_of, thread_io_share, with_io_share, with_io_share_sync,
