@@ -45,11 +45,13 @@ mkdir -p "$OUT"
   echo "date: $(date -u +%FT%TZ)"
   echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM, $(uname -sr)"
   echo "a (baseline): $("$A" --version) $A"
-  echo "b (new): $("$B" --version) $B (commit $(git rev-parse --short HEAD))"
+  # The binaries name no commit: the work tree's is recorded, and which build each was is the caller's to say.
+  echo "b (new): $("$B" --version) $B"
+  echo "work tree: commit $(git rev-parse --short HEAD)"
   echo "drive: ${DRIVE_SIZE:-12GiB} maximum, file on $(df -T "$(dirname "$DATA_DIR")" | awk 'NR==2 {print $2" "$1}')"
   echo "common arguments: ${COMMON[*]}"
 } >"$OUT/machine.txt"
-: >"$OUT/rss.txt"
+: >>"$OUT/rss.txt"
 for entry in "${WORKLOADS[@]}"; do
   name=${entry%%|*}
   args=${entry#*|}
