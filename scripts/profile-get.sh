@@ -38,6 +38,19 @@ done
 
 # shellcheck source=scripts/one-server.sh
 source scripts/one-server.sh
+gets_served() { # admin port: GetObject requests the server counted
+  curl -fsS "http://127.0.0.1:$1/metrics" 2>/dev/null | awk '/^mosaic_s3_requests_total\{op="GetObject"/ {s += $2} END {printf "%d", s}'
+}
+wait_gets() { # admin port, count: until the server counted that many more GETs (at most 120 s)
+  local base
+  base=$(gets_served "$1")
+  for _ in $(seq 1 1200); do
+    (($(gets_served "$1") >= base + $2)) && return 0
+    sleep 0.1
+  done
+  echo "no GETs reached the server" >&2
+  return 1
+}
 bench() { # workload duration [extra...]
   local w=$1 d=$2
   shift 2
@@ -64,9 +77,12 @@ for w in ${ONLY:-small-get large-get}; do
   wait_port
   echo "== $w"
   bench "$w" 2s >/dev/null # prepares the objects
-  bench "$w" "$((SECONDS_SAMPLED * 2 + 6))s" --json >"$DIR/run.json" &
+  bench "$w" "$((SECONDS_SAMPLED * 2 + 4))s" --json >"$DIR/run.json" &
   CLIENT=$!
-  sleep 3
+  # The run prepares its objects again (PUTs over the kept ones) before its GETs: sample only once the GETs
+  # have begun, or the profile mixes in the PUTs' commits.
+  wait_gets "$((PORT + 1))" 200
+  sleep 1
   perf record -F 499 -g --call-graph dwarf,16384 -p "$PID" -o "$DIR/perf.data" -- sleep "$SECONDS_SAMPLED" 2>/dev/null
   perf stat -e raw_syscalls:sys_enter -p "$PID" -o "$DIR/syscalls.txt" -- sleep "$SECONDS_SAMPLED"
   wait "$CLIENT"
