@@ -36,14 +36,7 @@ pub fn is_foreground() -> bool {
 /// even when `work` panics. A drive keeps nothing that background work reads among the segments it keeps
 /// verified (heal and scans read a whole drive once and would push out what clients read again).
 pub fn on_thread_as_background<R>(background: bool, work: impl FnOnce() -> R) -> R {
-    struct Restore(bool);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            THREAD_BACKGROUND.with(|b| b.set(self.0));
-        }
-    }
-    let _restore = Restore(THREAD_BACKGROUND.with(|b| b.replace(background)));
-    work()
+    crate::scoped::with_thread_value(&THREAD_BACKGROUND, background, work)
 }
 
 /// Whether this thread runs background work (`on_thread_as_background`); false outside every mark.

@@ -84,14 +84,7 @@ pub fn io_share() -> ShareId {
 /// Runs `work` on this thread in `share` (a drive's blocking thread, for the request it works for); the
 /// thread's share before is restored after, even when `work` panics.
 pub fn on_thread_with_share<R>(share: ShareId, work: impl FnOnce() -> R) -> R {
-    struct Restore(ShareId);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            THREAD_SHARE.with(|s| s.set(self.0));
-        }
-    }
-    let _restore = Restore(THREAD_SHARE.with(|s| s.replace(share)));
-    work()
+    crate::scoped::with_thread_value(&THREAD_SHARE, share, work)
 }
 
 /// The share this thread works in (`UNSHARED` outside every `on_thread_with_share`).

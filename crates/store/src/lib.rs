@@ -24,6 +24,7 @@ mod aligned;
 mod error;
 mod foreground;
 mod io_share;
+mod scoped;
 mod shared_locks;
 mod txn;
 
