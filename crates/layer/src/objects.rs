@@ -244,7 +244,21 @@ impl<S: Store> S3Semantics<S> {
                 }
                 crate::sse::decrypt_range(snap, info.obj, sse, &k, meta.size_bytes, &meta.part_sizes, start, end)?
             }
-            _ => body_stream(snap, info.obj, start, end, read_chunk_bytes(self.store.geometry().unit_bytes)),
+            _ => {
+                let chunk_bytes = read_chunk_bytes(self.store.geometry().unit_bytes);
+                if end > start && end - start <= chunk_bytes {
+                    // One chunk (every small object): read it here, without a stream of reads in flight.
+                    // The snapshot (and a high-priority object's prioritized reader) lives until the body
+                    // is taken, as a streamed body's does.
+                    let data = read_exact(snap.as_ref(), &info.obj, start, end - start).await?;
+                    let body: ByteStream = Box::pin(futures::stream::once(async move {
+                        drop(snap);
+                        Ok(data)
+                    }));
+                    return Ok(GetResult { meta, range, body });
+                }
+                body_stream(snap, info.obj, start, end, chunk_bytes)
+            }
         };
         // Read the first chunk before answering: a damaged or unreadable object then gets an error status
         // instead of a 200 whose body breaks off (small objects fail wholly up front).
@@ -656,6 +670,15 @@ fn read_chunk_bytes(unit_bytes: u64) -> u64 {
     READ_CHUNK_BYTES.max(unit_bytes.saturating_mul(256)).min(READ_CHUNK_MAX_BYTES)
 }
 
+/// `len` bytes at `pos`; fewer is an error (the object shrank under the snapshot's reader).
+async fn read_exact<Sn: Snapshot>(snap: &Sn, obj: &Sn::Obj, pos: u64, len: u64) -> LayerResult<Bytes> {
+    match snap.read(obj, pos, len).await {
+        Ok(data) if data.len() as u64 == len => Ok(data),
+        Ok(_) => Err(LayerError::Internal("object shrank while reading".into())),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// The body of [start, end) as a stream of chunks of `chunk_bytes`, reads in flight (at most
 /// `READ_AHEAD_BYTES` of them, at least two) so the store stays busy while the client drains the socket.
 /// The first error ends the stream; a short read is an error.
@@ -672,13 +695,7 @@ pub(crate) fn body_stream<Sn: Snapshot>(
     let reads = futures::stream::iter(chunks)
         .map(move |(pos, len)| {
             let (snap, obj) = (snap.clone(), obj.clone());
-            async move {
-                match snap.read(&obj, pos, len).await {
-                    Ok(data) if data.len() as u64 == len => Ok::<Bytes, LayerError>(data),
-                    Ok(_) => Err(LayerError::Internal("object shrank while reading".into())),
-                    Err(e) => Err(e.into()),
-                }
-            }
+            async move { read_exact(snap.as_ref(), &obj, pos, len).await }
         })
         .buffered(ahead);
     let s = reads.scan(false, |failed, item| {
