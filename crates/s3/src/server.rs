@@ -175,8 +175,7 @@ async fn handle(
     let empty_expect_continue = expects_continue_without_body(&req);
     let cors_asked = cors_request(&service, &req);
     let post_upload = crate::post::is_post_upload(&req);
-    let attributes_asked = method == http::Method::GET
-        && req.uri().query().unwrap_or("").split('&').any(|p| p == "attributes" || p.starts_with("attributes="));
+    let attributes_asked = method == http::Method::GET && query_has(req.uri().query().unwrap_or(""), "attributes");
     let received_bytes = crate::metered::put_size(req.headers());
     let metered = match admit(&service, &req, op, started).await {
         Ok(m) => m,
