@@ -19,7 +19,10 @@ const ROOT_SK: &str = "rootsecret-0123456789";
 
 /// Makes (once per directory) a test CA and a server certificate NAME.pem/NAME.key signed by it.
 fn make_cert(dir: &Path, name: &str) {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/test-cert.sh");
+    // The package's directory as cargo gives it to this run (a binary built from another checkout into a
+    // shared target directory may be reused), else as it was at build time.
+    let root = std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into());
+    let script = Path::new(&root).join("../../scripts/test-cert.sh");
     let out = std::process::Command::new(script).arg(dir).arg(name).output().expect("running test-cert.sh");
     assert!(out.status.success(), "test-cert.sh failed: {}", String::from_utf8_lossy(&out.stderr));
 }
