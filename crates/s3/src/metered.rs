@@ -34,8 +34,10 @@ fn kind(op: &str) -> OpKind {
 
 /// The object bytes a PUT carries (the decoded length of an aws-chunked body).
 pub(crate) fn put_size(headers: &http::HeaderMap) -> u64 {
-    let number = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-    number("x-amz-decoded-content-length").or_else(|| number("content-length")).unwrap_or(0)
+    // Names made once: a lookup by `&str` parses and validates the name on every call.
+    static DECODED: http::HeaderName = http::HeaderName::from_static("x-amz-decoded-content-length");
+    let number = |name: &http::HeaderName| headers.get(name).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    number(&DECODED).or_else(|| number(&http::header::CONTENT_LENGTH)).unwrap_or(0)
 }
 
 impl Metered {

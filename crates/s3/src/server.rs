@@ -170,14 +170,15 @@ async fn handle(
     let id = request_id();
     let op = op_name(&req);
     let method = req.method().clone();
-    let path = req.uri().path().to_string();
+    // For the log line; a clone shares the request's bytes.
+    let uri = req.uri().clone();
     let started = Instant::now();
     let empty_expect_continue = expects_continue_without_body(&req);
     let cors_asked = cors_request(&service, &req);
     let post_upload = crate::post::is_post_upload(&req);
     let attributes_asked = method == http::Method::GET && query_has(req.uri().query().unwrap_or(""), "attributes");
     let received_bytes = crate::metered::put_size(req.headers());
-    let metered = match admit(&service, &req, op, started).await {
+    let metered = match admit(&service, &req, op, received_bytes, started).await {
         Ok(m) => m,
         Err(refused) => return Ok(with_request_id(refused, &id).await),
     };
@@ -234,9 +235,9 @@ async fn handle(
         resp = m.follow(op, resp);
     }
     let ms = started.elapsed().as_secs_f64() * 1000.0;
-    let status_label = status.as_u16().to_string();
-    metrics::counter!("mosaic_s3_requests_total", "op" => op, "status" => status_label.clone()).increment(1);
-    metrics::histogram!("mosaic_s3_request_duration_seconds", "op" => op, "status" => status_label).record(ms / 1000.0);
+    let (requests, duration) = request_metrics(op, status.as_u16());
+    requests.increment(1);
+    duration.record(ms / 1000.0);
     // Bytes by their declared lengths (a body cut short still counts whole): what the console plots as
     // MiB/s in and out.
     let sent_bytes = resp.headers().get(http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse().ok());
@@ -250,11 +251,37 @@ async fn handle(
     // One line per request costs a write to stderr each: at debug, like an access log one turns on. Server
     // errors always show.
     if status.is_server_error() {
-        tracing::warn!(request_id = %id, op, method = %method, path = %path, status = status.as_u16(), ms = format!("{ms:.2}"), "request failed");
+        tracing::warn!(request_id = %id, op, method = %method, path = %uri.path(), status = status.as_u16(), ms = format!("{ms:.2}"), "request failed");
     } else {
-        tracing::debug!(request_id = %id, op, method = %method, path = %path, status = status.as_u16(), ms = format!("{ms:.2}"), "request");
+        tracing::debug!(request_id = %id, op, method = %method, path = %uri.path(), status = status.as_u16(), ms = format!("{ms:.2}"), "request");
     }
     Ok(resp)
+}
+
+/// Most (operation, status) pairs whose metric handles are kept; past it (not expected: operations are a
+/// fixed list and statuses few) each request looks its handles up in the registry.
+const REQUEST_METRICS_MAX: usize = 1024;
+
+/// The request counter and duration histogram of `op` answered with `status`: taken from the registry once
+/// per pair and kept, since a lookup by labels (building the key, hashing it, the registry's lock) cost
+/// about 1.5% of a small GET's CPU.
+fn request_metrics(op: &'static str, status: u16) -> (metrics::Counter, metrics::Histogram) {
+    type Handles = std::collections::HashMap<(&'static str, u16), (metrics::Counter, metrics::Histogram)>;
+    static KEPT: std::sync::LazyLock<parking_lot::RwLock<Handles>> = std::sync::LazyLock::new(Default::default);
+    if let Some(h) = KEPT.read().get(&(op, status)) {
+        return h.clone();
+    }
+    let label = status.to_string();
+    let handles = (
+        metrics::counter!("mosaic_s3_requests_total", "op" => op, "status" => label.clone()),
+        metrics::histogram!("mosaic_s3_request_duration_seconds", "op" => op, "status" => label),
+    );
+    let mut kept = KEPT.write();
+    if kept.len() < REQUEST_METRICS_MAX {
+        kept.insert((op, status), handles.clone());
+    }
+    debug_assert!(kept.len() <= REQUEST_METRICS_MAX);
+    handles
 }
 
 /// Admits a request into its bucket's microstore; Err: the answer instead (503 SlowDown when its workers
@@ -263,15 +290,13 @@ async fn admit<B>(
     service: &Service,
     req: &http::Request<B>,
     op: &'static str,
+    put_bytes: u64,
     started: Instant,
 ) -> Result<Option<crate::metered::Metered>, http::Response<s3s::Body>> {
     let Some(ms) = &service.microstores else { return Ok(None) };
     let bucket = bucket_of(service, req);
     match ms.admit(bucket.as_deref()).await {
-        Ok(admission) => {
-            let put_bytes = crate::metered::put_size(req.headers());
-            Ok(Some(crate::metered::Metered::new(ms.clone(), admission, bucket, op, put_bytes, started)))
-        }
+        Ok(admission) => Ok(Some(crate::metered::Metered::new(ms.clone(), admission, bucket, op, put_bytes, started))),
         Err(refused) => {
             metrics::counter!("mosaic_microstore_refused_total").increment(1);
             tracing::debug!(?refused, bucket, "request refused by its microstore");
