@@ -92,6 +92,9 @@ pub struct Reader {
     fill_epoch: Option<u64>,
     /// Held while this reader serves a high-priority object (see `prioritize`).
     prioritized: OnceLock<crate::qos::PriorityGuard>,
+    /// The last object `stat` found: a GET stats its object when it looks the name up and again when it
+    /// reads, and a snapshot's answer cannot change, so the second costs no cache lookup. One entry.
+    last_stat: parking_lot::Mutex<Option<ObjectInfo>>,
 }
 
 // SAFETY: the snapshot is a read-only handle to a RocksDB snapshot, which RocksDB allows to be used from
@@ -118,7 +121,15 @@ impl Reader {
         // SAFETY: the snapshot borrows the DB behind `db`, an Arc that this Reader holds and drops after
         // the snapshot (see Drop), so the borrow never outlives the database.
         let snap: SnapshotWithThreadMode<'static, DB> = unsafe { std::mem::transmute(snap) };
-        Reader { snap: ManuallyDrop::new(snap), db, core, epoch, fill_epoch, prioritized: OnceLock::new() }
+        Reader {
+            snap: ManuallyDrop::new(snap),
+            db,
+            core,
+            epoch,
+            fill_epoch,
+            prioritized: OnceLock::new(),
+            last_stat: parking_lot::Mutex::new(None),
+        }
     }
 
     /// Marks this reader's work as prioritized (it reads a high-priority object) until it drops: background
@@ -234,8 +245,14 @@ impl Reader {
     }
 
     pub fn stat(&self, nid: Nid) -> Result<ObjectInfo> {
+        if let Some(info) = self.last_stat.lock().as_ref().filter(|i| i.nid == nid) {
+            return Ok(info.clone());
+        }
         let raw = self.get(CF_ONODES, &nid_key(nid))?.ok_or(EngineError::NotFound)?;
-        Ok(ObjectInfo::from_onode(nid, Onode::decode(&raw)?))
+        let info = ObjectInfo::from_onode(nid, Onode::decode(&raw)?);
+        *self.last_stat.lock() = Some(info.clone());
+        debug_assert_eq!(info.nid, nid);
+        Ok(info)
     }
 
     pub fn attr(&self, nid: Nid, key: &[u8]) -> Result<Option<Vec<u8>>> {

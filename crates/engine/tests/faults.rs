@@ -679,6 +679,34 @@ fn readers_racing_overwrites_see_whole_versions_through_the_metadata_cache() {
     assert_eq!(r.read(info.nid, 0, info.size_bytes).unwrap(), version(1999));
 }
 
+/// A reader remembers the last object it stat-ed: a second stat of it (a GET's read after its lookup)
+/// costs no metadata-cache lookup and gives the same answer, another object's stat is its own, and the
+/// answer stays the snapshot's after an overwrite while a new reader sees the new size.
+#[test]
+fn a_readers_repeated_stat_is_answered_from_the_reader_and_stays_its_snapshots() {
+    let d = SimDrive::new(config());
+    let (e, coll) = (d.engine().clone(), d.coll);
+    for (name, len) in [(&b"a"[..], 100usize), (b"b", 200)] {
+        e.submit(Transaction::new().op(Op::Write { coll, name: name.to_vec(), offset: 0, data: data(1, len) }))
+            .unwrap();
+    }
+    let r = e.reader();
+    let a = r.lookup(coll, b"a").unwrap().unwrap();
+    let looked_up = {
+        let s = e.stats();
+        s.meta_cache_hits + s.meta_cache_misses
+    };
+    assert_eq!(r.stat(a.nid).unwrap(), a);
+    let s = e.stats();
+    assert_eq!(s.meta_cache_hits + s.meta_cache_misses, looked_up, "the second stat asked no cache");
+    let b = r.lookup(coll, b"b").unwrap().unwrap();
+    assert_eq!((b.size_bytes, r.stat(b.nid).unwrap().size_bytes, r.stat(a.nid).unwrap().size_bytes), (200, 200, 100));
+    e.submit(Transaction::new().op(Op::Write { coll, name: b"a".to_vec(), offset: 100, data: data(2, 50) })).unwrap();
+    assert_eq!(r.stat(a.nid).unwrap().size_bytes, 100, "the reader's snapshot");
+    assert_eq!(r.read(a.nid, 0, 1000).unwrap(), data(1, 100));
+    assert_eq!(e.reader().stat(a.nid).unwrap().size_bytes, 150, "a new reader sees the append");
+}
+
 /// Block-map runs: a large write is one entry per MAX_RUN_BLOCKS blocks; overwrites, lazy-sync merges,
 /// truncation and clone_range split runs exactly where they change, including at the run limit.
 #[test]
