@@ -89,7 +89,7 @@ impl CachedMapping {
     /// pins. A pin kept verified keeps its pages mapped while it is kept: unmapping after every read of it
     /// cost a sixth of a 4+2 set's 64 MiB GET throughput (measured 2026-12-02), in page-table work.
     fn unmap_pages(&self) {
-        let page = page_bytes();
+        let page = system_page_bytes();
         let start = self.at / page * page;
         let end = (self.at + self.len).div_ceil(page) * page;
         debug_assert!(end <= WINDOW_BYTES as usize, "a range lies in its window");
@@ -186,7 +186,7 @@ impl Drop for CachedMapping {
 }
 
 /// The page size, read once.
-fn page_bytes() -> usize {
+fn system_page_bytes() -> usize {
     static PAGE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     // SAFETY: sysconf only reads a system constant.
     *PAGE.get_or_init(|| usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096).max(1))
@@ -385,7 +385,7 @@ mod tests {
     fn pages_mapped(s: &[u8]) -> Vec<bool> {
         use std::os::unix::fs::FileExt;
         let pagemap = std::fs::File::open("/proc/self/pagemap").unwrap();
-        let page = page_bytes();
+        let page = system_page_bytes();
         let first = s.as_ptr() as usize / page;
         (first..(s.as_ptr() as usize + s.len()).div_ceil(page))
             .map(|virtual_page| {
