@@ -178,6 +178,10 @@ impl Snapshot for NodeSnapshot {
         either!(self, s => s.read(obj, offset, len).await)
     }
 
+    async fn read_into(&self, obj: &u64, offset: u64, lane: mosaic_store::StripeLane) -> StoreResult<u64> {
+        either!(self, s => s.read_into(obj, offset, lane).await)
+    }
+
     fn prioritize(&self) {
         either!(self, s => s.prioritize())
     }

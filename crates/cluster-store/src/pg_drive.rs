@@ -10,7 +10,8 @@
 use async_trait::async_trait;
 use bytes::Bytes;
 use mosaic_store::{
-    AlignedBuf, Geometry, NameEntry, ObjectInfo, Op, Outcome, PriorityHold, Snapshot, Store, StoreResult, Txn,
+    AlignedBuf, Geometry, NameEntry, ObjectInfo, Op, Outcome, PriorityHold, Snapshot, Store, StoreResult, StripeLane,
+    Txn,
 };
 use std::sync::Arc;
 
@@ -138,6 +139,10 @@ impl<Sn: Snapshot> Snapshot for PgSnapshot<Sn> {
 
     async fn read(&self, obj: &Sn::Obj, offset: u64, len: u64) -> StoreResult<Bytes> {
         self.inner.read(obj, offset, len).await
+    }
+
+    async fn read_into(&self, obj: &Sn::Obj, offset: u64, lane: StripeLane) -> StoreResult<u64> {
+        self.inner.read_into(obj, offset, lane).await
     }
 
     fn prioritize(&self) {

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use mosaic_engine::{CollectionId, Engine, EngineError, Nid, Reader, Staged, Transaction};
 use mosaic_store::{
     AlignedBuf, ErrorKind, Geometry, NameEntry, ObjectInfo, Op, Outcome, PriorityHold, Snapshot, Store, StoreError,
-    StoreResult, Txn,
+    StoreResult, StripeLane, Txn,
 };
 use std::sync::Arc;
 
@@ -227,6 +227,19 @@ impl Snapshot for DriveSnapshot {
             return Ok(bytes);
         }
         blocking(move || reader.read_bytes(nid, offset, len)).await
+    }
+
+    async fn read_into(&self, obj: &Nid, offset: u64, mut lane: StripeLane) -> StoreResult<u64> {
+        let (reader, nid) = (self.reader.clone(), *obj);
+        blocking(move || {
+            let n = reader.read_into(nid, offset, &mut lane.pieces_mut())?;
+            if n == lane.len_bytes() as u64 {
+                // SAFETY: a full `read_into` wrote every byte of every piece.
+                unsafe { lane.set_filled() };
+            }
+            Ok(n)
+        })
+        .await
     }
 
     fn prioritize(&self) {

@@ -261,6 +261,49 @@ impl BlockIo {
         Some(map)
     }
 
+    /// `read_verified_segment` into `pieces` (which tile the segment's bytes in order), through the
+    /// kernel's page cache and without a mapping: a segment kept verified is copied from its pinned pages
+    /// without a checksum pass; any other is read into the pieces and every unit checked there (so the
+    /// bytes checked are the bytes delivered), then pinned and kept verified when `keep` (a large read).
+    /// Ok(false) when the device has no page cache or the cached copy fails a checksum: the caller then
+    /// reads with `read_verified_segment`, which rereads a damaged copy directly and names the damage.
+    pub(crate) fn read_verified_segment_into(
+        &self,
+        seg: &Segment,
+        pieces: &mut [&mut [std::mem::MaybeUninit<u8>]],
+        keep: bool,
+    ) -> Result<bool> {
+        let len_bytes = seg.blocks * BLOCK_SIZE_BYTES;
+        debug_assert_eq!(pieces.iter().map(|p| p.len() as u64).sum::<u64>(), len_bytes);
+        if !self.cached_reads {
+            return Ok(false);
+        }
+        let at = seg.first_physical * BLOCK_SIZE_BYTES;
+        if let Some(kept) = self.verified.get(seg.first_physical, seg.blocks) {
+            // The pin (held to the end of the copy) keeps the very pages that were checked.
+            self.device.read_cached_vectored(pieces, at, true)?;
+            drop(kept);
+            self.counters.cached_bytes_read.fetch_add(len_bytes, Ordering::Relaxed);
+            self.counters.verified_bytes_read.fetch_add(len_bytes, Ordering::Relaxed);
+            return Ok(true);
+        }
+        // Pinned first, so that what is checked below stays in the page cache as long as it is kept.
+        // Background work (heal, scans) reads whole drives once: it would only push out what clients read.
+        let keep = keep && !mosaic_store::thread_is_background();
+        let pin = if keep { self.device.map_cached(at, len_bytes as usize) } else { None };
+        self.device.read_cached_vectored(pieces, at, pin.is_some())?;
+        self.counters.cached_bytes_read.fetch_add(len_bytes, Ordering::Relaxed);
+        // SAFETY: the read returned Ok, so it wrote every byte of every piece.
+        let filled: Vec<&[u8]> = pieces.iter().map(|p| unsafe { &*(&**p as *const [_] as *const [u8]) }).collect();
+        if first_bad_unit_in_pieces(&filled, &seg.units).is_some() {
+            return Ok(false);
+        }
+        if let Some(pin) = pin {
+            self.verified.insert(seg.first_physical, seg.blocks, Arc::new(pin));
+        }
+        Ok(true)
+    }
+
     pub(crate) fn read_verified_segment(&self, name: &[u8], seg: &Segment) -> Result<AlignedBuf> {
         let bs = BLOCK_SIZE_BYTES;
         let len_bytes = (seg.blocks * bs) as usize;
@@ -336,6 +379,37 @@ impl Segment {
     pub(crate) fn blocks(&self) -> u64 {
         self.blocks
     }
+}
+
+/// `first_bad_unit` over a segment's bytes given as consecutive pieces of any lengths.
+fn first_bad_unit_in_pieces(pieces: &[&[u8]], units: &[ChecksumUnit]) -> Option<ChecksumUnit> {
+    if let [whole] = pieces {
+        return first_bad_unit(whole, units);
+    }
+    let bs = BLOCK_SIZE_BYTES as usize;
+    let (mut piece, mut at) = (0usize, 0usize);
+    for u in units {
+        debug_assert_eq!(
+            pieces[..piece].iter().map(|p| p.len()).sum::<usize>() + at,
+            u.first as usize * bs,
+            "units tile the segment"
+        );
+        let mut digest = crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc32Iscsi);
+        let mut need = u.blocks as usize * bs;
+        while need > 0 {
+            let Some(p) = pieces.get(piece) else { return Some(*u) };
+            let n = need.min(p.len() - at);
+            digest.update(&p[at..at + n]);
+            (need, at) = (need - n, at + n);
+            if at == p.len() {
+                (piece, at) = (piece + 1, 0);
+            }
+        }
+        if digest.finalize() as u32 != u.crc32c {
+            return Some(*u);
+        }
+    }
+    None
 }
 
 /// The first checksum unit of a segment whose contents do not match.

@@ -61,6 +61,24 @@ pub trait Device: Send + Sync + 'static {
     ) -> io::Result<()> {
         Err(io::ErrorKind::WouldBlock.into())
     }
+    /// `read_cached_at_uninit` of consecutive bytes from `offset_bytes` into `pieces`, in order (one
+    /// vectored read on a file). `resident`: the caller holds the range pinned in the page cache
+    /// (`map_cached`), so the read is a copy from memory and needs no turn at the device. The default reads
+    /// piece by piece.
+    fn read_cached_vectored(
+        &self,
+        pieces: &mut [&mut [std::mem::MaybeUninit<u8>]],
+        offset_bytes: u64,
+        resident: bool,
+    ) -> io::Result<()> {
+        let _ = resident;
+        let mut at = offset_bytes;
+        for piece in pieces.iter_mut() {
+            self.read_cached_at_uninit(piece, at)?;
+            at += piece.len() as u64;
+        }
+        Ok(())
+    }
     /// `[offset_bytes, offset_bytes + len_bytes)` pinned in the kernel's page cache (read into it first if
     /// it is not there) and mapped: a large cached read without a copy (see `mapped.rs`). None when the
     /// device has no page cache to map or the range cannot be pinned now; the caller then reads with
@@ -83,6 +101,9 @@ pub trait Device: Send + Sync + 'static {
         "memory"
     }
 }
+
+/// Iovecs given to one `preadv` (the kernel's IOV_MAX).
+const PREADV_IOVECS_MAX: usize = 1024;
 
 /// A regular file used with O_DIRECT, preallocated with fallocate (whole, or in growth steps) so that block
 /// writes never allocate file-system extents on the data path.
@@ -289,6 +310,57 @@ impl Device for FileDevice {
                     if e.kind() != io::ErrorKind::Interrupted {
                         return Err(e);
                     }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn read_cached_vectored(
+        &self,
+        pieces: &mut [&mut [std::mem::MaybeUninit<u8>]],
+        offset_bytes: u64,
+        _resident: bool,
+    ) -> io::Result<()> {
+        let total: usize = pieces.iter().map(|p| p.len()).sum();
+        check_bounds(offset_bytes, total, self.size())?;
+        let mut iovs: Vec<libc::iovec> =
+            pieces.iter_mut().map(|p| libc::iovec { iov_base: p.as_mut_ptr().cast(), iov_len: p.len() }).collect();
+        let (mut first, mut done) = (0usize, 0usize);
+        while done < total {
+            let batch = &iovs[first..iovs.len().min(first + PREADV_IOVECS_MAX)];
+            // SAFETY: every iovec names memory of `pieces`, which we borrow exclusively; preadv writes at
+            // most the iovecs' lengths into it and never reads it.
+            let n = unsafe {
+                libc::preadv(
+                    self.cached.as_raw_fd(),
+                    batch.as_ptr(),
+                    batch.len() as libc::c_int,
+                    (offset_bytes + done as u64) as libc::off_t,
+                )
+            };
+            let mut n = match n {
+                n if n > 0 => n as usize,
+                0 => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "read past the end of the data file")),
+                _ => {
+                    let e = io::Error::last_os_error();
+                    if e.kind() == io::ErrorKind::Interrupted {
+                        continue;
+                    }
+                    return Err(e);
+                }
+            };
+            done += n;
+            // Past the iovecs the read filled; a partly filled one continues where it stopped.
+            while n > 0 {
+                let iov = &mut iovs[first];
+                let step = n.min(iov.iov_len);
+                // SAFETY: advances within the same piece (step <= its remaining length).
+                iov.iov_base = unsafe { iov.iov_base.cast::<u8>().add(step).cast() };
+                iov.iov_len -= step;
+                n -= step;
+                if iov.iov_len == 0 {
+                    first += 1;
                 }
             }
         }

@@ -404,6 +404,49 @@ impl Reader {
         }
     }
 
+    /// `read_bytes` of the pieces' total length at `offset`, written into `pieces` in order: a read
+    /// scattered straight into its places in the caller's buffer (an erasure set's shard units in the
+    /// object's bytes). The bytes written, shorter at the end of the object; on a full read every byte of
+    /// every piece was written. A block-aligned range that one segment covers and no fragment touches
+    /// (the common case of a large read) goes from the kernel's page cache into the pieces, verified there
+    /// and kept verified when large, and is never mapped into this process; any other is read as by
+    /// `read_bytes` and copied.
+    pub fn read_into(&self, nid: Nid, offset: u64, pieces: &mut [&mut [std::mem::MaybeUninit<u8>]]) -> Result<u64> {
+        self.core.io.counters().object_reads.fetch_add(1, Ordering::Relaxed);
+        let len: u64 = pieces.iter().map(|p| p.len() as u64).sum();
+        let info = self.stat(nid)?;
+        let end = offset.saturating_add(len).min(info.size_bytes);
+        if offset >= end {
+            return Ok(0);
+        }
+        let bs = BLOCK_SIZE_BYTES;
+        if end - offset == len && offset.is_multiple_of(bs) && end.is_multiple_of(bs) {
+            let (lb0, lb1) = (offset / bs, end / bs);
+            let runs = self.runs_overlapping(nid, lb0, lb1)?;
+            if let [seg] = read_segments(&runs, lb0, lb1).as_slice()
+                && seg.first_lb == lb0
+                && seg.blocks() == lb1 - lb0
+                && self.scan(CF_FRAGS, &frag_key(nid, lb0, 0), &frag_key(nid, lb1, 0), 1)?.is_empty()
+                && self.core.io.read_verified_segment_into(seg, pieces, len >= MAP_READ_MIN_BYTES)?
+            {
+                return Ok(len);
+            }
+        }
+        let bytes = match self.read_bytes_with(nid, offset, len, DeviceWait::Wait)? {
+            Some(bytes) => bytes,
+            None => return Err(EngineError::Corrupt(format!("nid {nid}: a waiting read came back without data"))),
+        };
+        let mut done = 0usize;
+        for piece in pieces.iter_mut() {
+            let n = piece.len().min(bytes.len() - done);
+            // SAFETY: u8 and MaybeUninit<u8> share a layout; `bytes` is not the pieces' memory.
+            unsafe { std::ptr::copy_nonoverlapping(bytes[done..].as_ptr(), piece.as_mut_ptr().cast::<u8>(), n) };
+            done += n;
+        }
+        debug_assert_eq!(done, bytes.len());
+        Ok(done as u64)
+    }
+
     /// `read_bytes` only if it completes from memory (this engine's caches, the KV store, the kernel's page
     /// cache) and is at most `max_bytes` long once clipped to the object: None when it is longer, when any
     /// device read would wait, or when a cached copy fails its checksum. Cheap enough to call on an async

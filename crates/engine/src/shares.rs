@@ -181,6 +181,19 @@ impl Device for ScheduledDevice {
     fn read_cached_at_uninit_nowait(&self, buf: &mut [std::mem::MaybeUninit<u8>], offset_bytes: u64) -> io::Result<()> {
         self.inner.read_cached_at_uninit_nowait(buf, offset_bytes)
     }
+    fn read_cached_vectored(
+        &self,
+        pieces: &mut [&mut [std::mem::MaybeUninit<u8>]],
+        offset_bytes: u64,
+        resident: bool,
+    ) -> io::Result<()> {
+        // A pinned range is a copy from memory: it takes no turn at the device.
+        if resident {
+            return self.inner.read_cached_vectored(pieces, offset_bytes, true);
+        }
+        let bytes = pieces.iter().map(|p| p.len()).sum();
+        self.scheduled(bytes, || self.inner.read_cached_vectored(pieces, offset_bytes, false))
+    }
     fn map_cached(&self, offset_bytes: u64, len_bytes: usize) -> Option<crate::device::CachedMapping> {
         self.scheduled(len_bytes, || self.inner.map_cached(offset_bytes, len_bytes))
     }

@@ -23,7 +23,8 @@ pub(crate) struct Counters {
     pub cached_bytes_read: AtomicU64,
     /// Of `cached_bytes_read`, bytes verified and served in place from the page cache (mapped, not copied).
     pub mapped_bytes_read: AtomicU64,
-    /// Of `mapped_bytes_read`, bytes kept verified from an earlier read (no checksum pass).
+    /// Of `cached_bytes_read`, bytes served from what an earlier read kept verified (no checksum pass):
+    /// mapped, or copied into a scattered read's pieces (`Reader::read_into`).
     pub verified_bytes_read: AtomicU64,
     /// Cached reads whose blocks failed their checksum and were read again from the device.
     pub cache_rereads: AtomicU64,

@@ -501,6 +501,68 @@ fn damage_under_a_large_read_is_an_error_never_bytes() {
     assert!(engine.stats().mapped_bytes_read >= len as u64, "the first read was served in place");
 }
 
+/// `read_into` of `len` bytes at `offset` into the even 4 KiB pieces of a buffer twice as long (as an
+/// erasure set interleaves its shards): the bytes read, and the pieces' bytes in order.
+fn read_scattered(engine: &Engine, coll: CollectionId, offset: u64, len: usize) -> Result<(u64, Vec<u8>)> {
+    let r = engine.reader();
+    let info = r.lookup(coll, b"big")?.expect("the object exists");
+    let mut buf = vec![0xeeu8; 2 * len.next_multiple_of(4096)];
+    let mut pieces: Vec<&mut [std::mem::MaybeUninit<u8>]> = buf
+        .chunks_mut(4096)
+        .step_by(2)
+        // SAFETY: u8 and MaybeUninit<u8> share a layout, and these bytes are initialised.
+        .map(|c| unsafe { &mut *(c as *mut [u8] as *mut [std::mem::MaybeUninit<u8>]) })
+        .collect();
+    let last = pieces.len() - 1;
+    let short = pieces[last].len() - (len.next_multiple_of(4096) - len);
+    pieces[last] = &mut std::mem::take(&mut pieces[last])[..short];
+    let n = r.read_into(info.nid, offset, &mut pieces)?;
+    Ok((n, buf.chunks(4096).step_by(2).flatten().copied().take(n as usize).collect()))
+}
+
+/// A scattered read lands in its pieces verified, is kept verified and served again from what it kept,
+/// and is never mapped into the process; unaligned and short reads copy; kept segments are forgotten when
+/// their blocks are freed (blocks reused round after round on a small device).
+#[test]
+fn scattered_reads_land_in_their_pieces_verified_and_kept_without_a_mapping() {
+    let (_dir, engine, coll) = file_engine(config());
+    let len = 1 << 20;
+    for round in 0..20u64 {
+        replace(&engine, coll, b"big", round, len).unwrap();
+        let (mapped, verified) = (engine.stats().mapped_bytes_read, engine.stats().verified_bytes_read);
+        assert_eq!(read_scattered(&engine, coll, 0, len).unwrap(), (len as u64, data(round, len)), "round {round}");
+        assert_eq!(engine.stats().verified_cache_bytes, len as u64, "the first read keeps its segment");
+        assert_eq!(read_scattered(&engine, coll, 0, len).unwrap(), (len as u64, data(round, len)), "kept");
+        assert_eq!(engine.stats().verified_bytes_read, verified + len as u64, "the second read is the kept one");
+        assert_eq!(engine.stats().mapped_bytes_read, mapped, "nothing was mapped");
+    }
+    let want = data(19, len);
+    let (n, got) = read_scattered(&engine, coll, 100, 300_000).unwrap();
+    assert_eq!((n, &got[..]), (300_000, &want[100..300_100]), "an unaligned read");
+    let (n, got) = read_scattered(&engine, coll, len as u64 - 8192, 3 * 4096).unwrap();
+    assert_eq!((n, &got[..]), (8192, &want[len - 8192..]), "a read past the end is short");
+    assert_eq!(read_scattered(&engine, coll, len as u64, 4096).unwrap().0, 0, "a read at the end");
+    let s = engine.stats();
+    assert_eq!((s.cache_rereads, s.checksum_errors), (0, 0));
+}
+
+/// Damage under a scattered read (as the page cache shows it) is an error naming it, never bytes.
+#[test]
+fn damage_under_a_scattered_read_is_an_error_never_bytes() {
+    let (dir, engine, coll) = file_engine(EngineConfig { verified_cache_bytes: 0, ..config() });
+    let len = 1 << 20;
+    replace(&engine, coll, b"big", 1, len).unwrap();
+    assert_eq!(read_scattered(&engine, coll, 0, len).unwrap().1, data(1, len));
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new().write(true).open(dir.path().join("data")).unwrap();
+    for block in 16..DEVICE_BYTES / 4096 {
+        f.write_all_at(&[0xa5], block * 4096 + 7).unwrap();
+    }
+    let e = read_scattered(&engine, coll, 0, len).unwrap_err();
+    assert!(matches!(e, EngineError::Checksum { .. }), "{e}");
+    assert!(engine.stats().checksum_errors > 0);
+}
+
 #[test]
 fn name_tags_are_listed_kept_on_rename_dropped_on_reset_and_bounded() {
     let d = SimDrive::new(config());

@@ -10,7 +10,7 @@ use crate::{LAYOUT_ATTR, SetColl, SetInner};
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures::future::join_all;
-use mosaic_store::{ErrorKind, NameEntry, ObjectInfo, Snapshot, Store, StoreError, StoreResult};
+use mosaic_store::{ErrorKind, NameEntry, ObjectInfo, Snapshot, Store, StoreError, StoreResult, StripedBuffer};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -510,8 +510,14 @@ pub(crate) async fn read_range<S: Store>(
     {
         return Ok(b);
     }
-    let mut out = Vec::with_capacity((end - offset) as usize);
     let encoded_end = end.min(l.encoded_bytes);
+    if l.data > 1
+        && offset < encoded_end
+        && let Some(b) = read_striped(r, offset, end).await?
+    {
+        return Ok(b);
+    }
+    let mut out = Vec::with_capacity((end - offset) as usize);
     if offset < encoded_end {
         read_encoded(set, coll, name, r, offset, encoded_end - offset, &mut out).await?;
     }
@@ -542,6 +548,39 @@ async fn read_whole_copy<S: Store>(r: &Resolved<S>, offset: u64, end: u64) -> Op
         }
     }
     None
+}
+
+/// With k > 1 data shards whose drives all hold the object: bytes [offset, end) (encoded bytes from
+/// `offset`, then the tail) with the k shard reads written straight into their places in one buffer
+/// (`StripedBuffer`: shard j's units are every k-th piece of the stripes), so the shards are never joined
+/// by a copy. None when a data shard's drive is missing or a shard read fails or comes back short: the
+/// general path then reads again, rebuilds from parity and queues the object for heal.
+async fn read_striped<S: Store>(r: &Resolved<S>, offset: u64, end: u64) -> StoreResult<Option<Bytes>> {
+    let l = &r.layout;
+    let g = crate::layout::SetGeometry { data: l.data as usize, parity: l.parity as usize };
+    let encoded_end = end.min(l.encoded_bytes);
+    debug_assert!(g.data > 1 && offset < encoded_end && encoded_end <= end);
+    let rotation = l.rotation as usize;
+    let holders: Option<Vec<Holder<S>>> =
+        (0..g.data).map(|j| r.holders.get(g.drive_of_shard(rotation, j)).cloned().flatten()).collect();
+    let Some(holders) = holders else { return Ok(None) };
+    let (s0, s1) = stripes_covering(&g, offset, encoded_end);
+    let unit = SHARD_UNIT_BYTES;
+    let tail_bytes = end - encoded_end;
+    let (buf, lanes) = StripedBuffer::new(g.data, unit as usize, (s1 - s0) as usize, tail_bytes as usize);
+    let lane_bytes = (s1 - s0) * unit;
+    let reads = join_all(holders.iter().zip(lanes).map(|((snap, obj), lane)| snap.read_into(obj, s0 * unit, lane)));
+    if !reads.await.iter().all(|n| matches!(n, Ok(n) if *n == lane_bytes)) {
+        return Ok(None);
+    }
+    let Some(mut bytes) = buf.into_vec() else { return Ok(None) };
+    let skip = (offset - s0 * g.stripe_bytes()) as usize;
+    bytes.truncate(skip + (encoded_end - offset) as usize);
+    if tail_bytes > 0 {
+        read_tail(r, encoded_end, tail_bytes, &mut bytes).await?;
+    }
+    debug_assert_eq!((bytes.len() - skip) as u64, end - offset);
+    Ok(Some(Bytes::from(bytes).slice(skip..)))
 }
 
 /// Tail bytes [from, from + len), appended to `out`, from the first holder that reads them.

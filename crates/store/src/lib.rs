@@ -26,6 +26,7 @@ mod foreground;
 mod io_share;
 mod scoped;
 mod shared_locks;
+mod striped;
 mod txn;
 
 pub use aligned::{AlignedBuf, IO_ALIGN_BYTES, assert_io_aligned};
@@ -38,6 +39,7 @@ pub use io_share::{
     on_thread_with_share, share_id_of, thread_io_share, with_io_share, with_io_share_sync,
 };
 pub use shared_locks::{BoxFuture, HeldShared, SharedLocks};
+pub use striped::{STRIPED_LANES_MAX, StripeLane, StripedBuffer};
 pub use txn::{Op, Outcome, Priority, Txn};
 
 use async_trait::async_trait;
@@ -134,6 +136,13 @@ pub trait Snapshot: Send + Sync + 'static {
     ) -> StoreResult<Vec<(ObjectInfo<Self::Obj>, Option<Vec<u8>>)>>;
     /// Up to `len` bytes at `offset`, every byte verified against its checksum; shorter at the end.
     async fn read(&self, obj: &Self::Obj, offset: u64, len: u64) -> StoreResult<Bytes>;
+    /// `read` of the lane's length at `offset`, written into the lane's pieces (and the lane marked
+    /// filled when the read covers it): the bytes read, shorter at the end. A store that reads from a
+    /// page cache writes straight into the pieces; the default reads, then copies.
+    async fn read_into(&self, obj: &Self::Obj, offset: u64, lane: StripeLane) -> StoreResult<u64> {
+        let bytes = self.read(obj, offset, lane.len_bytes() as u64).await?;
+        Ok(lane.fill_from(&bytes) as u64)
+    }
     /// Marks the work done through this snapshot as prioritized (it serves a high-priority object) until
     /// the snapshot is dropped: background work yields to it.
     fn prioritize(&self);
