@@ -64,7 +64,7 @@ pub trait Device: Send + Sync + 'static {
     /// `read_cached_at_uninit` of consecutive bytes from `offset_bytes` into `pieces`, in order (one
     /// vectored read on a file). `resident`: the caller holds the range pinned in the page cache
     /// (`map_cached`), so the read is a copy from memory and needs no turn at the device. The default reads
-    /// piece by piece.
+    /// the range (whole blocks) into one aligned buffer and copies it into the pieces.
     fn read_cached_vectored(
         &self,
         pieces: &mut [&mut [std::mem::MaybeUninit<u8>]],
@@ -72,10 +72,17 @@ pub trait Device: Send + Sync + 'static {
         resident: bool,
     ) -> io::Result<()> {
         let _ = resident;
-        let mut at = offset_bytes;
+        // A device without a page cache reads directly, into aligned memory; the pieces need not be.
+        let total: usize = pieces.iter().map(|p| p.len()).sum();
+        let mut buf = mosaic_store::AlignedBuf::zeroed(total);
+        self.read_cached_at(&mut buf.as_mut_slice()[..total], offset_bytes)?;
+        let mut done = 0;
         for piece in pieces.iter_mut() {
-            self.read_cached_at_uninit(piece, at)?;
-            at += piece.len() as u64;
+            // SAFETY: u8 and MaybeUninit<u8> share a layout; the buffer is not the pieces' memory.
+            unsafe {
+                std::ptr::copy_nonoverlapping(buf.as_slice()[done..].as_ptr(), piece.as_mut_ptr().cast(), piece.len())
+            };
+            done += piece.len();
         }
         Ok(())
     }

@@ -623,17 +623,20 @@ async fn read_encoded<S: Store>(
     let (at, len) = (s0 * unit, (s1 - s0) * unit);
     let rotation = l.rotation as usize;
     // A shard read: its bytes, or whether it is damaged (a checksum failed) rather than unavailable.
+    // Read into a buffer of its own (`read_into`: never mapped, and the decoder takes it as it is).
     let read_from = |holder: Option<Holder<S>>| async move {
         let Some((snap, obj)) = holder else { return Err(false) };
-        match snap.read(&obj, at, len).await {
-            Ok(b) if b.len() as u64 == len => Ok(b),
+        let (buf, mut lanes) = StripedBuffer::new(1, len as usize, 1, 0);
+        let lane = lanes.pop().expect("a buffer of one lane");
+        match snap.read_into(&obj, at, lane).await {
+            Ok(n) if n == len => buf.into_vec().ok_or(true),
             Ok(_) => Err(true),
             Err(e) => Err(e.kind == ErrorKind::Corrupt),
         }
     };
     let holder_of = |j: usize| r.holders.get(g.drive_of_shard(rotation, j)).cloned().flatten();
     let k = g.data;
-    let mut reads: Vec<Result<Bytes, bool>> = join_all((0..k).map(|j| read_from(holder_of(j)))).await;
+    let mut reads: Vec<Result<Vec<u8>, bool>> = join_all((0..k).map(|j| read_from(holder_of(j)))).await;
     if reads.iter().all(Result::is_ok) {
         let data: Vec<&[u8]> = reads.iter().map(|b| b.as_ref().map(|b| &b[..]).unwrap_or_default()).collect();
         join_shards(&data, (offset - s0 * k as u64 * unit) as usize, n as usize, out);
@@ -656,7 +659,7 @@ async fn read_encoded<S: Store>(
     .await;
     reads.extend(join_all(parity.into_iter().map(read_from)).await);
     let damaged = reads.iter().any(|r| r == &Err(true));
-    let mut shards: Vec<Option<Vec<u8>>> = reads.into_iter().map(|r| r.ok().map(|b| b.to_vec())).collect();
+    let mut shards: Vec<Option<Vec<u8>>> = reads.into_iter().map(Result::ok).collect();
     let codec = codec_by_id(l.codec, k, g.parity).ok_or_else(|| {
         StoreError::new(
             ErrorKind::Corrupt,
