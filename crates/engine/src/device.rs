@@ -76,14 +76,8 @@ pub trait Device: Send + Sync + 'static {
         let total: usize = pieces.iter().map(|p| p.len()).sum();
         let mut buf = mosaic_store::AlignedBuf::zeroed(total);
         self.read_cached_at(&mut buf.as_mut_slice()[..total], offset_bytes)?;
-        let mut done = 0;
-        for piece in pieces.iter_mut() {
-            // SAFETY: u8 and MaybeUninit<u8> share a layout; the buffer is not the pieces' memory.
-            unsafe {
-                std::ptr::copy_nonoverlapping(buf.as_slice()[done..].as_ptr(), piece.as_mut_ptr().cast(), piece.len())
-            };
-            done += piece.len();
-        }
+        let done = mosaic_store::copy_into_pieces(&buf.as_slice()[..total], pieces);
+        debug_assert_eq!(done, total);
         Ok(())
     }
     /// `[offset_bytes, offset_bytes + len_bytes)` pinned in the kernel's page cache (read into it first if

@@ -436,13 +436,7 @@ impl Reader {
             Some(bytes) => bytes,
             None => return Err(EngineError::Corrupt(format!("nid {nid}: a waiting read came back without data"))),
         };
-        let mut done = 0usize;
-        for piece in pieces.iter_mut() {
-            let n = piece.len().min(bytes.len() - done);
-            // SAFETY: u8 and MaybeUninit<u8> share a layout; `bytes` is not the pieces' memory.
-            unsafe { std::ptr::copy_nonoverlapping(bytes[done..].as_ptr(), piece.as_mut_ptr().cast::<u8>(), n) };
-            done += n;
-        }
+        let done = mosaic_store::copy_into_pieces(&bytes, pieces);
         debug_assert_eq!(done, bytes.len());
         Ok(done as u64)
     }

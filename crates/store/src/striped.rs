@@ -122,20 +122,27 @@ impl StripeLane {
     /// Fills the lane from `bytes` (its length or shorter) and marks it filled when they cover it: the
     /// bytes written. What a store without a scattered read does after an ordinary one.
     pub fn fill_from(mut self, bytes: &[u8]) -> usize {
-        let mut done = 0;
-        for piece in self.pieces_mut() {
-            let n = piece.len().min(bytes.len() - done);
-            // SAFETY: u8 and MaybeUninit<u8> share a layout; the ranges do not overlap (the source is
-            // not the lane's memory, which only lanes reach).
-            unsafe { std::ptr::copy_nonoverlapping(bytes[done..].as_ptr(), piece.as_mut_ptr().cast::<u8>(), n) };
-            done += n;
-        }
+        let done = copy_into_pieces(bytes, &mut self.pieces_mut());
         if done == self.len_bytes() {
             // SAFETY: every piece was just written whole.
             unsafe { self.set_filled() };
         }
         done
     }
+}
+
+/// Copies `bytes` into `pieces` in order, as far as both reach: the bytes copied (the prefix of the
+/// pieces they cover is initialised after it).
+pub fn copy_into_pieces(bytes: &[u8], pieces: &mut [&mut [MaybeUninit<u8>]]) -> usize {
+    let mut done = 0;
+    for piece in pieces.iter_mut() {
+        let n = piece.len().min(bytes.len() - done);
+        // SAFETY: u8 and MaybeUninit<u8> share a layout; `bytes` is a shared borrow, so it cannot be the
+        // pieces' memory, which is borrowed exclusively.
+        unsafe { std::ptr::copy_nonoverlapping(bytes[done..].as_ptr(), piece.as_mut_ptr().cast::<u8>(), n) };
+        done += n;
+    }
+    done
 }
 
 #[cfg(test)]
