@@ -22,7 +22,9 @@ mod read;
 mod undo;
 mod write;
 
-pub use codec::{CODEC_NONE, CODEC_REED_SOLOMON, Codec, CodecId, codec_by_id, codec_for};
+pub use codec::{
+    CODEC_NONE, CODEC_REED_SOLOMON, CODEC_REED_SOLOMON_GF8, Codec, CodecId, codec_by_id, codec_for, gf8_supported,
+};
 pub use heal::{HealProgress, Healed};
 pub use layout::{MAX_SET_DRIVES, ObjectLayout, SHARD_UNIT_BYTES, SetGeometry};
 pub use mosaic_store::{HeldShared, SharedLocks};
@@ -97,6 +99,10 @@ pub struct SetConfig {
     /// reaches drives that the node's other sets and other nodes' clients keep busy, which the set's own
     /// count does not see. None: only the set's own work counts.
     pub node_foreground: Option<Arc<mosaic_store::ForegroundWork>>,
+    /// The code new objects are written with (None: `codec_for`'s default, Reed-Solomon over GF(2^8) where
+    /// the CPU runs it). An object keeps the code it was first encoded with; stripes of another code are
+    /// not joined to it.
+    pub codec: Option<CodecId>,
 }
 
 /// What `SetConfig::removal_follower` is told. A failure does not fail the write (it is decided and
@@ -192,7 +198,13 @@ impl SetConfig {
             shared_locks: None,
             removal_follower: None,
             node_foreground: None,
+            codec: None,
         }
+    }
+
+    /// The code new objects are written with.
+    pub fn write_codec(&self) -> CodecId {
+        self.codec.unwrap_or_else(|| codec_for(self.geometry.data, self.geometry.parity).id())
     }
 
     /// Drives a write must commit on among the kept ones (0 without a rule): as many as a write quorum,
@@ -238,6 +250,8 @@ pub struct SetColl<C> {
 /// Stripes staged on the drives of a set: one shard per drive (None where staging failed).
 pub struct SetStaged<St> {
     pub(crate) rotation: usize,
+    /// The code the stripes' parity was made with: they join only an object of the same code.
+    pub(crate) codec: CodecId,
     pub(crate) len_bytes: u64,
     pub(crate) shards: Vec<Option<St>>,
 }

@@ -667,7 +667,7 @@ async fn read_encoded<S: Store>(
         )
     })?;
     // Too few shards: damage (checksums) is reported as damage, absent drives as unavailability.
-    codec.reconstruct(&mut shards).map_err(|e| {
+    codec.reconstruct_data(&mut shards).map_err(|e| {
         let kind = if damaged { ErrorKind::Corrupt } else { ErrorKind::Unavailable };
         StoreError::new(kind, format!("object {} cannot be rebuilt: {e}", name.escape_ascii()))
     })?;

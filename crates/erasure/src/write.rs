@@ -5,7 +5,7 @@
 //! the objects' locks, submits to every drive at once, and succeeds when a write quorum committed every
 //! object it touched; otherwise the drives that committed are put back (the undo log) and it fails.
 
-use crate::codec::codec_for;
+use crate::codec::{Codec, CodecId, codec_by_id};
 use crate::layout::{ObjectLayout, SetGeometry, split_into_shards};
 use crate::read::{DriveState, Verdict, decide, drive_states};
 use crate::undo::{UNDO_ATTR, UNDO_ENTRY_MAX_BYTES, UndoAction, UndoEntry, entry_name, queue_cleanup, undo_on_drive};
@@ -28,7 +28,7 @@ pub(crate) async fn stage<S: Store>(
     if len_bytes == 0 || len_bytes > buf.len() || !len_bytes.is_multiple_of(stripe) {
         return Err(StoreError::new(ErrorKind::InvalidArgument, "staged bytes must be whole stripes of the buffer"));
     }
-    stage_at(set, buf, len_bytes, g.rotation_for(hint), hint).await
+    stage_at(set, buf, len_bytes, g.rotation_for(hint), set.cfg.write_codec(), hint).await
 }
 
 /// Stages whole stripes with shard 0 on drive `rotation`.
@@ -37,11 +37,18 @@ async fn stage_at<S: Store>(
     buf: AlignedBuf,
     len_bytes: usize,
     rotation: usize,
+    codec: CodecId,
     hint: &[u8],
 ) -> StoreResult<(SetStaged<S::Staged>, AlignedBuf)> {
     let g = *set.geometry();
+    let code = codec_by_id(codec, g.data, g.parity).ok_or_else(|| {
+        StoreError::new(
+            ErrorKind::InvalidArgument,
+            format!("erasure code {codec} is unknown to this build or this CPU for {}+{}", g.data, g.parity),
+        )
+    })?;
     // Splitting and encoding are CPU work: off the async threads.
-    let (buf, shards) = tokio::task::spawn_blocking(move || encode_stripes(g, buf, len_bytes))
+    let (buf, shards) = tokio::task::spawn_blocking(move || encode_stripes(g, &*code, buf, len_bytes))
         .await
         .map_err(|e| StoreError::internal(format!("an encoding worker failed: {e}")))??;
     let shard_len = len_bytes / g.data;
@@ -78,11 +85,16 @@ async fn stage_at<S: Store>(
         out.push(st);
     }
     let buf = returned.or(data_buf).unwrap_or_else(|| AlignedBuf::zeroed(len_bytes));
-    Ok((SetStaged { rotation, len_bytes: len_bytes as u64, shards: out }, buf))
+    Ok((SetStaged { rotation, codec, len_bytes: len_bytes as u64, shards: out }, buf))
 }
 
 /// The k + m shards of whole stripes (None for shard 0 when k is 1: the buffer itself is that shard).
-fn encode_stripes(g: SetGeometry, buf: AlignedBuf, len: usize) -> StoreResult<(AlignedBuf, Vec<Option<AlignedBuf>>)> {
+fn encode_stripes(
+    g: SetGeometry,
+    codec: &dyn Codec,
+    buf: AlignedBuf,
+    len: usize,
+) -> StoreResult<(AlignedBuf, Vec<Option<AlignedBuf>>)> {
     let shard_len = len / g.data;
     let mut shards: Vec<Option<AlignedBuf>> = (0..g.drives()).map(|_| None).collect();
     if g.data > 1 {
@@ -102,9 +114,8 @@ fn encode_stripes(g: SetGeometry, buf: AlignedBuf, len: usize) -> StoreResult<(A
                 shards[..g.data].iter().map(|s| &s.as_ref().expect("split").as_slice()[..shard_len]).collect()
             };
             let mut prefs: Vec<&mut [u8]> = parity.iter_mut().map(|b| &mut b.as_mut_slice()[..shard_len]).collect();
-            codec_for(g.data, g.parity)
-                .encode(&data, &mut prefs)
-                .map_err(|e| StoreError::internal(format!("encoding failed: {e}")))?;
+            debug_assert!(codec.data_shards() == g.data && codec.parity_shards() == g.parity);
+            codec.encode(&data, &mut prefs).map_err(|e| StoreError::internal(format!("encoding failed: {e}")))?;
         }
         for (i, p) in parity.into_iter().enumerate() {
             shards[g.data + i] = Some(p);
@@ -243,7 +254,7 @@ impl<'a, S: Store> Planner<'a, S> {
     /// A fresh, empty layout for an object named `name`.
     fn empty_layout(&self, name: &[u8]) -> ObjectLayout {
         ObjectLayout {
-            codec: codec_for(self.g.data, self.g.parity).id(),
+            codec: self.set.cfg.write_codec(),
             data: self.g.data as u8,
             parity: self.g.parity as u8,
             rotation: self.g.rotation_for(name) as u8,
@@ -473,8 +484,10 @@ impl<'a, S: Store> Planner<'a, S> {
         let (head, rest) = bytes.split_at(whole as usize);
         let name = self.objects[o].name.clone();
         let buf = AlignedBuf::copy_of(head);
+        // Stripes already encoded fix the object's code; a tail alone is encoded with the set's current one.
+        let codec = if l.encoded_bytes == 0 { self.set.cfg.write_codec() } else { l.codec };
         let (staged, _) =
-            stage_at(self.set, buf, head.len(), l.rotation as usize, &name).await.map_err(|e| e.in_op(i))?;
+            stage_at(self.set, buf, head.len(), l.rotation as usize, codec, &name).await.map_err(|e| e.in_op(i))?;
         // Holders drop the tail's bytes; then every drive takes its shard where the tail began.
         self.copy_aside(o, l.tail_holders);
         let coll = self.coll_of(o);
@@ -721,8 +734,18 @@ impl<'a, S: Store> Planner<'a, S> {
         }
         if l.encoded_bytes == 0 {
             l.rotation = staged.rotation as u8;
+            l.codec = staged.codec;
         } else if l.rotation as usize != staged.rotation {
             return Err(bad(i, "the stripes were staged for an object placed differently"));
+        } else if l.codec != staged.codec {
+            return Err(bad(
+                i,
+                format!(
+                    "the stripes were encoded with erasure code {} and the object with code {}: an object \
+                     is never of two codes (rewrite it whole to change its code)",
+                    staged.codec, l.codec
+                ),
+            ));
         }
         let coll = self.coll_of(o);
         let name = self.objects[o].name.clone();
@@ -904,8 +927,18 @@ impl<'a, S: Store> Planner<'a, S> {
         if whole > 0 {
             if dl.encoded_bytes == 0 {
                 dl.rotation = sl.rotation;
+                dl.codec = sl.codec;
             } else if dl.rotation != sl.rotation {
                 return Err(bad(i, "the source is placed differently from the destination"));
+            } else if dl.codec != sl.codec {
+                return Err(bad(
+                    i,
+                    format!(
+                        "the source is of erasure code {} and the destination of code {}: an object is never \
+                         of two codes",
+                        sl.codec, dl.codec
+                    ),
+                ));
             }
             let shard_len = whole / self.g.data as u64;
             let at = dl.shard_bytes();
@@ -1338,7 +1371,7 @@ mod tests {
         for (i, b) in buf.as_mut_slice().iter_mut().enumerate() {
             *b = (i / 4096) as u8;
         }
-        let (_, shards) = encode_stripes(g, buf, len).unwrap();
+        let (_, shards) = encode_stripes(g, &*crate::codec::codec_for(g.data, g.parity), buf, len).unwrap();
         // Shard 1 holds unit 1 of each stripe: units 1, 5 and 9.
         let s1 = shards[1].as_ref().unwrap().as_slice();
         assert_eq!((s1[0], s1[4096], s1[8192]), (1, 5, 9));

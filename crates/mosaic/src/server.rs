@@ -140,6 +140,8 @@ pub fn run(cfg: Config) -> Result<(), String> {
         // A cluster node counts its foreground work across its groups (`Cluster::open`); one server's sets
         // each yield to their own requests.
         node_foreground: None,
+        // New objects get the default code for this CPU (GF(2^8) Reed-Solomon where it runs).
+        codec: None,
     };
     // A cluster node's drives are each its own 1+0 set here, for the admin port only: the cluster's sets
     // (placement groups) write through them, and settle and heal as the map says.
