@@ -31,7 +31,7 @@ mkdir -p "$OUT"
 {
   echo "date: $(date -u +%FT%TZ)"
   echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM, $(uname -sr)"
-  echo "mosaic: $("$MOSAIC" --version) (commit $(git rev-parse --short HEAD)), 4+2 over six drive files of at most 6GiB on $(df -T "$(dirname "$DIR")" | awk 'NR==2 {print $2" "$1}')"
+  echo "mosaic: $("$MOSAIC" --version) (checkout at $(git rev-parse --short HEAD)), 4+2 over six drive files of at most 6GiB on $(df -T "$(dirname "$DIR")" | awk 'NR==2 {print $2" "$1}')"
   echo "server: $MOSAIC server --data DIR --drive-size 6GiB --drive DIR/drive1 ... --drive DIR/drive6 --erasure 4+2 [--lazy-encode-min-size 0]"
   echo "command: $MOSAIC bench s3 --endpoint http://127.0.0.1:$PORT --access-key $AK --secret-key $SK ${ARGS[*]} --drive-metrics http://127.0.0.1:$((PORT + 1))/metrics --out $OUT/<mode>"
 } >"$OUT/machine.txt"

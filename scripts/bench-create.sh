@@ -88,7 +88,7 @@ mkdir -p "$OUT"
 {
   echo "date: $(date -u +%FT%TZ)"
   echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM, $(uname -sr)"
-  echo "mosaic: $("$MOSAIC" --version) (commit $(git rev-parse --short HEAD)), drive files of at most ${DRIVE_SIZE:-2GiB} on $(df -T "$(dirname "$DIR")" | awk 'NR==2 {print $2" "$1}')"
+  echo "mosaic: $("$MOSAIC" --version) (checkout at $(git rev-parse --short HEAD)), drive files of at most ${DRIVE_SIZE:-2GiB} on $(df -T "$(dirname "$DIR")" | awk 'NR==2 {print $2" "$1}')"
   echo "stores: 1+1 sets; one process with 2 drives; 2 and 4 nodes with 2 drives each (64 groups)"
   echo "client: mosaic bench s3 --workload create --ops $OPS --concurrency 16 --warmup 0s through 127.0.0.1:19000"
 } >"$OUT/machine.txt"

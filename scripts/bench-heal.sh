@@ -33,7 +33,7 @@ wait_ready() {
 {
   echo "date: $(date -u +%FT%TZ)"
   echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM, $(uname -sr)"
-  echo "mosaic: $("$MOSAIC" --version) (commit $(git rev-parse --short HEAD)), 4+2 over six drive files on $(df -T "$DIR" | awk 'NR==2 {print $2" "$1}')"
+  echo "mosaic: $("$MOSAIC" --version) (checkout at $(git rev-parse --short HEAD)), 4+2 over six drive files on $(df -T "$DIR" | awk 'NR==2 {print $2" "$1}')"
 } >"$OUT/machine.txt"
 
 # 1. The yardstick: sequential O_DIRECT writes of 4 MiB on the same file system, synced.

@@ -94,7 +94,7 @@ start_servers
 {
   echo "date: $(date -u +%FT%TZ)"
   echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM, $(uname -sr)"
-  echo "mosaic: $("$MOSAIC" --version) (commit $(git rev-parse --short HEAD)), drives: ${SET:-1+0} over drive files of at most ${DRIVE_SIZE:-12GiB} on $(df -T "$(dirname "$MOSAIC_DIR")" | awk 'NR==2 {print $2" "$1}')"
+  echo "mosaic: $("$MOSAIC" --version) (checkout at $(git rev-parse --short HEAD)), drives: ${SET:-1+0} over drive files of at most ${DRIVE_SIZE:-12GiB} on $(df -T "$(dirname "$MOSAIC_DIR")" | awk 'NR==2 {print $2" "$1}')"
   echo "minio: $("$MINIO" --version | head -1), drives: ${SET:+six directories, EC:${SET#*+}, }$(df -T "$MINIO_DIR" | awk 'NR==2 {print $2" "$1}')"
   echo "common arguments: ${COMMON[*]}"
 } >"$OUT/machine.txt"

@@ -23,7 +23,7 @@ mkdir -p "$OUT"
 {
   echo "date: $(date -u +%FT%TZ)"
   echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM, $(uname -sr)"
-  echo "build: $("$BIN" --version) (commit $(git rev-parse --short HEAD))"
+  echo "build: $("$BIN" --version) (checkout at $(git rev-parse --short HEAD))"
   echo "command: mosaic bench s3 ${ARGS[*]} [--versioning]"
 } >"$OUT/machine.txt"
 for round in $(seq 1 "$ROUNDS"); do

@@ -32,8 +32,11 @@ use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+/// `mosaic --version`: the crate's version and the commit it was built from (build.rs).
+const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("MOSAIC_BUILD_COMMIT"), ")");
+
 #[derive(Parser)]
-#[command(name = "mosaic", version, about = "Mosaic: an S3-compatible object store built on object drives")]
+#[command(name = "mosaic", version = VERSION, about = "Mosaic: an S3-compatible object store built on object drives")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
