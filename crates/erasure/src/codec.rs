@@ -70,6 +70,14 @@ fn rebuild_by_reconstructing<C: Codec + ?Sized>(
     Ok(())
 }
 
+/// Whether `present` of `n` shards are enough to rebuild from (`k` are needed).
+fn enough_shards(present: usize, n: usize, k: usize) -> Result<(), CodecError> {
+    if present < k {
+        return Err(CodecError(format!("{present} of {n} shards, {k} needed")));
+    }
+    Ok(())
+}
+
 /// Gives a coder back to its pool, which keeps at most `IDLE_CODERS_MAX`.
 fn give_back<T>(pool: &Mutex<Vec<T>>, coder: T) {
     let mut idle = pool.lock();
@@ -93,7 +101,18 @@ fn kept_codes() -> &'static KeptCodes {
 
 /// The code `id` for `k` data and `m` parity shards, built once and kept.
 fn kept(id: CodecId, k: usize, m: usize, build: impl FnOnce() -> Arc<dyn Codec>) -> Arc<dyn Codec> {
-    let mut codes = kept_codes().lock();
+    kept_in(kept_codes(), id, k, m, build)
+}
+
+/// `kept` in the map `codes`, which holds at most `CODES_KEPT_MAX`.
+fn kept_in(
+    codes: &KeptCodes,
+    id: CodecId,
+    k: usize,
+    m: usize,
+    build: impl FnOnce() -> Arc<dyn Codec>,
+) -> Arc<dyn Codec> {
+    let mut codes = codes.lock();
     if let Some(c) = codes.get(&(id, k, m)) {
         return c.clone();
     }
@@ -102,6 +121,7 @@ fn kept(id: CodecId, k: usize, m: usize, build: impl FnOnce() -> Arc<dyn Codec>)
     if codes.len() < CODES_KEPT_MAX {
         codes.insert((id, k, m), code.clone());
     }
+    debug_assert!(codes.len() <= CODES_KEPT_MAX);
     code
 }
 
@@ -255,9 +275,7 @@ impl Codec for ReedSolomon {
     fn rebuild_one(&self, shards: &[Option<&[u8]>], want: usize, out: &mut [u8]) -> Result<(), CodecError> {
         assert!(shards.len() == self.k + self.m && want < shards.len(), "one slot per shard");
         let present = shards.iter().enumerate().filter(|(i, s)| *i != want && s.is_some()).count();
-        if present < self.k {
-            return Err(CodecError(format!("{present} of {} shards, {} needed", self.k + self.m, self.k)));
-        }
+        enough_shards(present, self.k + self.m, self.k)?;
         assert!(shards.iter().flatten().all(|s| s.len() == out.len()), "shards of one length");
         let err = |e: reed_solomon_simd::Error| CodecError(format!("Reed-Solomon: {e}"));
         let data_whole = shards[..self.k].iter().all(Option::is_some);
@@ -304,9 +322,7 @@ impl Codec for ReedSolomon {
     fn reconstruct(&self, shards: &mut [Option<Vec<u8>>]) -> Result<(), CodecError> {
         assert_eq!(shards.len(), self.k + self.m, "one slot per shard");
         let present = shards.iter().filter(|s| s.is_some()).count();
-        if present < self.k {
-            return Err(CodecError(format!("{present} of {} shards, {} needed", self.k + self.m, self.k)));
-        }
+        enough_shards(present, self.k + self.m, self.k)?;
         if shards.iter().all(Option::is_some) {
             return Ok(());
         }
@@ -374,17 +390,15 @@ impl ReedSolomonGf8 {
         ))
     }
 
-    /// The shards present and their one length, checked before the library sees them.
-    fn check_present(&self, shards: &[Option<Vec<u8>>]) -> Result<usize, CodecError> {
+    /// Enough shards present, of one length: checked before the library sees them.
+    fn check_present(&self, shards: &[Option<Vec<u8>>]) -> Result<(), CodecError> {
         let (k, n) = (self.rs.data_shard_count(), self.rs.total_shard_count());
         assert_eq!(shards.len(), n, "one slot per shard");
         let present = shards.iter().filter(|s| s.is_some()).count();
-        if present < k {
-            return Err(CodecError(format!("{present} of {n} shards, {k} needed")));
-        }
+        enough_shards(present, n, k)?;
         let len = shards.iter().flatten().next().map(Vec::len).unwrap_or(0);
         assert!(shards.iter().flatten().all(|s| s.len() == len), "shards of one length");
-        Ok(len)
+        Ok(())
     }
 }
 
@@ -433,9 +447,7 @@ impl Codec for ReedSolomonGf8 {
             return Ok(());
         }
         let present = shards.iter().enumerate().filter(|(i, s)| *i != want && s.is_some()).count();
-        if present < k {
-            return Err(CodecError(format!("{present} of {n} shards, {k} needed")));
-        }
+        enough_shards(present, n, k)?;
         assert!(shards.iter().flatten().all(|s| s.len() == out.len()), "shards of one length");
         // The code is linear and works byte by byte, so the wanted shard is a sum of k of the others, each
         // times a coefficient: learnt by rebuilding one-byte shards (a unit vector for each of the k), then
@@ -569,6 +581,24 @@ mod tests {
         }
         assert!(codec_by_id(CODEC_REED_SOLOMON_GF8, 200, 57).is_none(), "past the field's 256 shards");
         assert!(codec_by_id(CODEC_REED_SOLOMON_GF8, 4, 0).is_none());
+    }
+
+    /// At most CODES_KEPT_MAX codes are kept; past that a code is built for its call, and works.
+    #[test]
+    fn codes_kept_are_bounded() {
+        let codes = KeptCodes::default();
+        let geometries = (1..=CODES_KEPT_MAX + 8).map(|k| (k, 1 + k % 3));
+        for (k, m) in geometries.clone() {
+            let code = kept_in(&codes, CODEC_REED_SOLOMON, k, m, || Arc::new(ReedSolomon::new(k, m)));
+            let again = kept_in(&codes, CODEC_REED_SOLOMON, k, m, || Arc::new(ReedSolomon::new(k, m)));
+            assert_eq!(Arc::ptr_eq(&code, &again), k <= CODES_KEPT_MAX, "{k}+{m}");
+            let whole = encoded(&*code, &shards(k, 64, k as u8));
+            let mut lost = whole.clone();
+            lost[0] = None;
+            code.reconstruct(&mut lost).unwrap();
+            assert_eq!(lost, whole);
+        }
+        assert_eq!(codes.lock().len(), CODES_KEPT_MAX);
     }
 
     #[test]
