@@ -712,7 +712,7 @@ impl<S: Store> Store for ErasureSet<S> {
     }
 
     fn snapshot(&self) -> SetSnapshot<S> {
-        SetSnapshot::new(self.inner.clone())
+        SetSnapshot::of_store(self.inner.clone())
     }
 
     async fn stage(&self, buf: AlignedBuf, len_bytes: usize, hint: &[u8]) -> StoreResult<(Self::Staged, AlignedBuf)> {

@@ -12,8 +12,8 @@ use bytes::Bytes;
 use futures::future::join_all;
 use mosaic_store::{ErrorKind, NameEntry, ObjectInfo, Snapshot, Store, StoreError, StoreResult, StripedBuffer};
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 
 /// What one drive holds of an object.
 pub(crate) enum DriveState<S: Store> {
@@ -118,7 +118,16 @@ pub(crate) async fn drive_state<S: Store>(
     name: &[u8],
 ) -> DriveState<S> {
     let Some(store) = set.member(i) else { return DriveState::Failed };
-    let snap = Arc::new(store.snapshot());
+    drive_state_in(Arc::new(store.snapshot()), i, coll, name).await
+}
+
+/// What drive `i` holds of `name` in `coll`, through its snapshot `snap`.
+async fn drive_state_in<S: Store>(
+    snap: Arc<S::Snapshot>,
+    i: usize,
+    coll: &SetColl<S::Coll>,
+    name: &[u8],
+) -> DriveState<S> {
     // A handle missing from `coll` says only that the drive did not give one when `coll` was looked up:
     // it may have failed then and answer now. It is asked again, so that a drive that is up is never
     // counted absent (with another drive down, that would leave a read without its quorum).
@@ -181,6 +190,23 @@ pub(crate) async fn resolve<S: Store>(
     name: &[u8],
 ) -> StoreResult<Option<Resolved<S>>> {
     resolve_asking(set, coll, name, false).await
+}
+
+/// `resolve` for a set of one drive, through the snapshot a store's snapshot keeps of it: one drive
+/// transaction is a whole write, so no lock is taken and the drive's answer is the set's.
+async fn resolve_one_drive<S: Store>(
+    set: &SetInner<S>,
+    drive: Option<&Arc<S::Snapshot>>,
+    coll: &SetColl<S::Coll>,
+    name: &[u8],
+) -> StoreResult<Option<Resolved<S>>> {
+    debug_assert_eq!(set.drives(), 1);
+    let state = match drive {
+        Some(snap) => drive_state_in(snap.clone(), 0, coll, name).await,
+        None => DriveState::Failed,
+    };
+    let g = set.geometry();
+    verdict_to_result(set, coll, name, decide(vec![state], g.read_quorum(), g.write_quorum()))
 }
 
 /// Like `resolve`, asking every drive (heal and the deep scan look at every holder).
@@ -292,15 +318,33 @@ pub(crate) fn verdict_to_result<S: Store>(
 }
 
 /// A snapshot of a set: every lookup reads the drives afresh under the object's lock, and the handle it
-/// returns keeps the drives' snapshots of that version, so the object's reads are consistent.
+/// returns keeps the drives' snapshots of that version, so the object's reads are consistent. A store's
+/// snapshot of a set of one drive is that drive's snapshot (`of_store`).
 pub struct SetSnapshot<S: Store> {
     set: Arc<SetInner<S>>,
     prioritized: AtomicBool,
+    /// A set of one drive, as a store's snapshot: that drive's snapshot, taken at first use and kept, so
+    /// the set's snapshot is the drive's own (one drive transaction is a whole write: no lock, no quorum).
+    /// None: every lookup asks the drives afresh under the object's lock.
+    one_drive: Option<OnceLock<Option<Arc<S::Snapshot>>>>,
 }
 
 impl<S: Store> SetSnapshot<S> {
+    /// A view that asks the drives afresh at every lookup (the set's own work: writes, heal, recovery).
     pub(crate) fn new(set: Arc<SetInner<S>>) -> Self {
-        SetSnapshot { set, prioritized: AtomicBool::new(false) }
+        SetSnapshot { set, prioritized: AtomicBool::new(false), one_drive: None }
+    }
+
+    /// The store's snapshot: a set of one drive reads through one snapshot of its drive.
+    pub(crate) fn of_store(set: Arc<SetInner<S>>) -> Self {
+        let one_drive = (set.drives() == 1).then(OnceLock::new);
+        SetSnapshot { set, prioritized: AtomicBool::new(false), one_drive }
+    }
+
+    /// The kept snapshot of a set of one drive (Some(None): its drive is missing); None for other views.
+    fn one_drive(&self) -> Option<Option<&Arc<S::Snapshot>>> {
+        let kept = self.one_drive.as_ref()?;
+        Some(kept.get_or_init(|| self.set.member(0).map(|store| Arc::new(store.snapshot()))).as_ref())
     }
 }
 
@@ -343,6 +387,11 @@ impl<S: Store> Snapshot for SetSnapshot<S> {
     async fn collection(&self, name: &str) -> StoreResult<Option<SetColl<S::Coll>>> {
         let set = &self.set;
         let generation = set.generation.load(Ordering::SeqCst);
+        if let Some(drive) = self.one_drive() {
+            let drive = drive.ok_or_else(|| StoreError::unavailable("missing drive"))?;
+            let Some(c) = drive.collection(name).await? else { return Ok(None) };
+            return Ok(Some(SetColl { name: name.into(), members: Arc::new([Some(c)]), generation }));
+        }
         let members = set.members();
         let found = join_all(members.iter().map(|m| async move {
             match m {
@@ -404,7 +453,11 @@ impl<S: Store> Snapshot for SetSnapshot<S> {
 
     async fn lookup(&self, coll: &SetColl<S::Coll>, name: &[u8]) -> StoreResult<Option<ObjectInfo<SetObj<S>>>> {
         let coll = &self.set.current(coll).await?;
-        let Some(r) = resolve(&self.set, coll, name).await? else { return Ok(None) };
+        let resolved = match self.one_drive() {
+            Some(drive) => resolve_one_drive(&self.set, drive, coll, name).await?,
+            None => resolve(&self.set, coll, name).await?,
+        };
+        let Some(r) = resolved else { return Ok(None) };
         if self.prioritized.load(Ordering::Relaxed) || r.high_priority {
             prioritize(&r);
         }

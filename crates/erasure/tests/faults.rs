@@ -758,3 +758,47 @@ async fn objects_of_the_older_code_are_read_and_never_joined_with_the_newer() {
     assert_eq!(get(&new, "mpu").await.unwrap(), parts.concat());
     check_all(&new, &objects).await;
 }
+
+/// A store's snapshot of a set of one drive is that drive's snapshot, taken at its first use: every
+/// lookup through it sees the same state (a write committed meanwhile is not seen, a new snapshot sees
+/// it), and with the drive missing it answers unavailable, never absent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_one_drive_sets_snapshot_is_its_drives_snapshot() {
+    use mosaic_store::{ErrorKind, Op, Snapshot, Txn};
+    let t = TestSet::new(1, 0).await;
+    let write = |name: &'static str, data: Vec<u8>| {
+        let set = t.set.clone();
+        async move {
+            let snap = set.snapshot();
+            let coll = snap.collection("c").await.unwrap().unwrap();
+            let name = name.as_bytes().to_vec();
+            let txn = Txn::new().op(Op::Reset { coll: coll.clone(), name: name.clone() }).op(Op::Write {
+                coll,
+                name,
+                offset: 0,
+                data,
+            });
+            set.commit(txn).await.unwrap();
+        }
+    };
+    t.set.commit(Txn::new().op(Op::CreateCollection { name: "c".into() })).await.unwrap();
+    write("a", pattern(1, 100)).await;
+    let before = t.set.snapshot();
+    let coll = before.collection("c").await.unwrap().unwrap();
+    let a = before.lookup(&coll, b"a").await.unwrap().unwrap();
+    write("a", pattern(2, 300)).await;
+    write("b", pattern(3, 10)).await;
+    assert_eq!(before.lookup(&coll, b"a").await.unwrap().unwrap().size_bytes, 100, "the snapshot's state");
+    assert!(before.lookup(&coll, b"b").await.unwrap().is_none(), "written after the snapshot");
+    assert_eq!(before.read(&a.obj, 0, 1000).await.unwrap(), pattern(1, 100));
+    let after = t.set.snapshot();
+    let coll = after.collection("c").await.unwrap().unwrap();
+    let a = after.lookup(&coll, b"a").await.unwrap().unwrap();
+    assert_eq!(after.read(&a.obj, 0, 1000).await.unwrap(), pattern(2, 300));
+    assert!(after.lookup(&coll, b"b").await.unwrap().is_some());
+
+    t.set.detach_drive(0);
+    let missing = t.set.snapshot();
+    let e = missing.collection("c").await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Unavailable, "{e}");
+}
