@@ -17,6 +17,7 @@
 //! least the page's. Evicting any page loses nothing: the KV store and the device hold the same content.
 
 use crate::keys::Nid;
+use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -36,7 +37,9 @@ pub(crate) enum PageState {
 #[derive(Clone)]
 struct Page {
     state: PageState,
-    data: Box<[u8]>,
+    /// Shared with the readers that took it: a reader's bytes are the page's, without a copy, and a write
+    /// into a page a reader still holds writes into a copy.
+    data: Bytes,
     /// Fragment pages: the byte ranges of `data` that are known, sorted and disjoint.
     known: Vec<(u16, u16)>,
     from_epoch: u64,
@@ -97,7 +100,7 @@ impl PageCache {
 
     /// The whole content of block `lblock` of `nid` as a reader at `epoch` may see it: clean or dirty
     /// pages only.
-    pub(crate) fn get(&self, nid: Nid, lblock: u64, epoch: u64) -> Option<(PageState, Box<[u8]>)> {
+    pub(crate) fn get(&self, nid: Nid, lblock: u64, epoch: u64) -> Option<(PageState, Bytes)> {
         if !self.enabled() {
             return None;
         }
@@ -128,7 +131,7 @@ impl PageCache {
                 PageChange::Clean { nid, lblock, data } => {
                     let page = Page {
                         state: PageState::Clean,
-                        data: data.clone().into_boxed_slice(),
+                        data: Bytes::copy_from_slice(data),
                         known: Vec::new(),
                         from_epoch: epoch,
                         referenced: false,
@@ -163,8 +166,9 @@ impl PageCache {
         let mut s = self.shard(nid).lock();
         let Some(page) = s.pages.get_mut(&(nid, lblock)) else {
             drop(s);
-            let mut data_page = vec![0u8; PAGE_BYTES].into_boxed_slice();
+            let mut data_page = BytesMut::zeroed(PAGE_BYTES);
             data_page[start..end].copy_from_slice(data);
+            let data_page = data_page.freeze();
             let (state, known) = if block_was_empty || (start == 0 && end == PAGE_BYTES) {
                 (PageState::Dirty, Vec::new())
             } else {
@@ -173,9 +177,15 @@ impl PageCache {
             self.insert(nid, lblock, Page { state, data: data_page, known, from_epoch: epoch, referenced: false });
             return;
         };
-        // In place: the committer is the only writer, readers copy pages out under this lock.
+        // The committer is the only writer: in place unless a reader still holds the page's bytes.
         let before = page_bytes(page);
-        page.data[start..end].copy_from_slice(data);
+        let mut content = match std::mem::take(&mut page.data).try_into_mut() {
+            Ok(unshared) => unshared,
+            Err(shared) => BytesMut::from(&shared[..]),
+        };
+        debug_assert_eq!(content.len(), PAGE_BYTES);
+        content[start..end].copy_from_slice(data);
+        page.data = content.freeze();
         page.from_epoch = epoch;
         match page.state {
             PageState::Clean | PageState::Dirty => page.state = PageState::Dirty,
@@ -285,6 +295,29 @@ mod tests {
         c.apply(&[PageChange::Forget { nid: 2, first: 0, end: u64::MAX }], 9);
         assert_eq!(c.get(2, 0, 9), None);
         assert_eq!(c.dirty_pages(), 1);
+    }
+
+    /// A reader's bytes are the page's own (no copy), and a later write into the page never changes them:
+    /// it writes into a copy while a reader holds the bytes, and in place once none does.
+    #[test]
+    fn bytes_a_reader_holds_never_change() {
+        let c = PageCache::new(1 << 20);
+        c.apply(&[frag(1, 0, 0, &[1; PAGE_BYTES], true)], 1);
+        let held = c.get(1, 0, 1).unwrap().1;
+        let again = c.get(1, 0, 1).unwrap().1;
+        assert_eq!(held.as_ptr(), again.as_ptr(), "one page, shared");
+        drop(again);
+        c.apply(&[frag(1, 0, 100, &[2; 10], false)], 2);
+        assert!(held.iter().all(|&b| b == 1), "a held page changed under its reader");
+        let (state, now) = c.get(1, 0, 2).unwrap();
+        assert_eq!((state, now[99], now[100], now[110]), (PageState::Dirty, 1, 2, 1));
+        drop(held);
+        let at = now.as_ptr();
+        drop(now);
+        c.apply(&[frag(1, 0, 0, &[3; 1], false)], 3);
+        let last = c.get(1, 0, 3).unwrap().1;
+        assert_eq!((last[0], last[100]), (3, 2));
+        assert_eq!(last.as_ptr(), at, "an unshared page is written in place");
     }
 
     #[test]
