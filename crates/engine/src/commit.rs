@@ -68,6 +68,8 @@ pub(crate) struct Pipeline {
     shutdown: AtomicBool,
     /// Wakes the background worker early (shutdown, fragment pressure).
     bg_wake: (Mutex<bool>, Condvar),
+    /// The view clients' readers share until the next epoch is published (`Engine::reader`).
+    pub(crate) readers_view: crate::reader::SharedView,
 }
 
 pub(crate) fn sync_write() -> WriteOptions {
@@ -90,6 +92,7 @@ impl Pipeline {
             queue_not_full: Condvar::new(),
             shutdown: AtomicBool::new(false),
             bg_wake: (Mutex::new(false), Condvar::new()),
+            readers_view: Default::default(),
         }
     }
 
@@ -373,6 +376,8 @@ impl Pipeline {
             Ok(()) => {
                 let epoch = core.epochs.publish_next();
                 assert_eq!(epoch, published + 1, "one group commits at a time");
+                // Readers from now on take a view of this epoch; the kept one must not pin the last.
+                self.readers_view.release();
                 self.deferred_free.lock().extend(frees.into_iter().map(|e| (epoch, e)));
                 {
                     let mut f = self.frags.lock();

@@ -310,8 +310,10 @@ impl Engine {
     }
 
     /// A consistent read view of the drive.
+    /// A snapshot for reads: it shares its view (a RocksDB snapshot and an epoch pin) with the other
+    /// readers begun since the last commit was published.
     pub fn reader(&self) -> Reader {
-        Reader::new(self.pipe.core.clone())
+        Reader::shared(&self.pipe.core, &self.pipe.readers_view)
     }
 
     pub fn stats(&self) -> EngineStats {
@@ -426,6 +428,7 @@ impl Engine {
         for t in threads {
             let _ = t.join();
         }
+        self.pipe.readers_view.release();
         self.pipe.core.db.flush_wal(true)?;
         Ok(())
     }

@@ -81,29 +81,27 @@ impl ObjectInfo {
     }
 }
 
-pub struct Reader {
+/// A consistent view of the drive: a RocksDB snapshot and a pin of the commit epoch it began in. Readers
+/// that begin while no later epoch has been published share one (`SharedView`), so most reads take
+/// no RocksDB snapshot and no epoch pin of their own; the view is released when its last reader drops.
+pub(crate) struct View {
     // Field order matters: the snapshot must be released before the database handle it borrows.
     snap: ManuallyDrop<SnapshotWithThreadMode<'static, DB>>,
     db: Arc<DB>,
     core: Arc<Core>,
     epoch: u64,
-    /// Set when this reader's snapshot is exactly the newest committed state: it may fill the metadata
-    /// cache (meta_cache.rs).
+    /// Set when this view's snapshot is exactly the newest committed state: its readers may fill the
+    /// metadata cache (meta_cache.rs).
     fill_epoch: Option<u64>,
-    /// Held while this reader serves a high-priority object (see `prioritize`).
-    prioritized: OnceLock<crate::qos::PriorityGuard>,
-    /// The last object `stat` found: a GET stats its object when it looks the name up and again when it
-    /// reads, and a snapshot's answer cannot change, so the second costs no cache lookup. One entry.
-    last_stat: parking_lot::Mutex<Option<ObjectInfo>>,
 }
 
 // SAFETY: the snapshot is a read-only handle to a RocksDB snapshot, which RocksDB allows to be used from
 // any thread; the database it refers to is kept alive by `db`.
-unsafe impl Send for Reader {}
+unsafe impl Send for View {}
 // SAFETY: as above; all methods take &self and RocksDB reads are thread-safe.
-unsafe impl Sync for Reader {}
+unsafe impl Sync for View {}
 
-impl Drop for Reader {
+impl Drop for View {
     fn drop(&mut self) {
         // SAFETY: dropped exactly once, before `db`.
         unsafe { ManuallyDrop::drop(&mut self.snap) };
@@ -111,40 +109,89 @@ impl Drop for Reader {
     }
 }
 
-impl Reader {
-    pub(crate) fn new(core: Arc<Core>) -> Self {
+impl View {
+    fn new(core: Arc<Core>) -> Self {
         // The installed epoch is read before the published one: see meta_cache.rs.
         let (epoch, installed) = core.epochs.pin(|| core.meta_cache.installed_epoch());
         let fill_epoch = core.meta_cache.fill_epoch(installed, epoch);
         let db = core.db.clone();
         let snap = db.snapshot();
-        // SAFETY: the snapshot borrows the DB behind `db`, an Arc that this Reader holds and drops after
+        // SAFETY: the snapshot borrows the DB behind `db`, an Arc that this View holds and drops after
         // the snapshot (see Drop), so the borrow never outlives the database.
         let snap: SnapshotWithThreadMode<'static, DB> = unsafe { std::mem::transmute(snap) };
-        Reader {
-            snap: ManuallyDrop::new(snap),
-            db,
-            core,
-            epoch,
-            fill_epoch,
-            prioritized: OnceLock::new(),
-            last_stat: parking_lot::Mutex::new(None),
+        View { snap: ManuallyDrop::new(snap), db, core, epoch, fill_epoch }
+    }
+}
+
+/// The view that clients' readers share while no later epoch is published. It is held until the committer
+/// publishes the next epoch (`release`), so that a stream of reads takes one RocksDB snapshot per commit,
+/// not one per read, and so that a kept view never holds back the blocks later commits free.
+#[derive(Default)]
+pub(crate) struct SharedView(parking_lot::Mutex<Option<Arc<View>>>);
+
+impl SharedView {
+    /// The view a reader beginning now reads through: the shared one while its epoch is still the
+    /// published one (a reader of it began no earlier than that epoch's publication, and every write
+    /// acknowledged since is in a later epoch, as commits answer only once their epoch is published),
+    /// else a new one, shared from now on.
+    fn current(&self, core: &Arc<Core>) -> Arc<View> {
+        let mut shared = self.0.lock();
+        if let Some(view) = shared.as_ref()
+            && view.epoch == core.epochs.published()
+        {
+            return view.clone();
         }
+        let view = Arc::new(View::new(core.clone()));
+        let stale = shared.replace(view.clone());
+        drop(shared);
+        drop(stale);
+        view
+    }
+
+    /// Lets the shared view go (its readers keep it while they live): after each publication, and at close.
+    pub(crate) fn release(&self) {
+        let stale = self.0.lock().take();
+        drop(stale);
+    }
+}
+
+pub struct Reader {
+    view: Arc<View>,
+    /// Held while this reader serves a high-priority object (see `prioritize`).
+    prioritized: OnceLock<crate::qos::PriorityGuard>,
+    /// The last object `stat` found: a GET stats its object when it looks the name up and again when it
+    /// reads, and a snapshot's answer cannot change, so the second costs no cache lookup. One entry.
+    last_stat: parking_lot::Mutex<Option<ObjectInfo>>,
+}
+
+impl Reader {
+    /// A reader with a view of its own (background work: lazy sync, the scrubber).
+    pub(crate) fn new(core: Arc<Core>) -> Self {
+        Self::of(Arc::new(View::new(core)))
+    }
+
+    /// A reader through the view that `shared` holds, or a new one that it holds from now on.
+    pub(crate) fn shared(core: &Arc<Core>, shared: &SharedView) -> Self {
+        Self::of(shared.current(core))
+    }
+
+    fn of(view: Arc<View>) -> Self {
+        Reader { view, prioritized: OnceLock::new(), last_stat: parking_lot::Mutex::new(None) }
     }
 
     /// Marks this reader's work as prioritized (it reads a high-priority object) until it drops: background
     /// work waits for it (bounded, see `qos`).
     pub fn prioritize(&self) {
-        self.prioritized.get_or_init(|| crate::qos::PriorityGuard::new(self.core.qos.clone()));
+        self.prioritized.get_or_init(|| crate::qos::PriorityGuard::new(self.view.core.qos.clone()));
     }
 
     fn get(&self, cf: &str, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        let cache = &self.core.meta_cache;
-        if let Some(v) = cache.get(cf, key, self.epoch) {
+        let cache = &self.view.core.meta_cache;
+        if let Some(v) = cache.get(cf, key, self.view.epoch) {
             return Ok(v);
         }
-        let v = self.snap.get_cf(crate::kv::cf(&self.db, cf)?, key)?;
-        if let Some(e) = self.fill_epoch {
+        let v = self.view.snap.get_cf(crate::kv::cf(&self.view.db, cf)?, key)?;
+        if let Some(e) = self.view.fill_epoch {
             cache.fill(cf, key, &v, e);
         }
         Ok(v)
@@ -172,8 +219,11 @@ impl Reader {
         let mut out = Vec::new();
         let mut ro = rocksdb::ReadOptions::default();
         ro.set_iterate_upper_bound(end.to_vec());
-        let it =
-            self.snap.iterator_cf_opt(crate::kv::cf(&self.db, cf)?, ro, IteratorMode::From(start, Direction::Forward));
+        let it = self.view.snap.iterator_cf_opt(
+            crate::kv::cf(&self.view.db, cf)?,
+            ro,
+            IteratorMode::From(start, Direction::Forward),
+        );
         for item in it {
             let (k, v) = item?;
             if &*k >= end || out.len() >= limit {
@@ -186,21 +236,30 @@ impl Reader {
 
     /// Serves a small read wholly from the page cache when every block of it has a clean or dirty page
     /// this reader may see (a partial hit reads the device as usual).
-    fn read_from_pages(&self, nid: Nid, lb0: u64, lb1: u64, offset: u64, out: &mut [u8]) -> bool {
+    fn read_from_pages(&self, nid: Nid, lb0: u64, lb1: u64, offset: u64, end: u64) -> Option<bytes::Bytes> {
+        debug_assert!(lb0 * BLOCK_SIZE_BYTES <= offset && offset < end && end <= lb1 * BLOCK_SIZE_BYTES);
         if lb1 - lb0 > PAGE_READ_MAX_BLOCKS {
-            return false;
+            return None;
+        }
+        let clip = |lb: u64| {
+            let at = lb * BLOCK_SIZE_BYTES;
+            (offset.max(at) - at) as usize..(end.min(at + BLOCK_SIZE_BYTES) - at) as usize
+        };
+        if lb1 - lb0 == 1 {
+            // One block (every small object): the page's own bytes, not a copy.
+            let (_, data) = self.view.core.page_cache.get(nid, lb0, self.view.epoch)?;
+            return Some(data.slice(clip(lb0)));
         }
         let mut pages = Vec::with_capacity((lb1 - lb0) as usize);
         for lb in lb0..lb1 {
-            match self.core.page_cache.get(nid, lb, self.epoch) {
-                Some((_, data)) => pages.push(data),
-                None => return false,
-            }
+            pages.push(self.view.core.page_cache.get(nid, lb, self.view.epoch)?.1);
         }
+        let mut out = Vec::with_capacity((end - offset) as usize);
         for (lb, data) in (lb0..lb1).zip(&pages) {
-            copy_clipped(out, offset, lb * BLOCK_SIZE_BYTES, data);
+            out.extend_from_slice(&data[clip(lb)]);
         }
-        true
+        debug_assert_eq!(out.len() as u64, end - offset);
+        Some(out.into())
     }
 
     /// The block-map runs of `nid` that map any block in [first, end), through this snapshot.
@@ -280,8 +339,8 @@ impl Reader {
         order.sort_unstable_by(|a, b| keys[*a].cmp(&keys[*b]));
         let sorted: Vec<&[u8]> = order.iter().map(|i| keys[*i].as_slice()).collect();
         let mut ro = rocksdb::ReadOptions::default();
-        ro.set_snapshot(&self.snap);
-        let values = self.db.batched_multi_get_cf_opt(crate::kv::cf(&self.db, cf)?, sorted, true, &ro);
+        ro.set_snapshot(&self.view.snap);
+        let values = self.view.db.batched_multi_get_cf_opt(crate::kv::cf(&self.view.db, cf)?, sorted, true, &ro);
         let mut out = vec![None; keys.len()];
         for (i, v) in order.into_iter().zip(values) {
             out[i] = v?.map(|p| p.to_vec());
@@ -330,7 +389,7 @@ impl Reader {
         ro.set_iterate_upper_bound(end.clone());
         // A raw iterator lends each key and value: one copy of each into the entry, no boxes between (a
         // listing page is thousands of entries).
-        let mut it = self.snap.raw_iterator_cf_opt(crate::kv::cf(&self.db, CF_NAMES)?, ro);
+        let mut it = self.view.snap.raw_iterator_cf_opt(crate::kv::cf(&self.view.db, CF_NAMES)?, ro);
         it.seek(&start);
         let mut out = Vec::with_capacity(limit.min(LIST_PREALLOC_ENTRIES));
         while out.len() < limit {
@@ -373,13 +432,13 @@ impl Reader {
         let mut content = vec![0u8; bs as usize];
         let run = self.runs_overlapping(nid, lb, lb + 1)?.into_iter().next();
         let base = run.as_ref().map(|(start, r)| r.physical_start + (lb - start));
-        match self.core.page_cache.get(nid, lb, self.epoch) {
+        match self.view.core.page_cache.get(nid, lb, self.view.epoch) {
             // The block's whole current content is in memory: no base read, no merge (paper 001's lazy
             // page sync of a dirty page).
             Some((_, page)) => content.copy_from_slice(&page),
             None => {
                 if let Some((start, r)) = &run {
-                    self.core.io.read_verified_block(nid, *start, r, lb, &mut content)?;
+                    self.view.core.io.read_verified_block(nid, *start, r, lb, &mut content)?;
                 }
                 apply_fragments(&mut content, nid, lb, frags.iter().map(|(_, v)| &v[..]))?;
             }
@@ -397,7 +456,7 @@ impl Reader {
     /// Like `read`, as shared bytes: a range that one device read covers and no fragment touches (the common
     /// case of a large read) is the device buffer itself, without copying it.
     pub fn read_bytes(&self, nid: Nid, offset: u64, len: u64) -> Result<bytes::Bytes> {
-        self.core.io.counters().object_reads.fetch_add(1, Ordering::Relaxed);
+        self.view.core.io.counters().object_reads.fetch_add(1, Ordering::Relaxed);
         match self.read_bytes_with(nid, offset, len, DeviceWait::Wait)? {
             Some(bytes) => Ok(bytes),
             None => Err(EngineError::Corrupt(format!("nid {nid}: a waiting read came back without data"))),
@@ -412,7 +471,7 @@ impl Reader {
     /// and kept verified when large, and is never mapped into this process; any other is read as by
     /// `read_bytes` and copied.
     pub fn read_into(&self, nid: Nid, offset: u64, pieces: &mut [&mut [std::mem::MaybeUninit<u8>]]) -> Result<u64> {
-        self.core.io.counters().object_reads.fetch_add(1, Ordering::Relaxed);
+        self.view.core.io.counters().object_reads.fetch_add(1, Ordering::Relaxed);
         let len: u64 = pieces.iter().map(|p| p.len() as u64).sum();
         let info = self.stat(nid)?;
         let end = offset.saturating_add(len).min(info.size_bytes);
@@ -427,7 +486,7 @@ impl Reader {
                 && seg.first_lb == lb0
                 && seg.blocks() == lb1 - lb0
                 && self.scan(CF_FRAGS, &frag_key(nid, lb0, 0), &frag_key(nid, lb1, 0), 1)?.is_empty()
-                && self.core.io.read_verified_segment_into(seg, pieces, len >= MAP_READ_MIN_BYTES)?
+                && self.view.core.io.read_verified_segment_into(seg, pieces, len >= MAP_READ_MIN_BYTES)?
             {
                 return Ok(len);
             }
@@ -448,7 +507,7 @@ impl Reader {
     pub fn read_bytes_resident(&self, nid: Nid, offset: u64, len: u64, max_bytes: u64) -> Result<Option<bytes::Bytes>> {
         let read = self.read_bytes_with(nid, offset, len, DeviceWait::NoWait { max_bytes })?;
         if read.is_some() {
-            self.core.io.counters().object_reads.fetch_add(1, Ordering::Relaxed);
+            self.view.core.io.counters().object_reads.fetch_add(1, Ordering::Relaxed);
         }
         Ok(read)
     }
@@ -466,11 +525,8 @@ impl Reader {
         }
         let bs = BLOCK_SIZE_BYTES;
         let (lb0, lb1) = (offset / bs, (end - 1) / bs + 1);
-        if lb1 - lb0 <= PAGE_READ_MAX_BLOCKS {
-            let mut out = vec![0u8; (end - offset) as usize];
-            if self.read_from_pages(nid, lb0, lb1, offset, &mut out) {
-                return Ok(Some(out.into()));
-            }
+        if let Some(bytes) = self.read_from_pages(nid, lb0, lb1, offset, end) {
+            return Ok(Some(bytes));
         }
         let runs = self.runs_overlapping(nid, lb0, lb1)?;
         let segments = read_segments(&runs, lb0, lb1);
@@ -478,8 +534,8 @@ impl Reader {
         let (fs, fe) = (frag_key(nid, lb0, 0), frag_key(nid, lb1, 0));
         let frags = self.scan_capped(CF_FRAGS, &fs, &fe, frags_cap, "fragments in the range read")?;
         let read_segment = |seg: &Segment| match wait {
-            DeviceWait::Wait => self.core.io.read_verified_segment(&info.name, seg).map(Some),
-            DeviceWait::NoWait { .. } => self.core.io.read_verified_segment_nowait(seg),
+            DeviceWait::Wait => self.view.core.io.read_verified_segment(&info.name, seg).map(Some),
+            DeviceWait::NoWait { .. } => self.view.core.io.read_verified_segment_nowait(seg),
         };
         if let [seg] = segments.as_slice()
             && frags.is_empty()
@@ -489,9 +545,9 @@ impl Reader {
             let at = (offset - seg.first_lb * bs) as usize;
             if matches!(wait, DeviceWait::Wait)
                 && seg.blocks() * bs >= MAP_READ_MIN_BYTES
-                && let Some(map) = self.core.io.map_verified_segment(seg)
+                && let Some(map) = self.view.core.io.map_verified_segment(seg)
             {
-                let held = InPlace { map, _pin: self.core.pin_again(self.epoch) };
+                let held = InPlace { map, _pin: self.view.core.pin_again(self.view.epoch) };
                 return Ok(Some(bytes::Bytes::from_owner(held).slice(at..at + (end - offset) as usize)));
             }
             let Some(buf) = read_segment(seg)? else { return Ok(None) };
@@ -537,8 +593,8 @@ impl RunSource for Reader {
     fn floor_run(&self, key: &[u8], lower: &[u8]) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
         let mut ro = rocksdb::ReadOptions::default();
         ro.set_iterate_lower_bound(lower.to_vec());
-        let cf = crate::kv::cf(&self.db, CF_BLOCKS)?;
-        match self.snap.iterator_cf_opt(cf, ro, IteratorMode::From(key, Direction::Reverse)).next() {
+        let cf = crate::kv::cf(&self.view.db, CF_BLOCKS)?;
+        match self.view.snap.iterator_cf_opt(cf, ro, IteratorMode::From(key, Direction::Reverse)).next() {
             Some(item) => {
                 let (k, v) = item?;
                 Ok((k.as_ref() >= lower).then(|| (k.to_vec(), v.to_vec())))
@@ -559,6 +615,6 @@ pub(crate) struct SnapIter<'a> {
 
 impl<'a> SnapIter<'a> {
     pub(crate) fn iter(&self, cf: &str) -> Result<rocksdb::DBIteratorWithThreadMode<'a, DB>> {
-        Ok(self.reader.snap.iterator_cf(crate::kv::cf(&self.reader.db, cf)?, IteratorMode::Start))
+        Ok(self.reader.view.snap.iterator_cf(crate::kv::cf(&self.reader.view.db, cf)?, IteratorMode::Start))
     }
 }
