@@ -91,10 +91,10 @@ impl MetaCache {
     }
 
     fn shard(&self, t: Table, key: &[u8]) -> &Mutex<Shard> {
-        use std::hash::{Hash, Hasher};
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        (t, key).hash(&mut h);
-        &self.shards[h.finish() as usize % SHARDS]
+        use std::hash::BuildHasher;
+        // A fixed, fast hash: the shard only spreads the keys (SipHash here was about 1% of a small GET).
+        let h = foldhash::fast::FixedState::with_seed(0).hash_one((t, key));
+        &self.shards[h as usize % SHARDS]
     }
 
     /// The entry of `key` in `cf` as a reader at `epoch` may see it: Some(value or absent), or None (not
