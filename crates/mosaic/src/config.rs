@@ -24,6 +24,7 @@ pub struct FileConfig {
     pub shutdown_timeout_secs: Option<u64>,
     pub console_session_max_secs: Option<u64>,
     pub max_connections: Option<usize>,
+    pub worker_threads: Option<usize>,
     pub kv_cache_size: Option<String>,
     pub meta_cache_size: Option<String>,
     pub page_cache_size: Option<String>,
@@ -101,6 +102,10 @@ pub struct ServerArgs {
     /// Largest number of open S3 connections; more wait to be accepted.
     #[arg(long, env = "MOSAIC_MAX_CONNECTIONS", value_name = "N")]
     pub max_connections: Option<usize>,
+    /// Threads that serve requests (the async runtime's workers; drive IO runs on threads of its own).
+    /// Default: one per core.
+    #[arg(long, env = "MOSAIC_WORKER_THREADS", value_name = "N")]
+    pub worker_threads: Option<usize>,
     /// Testing only: put a volatile write cache in front of the data file, so that killing the process
     /// loses every data write since the last flush, as a power cut does (the power-loss test).
     #[arg(long, env = "MOSAIC_SIMULATE_POWER_LOSS", hide = true)]
@@ -224,6 +229,8 @@ pub struct Config {
     /// How long a console session lasts after sign-in.
     pub console_session_max: Duration,
     pub max_connections: usize,
+    /// Threads of the async runtime that serves requests.
+    pub worker_threads: usize,
     pub kv_cache_bytes: u64,
     pub meta_cache_bytes: u64,
     pub page_cache_bytes: u64,
@@ -295,6 +302,7 @@ pub const DEFAULT_ADMIN_ADDRESS: &str = "127.0.0.1:9001";
 const DEFAULT_MOVE_RATE: &str = "1GiB";
 /// Bounds of configurable limits.
 const MAX_CONNECTIONS_LIMIT: usize = 65_536;
+const MAX_WORKER_THREADS: usize = 1024;
 const MAX_SHUTDOWN_SECS: u64 = 3600;
 /// A console session lasts at most 12 hours (also the default).
 const MAX_CONSOLE_SESSION_SECS: u64 = 12 * 3600;
@@ -320,6 +328,11 @@ fn machine_memory_bytes() -> u64 {
 /// are not reclaimed while kept, so the default stays a small share).
 fn default_verified_cache_bytes() -> u64 {
     (machine_memory_bytes() / 16).min(2 << 30)
+}
+
+/// The default of `worker_threads`: one per core the process may run on.
+fn default_worker_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get()).min(MAX_WORKER_THREADS)
 }
 
 /// The default of `page_cache_size`: a 128th of the machine's memory, from 32 MiB to 1 GiB. Small objects
@@ -440,6 +453,10 @@ impl Config {
         let max_connections = args.max_connections.or(file.max_connections).unwrap_or(1024);
         if max_connections == 0 || max_connections > MAX_CONNECTIONS_LIMIT {
             return Err(format!("max_connections: {max_connections} is not between 1 and {MAX_CONNECTIONS_LIMIT}"));
+        }
+        let worker_threads = args.worker_threads.or(file.worker_threads).unwrap_or_else(default_worker_threads);
+        if worker_threads == 0 || worker_threads > MAX_WORKER_THREADS {
+            return Err(format!("worker_threads: {worker_threads} is not between 1 and {MAX_WORKER_THREADS}"));
         }
         let drive_size_bytes = match pick(&args.drive_size, &file.drive_size) {
             Some(v) => {
@@ -567,6 +584,7 @@ impl Config {
             shutdown_timeout: Duration::from_secs(shutdown),
             console_session_max: Duration::from_secs(console_session_max_secs),
             max_connections,
+            worker_threads,
             kv_cache_bytes,
             meta_cache_bytes,
             page_cache_bytes,
@@ -611,6 +629,8 @@ mod tests {
         assert_eq!(c.log_format, LogFormat::Text);
         assert_eq!(c.shutdown_timeout, Duration::from_secs(30));
         assert_eq!(c.max_connections, 1024);
+        assert_eq!(c.worker_threads, default_worker_threads());
+        assert!((1..=MAX_WORKER_THREADS).contains(&c.worker_threads));
         assert_eq!(c.inline_max_bytes, 16 << 10);
         assert_eq!(c.drive_size_bytes, None);
         assert!(c.page_cache_reads);
@@ -757,6 +777,7 @@ mod tests {
             log_level = "debug"
             shutdown_timeout_secs = 5
             max_connections = 10
+            worker_threads = 1024
             kv_cache_size = "64MiB"
             meta_cache_size = "1MiB"
             page_cache_size = "2MiB"
@@ -774,6 +795,7 @@ mod tests {
         assert_eq!(c.log_level, "debug");
         assert_eq!(c.shutdown_timeout, Duration::from_secs(5));
         assert_eq!(c.max_connections, 10);
+        assert_eq!(c.worker_threads, 1024, "the most threads are allowed");
         assert_eq!(c.kv_cache_bytes, 64 << 20);
         assert_eq!(c.meta_cache_bytes, 1 << 20);
         assert_eq!(c.page_cache_bytes, 2 << 20);
@@ -814,6 +836,8 @@ mod tests {
             "console_session_max_secs = 43201",
             "max_connections = 0",
             "max_connections = 1000000",
+            "worker_threads = 0",
+            "worker_threads = 1025",
             "kv_cache_size = \"1XB\"",
             "meta_cache_size = \"65GiB\"",
             "page_cache_size = \"65GiB\"",

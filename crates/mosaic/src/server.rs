@@ -116,6 +116,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
     }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .worker_threads(cfg.worker_threads)
         .thread_name("mosaic-io")
         .build()
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
