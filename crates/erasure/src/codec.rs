@@ -44,7 +44,8 @@ pub trait Codec: Send + Sync {
         self.reconstruct(shards)
     }
     /// Rebuilds shard `want` into `out` from the shards present in `shards` (k + m slots, at least k present
-    /// besides `want`, each `out`'s length), borrowing them: what heal needs to rebuild one drive.
+    /// besides `want`, each `out`'s length), borrowing them: what heal needs to rebuild one drive. Every
+    /// byte of `out` is written, whatever it held before (heal reuses its buffers).
     fn rebuild_one(&self, shards: &[Option<&[u8]>], want: usize, out: &mut [u8]) -> Result<(), CodecError> {
         if let Some(Some(have)) = shards.get(want) {
             out.copy_from_slice(have);
@@ -546,7 +547,8 @@ mod tests {
 
     proptest! {
         /// One shard rebuilt from borrowed others (heal's way) is the shard, whichever it is and whichever
-        /// others are lost (at most m - 1 besides it), the same coders reused run after run.
+        /// others are lost (at most m - 1 besides it), the same coders reused run after run, into a buffer
+        /// that held other bytes.
         #[test]
         fn one_shard_is_rebuilt_from_the_others(k in 1usize..9, m in 1usize..5, want in 0usize..12, lost in proptest::collection::vec(0usize..12, 0..4), seed in any::<u8>()) {
             let want = want % (k + m);
@@ -559,7 +561,8 @@ mod tests {
                     .enumerate()
                     .map(|(i, s)| if i == want || lost.contains(&i) { None } else { s.as_deref() })
                     .collect();
-                let mut out = vec![0u8; 4096];
+                // Stale bytes in `out`, as in a buffer heal reuses: every byte must be overwritten.
+                let mut out = vec![seed.wrapping_add(0x5a) | 1; 4096];
                 codec.rebuild_one(&refs, want, &mut out).unwrap();
                 prop_assert_eq!(Some(&out), whole[want].as_ref());
             }

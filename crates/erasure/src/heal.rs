@@ -15,8 +15,16 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Stripes rebuilt per step (bounds the memory of a heal: this many stripes of k + m shards, 1 MiB each).
+/// Stripes rebuilt per step (bounds the memory of a heal: this many stripes of k + m shards, 1 MiB each,
+/// for each step in flight).
 const HEAL_STEP_STRIPES: u64 = 256;
+/// Steps of one object's rebuild read and decoded at once while no foreground work is in flight (one
+/// otherwise): the reads of five 1 MiB shards and the decoding of one step leave a core idle on their own.
+const HEAL_STEPS_IN_FLIGHT: usize = 3;
+/// Writes of one object's rebuilt steps to the new drive in flight at once while no foreground work is in
+/// flight (one otherwise). Measured (docs/bench/2026-12-03-heal-depth.md): 3 steps read and 2 written at
+/// once rebuilt 1.19x faster than one of each; 4 writes did no better than 2.
+const HEAL_STAGES_IN_FLIGHT: usize = 2;
 /// Objects healed at once. Measured on one disk (docs/bench/2026-11-24-heal-parallel): four at once in
 /// 4 MiB steps rebuilt slower (79 MiB/s against 106) and made the load's p99 four times longer during a
 /// heal, so one.
@@ -199,43 +207,64 @@ async fn rebuild_on<S: Store>(
     let g = SetGeometry { data: l.data as usize, parity: l.parity as usize };
     let shard = g.shard_on_drive(l.rotation as usize, d);
     let mut txn = Txn::new().with_priority(Priority::Background).op(Op::Reset { coll: c.clone(), name: name.to_vec() });
-    let stripe = g.stripe_bytes();
+    let step_bytes = HEAL_STEP_STRIPES * g.stripe_bytes();
     let offset_on_drive = |at: u64| at / g.data as u64;
-    // A pipeline of two: step n's shard is written to the new drive while step n + 1's is read from the
-    // others and rebuilt, so the new drive's writes and the sources' reads overlap (the drive being
-    // rebuilt bounds the rate, not the sum of both).
+    // A pipeline: the steps' shards are read from the others and rebuilt while earlier steps are written
+    // to the new drive, several of each at once while no foreground work is in flight (one of each
+    // otherwise, so foreground work still preempts heal step by step). Buffers the drive hands back after
+    // staging are reused: no allocation or zeroing per step.
     let mut at = 0u64;
-    let mut rebuilt: Option<(u64, AlignedBuf)> = None;
-    while at < l.encoded_bytes || rebuilt.is_some() {
-        set.yield_to_foreground().await;
-        // A large rebuild outlasts a lease: renewed step by step.
-        lock.renew().await?;
-        let next = (at < l.encoded_bytes).then(|| (at, (at + HEAL_STEP_STRIPES * stripe).min(l.encoded_bytes)));
-        let to_stage = rebuilt.take();
-        let read = async {
-            match next {
-                Some((from, to)) => rebuild_shard_range(r, &g, shard, from, to, damaged).await.map(Some),
-                None => Ok(None),
-            }
-        };
-        let write = async {
-            let Some((from, bytes)) = to_stage else { return Ok(None) };
-            let len = bytes.len();
-            let (staged, _) = store.stage(bytes, len, name).await?;
-            Ok::<_, StoreError>(Some((from, len, staged)))
-        };
-        let (read, write) = futures::join!(read, write);
-        if let Some((from, len, staged)) = write? {
-            txn.push(Op::WriteStaged { coll: c.clone(), name: name.to_vec(), offset: offset_on_drive(from), staged });
-            set.progress.healed_bytes.fetch_add(len as u64, Ordering::Relaxed);
-        }
-        if let (Some(bytes), Some((from, to))) = (read?, next) {
-            debug_assert_eq!(bytes.len() as u64, offset_on_drive(to - from), "a step rebuilds its stripes' units");
-            rebuilt = Some((from, bytes));
+    let mut reading = futures::stream::FuturesOrdered::new();
+    let mut staging = futures::stream::FuturesOrdered::new();
+    let mut ready: Option<Step> = None;
+    let mut spare: Vec<AlignedBuf> = Vec::with_capacity(HEAL_STEPS_IN_FLIGHT + HEAL_STAGES_IN_FLIGHT);
+    let mut staged_to = 0u64;
+    let store = &store;
+    loop {
+        while at < l.encoded_bytes
+            && ready.is_none()
+            && (reading.is_empty() || (reading.len() < HEAL_STEPS_IN_FLIGHT && !set.foreground_busy(false)))
+        {
+            set.yield_to_foreground().await;
+            // A large rebuild outlasts a lease: renewed step by step.
+            lock.renew().await?;
+            let to = (at + step_bytes).min(l.encoded_bytes);
+            reading.push_back(rebuild_shard_range(r, &g, shard, at, to, spare.pop()));
             at = to;
         }
+        if (staging.is_empty() || (staging.len() < HEAL_STAGES_IN_FLIGHT && !set.foreground_busy(false)))
+            && let Some(step) = ready.take()
+        {
+            staging.push_back(async move {
+                let (staged, back) = store.stage(step.buf, step.len, name).await?;
+                Ok::<_, StoreError>((step.from, step.len, staged, back))
+            });
+        }
+        if reading.is_empty() && staging.is_empty() && ready.is_none() {
+            break;
+        }
+        use futures::StreamExt;
+        tokio::select! {
+            biased;
+            Some(staged) = staging.next(), if !staging.is_empty() => {
+                let (from, len, staged, back) = staged?;
+                debug_assert_eq!(offset_on_drive(from), staged_to, "steps are staged in order");
+                txn.push(Op::WriteStaged { coll: c.clone(), name: name.to_vec(), offset: offset_on_drive(from), staged });
+                set.progress.healed_bytes.fetch_add(len as u64, Ordering::Relaxed);
+                staged_to += len as u64;
+                spare.push(back);
+            }
+            Some(step) = reading.next(), if !reading.is_empty() && ready.is_none() => {
+                let step = step?;
+                debug_assert_eq!(step.len as u64, offset_on_drive(step.to - step.from), "a step rebuilds its stripes' units");
+                damaged.extend(step.damaged.iter().copied());
+                ready = Some(step);
+            }
+            else => break,
+        }
     }
-    debug_assert!(at == l.encoded_bytes && rebuilt.is_none(), "every step's shard is staged");
+    debug_assert!(at == l.encoded_bytes && ready.is_none() && reading.is_empty(), "every step's shard is staged");
+    assert_eq!(staged_to, offset_on_drive(l.encoded_bytes), "the rebuilt shard is whole");
     if l.holds_tail(d) && l.tail_bytes() > 0 {
         let tail = read_tail_from(r, &l).await?;
         txn.push(Op::Write { coll: c.clone(), name: name.to_vec(), offset: l.shard_bytes(), data: tail });
@@ -254,17 +283,28 @@ async fn rebuild_on<S: Store>(
     Ok(())
 }
 
-/// Shard `shard` of encoded bytes [from, to) (whole stripes), rebuilt from the holders' shards. Every
+/// One step of a rebuild: shard bytes of the encoded range [from, to), in the first `len` bytes of `buf`,
+/// and the holders whose shard failed to read.
+struct Step {
+    from: u64,
+    to: u64,
+    len: usize,
+    buf: AlignedBuf,
+    damaged: Vec<usize>,
+}
+
+/// Shard `shard` of encoded bytes [from, to) (whole stripes), rebuilt from the holders' shards into
+/// `reuse` when it is long enough (any content: every byte is written), else into a new buffer. Every
 /// other holder's shard is read (not just k): a heal that rebuilds a drive also checks every holder's
-/// shard, and the holders whose read fails are added to `damaged` (drives).
+/// shard, and the holders whose read fails come back in `Step::damaged` (drives).
 async fn rebuild_shard_range<S: Store>(
     r: &Resolved<S>,
     g: &SetGeometry,
     shard: usize,
     from: u64,
     to: u64,
-    damaged: &mut Vec<usize>,
-) -> StoreResult<AlignedBuf> {
+    reuse: Option<AlignedBuf>,
+) -> StoreResult<Step> {
     let (s0, s1) = stripes_covering(g, from, to);
     let (at, len) = (s0 * SHARD_UNIT_BYTES, (s1 - s0) * SHARD_UNIT_BYTES);
     let rotation = r.layout.rotation as usize;
@@ -280,6 +320,7 @@ async fn rebuild_shard_range<S: Store>(
         }
     };
     let mut shards: Vec<Option<bytes::Bytes>> = vec![None; g.drives()];
+    let mut damaged = Vec::new();
     let others: Vec<usize> = (0..g.drives()).filter(|j| *j != shard).collect();
     for (&j, read) in others.iter().zip(join_all(others.iter().map(|&j| read_shard(j))).await) {
         match read {
@@ -290,18 +331,20 @@ async fn rebuild_shard_range<S: Store>(
     }
     let codec = codec_by_id(r.layout.codec, g.data, g.parity)
         .ok_or_else(|| StoreError::corrupt(format!("an object's erasure code {} is unknown", r.layout.codec)))?;
+    let len = len as usize;
+    let mut buf = reuse.filter(|b| b.len() >= len).unwrap_or_else(|| AlignedBuf::zeroed(len));
     // Decoding is CPU work: off the async threads, which serve requests. The shards read are borrowed, and
     // the rebuilt one goes straight into the buffer staged on the drive.
-    tokio::task::spawn_blocking(move || {
-        let mut out = AlignedBuf::zeroed(len as usize);
+    let buf = tokio::task::spawn_blocking(move || {
         let refs: Vec<Option<&[u8]>> = shards.iter().map(|s| s.as_deref()).collect();
         codec
-            .rebuild_one(&refs, shard, out.as_mut_slice())
-            .map(|()| out)
+            .rebuild_one(&refs, shard, &mut buf.as_mut_slice()[..len])
+            .map(|()| buf)
             .map_err(|e| StoreError::unavailable(format!("cannot rebuild: {e}")))
     })
     .await
-    .map_err(|e| StoreError::internal(format!("a decoding worker failed: {e}")))?
+    .map_err(|e| StoreError::internal(format!("a decoding worker failed: {e}")))??;
+    Ok(Step { from, to, len, buf, damaged })
 }
 
 async fn read_tail_from<S: Store>(r: &Resolved<S>, l: &ObjectLayout) -> StoreResult<Vec<u8>> {
