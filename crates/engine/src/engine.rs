@@ -309,9 +309,8 @@ impl Engine {
         self.pipe.stage(data, sequential)
     }
 
-    /// A consistent read view of the drive.
-    /// A snapshot for reads: it shares its view (a RocksDB snapshot and an epoch pin) with the other
-    /// readers begun since the last commit was published.
+    /// A consistent read view of the drive. It shares its view (a RocksDB snapshot and an epoch pin) with
+    /// the other readers begun since the last commit was published.
     pub fn reader(&self) -> Reader {
         Reader::shared(&self.pipe.core, &self.pipe.readers_view)
     }

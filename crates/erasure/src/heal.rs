@@ -257,7 +257,7 @@ async fn rebuild_on<S: Store>(
             Some(step) = reading.next(), if !reading.is_empty() && ready.is_none() => {
                 let step = step?;
                 debug_assert_eq!(step.len as u64, offset_on_drive(step.to - step.from), "a step rebuilds its stripes' units");
-                damaged.extend(step.damaged.iter().copied());
+                damaged.extend_from_slice(&step.damaged);
                 ready = Some(step);
             }
             else => break,
