@@ -291,7 +291,9 @@ impl<S: Store> Clone for ErasureSet<S> {
 /// One drive's place in a set: the drive (None while it is missing) and its undo-log collection. A slot
 /// changes when a drive is replaced or comes back.
 pub(crate) struct Slot<S: Store> {
-    store: RwLock<Option<Arc<S>>>,
+    /// The drive and its incarnation (`undo::DriveLog::incarnation`), under one lock so that a write
+    /// records the incarnation of the very drive it sends its transaction to.
+    store: RwLock<Option<(Arc<S>, u64)>>,
     undo: RwLock<Option<S::Coll>>,
 }
 
@@ -361,7 +363,17 @@ impl<S: Store> SetInner<S> {
 
     /// The drive in slot `d`, if present.
     pub(crate) fn member(&self, d: usize) -> Option<Arc<S>> {
+        self.slots[d].store.read().as_ref().map(|(store, _)| store.clone())
+    }
+
+    /// The drive in slot `d` with its incarnation (0: unknown), if present.
+    pub(crate) fn member_incarnation(&self, d: usize) -> Option<(Arc<S>, u64)> {
         self.slots[d].store.read().clone()
+    }
+
+    /// The incarnation of slot `d`'s drive: 0 when the slot is empty or the drive has none.
+    pub(crate) fn incarnation(&self, d: usize) -> u64 {
+        self.slots[d].store.read().as_ref().map_or(0, |(_, incarnation)| *incarnation)
     }
 
     /// The drives by slot, as they are now.
@@ -395,9 +407,9 @@ impl<S: Store> SetInner<S> {
     }
 
     /// Puts a drive (back) in slot `d`.
-    pub(crate) fn set_member(&self, d: usize, store: Option<Arc<S>>, undo: Option<S::Coll>) {
-        *self.slots[d].store.write() = store;
-        *self.slots[d].undo.write() = undo;
+    pub(crate) fn set_member(&self, d: usize, store: Option<Arc<S>>, log: undo::DriveLog<S::Coll>) {
+        *self.slots[d].store.write() = store.map(|s| (s, log.incarnation));
+        *self.slots[d].undo.write() = log.undo;
         // Queued removals named the old drive's entries (a drive put in is settled by recovery).
         self.cleanup.lock()[d].clear();
         self.generation.fetch_add(1, Ordering::SeqCst);
@@ -491,12 +503,15 @@ impl<S: Store> ErasureSet<S> {
                 ),
             ));
         }
-        let undo_colls = undo::prepare(&members).await?;
+        let logs = undo::prepare(&members).await;
         let drives = members.len();
         let slots = members
             .into_iter()
-            .zip(undo_colls)
-            .map(|(store, undo)| Slot { store: RwLock::new(store), undo: RwLock::new(undo) })
+            .zip(logs)
+            .map(|(store, log)| Slot {
+                store: RwLock::new(store.map(|s| (s, log.incarnation))),
+                undo: RwLock::new(log.undo),
+            })
             .collect();
         let inner = SetInner {
             cfg,
@@ -591,8 +606,8 @@ impl<S: Store> ErasureSet<S> {
         if slot >= self.inner.drives() {
             return Err(StoreError::new(ErrorKind::InvalidArgument, format!("the set has no slot {slot}")));
         }
-        let undo = undo::prepare(std::slice::from_ref(&Some(store.clone()))).await?.pop().flatten();
-        self.inner.set_member(slot, Some(store), undo);
+        let log = undo::prepare_one(&store, self.inner.drives()).await;
+        self.inner.set_member(slot, Some(store), log);
         undo::recover(&self.inner).await?;
         self.scan().await.map(|_| ())
     }
@@ -607,7 +622,7 @@ impl<S: Store> ErasureSet<S> {
     /// Takes the drive out of slot `slot` (it failed or is being replaced): the set works without it.
     pub fn detach_drive(&self, slot: usize) {
         if slot < self.inner.drives() {
-            self.inner.set_member(slot, None, None);
+            self.inner.set_member(slot, None, undo::DriveLog::default());
         }
     }
 

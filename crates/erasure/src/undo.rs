@@ -6,6 +6,11 @@
 //! is settled by the drives' state: if a write quorum holds what the write left, it stands (the entries
 //! go), else every drive that holds it is put back, newest write first. An acknowledged write always
 //! stands; an unacknowledged one is wholly there or wholly absent.
+//!
+//! Each entry names the drives the write was sent to, by their incarnations: a random id each drive keeps
+//! in the set's `.ec-member` collection, drawn when the set first prepares it. A drive put in a slot since
+//! (a replacement, or a cluster group's new drive after a step) was never sent the write: its lack of the
+//! write says nothing of whether the drive it replaced took it.
 
 use crate::read::{DriveState, drive_state};
 use crate::{SetColl, SetInner};
@@ -17,7 +22,13 @@ use std::sync::Arc;
 pub(crate) const UNDO_COLLECTION: &str = ".ec-undo";
 /// The attribute holding an entry.
 pub(crate) const UNDO_ATTR: &[u8] = b"ec.undo";
-const UNDO_VERSION: u8 = 1;
+/// Version 2 adds the incarnations of the drives the write was sent to; version 1 entries are still read.
+const UNDO_VERSION: u8 = 2;
+/// Each drive's collection holding its incarnation (one object).
+pub(crate) const MEMBER_COLLECTION: &str = ".ec-member";
+const INCARNATION_OBJECT: &[u8] = b"incarnation";
+const INCARNATION_ATTR: &[u8] = b"ec.incarnation";
+const INCARNATION_VERSION: u8 = 1;
 /// Largest encoded entry (it is one attribute).
 pub(crate) const UNDO_ENTRY_MAX_BYTES: usize = 60 << 10;
 /// Most entries recovery reads from one drive at open (cleanup keeps the log short).
@@ -51,6 +62,9 @@ pub(crate) struct UndoEntry {
     /// What the write left the object as: its layout's write id, or None when it removed it.
     pub(crate) target: Option<[u8; 16]>,
     pub(crate) action: UndoAction,
+    /// By slot, the incarnation of the drive the write was sent to (0: none, or a drive without one). None
+    /// in a version 1 entry.
+    pub(crate) sent_to: Option<Vec<u64>>,
 }
 
 /// A drive's entries of one write: (entry object, entry).
@@ -141,6 +155,13 @@ impl UndoEntry {
                 }
             }
         }
+        let sent_to = self.sent_to.as_deref().unwrap_or_default();
+        debug_assert!(self.sent_to.is_some(), "new entries name the drives their write was sent to");
+        debug_assert!(sent_to.len() <= crate::MAX_SET_DRIVES, "a set has at most {} drives", crate::MAX_SET_DRIVES);
+        v.push(sent_to.len() as u8);
+        for incarnation in sent_to {
+            v.extend_from_slice(&incarnation.to_be_bytes());
+        }
         let crc = crc_fast::checksum(crc_fast::CrcAlgorithm::Crc32Iscsi, &v) as u32;
         v.extend_from_slice(&crc.to_be_bytes());
         debug_assert_eq!(Self::decode(&v).as_ref(), Ok(self), "an undo entry decodes back before it is written");
@@ -158,8 +179,9 @@ impl UndoEntry {
             return Err("an undo entry fails its checksum".into());
         }
         let mut c = Cursor(body);
-        if c.u8()? != UNDO_VERSION {
-            return Err("an undo entry of an unknown version".into());
+        let version = c.u8()?;
+        if !(1..=UNDO_VERSION).contains(&version) {
+            return Err(format!("an undo entry of an unknown version {version}"));
         }
         let coll = String::from_utf8(c.bytes()?).map_err(|_| "an undo entry's collection is not UTF-8")?;
         let name = c.bytes()?;
@@ -192,41 +214,141 @@ impl UndoEntry {
             }
             x => return Err(format!("an undo entry of kind {x}")),
         };
+        let sent_to = if version >= 2 {
+            let n = c.u8()? as usize;
+            if n > crate::MAX_SET_DRIVES {
+                return Err(format!("an undo entry names {n} drives"));
+            }
+            Some((0..n).map(|_| c.u64()).collect::<Result<Vec<u64>, String>>()?)
+        } else {
+            None
+        };
         if !c.0.is_empty() {
             return Err("an undo entry with trailing bytes".into());
         }
-        Ok(UndoEntry { coll, name, target, action })
+        Ok(UndoEntry { coll, name, target, action, sent_to })
     }
 }
 
-/// Makes sure every present drive has its undo-log collection.
-pub(crate) async fn prepare<S: Store>(members: &[Option<Arc<S>>]) -> StoreResult<Vec<Option<S::Coll>>> {
-    let mut out = Vec::with_capacity(members.len());
-    for m in members {
-        let Some(store) = m else {
-            out.push(None);
-            continue;
-        };
-        let coll = match store.snapshot().collection(UNDO_COLLECTION).await {
-            Ok(Some(c)) => Some(c),
-            Ok(None) => {
-                match store.commit(Txn::new().op(Op::CreateCollection { name: UNDO_COLLECTION.into() })).await {
-                    Ok(_) => {}
-                    Err(e) if e.kind == ErrorKind::CollectionExists => {}
-                    Err(e) => {
-                        tracing::warn!(error = %e, "a drive cannot take writes; it joins the set read-only");
-                    }
-                }
-                store.snapshot().collection(UNDO_COLLECTION).await.ok().flatten()
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "a drive did not answer; it joins the set as failed");
-                None
-            }
-        };
-        out.push(coll);
+/// A drive's part in the set's undo log: its undo-log collection (None: it cannot take logged writes)
+/// and its incarnation (0: none, for a drive of a one-drive set, which keeps no log, or one that could
+/// not record it).
+#[derive(Clone, Debug)]
+pub(crate) struct DriveLog<C> {
+    pub(crate) undo: Option<C>,
+    pub(crate) incarnation: u64,
+}
+
+impl<C> Default for DriveLog<C> {
+    fn default() -> Self {
+        DriveLog { undo: None, incarnation: 0 }
     }
-    Ok(out)
+}
+
+/// Makes sure every present drive has its undo-log collection and its incarnation (the drives at once).
+pub(crate) async fn prepare<S: Store>(members: &[Option<Arc<S>>]) -> Vec<DriveLog<S::Coll>> {
+    futures::future::join_all(members.iter().map(|m| async move {
+        match m {
+            Some(store) => prepare_one(store, members.len()).await,
+            None => DriveLog::default(),
+        }
+    }))
+    .await
+}
+
+/// `prepare` for one drive of a set of `drives`.
+pub(crate) async fn prepare_one<S: Store>(store: &Arc<S>, drives: usize) -> DriveLog<S::Coll> {
+    let undo = match ensure_collection(store, UNDO_COLLECTION).await {
+        Ok(Some(c)) => Some(c),
+        Ok(None) => {
+            tracing::warn!("a drive cannot take writes; it joins the set read-only");
+            None
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "a drive did not answer; it joins the set as failed");
+            None
+        }
+    };
+    // A one-drive set logs nothing, so nothing needs to tell its drives apart.
+    let incarnation = if drives > 1 && undo.is_some() {
+        incarnation(store).await.unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "a drive's incarnation cannot be read or recorded; its writes name none");
+            0
+        })
+    } else {
+        0
+    };
+    DriveLog { undo, incarnation }
+}
+
+/// The collection `name` on the drive, created if missing (None: the drive cannot create it).
+async fn ensure_collection<S: Store>(store: &Arc<S>, name: &str) -> StoreResult<Option<S::Coll>> {
+    if let Some(c) = store.snapshot().collection(name).await? {
+        return Ok(Some(c));
+    }
+    match store.commit(Txn::new().op(Op::CreateCollection { name: name.into() })).await {
+        Ok(_) => {}
+        Err(e) if e.kind == ErrorKind::CollectionExists => {}
+        Err(e) => {
+            tracing::debug!(error = %e, collection = name, "a drive cannot create a collection");
+            return Ok(None);
+        }
+    }
+    store.snapshot().collection(name).await
+}
+
+/// The drive's incarnation, drawn and recorded the first time (another process preparing the same drive
+/// at once may record first: then its id is the one read back).
+async fn incarnation<S: Store>(store: &Arc<S>) -> StoreResult<u64> {
+    let Some(coll) = ensure_collection(store, MEMBER_COLLECTION).await? else {
+        return Err(StoreError::unavailable("the drive cannot take the member collection"));
+    };
+    for _ in 0..2 {
+        let snap = store.snapshot();
+        if let Some(info) = snap.lookup(&coll, INCARNATION_OBJECT).await? {
+            let raw = snap.attr(&info.obj, INCARNATION_ATTR).await?.unwrap_or_default();
+            return decode_incarnation(&raw).map_err(|e| StoreError::new(ErrorKind::Corrupt, e));
+        }
+        let drawn = rand::random::<u64>().max(1);
+        let txn = Txn::new().op(Op::Create { coll: coll.clone(), name: INCARNATION_OBJECT.to_vec() }).op(Op::SetAttr {
+            coll: coll.clone(),
+            name: INCARNATION_OBJECT.to_vec(),
+            key: INCARNATION_ATTR.to_vec(),
+            value: encode_incarnation(drawn),
+        });
+        match store.commit(txn).await {
+            Ok(_) => return Ok(drawn),
+            Err(e) if e.kind == ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(StoreError::unavailable("the drive's incarnation was recorded and then went"))
+}
+
+fn encode_incarnation(incarnation: u64) -> Vec<u8> {
+    assert!(incarnation != 0, "0 names no incarnation");
+    let mut v = vec![INCARNATION_VERSION];
+    v.extend_from_slice(&incarnation.to_be_bytes());
+    let crc = crc_fast::checksum(crc_fast::CrcAlgorithm::Crc32Iscsi, &v) as u32;
+    v.extend_from_slice(&crc.to_be_bytes());
+    v
+}
+
+fn decode_incarnation(raw: &[u8]) -> Result<u64, String> {
+    let [version, id @ .., c0, c1, c2, c3] = raw else { return Err("a short incarnation record".into()) };
+    if crc_fast::checksum(crc_fast::CrcAlgorithm::Crc32Iscsi, &raw[..raw.len() - 4]) as u32
+        != u32::from_be_bytes([*c0, *c1, *c2, *c3])
+    {
+        return Err("an incarnation record fails its checksum".into());
+    }
+    if *version != INCARNATION_VERSION {
+        return Err(format!("an incarnation record of an unknown version {version}"));
+    }
+    let id: [u8; 8] = id.try_into().map_err(|_| "an incarnation record of a wrong length")?;
+    match u64::from_be_bytes(id) {
+        0 => Err("an incarnation record of id 0".into()),
+        id => Ok(id),
+    }
 }
 
 /// The ops that put one object back on a drive, given its entry (whose own object is `entry_obj`).
@@ -474,6 +596,7 @@ async fn drive_entries<S: Store>(set: &SetInner<S>, d: usize) -> StoreResult<Vec
                             name: Vec::new(),
                             target: None,
                             action: UndoAction::RemoveCreated,
+                            sent_to: None,
                         },
                     ));
                 }
@@ -523,9 +646,11 @@ pub(crate) async fn recover<S: Store>(set: &Arc<SetInner<S>>) -> StoreResult<()>
     // acknowledged write would be undone on the drives where a newer one failed, and the name lost.
     for (_, drives) in writes.into_iter().rev() {
         // The write stands if, for every object it touched, a write quorum holds what it left. It may have
-        // been acknowledged if the drives that did not answer could make up that quorum: then it is left
-        // for a later settling (a drive that comes back is settled when it is put in), since undoing it on
-        // the drives that answered could take an acknowledged write below k shards for good.
+        // been acknowledged if the drives that did not answer, and the drives it was sent to that were
+        // replaced since, could make up that quorum: then, while the drives here and those that may come
+        // back hold k of it, it is left for a later settling (a drive that comes back is settled when it
+        // is put in; heal rebuilds the write on a replacement), since undoing it on the drives that hold
+        // it could take an acknowledged write below k shards for good.
         let mut stands = true;
         let mut may_stand = true;
         let objects: BTreeMap<(String, Vec<u8>), UndoEntry> = drives
@@ -536,16 +661,9 @@ pub(crate) async fn recover<S: Store>(set: &Arc<SetInner<S>>) -> StoreResult<()>
             .collect();
         for e in objects.values() {
             let Some(coll) = snap.collection(&e.coll).await.ok().flatten() else { continue };
-            let (mut held, mut unknown) = (0, 0);
-            for d in 0..set.drives() {
-                match in_target_state(set, d, &coll, e).await {
-                    Some(true) => held += 1,
-                    Some(false) => {}
-                    None => unknown += 1,
-                }
-            }
-            stands &= held >= quorum;
-            may_stand &= held + unknown >= quorum;
+            let witnesses = Witnesses::count(set, &coll, e).await;
+            stands &= witnesses.held >= quorum;
+            may_stand &= witnesses.may_have_been_acknowledged(quorum) && witnesses.recoverable(set.geometry().data);
         }
         if !stands && may_stand {
             set.counters.writes_left_undecided_at_open.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -581,6 +699,55 @@ pub(crate) async fn recover<S: Store>(set: &Arc<SetInner<S>>) -> StoreResult<()>
     Ok(())
 }
 
+/// What a set's drives say of one object of an undecided write.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Witnesses {
+    /// Drives that hold what the write left.
+    held: usize,
+    /// Drives that did not answer (they may come back holding it).
+    unknown: usize,
+    /// Slots whose drive the write was sent to was replaced since (that drive may have taken it, and will
+    /// not answer again); their drive now lacks it.
+    replaced: usize,
+}
+
+impl Witnesses {
+    async fn count<S: Store>(set: &SetInner<S>, coll: &SetColl<S::Coll>, e: &UndoEntry) -> Witnesses {
+        let mut w = Witnesses::default();
+        for d in 0..set.drives() {
+            match in_target_state(set, d, coll, e).await {
+                Some(true) => w.held += 1,
+                Some(false) if was_replaced(e, d, set.incarnation(d)) => w.replaced += 1,
+                Some(false) => {}
+                None => w.unknown += 1,
+            }
+        }
+        debug_assert!(w.held + w.unknown + w.replaced <= set.drives());
+        w
+    }
+
+    /// Whether a write quorum may have taken the write.
+    fn may_have_been_acknowledged(&self, quorum: usize) -> bool {
+        self.held + self.unknown + self.replaced >= quorum
+    }
+
+    /// Whether the write can still be read once the drives that did not answer come back: where a slot's
+    /// drive was replaced, its shard is gone for good, and a write left with fewer than k shards is lost
+    /// whatever settling does (undoing it puts back what it replaced). Without replacements, any write
+    /// that may have been acknowledged is.
+    fn recoverable(&self, k: usize) -> bool {
+        self.replaced == 0 || self.held + self.unknown >= k
+    }
+}
+
+/// Whether slot `d` holds another drive than the one entry `e`'s write was sent to (whose incarnation it
+/// names): a drive that was never sent the write cannot say it failed. A slot the write named no drive
+/// for, or an entry that names none (version 1), counts as the same drive.
+fn was_replaced(e: &UndoEntry, d: usize, incarnation_now: u64) -> bool {
+    let sent = e.sent_to.as_ref().and_then(|s| s.get(d)).copied().unwrap_or(0);
+    sent != 0 && sent != incarnation_now
+}
+
 async fn remove_entries<S: Store>(set: &SetInner<S>, d: usize, names: Vec<Vec<u8>>) -> StoreResult<()> {
     let (Some(store), Some(coll)) = (set.member(d), set.undo_coll(d)) else { return Ok(()) };
     if names.is_empty() {
@@ -597,25 +764,40 @@ mod tests {
     #[test]
     fn entries_round_trip_and_refuse_damage() {
         let entries = [
-            UndoEntry { coll: "b/x".into(), name: b"k".to_vec(), target: Some([3; 16]), action: UndoAction::Restore },
-            UndoEntry { coll: "mpu".into(), name: vec![0, 255], target: None, action: UndoAction::RemoveCreated },
+            UndoEntry {
+                coll: "b/x".into(),
+                name: b"k".to_vec(),
+                target: Some([3; 16]),
+                action: UndoAction::Restore,
+                sent_to: Some(vec![7, 0, u64::MAX]),
+            },
+            UndoEntry {
+                coll: "mpu".into(),
+                name: vec![0, 255],
+                target: None,
+                action: UndoAction::RemoveCreated,
+                sent_to: Some(vec![1; crate::MAX_SET_DRIVES]),
+            },
             UndoEntry {
                 coll: "b/z".into(),
                 name: b"appended".to_vec(),
                 target: Some([4; 16]),
                 action: UndoAction::RestoreCopy { tag: Some(b"listing tag".to_vec()) },
+                sent_to: Some(vec![]),
             },
             UndoEntry {
                 coll: "b/z".into(),
                 name: b"u".to_vec(),
                 target: None,
                 action: UndoAction::RestoreCopy { tag: None },
+                sent_to: Some(vec![3, 4]),
             },
             UndoEntry {
                 coll: "b/v".into(),
                 name: b"key".to_vec(),
                 target: Some([5; 16]),
                 action: UndoAction::RenameBack { from: b"key\0v1\0key".to_vec(), from_target: [6; 16] },
+                sent_to: Some(vec![5, 6, 7, 8]),
             },
             UndoEntry {
                 coll: "b/y".into(),
@@ -627,6 +809,7 @@ mod tests {
                     tag: Some(b"t".to_vec()),
                     priority: true,
                 },
+                sent_to: Some(vec![9; 6]),
             },
         ];
         for e in entries {
@@ -638,5 +821,90 @@ mod tests {
             assert!(UndoEntry::decode(&raw[..raw.len() - 1]).is_err());
         }
         assert_eq!(entry_name(&[1; 16], 7)[16..], [0, 0, 0, 7]);
+    }
+
+    /// Seals `body` as an entry is sealed (its crc32c at the end).
+    fn sealed(mut body: Vec<u8>) -> Vec<u8> {
+        let crc = crc_fast::checksum(crc_fast::CrcAlgorithm::Crc32Iscsi, &body) as u32;
+        body.extend_from_slice(&crc.to_be_bytes());
+        body
+    }
+
+    /// Entries written before the drives were named (version 1) are still read, naming none; a version
+    /// past the known ones, and a count of drives past a set's, are refused.
+    #[test]
+    fn version_one_entries_are_read_and_unknown_versions_refused() {
+        let e = UndoEntry {
+            coll: "b/x".into(),
+            name: b"k".to_vec(),
+            target: Some([3; 16]),
+            action: UndoAction::Restore,
+            sent_to: Some(vec![1, 2]),
+        };
+        let raw = e.encode();
+        let body = &raw[..raw.len() - 4];
+        // Version 1: the same fields without the drive count and incarnations (1 + 2 * 8 bytes).
+        let mut v1 = body[..body.len() - 17].to_vec();
+        v1[0] = 1;
+        assert_eq!(UndoEntry::decode(&sealed(v1)), Ok(UndoEntry { sent_to: None, ..e.clone() }));
+        let mut v3 = body.to_vec();
+        v3[0] = UNDO_VERSION + 1;
+        assert!(UndoEntry::decode(&sealed(v3)).unwrap_err().contains("unknown version"));
+        let mut too_many = body[..body.len() - 17].to_vec();
+        too_many.push(crate::MAX_SET_DRIVES as u8 + 1);
+        too_many.extend(std::iter::repeat_n(1u8, 8 * (crate::MAX_SET_DRIVES + 1)));
+        assert!(UndoEntry::decode(&sealed(too_many)).unwrap_err().contains("names 17 drives"));
+    }
+
+    #[test]
+    fn incarnations_round_trip_and_refuse_damage() {
+        for id in [1, 0x0102_0304_0506_0708, u64::MAX] {
+            let raw = encode_incarnation(id);
+            assert_eq!(decode_incarnation(&raw), Ok(id));
+            for i in 0..raw.len() {
+                let mut bad = raw.clone();
+                bad[i] ^= 0x10;
+                assert!(decode_incarnation(&bad).is_err(), "byte {i} flipped");
+            }
+            assert!(decode_incarnation(&raw[..raw.len() - 1]).is_err());
+        }
+        let mut next = encode_incarnation(5);
+        next[0] = INCARNATION_VERSION + 1;
+        let next = sealed(next[..9].to_vec());
+        assert!(decode_incarnation(&next).unwrap_err().contains("unknown version"));
+        assert!(decode_incarnation(&sealed([[INCARNATION_VERSION].as_slice(), &[0; 8]].concat())).is_err(), "id 0");
+    }
+
+    #[test]
+    fn a_slot_counts_as_replaced_only_when_it_holds_another_drive_than_the_write_named() {
+        let e = |sent_to: Option<Vec<u64>>| UndoEntry {
+            coll: "c".into(),
+            name: b"k".to_vec(),
+            target: Some([1; 16]),
+            action: UndoAction::RemoveCreated,
+            sent_to,
+        };
+        let named = e(Some(vec![11, 0, 13]));
+        assert!(!was_replaced(&named, 0, 11), "the same drive");
+        assert!(was_replaced(&named, 0, 99), "another drive");
+        assert!(was_replaced(&named, 0, 0), "a drive without an incarnation");
+        assert!(!was_replaced(&named, 1, 42), "the write named no drive there");
+        assert!(!was_replaced(&named, 5, 42), "past the slots named");
+        assert!(!was_replaced(&e(None), 0, 42), "a version 1 entry names none");
+    }
+
+    #[test]
+    fn a_write_with_replaced_drives_is_kept_while_k_of_it_may_be_read() {
+        let w = |held, unknown, replaced| Witnesses { held, unknown, replaced };
+        // 2+2, quorum 3: two hold it, one slot replaced: may have been acknowledged, and k hold it.
+        assert!(w(2, 0, 1).may_have_been_acknowledged(3) && w(2, 0, 1).recoverable(2));
+        // Without the replaced slot it is judged as before: two of four cannot be a quorum.
+        assert!(!w(2, 0, 0).may_have_been_acknowledged(3));
+        // 2+1, quorum 2: one holds it, the other drive it reached was replaced: lost whatever is done.
+        assert!(w(1, 0, 1).may_have_been_acknowledged(2) && !w(1, 0, 1).recoverable(2));
+        // A drive that may come back counts toward k.
+        assert!(w(1, 1, 1).recoverable(2));
+        // Nothing replaced: recoverable is not asked of it (as before the drives were named).
+        assert!(w(0, 3, 0).recoverable(4));
     }
 }

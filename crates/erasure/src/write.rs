@@ -1048,10 +1048,13 @@ impl<'a, S: Store> Planner<'a, S> {
 
     /// The per-drive transactions: each drive's ops for the objects it takes part in, the objects' new
     /// layouts, and its undo entries.
-    async fn finish(mut self) -> StoreResult<Finished<S>> {
+    /// `sent_to`: by slot, the incarnation of the drive each transaction goes to (the undo entries name
+    /// them).
+    async fn finish(mut self, sent_to: &[u64]) -> StoreResult<Finished<S>> {
+        debug_assert_eq!(sent_to.len(), self.g.drives());
         let mut entries: Vec<Vec<(Vec<u8>, UndoEntry)>> = (0..self.g.drives()).map(|_| Vec::new()).collect();
         for o in 0..self.objects.len() {
-            self.finish_object(o, &mut entries).await?;
+            self.finish_object(o, &mut entries, sent_to).await?;
         }
         let mut txns = Vec::with_capacity(self.g.drives());
         for (d, ops) in std::mem::take(&mut self.ops).into_iter().enumerate() {
@@ -1073,7 +1076,12 @@ impl<'a, S: Store> Planner<'a, S> {
     }
 
     /// The object's layout on its participants, and the undo entries that put it back.
-    async fn finish_object(&mut self, o: usize, entries: &mut [Vec<(Vec<u8>, UndoEntry)>]) -> StoreResult<()> {
+    async fn finish_object(
+        &mut self,
+        o: usize,
+        entries: &mut [Vec<(Vec<u8>, UndoEntry)>],
+        sent_to: &[u64],
+    ) -> StoreResult<()> {
         let coll = self.coll_of(o);
         let w = &self.objects[o];
         let touched =
@@ -1131,7 +1139,13 @@ impl<'a, S: Store> Planner<'a, S> {
                     (action, self.new_entry(d, &undo))
                 }
             };
-            let entry = UndoEntry { coll: coll.name.to_string(), name: name.clone(), target, action };
+            let entry = UndoEntry {
+                coll: coll.name.to_string(),
+                name: name.clone(),
+                target,
+                action,
+                sent_to: Some(sent_to.to_vec()),
+            };
             let raw = entry.encode();
             if raw.len() > UNDO_ENTRY_MAX_BYTES {
                 return Err(StoreError::new(
@@ -1249,7 +1263,10 @@ async fn apply<S: Store>(
         }
     }
     let quorum = set.geometry().write_quorum();
-    let f = planner.finish().await?;
+    // The drives the transactions go to, taken once: the undo entries name them by incarnation.
+    let sent: Vec<Option<(Arc<S>, u64)>> = (0..set.drives()).map(|d| set.member_incarnation(d)).collect();
+    let sent_to: Vec<u64> = sent.iter().map(|m| m.as_ref().map_or(0, |(_, incarnation)| *incarnation)).collect();
+    let f = planner.finish(&sent_to).await?;
     for w in f.objects.iter().filter(|w| w.changed) {
         if !set.cfg.write_is_durable(w.participants) {
             return Err(StoreError::unavailable(format!(
@@ -1261,11 +1278,12 @@ async fn apply<S: Store>(
         }
     }
     locks.check_held()?;
+    let sent = &sent;
     let results = join_all(f.txns.into_iter().enumerate().map(|(d, mut t)| async move {
         if t.ops.is_empty() {
             return Ok(true);
         }
-        let Some(store) = set.member(d) else { return Err(StoreError::unavailable("missing drive")) };
+        let Some((store, _)) = sent[d].clone() else { return Err(StoreError::unavailable("missing drive")) };
         // Undo entries of earlier, settled writes leave with this one (no transaction of their own).
         let cleanup = crate::undo::take_for_write(set, d);
         if let Some((coll, names)) = &cleanup {
