@@ -6,7 +6,8 @@
 #   scripts/bench-s3-ab.sh OUT BASELINE_BIN NEW_BIN
 #
 # ONLY="small-put small-get" selects workloads (names in bench-s3-workloads.sh); DRIVE_SIZE (default 12GiB) is
-# the drive's maximum; the drive is removed after each server.
+# each drive's maximum; SET=4+2 gives both servers one erasure set over k+m drive files (default: one drive);
+# the drives are removed after each server.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:?OUT directory}
@@ -48,10 +49,15 @@ mkdir -p "$OUT"
   # The binaries name no commit: the work tree's is recorded, and which build each was is the caller's to say.
   echo "b (new): $("$B" --version) $B"
   echo "work tree: commit $(git rev-parse --short HEAD)"
-  echo "drive: ${DRIVE_SIZE:-12GiB} maximum, file on $(df -T "$(dirname "$DATA_DIR")" | awk 'NR==2 {print $2" "$1}')"
+  echo "drives: ${SET:-1+0}, each ${DRIVE_SIZE:-12GiB} maximum, files on $(df -T "$(dirname "$DATA_DIR")" | awk 'NR==2 {print $2" "$1}')"
   echo "common arguments: ${COMMON[*]}"
 } >"$OUT/machine.txt"
 : >>"$OUT/rss.txt"
+DRIVES=()
+if [[ -n "${SET:-}" ]]; then
+  for d in $(seq 1 $((${SET%+*} + ${SET#*+}))); do DRIVES+=(--drive "$DATA_DIR/drive$d"); done
+  DRIVES+=(--erasure "$SET")
+fi
 for entry in "${WORKLOADS[@]}"; do
   name=${entry%%|*}
   args=${entry#*|}
@@ -60,7 +66,7 @@ for entry in "${WORKLOADS[@]}"; do
     bin=$A; [[ $side == b ]] && bin=$B
     rm -rf "$DATA_DIR"
     MOSAIC_ACCESS_KEY=$AK MOSAIC_SECRET_KEY=$SK "$bin" server --data "$DATA_DIR" --drive-size "${DRIVE_SIZE:-12GiB}" \
-      --s3-address 127.0.0.1:$PORT --admin-address 127.0.0.1:$((PORT + 1)) >"${LOG_DIR:-/tmp}/mosaic-ab-$side.log" 2>&1 &
+      "${DRIVES[@]}" --s3-address 127.0.0.1:$PORT --admin-address 127.0.0.1:$((PORT + 1)) >"${LOG_DIR:-/tmp}/mosaic-ab-$side.log" 2>&1 &
     SERVER_PID=$!
     wait_ready "http://127.0.0.1:$((PORT + 1))/health/ready"
     echo "== $name on $side: mosaic bench s3 --endpoint http://127.0.0.1:$PORT ${COMMON[*]} $args --out $OUT/$name/$side"
