@@ -189,8 +189,9 @@ struct Phase {
 }
 
 impl Phase {
-    fn new(o: &S3BenchOptions) -> Phase {
-        let measure_from = Instant::now() + o.warmup;
+    /// A phase measured from `warmup` on, for the run's duration.
+    fn after(o: &S3BenchOptions, warmup: Duration) -> Phase {
+        let measure_from = Instant::now() + warmup;
         Phase { measure_from, stop_at: measure_from + o.duration }
     }
 }
@@ -324,15 +325,26 @@ struct Measured {
 }
 
 impl Measured {
-    fn start(o: &S3BenchOptions, phase: Phase, label: &str) -> Measured {
-        let phase = Arc::new(phase);
+    /// Begins a phase measured from `warmup` on. The caller starts its workers once this returns.
+    async fn start(o: &S3BenchOptions, label: &str, warmup: Duration) -> Measured {
+        // Tenants share the drives: only the run as a whole reads them.
+        let url = o.drive_metrics.clone().filter(|_| label.is_empty());
+        // Without a warmup the drives are read before any operation starts: read at the phase's start
+        // alongside the workers, the reading could come after the first operations' IO and miss it.
+        let read_first = match &url {
+            Some(url) if warmup.is_zero() => Some(drive_io::scrape(url, o.timeout).await),
+            _ => None,
+        };
+        let phase = Arc::new(Phase::after(o, warmup));
         let rec = Arc::new(Recorder::new(phase.measure_from));
         let (done, done_rx) = watch::channel(false);
         let sampler = spawn_sampler(rec.clone(), phase.clone(), label.to_string(), o.progress, done_rx);
-        // Tenants share the drives: only the run as a whole reads them.
-        let drives_before = o.drive_metrics.clone().filter(|_| label.is_empty()).map(|url| {
+        let drives_before = url.map(|url| {
             let (from, timeout) = (phase.measure_from, o.timeout);
             tokio::spawn(async move {
+                if let Some(read) = read_first {
+                    return read;
+                }
                 tokio::time::sleep_until(tokio::time::Instant::from_std(from)).await;
                 drive_io::scrape(&url, timeout).await
             })
@@ -434,7 +446,7 @@ async fn run_mix(
     if let Some(start) = start {
         start.wait().await;
     }
-    let m = Measured::start(o, Phase::new(o), label);
+    let m = Measured::start(o, label, o.warmup).await;
     let mut set = JoinSet::new();
     for (w, plan) in plans.into_iter().enumerate() {
         let q = quota(o.ops, w, c);
@@ -525,7 +537,7 @@ async fn run_priority(o: &S3BenchOptions, client: &BenchClient) -> Result<S3Benc
         .put(bucket, PRIORITY_KEY, PRIORITY_OBJECT_BYTES, o.seed, true)
         .await
         .map_err(|e| format!("preparing the prioritized object: {}", e.1))?;
-    let m = Measured::start(o, Phase::new(o), "");
+    let m = Measured::start(o, "", o.warmup).await;
     let mut set = JoinSet::new();
     for w in 0..c {
         let plan = WorkerPlan::new(S3Workload::Priority, o.seed, w as u64, c as u64, objects, sizes);
@@ -595,8 +607,7 @@ async fn run_list(o: &S3BenchOptions, client: &BenchClient) -> Result<S3BenchRes
         let page = list_page(client, o.versioning, bucket, "", None, token.take()).await.map_err(|e| e.1)?;
         token = page.next;
     }
-    let now = Instant::now();
-    let m = Measured::start(o, Phase { measure_from: now, stop_at: now + o.duration }, "");
+    let m = Measured::start(o, "", Duration::ZERO).await;
     let (flat_keys, flat_s) = list_pass(o, client, bucket, &m.rec, &m.phase, false).await;
     let (delim_keys, delim_s) = list_pass(o, client, bucket, &m.rec, &m.phase, true).await;
     let mut result = m.finish(o, S3Workload::List, run_config(o, bucket, objects, sizes), digest).await?;
