@@ -5,9 +5,13 @@
 #      (bytes the new drive was given per second), once with every source shard read from the disk (cold),
 #      once with the source drives' files in the page cache (as if each drive had its own disk);
 #   3. under load: cosbench-a alone, then cosbench-a while background heal rebuilds another replaced drive
-#      (at the background IO class, paced by heal_rate); the load's p99 is compared.
+#      (at the background IO class, paced by heal_rate), then, once that heal is done, cosbench-a alone
+#      again; the load's p99 with heal is compared with the mean of the two runs alone (the load's bucket
+#      grows from run to run, so one run alone before would favour it).
 #
 #   scripts/bench-heal.sh [OUT]      (default docs/bench/<today>-heal; needs bin/mosaic and ~30 GiB free)
+#
+# LOAD_ONLY=1 skips the idle rebuilds (step 2's timings), for a study of heal under load.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-docs/bench/$(date -u +%F)-heal}
@@ -77,6 +81,7 @@ with open(f"{out}/heal-idle-{label}.txt", "w") as f:
 print(open(f"{out}/heal-idle-{label}.txt").read(), end="")
 EOF2
 }
+if [[ -z "${LOAD_ONLY:-}" ]]; then
 # Cold: every shard a rebuild reads comes from the one disk that also takes the new drive's writes, so the
 # disk moves about k + 1 = 5 times the rebuilt bytes (a node with a disk per drive reads the k shards from k
 # other disks).
@@ -87,13 +92,29 @@ idle_heal cold "$DIR/drive6-new"
 # drive.
 find "$DIR"/drive[1-5] -type f -exec cat {} + >/dev/null
 idle_heal sources-cached "$DIR/drive6-new2"
+fi
 
 # 3. Heal under load: cosbench-a's p99 alone, then while another replaced drive is rebuilt in the background.
 bench --workload cosbench-a --duration 20s --warmup 3s --bucket load --keep --out "$OUT/load-alone" >/dev/null
 adm drive replace 4 "$DIR/drive5-new" >"$OUT/replace-load.json"
-bench --workload cosbench-a --duration 20s --warmup 3s --bucket load --out "$OUT/load-with-heal" >/dev/null
+bench --workload cosbench-a --duration 20s --warmup 3s --bucket load --keep --out "$OUT/load-with-heal" >/dev/null
 adm drives >"$OUT/drives-after-load.json"
+adm heal >"$OUT/heal-after-load.json"
+bench --workload cosbench-a --duration 20s --warmup 3s --bucket load --out "$OUT/load-alone-after" >/dev/null
 "$MOSAIC" bench compare "$OUT/load-alone/result.json" "$OUT/load-with-heal/result.json" \
   --plot "$OUT/load-compare.svg" >"$OUT/load-compare.md"
 cat "$OUT/load-compare.md"
+python3 - "$OUT" <<'EOF2' | tee "$OUT/load-p99.txt"
+import json, sys
+out = sys.argv[1]
+def p99(run):
+    ops = json.load(open(f"{out}/{run}/result.json"))["operations"]
+    return {op: v["latency_us_p99"] / 1000 for op, v in ops.items()}
+before, heal, after = p99("load-alone"), p99("load-with-heal"), p99("load-alone-after")
+for op in sorted(heal):
+    alone = (before[op] + after[op]) / 2
+    print(f"{op} p99 ms: alone {before[op]:.2f} and {after[op]:.2f} (mean {alone:.2f}), with heal {heal[op]:.2f}: {(heal[op] / alone - 1) * 100:+.0f}%")
+healing = [d for d in json.load(open(f"{out}/drives-after-load.json"))["drives"] if d["state"] == "healing"]
+print(f"drives still healing when the load with heal ended: {len(healing)}")
+EOF2
 echo "done: $OUT"

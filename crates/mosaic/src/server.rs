@@ -138,9 +138,10 @@ pub fn run(cfg: Config) -> Result<(), String> {
         removal_follower: None,
         // A cluster node's groups take the cluster's locks when they are composed.
         shared_locks: None,
-        // A cluster node counts its foreground work across its groups (`Cluster::open`); one server's sets
-        // each yield to their own requests.
-        node_foreground: None,
+        // Heal and lazy sync wait for a quiet moment in the node's client requests (of every set: they
+        // share the cores and the disk), not merely for none in flight on their own set, which under a
+        // load happens between any two requests. A one-drive set has nothing to heal.
+        node_foreground: (opened.layout.drives.len() > 1).then(mosaic_store::ForegroundWork::new),
         // New objects get the default code for this CPU (GF(2^8) Reed-Solomon where it runs).
         codec: None,
     };
