@@ -4,9 +4,11 @@
 mod common;
 
 use common::*;
+use mosaic_drive::DriveStore;
 use mosaic_erasure::{ErasureSet, SetConfig, Settle};
 use mosaic_layer::testing::{body, pattern};
 use mosaic_layer::{ObjectLayer, PutOptions, S3Semantics, SemanticsConfig};
+use mosaic_store::{Op, Snapshot, Store, Txn};
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
@@ -40,6 +42,35 @@ async fn only_the_settling_instance_settles_and_only_what_is_old_enough() {
     assert_eq!(settled(&open(Settle::All).await), 0);
 }
 
+/// A set's settling at open as counted: writes kept, undone, and left undecided.
+fn outcomes(c: &mosaic_erasure::SetCounters) -> [u64; 3] {
+    [&c.writes_kept_at_open, &c.writes_undone_at_open, &c.writes_left_undecided_at_open].map(|n| n.load(Relaxed))
+}
+
+/// Writes `data` to object `k` of collection `c` through `set`, whose writer stops between the write's
+/// drive transactions and their outcome: the write's undo entries stay on the drives that took it.
+async fn write_cut_short(set: &ErasureSet<DriveStore>, data: &[u8]) {
+    let coll = set.snapshot().collection("c").await.unwrap().unwrap();
+    set.arm_crash_after_commits(1);
+    let write = Op::Write { coll, name: b"k".to_vec(), offset: 0, data: data.to_vec() };
+    assert!(set.commit(Txn::new().op(write)).await.is_err(), "the writer stopped");
+}
+
+/// Object `k` of collection `c` through `set`, read whole (`len` bytes); it must be there.
+async fn read_k(set: &ErasureSet<DriveStore>, len: u64) -> Vec<u8> {
+    let snap = set.snapshot();
+    let c = snap.collection("c").await.unwrap().unwrap();
+    let info = snap.lookup(&c, b"k").await.unwrap().expect("the write stands");
+    snap.read(&info.obj, 0, len).await.unwrap().to_vec()
+}
+
+/// A newly formatted drive (its directory kept by the caller).
+fn new_drive() -> (tempfile::TempDir, Arc<DriveStore>) {
+    let (dir, dev) = (drive_dir(), mosaic_engine::SimDevice::new(DRIVE_BYTES));
+    let engine = mosaic_engine::Engine::format(dir.path(), Arc::new(dev), engine_config()).unwrap();
+    (dir, Arc::new(DriveStore::new(engine)))
+}
+
 /// Settling at open never undoes a write that the drives which did not answer could hold at a write
 /// quorum: on a 2+1 set, a write made while drive 2 was away reached drives 0 and 1 (a quorum: it may have
 /// been acknowledged) and the writer stopped before its outcome. Opened with drive 1 away and drive 2
@@ -47,32 +78,20 @@ async fn only_the_settling_instance_settles_and_only_what_is_old_enough() {
 /// stays undecided, and is kept once drive 1 answers again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_that_missing_drives_could_hold_is_not_undone() {
-    use mosaic_store::{Op, Snapshot, Store, Txn};
     let t = TestSet::new(2, 1).await;
     let all = t.set.members();
     let without = |slot: usize| all.iter().enumerate().map(|(d, m)| m.clone().filter(|_| d != slot)).collect();
     t.set.commit(Txn::new().op(Op::CreateCollection { name: "c".into() })).await.unwrap();
-    let degraded = ErasureSet::open(set_config(2, 1), without(2)).await.unwrap();
-    let coll = degraded.snapshot().collection("c").await.unwrap().unwrap();
     let data = pattern(7, 100_000);
-    degraded.arm_crash_after_commits(1);
-    let write = Op::Write { coll, name: b"k".to_vec(), offset: 0, data: data.clone() };
-    assert!(degraded.commit(Txn::new().op(write)).await.is_err(), "the writer stopped");
-    drop(degraded);
+    write_cut_short(&ErasureSet::open(set_config(2, 1), without(2)).await.unwrap(), &data).await;
 
-    let counts = |c: &mosaic_erasure::SetCounters| {
-        [&c.writes_kept_at_open, &c.writes_undone_at_open, &c.writes_left_undecided_at_open].map(|n| n.load(Relaxed))
-    };
     let reopened = ErasureSet::open(set_config(2, 1), without(1)).await.unwrap();
-    assert_eq!(counts(reopened.counters()), [0, 0, 1], "left undecided, not undone");
+    assert_eq!(outcomes(reopened.counters()), [0, 0, 1], "left undecided, not undone");
     drop(reopened);
 
     let whole = ErasureSet::open(set_config(2, 1), all).await.unwrap();
-    assert_eq!(counts(whole.counters()), [1, 0, 0], "kept once drive 1 answers");
-    let snap = whole.snapshot();
-    let c = snap.collection("c").await.unwrap().unwrap();
-    let info = snap.lookup(&c, b"k").await.unwrap().expect("the write stands");
-    assert_eq!(snap.read(&info.obj, 0, 100_000).await.unwrap().as_ref(), data);
+    assert_eq!(outcomes(whole.counters()), [1, 0, 0], "kept once drive 1 answers");
+    assert_eq!(read_k(&whole, 100_000).await, data);
 }
 
 /// A drive put in a slot since a write was made was never sent the write, so its lack of it says nothing
@@ -84,54 +103,34 @@ async fn a_write_that_missing_drives_could_hold_is_not_undone() {
 /// undecided, heal rebuilds it on drives 2 and 3, and the next open keeps it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drive_put_in_since_a_write_does_not_count_against_it() {
-    use mosaic_store::{Op, Snapshot, Store, Txn};
     let t = TestSet::new(2, 2).await;
     let all = t.set.members();
     let without = |slot: usize| all.iter().enumerate().map(|(d, m)| m.clone().filter(|_| d != slot)).collect();
     t.set.commit(Txn::new().op(Op::CreateCollection { name: "c".into() })).await.unwrap();
-    let degraded = ErasureSet::open(set_config(2, 2), without(3)).await.unwrap();
-    let coll = degraded.snapshot().collection("c").await.unwrap().unwrap();
     let data = pattern(9, 100_000);
-    degraded.arm_crash_after_commits(1);
-    let write = Op::Write { coll, name: b"k".to_vec(), offset: 0, data: data.clone() };
-    assert!(degraded.commit(Txn::new().op(write)).await.is_err(), "the writer stopped");
-    drop(degraded);
+    write_cut_short(&ErasureSet::open(set_config(2, 2), without(3)).await.unwrap(), &data).await;
 
-    let counts = |c: &mosaic_erasure::SetCounters| {
-        [&c.writes_kept_at_open, &c.writes_undone_at_open, &c.writes_left_undecided_at_open].map(|n| n.load(Relaxed))
-    };
     let reopened = ErasureSet::open(set_config(2, 2), without(2)).await.unwrap();
-    assert_eq!(counts(reopened.counters()), [0, 0, 1], "left undecided while drive 2 may come back");
-
-    let (dir, dev) = (drive_dir(), mosaic_engine::SimDevice::new(DRIVE_BYTES));
-    let engine = mosaic_engine::Engine::format(dir.path(), Arc::new(dev.clone()), engine_config()).unwrap();
-    let new_drive = Arc::new(mosaic_drive::DriveStore::new(engine));
+    assert_eq!(outcomes(reopened.counters()), [0, 0, 1], "left undecided while drive 2 may come back");
+    let (_dir, new_drive) = new_drive();
     reopened.attach_drive(2, new_drive.clone()).await.unwrap();
-    assert_eq!(counts(reopened.counters()), [0, 0, 2], "still undecided with a new drive in slot 2");
-    let read_back = |set: &ErasureSet<mosaic_drive::DriveStore>| {
-        let snap = set.snapshot();
-        async move {
-            let c = snap.collection("c").await.unwrap().unwrap();
-            let info = snap.lookup(&c, b"k").await.unwrap().expect("the write stands");
-            snap.read(&info.obj, 0, 100_000).await.unwrap()
-        }
-    };
-    assert_eq!(read_back(&reopened).await.as_ref(), data);
+    assert_eq!(outcomes(reopened.counters()), [0, 0, 2], "still undecided with a new drive in slot 2");
+    assert_eq!(read_k(&reopened, 100_000).await, data);
     while reopened.heal_backlog() > 0 && reopened.heal_now(64).await > 0 {}
     drop(reopened);
 
     let mut healed = all.clone();
     healed[2] = Some(new_drive);
     let whole = ErasureSet::open(set_config(2, 2), healed.clone()).await.unwrap();
-    assert_eq!(counts(whole.counters()), [1, 0, 0], "kept once heal put it on every drive");
-    assert_eq!(read_back(&whole).await.as_ref(), data);
+    assert_eq!(outcomes(whole.counters()), [1, 0, 0], "kept once heal put it on every drive");
+    assert_eq!(read_k(&whole, 100_000).await, data);
     // Drives 0 and 1 alone: the rebuilt shards on 2 and 3 read it too.
     drop(whole);
     let mut rebuilt = healed;
     rebuilt[0] = None;
     rebuilt[1] = None;
     let cfg = SetConfig { settle_at_open: Settle::Never, ..set_config(2, 2) };
-    assert_eq!(read_back(&ErasureSet::open(cfg, rebuilt).await.unwrap()).await.as_ref(), data);
+    assert_eq!(read_k(&ErasureSet::open(cfg, rebuilt).await.unwrap(), 100_000).await, data);
 }
 
 /// The same for a cluster group's step with k = m (issue 16): a 1+1 group keeps slot 0 and fills a new
@@ -141,12 +140,10 @@ async fn a_drive_put_in_since_a_write_does_not_count_against_it() {
 /// never sent it, against it. It stays undecided until heal puts it on the new drive, then it is kept.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_in_a_steps_window_is_not_undone_on_the_stepped_set() {
-    use mosaic_store::{Op, Snapshot, Store, Txn};
     let t = TestSet::with_config(SetConfig { kept_drives: Some(0b01), ..set_config(1, 1) }).await;
     t.set.commit(Txn::new().op(Op::CreateCollection { name: "c".into() })).await.unwrap();
-    let (dir, dev) = (drive_dir(), mosaic_engine::SimDevice::new(DRIVE_BYTES));
-    let engine = mosaic_engine::Engine::format(dir.path(), Arc::new(dev.clone()), engine_config()).unwrap();
-    let stepped_members = vec![t.set.members()[0].clone(), Some(Arc::new(mosaic_drive::DriveStore::new(engine)))];
+    let (_dir, filled) = new_drive();
+    let stepped_members = vec![t.set.members()[0].clone(), Some(filled)];
     let fill_cfg =
         SetConfig { decided_by: Some(0b01), heal_removes: false, settle_at_open: Settle::Never, ..set_config(1, 1) };
     let filling = ErasureSet::open(fill_cfg, stepped_members.clone()).await.unwrap();
@@ -154,39 +151,25 @@ async fn a_write_in_a_steps_window_is_not_undone_on_the_stepped_set() {
     while filling.heal_backlog() > 0 && filling.heal_now(64).await > 0 {}
     drop(filling);
 
-    let coll = t.set.snapshot().collection("c").await.unwrap().unwrap();
     let data = pattern(11, 40_000);
-    t.set.arm_crash_after_commits(1);
-    let write = Op::Write { coll, name: b"k".to_vec(), offset: 0, data: data.clone() };
-    assert!(t.set.commit(Txn::new().op(write)).await.is_err(), "the writer stopped");
+    write_cut_short(&t.set, &data).await;
 
-    let counts = |c: &mosaic_erasure::SetCounters| {
-        [&c.writes_kept_at_open, &c.writes_undone_at_open, &c.writes_left_undecided_at_open].map(|n| n.load(Relaxed))
-    };
-    let open_stepped = |settle_at_open: Settle| {
+    let open_stepped = || {
         let members = stepped_members.clone();
-        let cfg = SetConfig { read_fast_path: false, settle_at_open, ..set_config(1, 1) };
+        let cfg = SetConfig { read_fast_path: false, settle_at_open: Settle::All, ..set_config(1, 1) };
         async move { ErasureSet::open(cfg, members).await.unwrap() }
     };
-    let read_back = |set: &ErasureSet<mosaic_drive::DriveStore>| {
-        let snap = set.snapshot();
-        async move {
-            let c = snap.collection("c").await.unwrap().unwrap();
-            let info = snap.lookup(&c, b"k").await.unwrap().expect("the write stands");
-            snap.read(&info.obj, 0, 40_000).await.unwrap()
-        }
-    };
-    let owner = open_stepped(Settle::All).await;
-    assert_eq!(counts(owner.counters()), [0, 0, 1], "left undecided, not undone");
-    assert_eq!(read_back(&owner).await.as_ref(), data);
+    let owner = open_stepped().await;
+    assert_eq!(outcomes(owner.counters()), [0, 0, 1], "left undecided, not undone");
+    assert_eq!(read_k(&owner, 40_000).await, data);
     owner.scan().await.unwrap();
     while owner.heal_backlog() > 0 && owner.heal_now(64).await > 0 {}
     drop(owner);
-    let owner = open_stepped(Settle::All).await;
-    assert_eq!(counts(owner.counters()), [1, 0, 0], "kept once the new drive holds it");
+    let owner = open_stepped().await;
+    assert_eq!(outcomes(owner.counters()), [1, 0, 0], "kept once the new drive holds it");
     drop(owner);
     // The new drive alone reads it.
     let alone = vec![None, stepped_members[1].clone()];
     let cfg = SetConfig { settle_at_open: Settle::Never, ..set_config(1, 1) };
-    assert_eq!(read_back(&ErasureSet::open(cfg, alone).await.unwrap()).await.as_ref(), data);
+    assert_eq!(read_k(&ErasureSet::open(cfg, alone).await.unwrap(), 40_000).await, data);
 }
