@@ -5,6 +5,8 @@
 #
 #   scripts/bench-s3-ab.sh OUT BASELINE_BIN NEW_BIN
 #
+# CLIENT=BIN runs the load with that build's `mosaic bench s3` (default NEW_BIN's), so that a series can keep
+# one client while the servers run in either order.
 # ONLY="small-put small-get" selects workloads (names in bench-s3-workloads.sh); DRIVE_SIZE (default 12GiB) is
 # each drive's maximum; SET=4+2 gives both servers one erasure set over k+m drive files (default: one drive);
 # the drives are removed after each server.
@@ -13,6 +15,7 @@ cd "$(dirname "$0")/.."
 OUT=${1:?OUT directory}
 A=${2:?baseline mosaic binary}
 B=${3:?new mosaic binary}
+CLIENT=${CLIENT:-$B}
 DATA_DIR=${DATA_DIR:-/var/tmp/mosaic-ab-data}
 AK=benchkey
 SK=benchsecret-0123456789
@@ -48,6 +51,7 @@ mkdir -p "$OUT"
   echo "a (baseline): $("$A" --version) $A"
   # The binaries name no commit: the work tree's is recorded, and which build each was is the caller's to say.
   echo "b (new): $("$B" --version) $B"
+  echo "client: $("$CLIENT" --version) $CLIENT"
   echo "work tree: commit $(git rev-parse --short HEAD)"
   echo "drives: ${SET:-1+0}, each ${DRIVE_SIZE:-12GiB} maximum, files on $(df -T "$(dirname "$DATA_DIR")" | awk 'NR==2 {print $2" "$1}')"
   echo "common arguments: ${COMMON[*]}"
@@ -71,7 +75,7 @@ for entry in "${WORKLOADS[@]}"; do
     wait_ready "http://127.0.0.1:$((PORT + 1))/health/ready"
     echo "== $name on $side: mosaic bench s3 --endpoint http://127.0.0.1:$PORT ${COMMON[*]} $args --out $OUT/$name/$side"
     # shellcheck disable=SC2086
-    "$B" bench s3 --endpoint "http://127.0.0.1:$PORT" --access-key $AK --secret-key $SK "${COMMON[@]}" $args \
+    "$CLIENT" bench s3 --endpoint "http://127.0.0.1:$PORT" --access-key $AK --secret-key $SK "${COMMON[@]}" $args \
       --out "$OUT/$name/$side" >"$OUT/$name.$side.txt" 2>/dev/null || echo "FAILED: see $OUT/$name.$side.txt"
     tail -3 "$OUT/$name.$side.txt"
     echo "$name $side: $(awk '/VmHWM/ {printf "peak RSS %.0f MiB", $2/1024}' "/proc/$SERVER_PID/status")" >>"$OUT/rss.txt"

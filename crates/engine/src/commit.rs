@@ -1,10 +1,12 @@
 //! The commit pipeline (group commit) and the background work that feeds it (lazy sync, deferred frees).
 //!
-//! Transactions wait in one queue per priority class. A flusher thread takes a group (highest class
-//! first, at most one background transaction while foreground work waits) and makes the data it staged
-//! durable with one device flush; the committer thread plans the group (`plan.rs`) and writes its batch
-//! with one synchronous WAL write, so the two syncs of consecutive groups overlap. Queued transactions
-//! without staged data join the group the committer takes: they need no device flush.
+//! Transactions wait in one queue per priority class. Those that staged data (whole blocks written before
+//! the commit) are the flusher thread's: it takes a group of them (highest class first, at most one
+//! background transaction while foreground work waits) and makes their data durable with one device
+//! flush. The committer thread takes that group, or, while none is ready, the queued transactions without
+//! staged data (they need no device flush, so they never pass through the flusher: a small write wakes one
+//! thread, not two), adds those to a flushed group too, plans the group (`plan.rs`) and writes its batch
+//! with one synchronous WAL write. The device flush of one group overlaps the commit of the one before.
 
 use crate::alloc::{Extent, Placement};
 use crate::config::EngineConfig;
@@ -35,6 +37,8 @@ const BACKGROUND_TICK: std::time::Duration = std::time::Duration::from_millis(50
 
 pub(crate) struct Pending {
     txn: Transaction,
+    /// The transaction references staged data (`Transaction::has_staged_data`): the flusher's to take.
+    staged: bool,
     reply: mpsc::SyncSender<Result<Outcome>>,
 }
 
@@ -43,13 +47,65 @@ struct Queues {
     classes: PerClass<VecDeque<Pending>>,
     /// Transactions in all classes.
     len: usize,
+    /// Of those, the transactions with staged data (the rest are the committer's to take).
+    staged: usize,
+    /// A group whose staged data the flusher made durable, for the committer: at most one, so the flusher
+    /// flushes one group ahead of the commits and no more.
+    flushed: Option<Vec<Pending>>,
+    /// The flusher stopped (shutdown): nothing more comes to `flushed`.
+    flusher_done: bool,
+    /// The committer stopped: a group flushed from now on has nobody to commit it.
+    committer_done: bool,
     shutdown: bool,
 }
 
 impl Queues {
-    /// The queue lengths add up to `len` (checked on entry and exit of every change).
+    /// The queue lengths add up to `len`, and `staged` counts the transactions with staged data (checked on
+    /// entry and exit of every change).
     fn check(&self) {
         debug_assert_eq!(self.classes.iter().map(|(_, q)| q.len()).sum::<usize>(), self.len, "queue length");
+        debug_assert_eq!(
+            self.classes.iter().map(|(_, q)| q.iter().filter(|p| p.staged).count()).sum::<usize>(),
+            self.staged,
+            "staged transactions queued"
+        );
+        debug_assert!(self.staged <= self.len);
+    }
+
+    /// Moves up to `max` transactions of `class` whose `staged` mark is `staged` into `group`, oldest first.
+    fn take(
+        &mut self,
+        class: Priority,
+        staged: bool,
+        group: &mut Vec<Pending>,
+        max: usize,
+        c: &crate::stats::Counters,
+    ) {
+        let queue = &mut self.classes[class];
+        let mut i = 0;
+        while i < queue.len() && group.len() < max {
+            if queue[i].staged != staged {
+                i += 1;
+                continue;
+            }
+            group.push(queue.remove(i).expect("index in range"));
+            c.queue_depth[class].fetch_sub(1, Ordering::Relaxed);
+            self.len -= 1;
+            if staged {
+                self.staged -= 1;
+            }
+        }
+    }
+
+    /// Moves queued transactions of one kind into `group`: the foreground classes first, highest first, up
+    /// to `max`; then background work, which gets at most one slot while foreground work fills the group.
+    fn take_group(&mut self, staged: bool, group: &mut Vec<Pending>, max: usize, c: &crate::stats::Counters) {
+        let before = group.len();
+        for class in Priority::FOREGROUND {
+            self.take(class, staged, group, max, c);
+        }
+        let bg_slots = if group.len() == before { max } else { group.len() + 1 };
+        self.take(Priority::Background, staged, group, bg_slots.min(max + 1), c);
     }
 }
 
@@ -63,7 +119,10 @@ pub(crate) struct Pipeline {
     /// Extents freed by a committed group, waiting for older readers to finish.
     deferred_free: Mutex<Vec<(u64, Extent)>>,
     queues: Mutex<Queues>,
-    queue_not_empty: Condvar,
+    /// Wakes the flusher: a transaction with staged data queued, the flushed group taken, shutdown.
+    flusher_wake: Condvar,
+    /// Wakes the committer: a transaction without staged data queued, a group flushed, the flusher done.
+    committer_wake: Condvar,
     queue_not_full: Condvar,
     shutdown: AtomicBool,
     /// Wakes the background worker early (shutdown, fragment pressure).
@@ -88,7 +147,8 @@ impl Pipeline {
             frags: Mutex::new(frags),
             deferred_free: Mutex::new(Vec::new()),
             queues: Mutex::new(Queues::default()),
-            queue_not_empty: Condvar::new(),
+            flusher_wake: Condvar::new(),
+            committer_wake: Condvar::new(),
             queue_not_full: Condvar::new(),
             shutdown: AtomicBool::new(false),
             bg_wake: (Mutex::new(false), Condvar::new()),
@@ -116,6 +176,7 @@ impl Pipeline {
             return Err(EngineError::Limit(format!("a transaction holds at most {MAX_TXN_OPS} operations")));
         }
         let (tx, rx) = mpsc::sync_channel(1);
+        let staged = txn.has_staged_data();
         {
             let mut q = self.queues.lock();
             q.check();
@@ -125,13 +186,18 @@ impl Pipeline {
             if q.shutdown {
                 return Err(EngineError::ShuttingDown);
             }
-            q.classes[class].push_back(Pending { txn, reply: tx });
+            q.classes[class].push_back(Pending { txn, staged, reply: tx });
             q.len += 1;
+            q.staged += usize::from(staged);
             assert!(q.len <= self.cfg.queue_max_txns, "the queue stays within its limit");
             self.core.io.counters().queue_depth[class].fetch_add(1, Ordering::Relaxed);
             q.check();
         }
-        self.queue_not_empty.notify_one();
+        if staged {
+            self.flusher_wake.notify_one();
+        } else {
+            self.committer_wake.notify_one();
+        }
         rx.recv().map_err(|_| EngineError::ShuttingDown)?
     }
 
@@ -165,7 +231,8 @@ impl Pipeline {
             q.shutdown = true;
         }
         self.shutdown.store(true, Ordering::SeqCst);
-        self.queue_not_empty.notify_all();
+        self.flusher_wake.notify_all();
+        self.committer_wake.notify_all();
         self.queue_not_full.notify_all();
         let (m, c) = &self.bg_wake;
         *m.lock() = true;
@@ -258,71 +325,74 @@ impl Pipeline {
         self.space.release(ready);
     }
 
-    fn take_from(&self, q: &mut Queues, class: Priority, group: &mut Vec<Pending>, max: usize) {
-        while group.len() < max {
-            match q.classes[class].pop_front() {
-                Some(p) => {
-                    self.core.io.counters().queue_depth[class].fetch_sub(1, Ordering::Relaxed);
-                    q.len -= 1;
-                    group.push(p);
-                }
-                None => break,
-            }
-        }
-    }
-
-    fn take_group(&self) -> Option<Vec<Pending>> {
+    /// The flusher's next group: queued transactions with staged data (see `Queues::take_group`). None once
+    /// shutdown began and none is left.
+    fn take_staged_group(&self) -> Option<Vec<Pending>> {
         let mut q = self.queues.lock();
-        while q.len == 0 {
+        while q.staged == 0 {
             if q.shutdown {
                 return None;
             }
-            self.queue_not_empty.wait(&mut q);
+            self.flusher_wake.wait(&mut q);
         }
         q.check();
         let max = self.cfg.group_max_txns;
         let mut group = Vec::new();
-        // Highest class first; background work gets at most one slot per group while foreground waits.
-        for class in Priority::FOREGROUND {
-            self.take_from(&mut q, class, &mut group, max);
-        }
-        let bg_slots = if group.is_empty() { max } else { group.len() + 1 };
-        self.take_from(&mut q, Priority::Background, &mut group, bg_slots.min(max + 1));
+        q.take_group(true, &mut group, max, self.core.io.counters());
         q.check();
         drop(q);
         assert!(!group.is_empty() && group.len() <= max + 1, "a group holds 1 to {} transactions", max + 1);
+        debug_assert!(group.iter().all(|p| p.staged), "the flusher takes transactions with staged data only");
         self.queue_not_full.notify_all();
         Some(group)
     }
 
-    /// Moves queued foreground transactions that reference no staged data into `group`, up to the group
-    /// limit: they need no device flush, so they can skip the flusher.
-    fn take_unflushed(&self, group: &mut Vec<Pending>) {
-        let max = self.cfg.group_max_txns;
-        if group.len() >= max {
-            return;
-        }
+    /// Gives the committer a group the flusher made durable, once it took the one before. Gives the group
+    /// back when the committer has stopped.
+    fn hand_to_committer(&self, group: Vec<Pending>) -> std::result::Result<(), Vec<Pending>> {
         let mut q = self.queues.lock();
-        q.check();
-        let mut taken = 0;
-        for class in Priority::FOREGROUND {
-            let queue = &mut q.classes[class];
-            let mut i = 0;
-            while i < queue.len() && group.len() < max {
-                if queue[i].txn.has_staged_data() {
-                    i += 1;
-                    continue;
-                }
-                group.push(queue.remove(i).expect("index in range"));
-                self.core.io.counters().queue_depth[class].fetch_sub(1, Ordering::Relaxed);
-                taken += 1;
-            }
+        while q.flushed.is_some() && !q.committer_done {
+            self.flusher_wake.wait(&mut q);
         }
-        q.len -= taken;
-        q.check();
+        if q.committer_done {
+            return Err(group);
+        }
+        q.flushed = Some(group);
         drop(q);
-        if taken > 0 {
-            self.queue_not_full.notify_all();
+        self.committer_wake.notify_one();
+        Ok(())
+    }
+
+    /// The committer's next group: the group the flusher made durable, joined by queued transactions
+    /// without staged data up to the group limit; while none is flushed, those transactions alone. None once
+    /// the flusher is done and nothing is left.
+    fn take_commit_group(&self) -> Option<Vec<Pending>> {
+        let max = self.cfg.group_max_txns;
+        let mut q = self.queues.lock();
+        loop {
+            q.check();
+            let flushed = q.flushed.take();
+            let had_flushed = flushed.is_some();
+            let mut group = flushed.unwrap_or_default();
+            if group.len() < max && q.len > q.staged {
+                let before = group.len();
+                q.take_group(false, &mut group, max, self.core.io.counters());
+                debug_assert!(group[before..].iter().all(|p| !p.staged), "the committer takes no unflushed data");
+            }
+            q.check();
+            if !group.is_empty() {
+                drop(q);
+                if had_flushed {
+                    self.flusher_wake.notify_one();
+                }
+                self.queue_not_full.notify_all();
+                assert!(group.len() <= max + 1, "a group holds at most {} transactions", max + 1);
+                return Some(group);
+            }
+            if q.flusher_done {
+                return None;
+            }
+            self.committer_wake.wait(&mut q);
         }
     }
 
@@ -452,37 +522,41 @@ impl Pipeline {
     }
 }
 
-/// First stage of the commit pipeline: takes the next group and makes the data its transactions staged
-/// durable (one device flush), then hands it to the committer. While the committer writes group n's batch
-/// and syncs the WAL, this stage flushes group n+1's data, so the two syncs overlap instead of adding up.
-pub(crate) fn flusher(pipe: Arc<Pipeline>, to_committer: mpsc::SyncSender<Vec<Pending>>) {
-    while let Some(group) = pipe.take_group() {
-        if group.iter().any(|p| p.txn.has_staged_data())
-            && let Err(e) = pipe.core.io.flush()
-        {
+/// First stage of the commit pipeline: takes the next group of transactions with staged data and makes
+/// that data durable (one device flush), then hands the group to the committer. While the committer writes
+/// group n's batch and syncs the WAL, this stage flushes group n+1's data, so the two syncs overlap
+/// instead of adding up.
+pub(crate) fn flusher(pipe: Arc<Pipeline>) {
+    while let Some(group) = pipe.take_staged_group() {
+        if let Err(e) = pipe.core.io.flush() {
             for p in group {
                 let _ = p.reply.send(Err(EngineError::ReadOnly(format!("device flush failed: {e}"))));
             }
             continue;
         }
-        if to_committer.send(group).is_err() {
-            return;
+        // A committer that stopped drops the group: its writers learn that the engine shut down.
+        if pipe.hand_to_committer(group).is_err() {
+            break;
         }
     }
+    pipe.queues.lock().flusher_done = true;
+    pipe.committer_wake.notify_all();
 }
 
-/// The channel between the two stages: one group may wait while the committer syncs the previous one.
-pub(crate) fn stage_channel() -> (mpsc::SyncSender<Vec<Pending>>, mpsc::Receiver<Vec<Pending>>) {
-    mpsc::sync_channel(1)
-}
-
-/// Second stage: plans each flushed group and commits it with one synchronous KV batch. Transactions that
-/// arrived while the previous batch was syncing and need no device flush join the group here, so small
-/// writes are grouped as before pipelining (measured: without this, groups of 2 KiB writes halved in size
-/// and throughput fell from 37 to 21 MiB/s).
-pub(crate) fn committer(pipe: Arc<Pipeline>, from_flusher: mpsc::Receiver<Vec<Pending>>) {
-    while let Ok(mut group) = from_flusher.recv() {
-        pipe.take_unflushed(&mut group);
+/// Second stage: commits each group with one synchronous KV batch (see `take_commit_group`). Transactions
+/// that need no device flush join the group here, so small writes are grouped as before pipelining
+/// (measured: without this, groups of 2 KiB writes halved in size and throughput fell from 37 to 21 MiB/s).
+pub(crate) fn committer(pipe: Arc<Pipeline>) {
+    // However the committer ends, the flusher must not wait for it to take a group.
+    struct Done<'a>(&'a Pipeline);
+    impl Drop for Done<'_> {
+        fn drop(&mut self) {
+            self.0.queues.lock().committer_done = true;
+            self.0.flusher_wake.notify_all();
+        }
+    }
+    let _done = Done(&pipe);
+    while let Some(group) = pipe.take_commit_group() {
         pipe.commit_group(group);
         let pressure = pipe.frags.lock().total_bytes > pipe.cfg.frag_budget_bytes;
         if pressure {

@@ -528,15 +528,12 @@ fn kv_options(cfg: &EngineConfig, memory: Option<KvMemory>) -> crate::kv::KvOpti
 fn start_threads(pipe: &Arc<Pipeline>, scrubber: &Arc<Scrubber>, cfg: &EngineConfig) -> Result<Vec<JoinHandle<()>>> {
     let mut threads = Vec::new();
     let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| std::thread::Builder::new().name(name.into()).spawn(f);
-    let (to_committer, from_flusher) = crate::commit::stage_channel();
     let p = pipe.clone();
-    threads.push(spawn("mosaic-flush", Box::new(move || crate::commit::flusher(p, to_committer)))?);
+    threads.push(spawn("mosaic-flush", Box::new(move || crate::commit::flusher(p)))?);
     let p = pipe.clone();
     // The committer writes and reads blocks while it plans a group: in the pipeline's share, which never
     // waits behind a microstore's IO (every microstore's commits wait on it).
-    let committer = move || {
-        mosaic_store::on_thread_with_share(mosaic_store::PIPELINE, || crate::commit::committer(p, from_flusher))
-    };
+    let committer = move || mosaic_store::on_thread_with_share(mosaic_store::PIPELINE, || crate::commit::committer(p));
     threads.push(spawn("mosaic-commit", Box::new(committer))?);
     let p = pipe.clone();
     threads.push(spawn("mosaic-bg", Box::new(move || crate::commit::background(p)))?);
