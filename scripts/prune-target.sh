@@ -8,6 +8,11 @@
 # default syntax has no `\{n\}` and matched nothing, so nothing was ever pruned.)
 set -euo pipefail
 target="${CARGO_TARGET_DIR:?CARGO_TARGET_DIR must be set}"
+# A fresh machine has no target directory yet: nothing to prune (du on a missing path fails the run).
+if [ ! -d "$target" ]; then
+    echo "prune-target: $target does not exist yet: nothing to prune"
+    exit 0
+fi
 removed=0
 # Both profiles: the tests build debug executables, the benchmarks and CI's s3-tests server release ones.
 for deps in "$target/release/deps" "$target/debug/deps"; do
