@@ -11,11 +11,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
+use tokio::task::JoinHandle;
 
 struct Member {
     client: Arc<LockClient>,
     map: watch::Sender<Arc<ClusterMap>>,
     stop: Option<oneshot::Sender<()>>,
+    /// The member's RPC server, which ends (its connections aborted) once told to stop.
+    server: Option<JoinHandle<()>>,
     /// A member that takes connections and never answers keeps its listener here.
     _silent: Option<TcpListener>,
 }
@@ -44,19 +47,28 @@ async fn members_with_silent(n: u64, acquire_within: Duration, silent: Option<us
         let table = Arc::new(LockTable::new(false));
         let server = LockServer::new(table.clone(), rx.clone());
         let (stop, stopped) = oneshot::channel::<()>();
-        let silent = if silent == Some(i) {
-            Some(listener)
+        let (silent, server) = if silent == Some(i) {
+            (Some(listener), None)
         } else {
-            tokio::spawn(rpc::serve(listener, secret.clone(), None, server, async {
+            let server = tokio::spawn(rpc::serve(listener, secret.clone(), None, server, async {
                 let _ = stopped.await;
             }));
-            None
+            (None, Some(server))
         };
         let rpc = RpcClient::new(secret.clone(), None).unwrap();
         let client = LockClient::new(i as u64 + 1, table, rx, rpc, LockClientConfig { acquire_within });
-        out.push(Member { client, map: tx, stop: Some(stop), _silent: silent });
+        out.push(Member { client, map: tx, stop: Some(stop), server, _silent: silent });
     }
     out
+}
+
+impl Member {
+    /// Stops the member's server and waits until it has: a call after this finds no one answering (a
+    /// pooled connection to it is aborted, not served once more).
+    async fn stop(&mut self) {
+        let _ = self.stop.take().expect("a member is stopped once").send(());
+        self.server.take().expect("a serving member").await.expect("the server ends cleanly");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -109,12 +121,12 @@ async fn locks_are_had_without_a_minority_and_refused_without_a_majority() {
     drop(tokio::time::timeout(Duration::from_secs(10), again).await.expect("released"));
 
     // One node of three stops answering: the two others grant.
-    let _ = nodes[2].stop.take().unwrap().send(());
+    nodes[2].stop().await;
     for n in &nodes[..2] {
         drop(n.client.acquire(vec![3]).await.expect("a majority answers"));
     }
     // Two stop: nothing is granted.
-    let _ = nodes[1].stop.take().unwrap().send(());
+    nodes[1].stop().await;
     assert_eq!(nodes[0].client.acquire(vec![4]).await.err(), Some(LockError::Busy));
     // Marked down in the map, they still count as members: no majority.
     nodes[0].map.send_modify(|m| {
