@@ -30,6 +30,8 @@ struct Node {
     /// The node's IO shares (its drive schedules by them; share `SHARE` is known).
     shares: Arc<mosaic_store::IoShares>,
     stop: Option<oneshot::Sender<()>>,
+    /// The RPC server, which ends (its connections aborted) once told to stop.
+    rpc: Option<tokio::task::JoinHandle<()>>,
     _dir: tempfile::TempDir,
 }
 
@@ -49,15 +51,20 @@ impl Node {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap().to_string();
         let (stop, stopped) = oneshot::channel::<()>();
-        tokio::spawn(rpc::serve(listener, secret.clone(), None, server.clone(), async {
+        let rpc = tokio::spawn(rpc::serve(listener, secret.clone(), None, server.clone(), async {
             let _ = stopped.await;
         }));
-        Node { address, server, foreground, shares, stop: Some(stop), _dir: dir }
+        Node { address, server, foreground, shares, stop: Some(stop), rpc: Some(rpc), _dir: dir }
     }
 
-    fn stop(&mut self) {
+    /// Stops the node's server and waits until it has: a call after this finds no one answering (a
+    /// pooled connection to it is aborted, not served once more).
+    async fn stop(&mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
+        }
+        if let Some(rpc) = self.rpc.take() {
+            rpc.await.expect("the server ends cleanly");
         }
     }
 }
@@ -90,7 +97,7 @@ async fn suite(k: usize, m: usize) {
     })
     .await;
     for mut node in all_nodes.into_iter().flatten() {
-        node.stop();
+        node.stop().await;
     }
 }
 
@@ -123,13 +130,13 @@ async fn a_node_that_goes_away_is_a_missing_drive() {
     layer.put_object("bkt", "before", body(&data, 65_536), PutOptions::default()).await.unwrap();
 
     // One of three nodes stops: reads and writes go on with two (k = 2).
-    nodes[2].stop();
+    nodes[2].stop().await;
     assert_eq!(get_all(&layer, "before").await.unwrap(), data);
     layer.put_object("bkt", "after", body(&data, 65_536), PutOptions::default()).await.unwrap();
     assert_eq!(get_all(&layer, "after").await.unwrap(), data);
 
     // A second one stops: past m, a clear unavailable error, no hang and no wrong bytes.
-    nodes[1].stop();
+    nodes[1].stop().await;
     let e = get_all(&layer, "before").await.expect_err("two of three drives gone");
     assert!(matches!(e, LayerError::Unavailable(_)), "{e:?}");
     let e = layer.put_object("bkt", "refused", body(&data, 65_536), PutOptions::default()).await.err();
