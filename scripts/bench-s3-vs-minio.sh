@@ -108,6 +108,10 @@ for entry in "${WORKLOADS[@]}"; do
     # Mosaic's per-drive IO over each measured phase comes from its metrics (MinIO exports none per drive).
     drive_io=(--drive-metrics "http://127.0.0.1:$((MOSAIC_PORT + 1))/metrics")
     [[ $target == minio ]] && drive_io=()
+    # Each run starts with nothing dirty in the page cache, so that no writeback of an earlier run lands in
+    # it (what was dirty is printed; on 2026-12-03 it was at most 2 MiB before each run).
+    echo "page cache dirty before $name on $target: $(awk '/^Dirty:/ {printf "%.0f MiB", $2 / 1024}' /proc/meminfo)"
+    sync
     echo "== $name on $target: mosaic bench s3 --endpoint http://127.0.0.1:$port ${COMMON[*]} $args ${drive_io[*]} --out $OUT/$name/$target"
     # shellcheck disable=SC2086
     "$MOSAIC" bench s3 --endpoint "http://127.0.0.1:$port" --access-key $AK --secret-key $SK "${COMMON[@]}" $args \
