@@ -111,9 +111,11 @@ pub(crate) async fn heal_object<S: Store>(set: &Arc<SetInner<S>>, coll_name: &st
             let stale: Vec<usize> = (0..set.drives())
                 .filter(|d| r.holders[*d].is_none() && set.member(*d).is_some() && held[*d] != Some(r.layout.write_id))
                 .collect();
-            // Holders whose shard no longer reads back (damage found by a read) are rebuilt too. Rebuilding
-            // a stale drive reads every holder's shard, which finds them; with none stale, every holder's
-            // shard is read for it alone.
+            // Holders whose shard no longer reads back (damage found by a read) are rebuilt too. With none
+            // stale, every holder's shard is read for it alone. Rebuilding a stale drive reads k holders'
+            // shards and finds damage among them; a damaged holder it did not read stays so until its next
+            // read or the deep scan queues the object again, when nothing is stale (a drive replacement
+            // would otherwise read every shard a fifth more than it needs, on a 4+2 set).
             let mut damaged = if stale.is_empty() { damaged_holders(&r).await } else { damaged_tails(&r).await };
             let mut n = 0;
             let skip = |d: usize| !answered[d] && set.member(d).is_none();
@@ -293,10 +295,13 @@ struct Step {
     damaged: Vec<usize>,
 }
 
-/// Shard `shard` of encoded bytes [from, to) (whole stripes), rebuilt from the holders' shards into
-/// `reuse` when it is long enough (any content: every byte is written), else into a new buffer. Every
-/// other holder's shard is read (not just k): a heal that rebuilds a drive also checks every holder's
-/// shard, and the holders whose read fails come back in `Step::damaged` (drives).
+/// Shard `shard` of encoded bytes [from, to) (whole stripes), rebuilt from k of the holders' shards into
+/// `reuse` when it is long enough (any content: every byte is written), else into a new buffer. The
+/// sources are the first k holders in shard order (the data shards first: a parity shard is then encoded
+/// again, not decoded); a source whose read fails comes back in `Step::damaged` (drives) and the next
+/// holder is read in its place. Reading only k (not every other holder) spares a fifth of a 4+2 rebuild's
+/// reads and checksum passes; damage on a holder not read is found by its next read or the deep scan,
+/// which queue the object again.
 async fn rebuild_shard_range<S: Store>(
     r: &Resolved<S>,
     g: &SetGeometry,
@@ -308,27 +313,42 @@ async fn rebuild_shard_range<S: Store>(
     let (s0, s1) = stripes_covering(g, from, to);
     let (at, len) = (s0 * SHARD_UNIT_BYTES, (s1 - s0) * SHARD_UNIT_BYTES);
     let rotation = r.layout.rotation as usize;
-    // A shard's bytes, or whether a holder failed to read it (None: no drive holds this version).
+    // A shard's bytes, read into a buffer of its own through the page cache (`read_into`: never mapped,
+    // so no page faults and no unmapping per step, and checked in place while the copy is in the CPU's
+    // cache), or Err when the read fails or comes back short.
     let read_shard = |j: usize| {
         let holder = r.holders[g.drive_of_shard(rotation, j)].as_ref();
         async move {
-            let (snap, obj) = holder?;
-            Some(match snap.read(obj, at, len).await {
-                Ok(b) if b.len() as u64 == len => Ok(b),
+            let (snap, obj) = holder.ok_or(())?;
+            let (buf, mut lanes) = mosaic_store::StripedBuffer::new(1, len as usize, 1, 0);
+            let lane = lanes.pop().ok_or(())?;
+            match snap.read_into(obj, at, lane).await {
+                Ok(n) if n == len => buf.into_vec().ok_or(()),
                 _ => Err(()),
-            })
+            }
         }
     };
-    let mut shards: Vec<Option<bytes::Bytes>> = vec![None; g.drives()];
+    let mut shards: Vec<Option<Vec<u8>>> = vec![None; g.drives()];
     let mut damaged = Vec::new();
-    let others: Vec<usize> = (0..g.drives()).filter(|j| *j != shard).collect();
-    for (&j, read) in others.iter().zip(join_all(others.iter().map(|&j| read_shard(j))).await) {
-        match read {
-            Some(Ok(b)) => shards[j] = Some(b),
-            Some(Err(())) => damaged.push(g.drive_of_shard(rotation, j)),
-            None => {}
+    let mut sources = (0..g.drives()).filter(|j| *j != shard && r.holders[g.drive_of_shard(rotation, *j)].is_some());
+    let mut have = 0;
+    // At most k + m - 1 reads in all: each round reads as many as are still missing, from holders not tried.
+    while have < g.data {
+        let round: Vec<usize> = sources.by_ref().take(g.data - have).collect();
+        if round.is_empty() {
+            break;
+        }
+        for (&j, read) in round.iter().zip(join_all(round.iter().map(|&j| read_shard(j))).await) {
+            match read {
+                Ok(b) => {
+                    shards[j] = Some(b);
+                    have += 1;
+                }
+                Err(()) => damaged.push(g.drive_of_shard(rotation, j)),
+            }
         }
     }
+    debug_assert!(have <= g.data && shards[shard].is_none(), "k sources at most, never the shard rebuilt");
     let codec = codec_by_id(r.layout.codec, g.data, g.parity)
         .ok_or_else(|| StoreError::corrupt(format!("an object's erasure code {} is unknown", r.layout.codec)))?;
     let len = len as usize;

@@ -128,10 +128,11 @@ async fn flipped_bits_are_detected_served_around_and_rebuilt() {
     check_all(&l, &objects).await;
 }
 
-/// Rebuilding a replaced drive reads every other holder's shard, so damage on one of them is found and
-/// rebuilt by the same heal, with no deep scan.
+/// Rebuilding a replaced drive reads k of the other holders' shards: a damaged one is read around (the
+/// next holder in its place) and rebuilt by the same heal; damage on a holder the rebuild did not read is
+/// left to the deep scan, after which every shard is good.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_heal_that_rebuilds_a_replaced_drive_rebuilds_damaged_shards_it_reads() {
+async fn a_heal_that_rebuilds_a_replaced_drive_reads_around_damaged_shards() {
     let mut t = TestSet::new(4, 2).await;
     let l = layer(&t).await;
     l.create_bucket("bkt", None).await.unwrap();
@@ -142,7 +143,17 @@ async fn a_heal_that_rebuilds_a_replaced_drive_rebuilds_damaged_shards_it_reads(
     t.replace_drive(2).await;
     t.heal_all().await;
     assert_eq!(t.set.counters().degraded_reads.load(std::sync::atomic::Ordering::Relaxed), 0, "nothing read yet");
-    // Drives 2 (replaced) and 3 (damaged) both hold good shards now: with two others failed, all reads.
+    // The replaced drive's shards were rebuilt from good sources only: with drive 3 (damaged) and another
+    // failed, everything reads from the other four, drive 2 among them.
+    t.devices[3].set_failing(true);
+    t.devices[0].set_failing(true);
+    check_all(&l, &objects).await;
+    t.devices[3].set_failing(false);
+    t.devices[0].set_failing(false);
+    // The deep scan finds what the rebuild did not read; then drives 2 and 3 both hold good shards: with
+    // two others failed, everything reads.
+    t.set.scan_deep().await.unwrap();
+    t.heal_all().await;
     t.devices[0].set_failing(true);
     t.devices[1].set_failing(true);
     check_all(&l, &objects).await;
