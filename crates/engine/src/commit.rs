@@ -98,13 +98,14 @@ impl Queues {
     }
 
     /// Moves queued transactions of one kind into `group`: the foreground classes first, highest first, up
-    /// to `max`; then background work, which gets at most one slot while foreground work fills the group.
+    /// to `max`; then background work, which fills the group only when nothing else is in it (an empty
+    /// group that no foreground work joined) and gets at most one slot otherwise: a group the flusher made
+    /// durable, which the committer extends, may hold foreground work that background work must not delay.
     fn take_group(&mut self, staged: bool, group: &mut Vec<Pending>, max: usize, c: &crate::stats::Counters) {
-        let before = group.len();
         for class in Priority::FOREGROUND {
             self.take(class, staged, group, max, c);
         }
-        let bg_slots = if group.len() == before { max } else { group.len() + 1 };
+        let bg_slots = if group.is_empty() { max } else { group.len() + 1 };
         self.take(Priority::Background, staged, group, bg_slots.min(max + 1), c);
     }
 }
@@ -602,5 +603,47 @@ pub(crate) fn background(pipe: Arc<Pipeline>) {
                 break;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Queues `n` transactions without staged data in `class`; their replies are dropped.
+    fn queue(q: &mut Queues, class: Priority, n: usize, c: &crate::stats::Counters) {
+        for _ in 0..n {
+            let (reply, _) = mpsc::sync_channel(1);
+            q.classes[class].push_back(Pending { txn: Transaction::new(), staged: false, reply });
+            q.len += 1;
+            c.queue_depth[class].fetch_add(1, Ordering::Relaxed);
+        }
+        q.check();
+    }
+
+    /// Background work fills only a group nothing else is in; a group that holds work (foreground work the
+    /// flusher made durable, or foreground work taken now) gives it one slot.
+    #[test]
+    fn background_work_gets_one_slot_in_a_group_that_holds_work() {
+        let c = crate::stats::Counters::default();
+        let mut q = Queues::default();
+        queue(&mut q, Priority::Background, 6, &c);
+        let mut group = Vec::new();
+        q.take_group(false, &mut group, 4, &c);
+        assert_eq!(group.len(), 4, "an empty group: background work fills it");
+
+        // A group the flusher made durable, extended by the committer with no foreground work queued.
+        let mut flushed = Vec::new();
+        queue(&mut q, Priority::Foreground, 1, &c);
+        q.take(Priority::Foreground, false, &mut flushed, 1, &c);
+        q.take_group(false, &mut flushed, 4, &c);
+        assert_eq!(flushed.len(), 2, "one background slot beside the flushed foreground work");
+
+        queue(&mut q, Priority::ForegroundHigh, 2, &c);
+        let mut group = Vec::new();
+        q.take_group(false, &mut group, 4, &c);
+        assert_eq!(group.len(), 2 + 1, "two foreground, one background");
+        assert_eq!(q.len, 0);
+        q.check();
     }
 }
