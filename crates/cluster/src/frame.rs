@@ -176,6 +176,133 @@ fn open(kind: Kind, raw: &[u8]) -> Result<&[u8], FrameError> {
     Ok(body)
 }
 
+/// A frame of `kind` with a bincode body, received in parts: the header and the value are kept, and the
+/// payload is handed back part by part as it arrives, to be written where it goes rather than gathered
+/// first. The checksum covers the payload too, so nothing handed back is to be trusted before `finish`
+/// accepts the frame.
+pub struct BinaryReceiver {
+    kind: Kind,
+    /// The header, the value's length and the value, as far as they came.
+    head: Vec<u8>,
+    body_bytes: Option<usize>,
+    /// Where the value ends in the frame, once its length came.
+    value_end: Option<usize>,
+    received_bytes: usize,
+    crc: crc_fast::Digest,
+}
+
+impl BinaryReceiver {
+    pub fn new(kind: Kind) -> Self {
+        BinaryReceiver {
+            kind,
+            head: Vec::with_capacity(256),
+            body_bytes: None,
+            value_end: None,
+            received_bytes: 0,
+            crc: crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc32Iscsi),
+        }
+    }
+
+    /// Takes the next part of the frame: the piece of it that is payload (empty while the header and
+    /// the value are still coming). A part that runs past the frame's length is refused.
+    pub fn feed<'a>(&mut self, part: &'a [u8]) -> Result<&'a [u8], FrameError> {
+        let mut rest = part;
+        let body_bytes = match self.body_bytes {
+            Some(b) => b,
+            None => {
+                if !self.take_head(&mut rest, HEADER_BYTES) {
+                    return Ok(&[]);
+                }
+                let b = self.check_header()?;
+                self.body_bytes = Some(b);
+                b
+            }
+        };
+        let frame_bytes = HEADER_BYTES + body_bytes;
+        if self.received_bytes + rest.len() > frame_bytes {
+            let got = self.received_bytes + rest.len() - HEADER_BYTES;
+            return Err(FrameError::Length { got, want: body_bytes });
+        }
+        let value_end = match self.value_end {
+            Some(end) => end,
+            None => {
+                if !self.take_head(&mut rest, HEADER_BYTES + VALUE_LEN_BYTES) {
+                    return Ok(&[]);
+                }
+                let len: [u8; VALUE_LEN_BYTES] =
+                    self.head[HEADER_BYTES..].try_into().map_err(|_| FrameError::Body("a value length".into()))?;
+                let value_bytes = u32::from_be_bytes(len) as usize;
+                if VALUE_LEN_BYTES + value_bytes > body_bytes {
+                    return Err(FrameError::Body(format!("a value of {value_bytes} bytes in a body of {body_bytes}")));
+                }
+                let end = HEADER_BYTES + VALUE_LEN_BYTES + value_bytes;
+                self.value_end = Some(end);
+                end
+            }
+        };
+        if !self.take_head(&mut rest, value_end) {
+            return Ok(&[]);
+        }
+        self.crc.update(rest);
+        self.received_bytes += rest.len();
+        debug_assert!(self.received_bytes <= frame_bytes && self.head.len() == value_end);
+        Ok(rest)
+    }
+
+    /// Once the whole frame came: its value, if the frame's length and checksum hold.
+    pub fn finish<T: DeserializeOwned>(self) -> Result<T, FrameError> {
+        use bincode::Options;
+        let got = self.received_bytes.saturating_sub(HEADER_BYTES);
+        let (Some(body_bytes), Some(value_end)) = (self.body_bytes, self.value_end) else {
+            return match self.body_bytes {
+                Some(want) => Err(FrameError::Length { got, want }),
+                None => Err(FrameError::Magic),
+            };
+        };
+        if self.head.len() != value_end || got != body_bytes {
+            return Err(FrameError::Length { got, want: body_bytes });
+        }
+        let want_crc = u32::from_be_bytes(self.head[10..14].try_into().map_err(|_| FrameError::Checksum)?);
+        if self.crc.finalize() as u32 != want_crc {
+            return Err(FrameError::Checksum);
+        }
+        let value = &self.head[HEADER_BYTES + VALUE_LEN_BYTES..value_end];
+        bincode_options().deserialize(value).map_err(|e| FrameError::Body(e.to_string()))
+    }
+
+    /// Moves bytes of `rest` into the head until it is `upto` long: whether it is.
+    fn take_head(&mut self, rest: &mut &[u8], upto: usize) -> bool {
+        let n = upto.saturating_sub(self.head.len()).min(rest.len());
+        let (taken, left) = rest.split_at(n);
+        // The header is not part of what the checksum covers; the value's length and the value are.
+        let body_from = HEADER_BYTES.saturating_sub(self.head.len()).min(n);
+        self.crc.update(&taken[body_from..]);
+        self.head.extend_from_slice(taken);
+        self.received_bytes += n;
+        *rest = left;
+        self.head.len() == upto
+    }
+
+    /// The body's length the header gives, once the header is known to be one this build reads.
+    fn check_header(&self) -> Result<usize, FrameError> {
+        let h = &self.head;
+        if &h[..4] != MAGIC {
+            return Err(FrameError::Magic);
+        }
+        if h[4] != self.kind as u8 {
+            return Err(FrameError::Kind { got: h[4], want: self.kind as u8 });
+        }
+        if h[5] != self.kind.version() {
+            return Err(FrameError::Version { kind: h[4], got: h[5], want: self.kind.version() });
+        }
+        let body_bytes = u32::from_be_bytes([h[6], h[7], h[8], h[9]]) as usize;
+        if body_bytes > MAX_BODY_BYTES {
+            return Err(FrameError::TooLarge(body_bytes));
+        }
+        Ok(body_bytes)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -261,5 +388,45 @@ mod tests {
             framed.truncate(14);
             let _ = decode_binary::<Vec<u8>>(Kind::Drive, &Bytes::from(framed));
         }
+    }
+
+    fn receive(kind: Kind, frame: &[u8], part_bytes: usize) -> Result<((u32, String), Vec<u8>), FrameError> {
+        let mut r = BinaryReceiver::new(kind);
+        let mut payload = Vec::new();
+        for part in frame.chunks(part_bytes) {
+            payload.extend_from_slice(r.feed(part)?);
+        }
+        Ok((r.finish()?, payload))
+    }
+
+    #[test]
+    fn a_binary_frame_received_in_parts_is_the_frame_decoded_whole() {
+        let value = (7u32, "seven".to_string());
+        let payload: Vec<u8> = (0..5000u32).map(|i| (i * 31 % 251) as u8).collect();
+        let mut frame = encode_binary(Kind::Drive, &value, &payload).unwrap();
+        frame.extend_from_slice(&payload);
+        for part_bytes in [1, 2, 3, 13, 14, 15, 17, 18, 19, 100, 4096, frame.len()] {
+            let (got, got_payload) = receive(Kind::Drive, &frame, part_bytes).unwrap();
+            assert_eq!(got, value, "parts of {part_bytes}");
+            assert_eq!(got_payload, payload, "parts of {part_bytes}");
+        }
+        let (whole, whole_payload) = decode_binary::<(u32, String)>(Kind::Drive, &Bytes::from(frame.clone())).unwrap();
+        assert_eq!((whole, whole_payload.to_vec()), (value, payload));
+
+        let mut flipped = frame.clone();
+        *flipped.last_mut().unwrap() ^= 1;
+        assert_eq!(receive(Kind::Drive, &flipped, 100).err(), Some(FrameError::Checksum), "a payload bit");
+        let mut flipped = frame.clone();
+        flipped[HEADER_BYTES + VALUE_LEN_BYTES] ^= 1;
+        assert_eq!(receive(Kind::Drive, &flipped, 7).err(), Some(FrameError::Checksum), "a value bit");
+        assert!(matches!(receive(Kind::Drive, &frame[..frame.len() - 1], 64), Err(FrameError::Length { .. })));
+        assert!(matches!(receive(Kind::Drive, &frame[..10], 64), Err(FrameError::Magic)), "no header yet");
+        let mut longer = frame.clone();
+        longer.push(0);
+        assert!(matches!(receive(Kind::Drive, &longer, 64), Err(FrameError::Length { .. })));
+        assert_eq!(receive(Kind::Rpc, &frame, 64).err(), Some(FrameError::Kind { got: 7, want: 6 }));
+        let mut huge_value = frame.clone();
+        huge_value[HEADER_BYTES..HEADER_BYTES + 4].copy_from_slice(&u32::MAX.to_be_bytes());
+        assert!(matches!(receive(Kind::Drive, &huge_value, 64), Err(FrameError::Body(_))));
     }
 }

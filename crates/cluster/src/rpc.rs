@@ -180,6 +180,24 @@ impl RpcClient {
     /// Calls `path` on the node at `addr` with a framed `body` (sent part after part, not joined); the
     /// answer's frame, unchecked.
     pub async fn call_raw(&self, addr: &str, path: &str, body: Parts, timeout: Duration) -> Result<Bytes, RpcError> {
+        let answer = self.call_streamed(addr, path, body, timeout).await?;
+        let raw = answer.response.bytes().await.map_err(|e| RpcError::Unreachable { addr: addr.into(), reason: with_causes(&e) })?;
+        if raw.len() > MAX_RPC_BYTES {
+            return Err(RpcError::BadAnswer { addr: addr.into(), reason: "an answer over the size limit".into() });
+        }
+        Ok(raw)
+    }
+
+    /// `call_raw` whose answer is taken part by part as it arrives (`StreamedAnswer::next_part`), so a
+    /// large answer can be written where it goes without being gathered into one buffer first. A refused
+    /// call is an error here, with its message, as in `call_raw`.
+    pub async fn call_streamed(
+        &self,
+        addr: &str,
+        path: &str,
+        body: Parts,
+        timeout: Duration,
+    ) -> Result<StreamedAnswer, RpcError> {
         let unreachable = |reason: String| RpcError::Unreachable { addr: addr.to_string(), reason };
         let auth = self.secret.sign_parts(now_s(), path, &[&body.head, &body.payload]);
         let response = self
@@ -195,15 +213,37 @@ impl RpcClient {
         if response.content_length().is_some_and(|n| n > MAX_RPC_BYTES as u64) {
             return Err(RpcError::BadAnswer { addr: addr.into(), reason: "an answer over the size limit".into() });
         }
-        let raw = response.bytes().await.map_err(|e| unreachable(with_causes(&e)))?;
         if !status.is_success() {
+            let raw = response.bytes().await.map_err(|e| unreachable(with_causes(&e)))?;
             let message = String::from_utf8_lossy(&raw[..raw.len().min(512)]).into_owned();
             return Err(RpcError::Refused { addr: addr.into(), path: path.into(), status: status.as_u16(), message });
         }
-        if raw.len() > MAX_RPC_BYTES {
-            return Err(RpcError::BadAnswer { addr: addr.into(), reason: "an answer over the size limit".into() });
+        Ok(StreamedAnswer { addr: addr.to_string(), response, received_bytes: 0 })
+    }
+}
+
+/// A successful call's answer, taken part by part; bounded like a whole answer.
+pub struct StreamedAnswer {
+    addr: String,
+    response: reqwest::Response,
+    received_bytes: usize,
+}
+
+impl StreamedAnswer {
+    /// The next part of the answer as it arrived, or None after the last.
+    pub async fn next_part(&mut self) -> Result<Option<Bytes>, RpcError> {
+        let part = self
+            .response
+            .chunk()
+            .await
+            .map_err(|e| RpcError::Unreachable { addr: self.addr.clone(), reason: with_causes(&e) })?;
+        if let Some(p) = &part {
+            self.received_bytes = self.received_bytes.saturating_add(p.len());
+            if self.received_bytes > MAX_RPC_BYTES {
+                return Err(RpcError::BadAnswer { addr: self.addr.clone(), reason: "an answer over the size limit".into() });
+            }
         }
-        Ok(raw)
+        Ok(part)
     }
 }
 

@@ -11,8 +11,8 @@ use mosaic_cluster::capability::{self, Capability, CapabilityKey, Ops};
 use mosaic_cluster::frame::{self, Kind};
 use mosaic_cluster::rpc::{Parts, RpcClient, RpcError};
 use mosaic_store::{
-    AlignedBuf, ErrorKind, Geometry, NameEntry, ObjectInfo, Outcome, PriorityHold, Snapshot, Store, StoreError,
-    StoreResult, Txn,
+    AlignedBuf, ErrorKind, Geometry, NameEntry, ObjectInfo, Outcome, PriorityHold, Snapshot, StripeLane, Store,
+    StoreError, StoreResult, Txn,
 };
 use parking_lot::Mutex;
 use serde_bytes::ByteBuf;
@@ -47,6 +47,52 @@ impl Remote {
     }
 
     async fn send(&self, command: Command, caller: Option<&Caller>) -> StoreResult<(Option<SnapshotId>, Answer)> {
+        let body = self.request(command, caller)?;
+        let raw = self.client.call_raw(&self.addr, wire::PATH, body, CALL_TIMEOUT).await.map_err(|e| self.failed(e))?;
+        self.ready.store(true, Ordering::Relaxed);
+        let (mut reply, payload): (Reply, Bytes) =
+            frame::decode_binary(Kind::Drive, &raw).map_err(|e| self.unavailable(e))?;
+        reply.put_payload(payload).map_err(|e| self.unavailable(e))?;
+        Ok((reply.opened, reply.answer?))
+    }
+
+    /// A read on an open snapshot whose answer's bytes are written into `pieces` from byte `at` as they
+    /// arrive (one copy, out of the received parts), not gathered first: the bytes read. The frame's
+    /// checksum is checked once all came, so on an error the pieces hold nothing to be used.
+    async fn read_into_pieces(
+        &self,
+        command: Command,
+        caller: Option<&Caller>,
+        pieces: &mut [&mut [std::mem::MaybeUninit<u8>]],
+        at: usize,
+    ) -> StoreResult<u64> {
+        debug_assert!(matches!(command, Command::Read { snapshot: Some(_), .. }), "a read on an open snapshot");
+        let room = pieces.iter().map(|p| p.len()).sum::<usize>().saturating_sub(at);
+        let body = self.request(command, caller)?;
+        let mut answer =
+            self.client.call_streamed(&self.addr, wire::PATH, body, CALL_TIMEOUT).await.map_err(|e| self.failed(e))?;
+        self.ready.store(true, Ordering::Relaxed);
+        let mut frame = frame::BinaryReceiver::new(Kind::Drive);
+        let mut written = 0usize;
+        while let Some(part) = answer.next_part().await.map_err(|e| self.failed(e))? {
+            let payload = frame.feed(&part).map_err(|e| self.unavailable(e))?;
+            if payload.len() > room - written {
+                return Err(StoreError::corrupt(format!("a drive answered more than the {room} bytes asked")));
+            }
+            let copied = mosaic_store::copy_into_pieces_at(payload, pieces, at + written);
+            debug_assert_eq!(copied, payload.len(), "the pieces have room for what was checked above");
+            written += copied;
+        }
+        let reply: Reply = frame.finish().map_err(|e| self.unavailable(e))?;
+        debug_assert!(reply.opened.is_none(), "a read on an open snapshot opens none");
+        match reply.answer? {
+            Answer::Data { bytes } if bytes.is_empty() => Ok(written as u64),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// A request's body: the command with the caller's fence and capability and the queued releases.
+    fn request(&self, command: Command, caller: Option<&Caller>) -> StoreResult<Parts> {
         let (release_snapshots, release_staged) = {
             let mut r = self.releases.lock();
             (std::mem::take(&mut r.snapshots), std::mem::take(&mut r.staged))
@@ -60,22 +106,16 @@ impl Remote {
             Request { drive, fence, capability, foreground, io_share, release_snapshots, release_staged, command };
         let payload = request.take_payload();
         let head = frame::encode_binary(Kind::Drive, &request, &payload).map_err(|e| self.unavailable(e))?;
-        let body = Parts::new(head, payload);
-        let raw = match self.client.call_raw(&self.addr, wire::PATH, body, CALL_TIMEOUT).await {
-            Ok(raw) => raw,
-            Err(e) => {
-                if matches!(e, RpcError::Unreachable { .. }) {
-                    self.ready.store(false, Ordering::Relaxed);
-                }
-                // What was to be released is released by the server's idle limit instead.
-                return Err(self.unavailable(e));
-            }
-        };
-        self.ready.store(true, Ordering::Relaxed);
-        let (mut reply, payload): (Reply, Bytes) =
-            frame::decode_binary(Kind::Drive, &raw).map_err(|e| self.unavailable(e))?;
-        reply.put_payload(payload).map_err(|e| self.unavailable(e))?;
-        Ok((reply.opened, reply.answer?))
+        Ok(Parts::new(head, payload))
+    }
+
+    /// A call that failed: the drive is not ready when its node did not answer. What was to be released
+    /// with it is released by the server's idle limit instead.
+    fn failed(&self, e: RpcError) -> StoreError {
+        if matches!(e, RpcError::Unreachable { .. }) {
+            self.ready.store(false, Ordering::Relaxed);
+        }
+        self.unavailable(e)
     }
 
     /// Queues releases; past the limit they go at once, in a request of their own.
@@ -447,6 +487,40 @@ impl Snapshot for RemoteSnapshot {
             }
         }
         Ok(Bytes::from(out))
+    }
+
+    async fn read_into(&self, obj: &wire::Obj, offset: u64, mut lane: StripeLane) -> StoreResult<u64> {
+        let id = self.id.get().copied();
+        let prefetched = self.prefetched.lock().get(obj).is_some_and(|p| p.data.is_some());
+        let Some(id) = id.filter(|_| !prefetched) else {
+            // A read that opens the snapshot, or of bytes a lookup brought: read, then copy.
+            let bytes = self.read(obj, offset, lane.len_bytes() as u64).await?;
+            return Ok(lane.fill_from(&bytes) as u64);
+        };
+        let obj = *obj;
+        let len = lane.len_bytes() as u64;
+        let mut done = 0u64;
+        let mut pieces = lane.pieces_mut();
+        // Longer ranges come in pieces; a piece shorter than asked is the end of the object.
+        while done < len {
+            let want = (len - done).min(crate::server::MAX_READ_BYTES);
+            let command = Command::Read { snapshot: Some(id), obj, offset: offset.saturating_add(done), len: want };
+            let got = self.remote.read_into_pieces(command, self.caller.as_deref(), &mut pieces, done as usize).await?;
+            if got > want {
+                return Err(StoreError::corrupt(format!("a drive answered {got} bytes to a read of {want}")));
+            }
+            done += got;
+            if got < want {
+                break;
+            }
+        }
+        drop(pieces);
+        debug_assert!(done <= len);
+        if done == len {
+            // SAFETY: every byte of the lane's pieces was written above, by reads whose frames checked.
+            unsafe { lane.set_filled() };
+        }
+        Ok(done)
     }
 
     fn prioritize(&self) {

@@ -255,3 +255,47 @@ async fn a_command_runs_in_the_callers_io_share_on_the_drives_node() {
     let after_get = served(&nodes, SHARE);
     assert!(after_get.iter().zip(&after_put).any(|(a, b)| a > b), "the GET read in the share: {after_get:?}");
 }
+
+/// A lane of `pieces` pieces of `piece_bytes`, read at `offset` through `snap`: the bytes read, and the
+/// lane's bytes when the read filled it.
+async fn read_lane<S: Snapshot>(snap: &S, obj: &S::Obj, offset: u64, piece_bytes: usize) -> (u64, Option<Vec<u8>>) {
+    let (buf, mut lanes) = mosaic_store::StripedBuffer::new(1, piece_bytes, 4, 0);
+    let lane = lanes.pop().unwrap();
+    let got = snap.read_into(obj, offset, lane).await.unwrap();
+    (got, buf.into_vec())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_into_a_lane_from_a_remote_drive_is_its_read_in_parts_of_any_size() {
+    let secret = Secret::generate();
+    let mut node = Node::start(&secret).await;
+    let client = RpcClient::new(secret.clone(), None).unwrap();
+    let store = RemoteStore::connect(client, &node.address, "d0", None).await.unwrap();
+    store.commit(Txn::new().op(Op::CreateCollection { name: "c".into() })).await.unwrap();
+    let coll = store.snapshot().collection("c").await.unwrap().unwrap();
+    // Longer than two of the server's reads, so a lane's read comes in parts that end inside a piece.
+    let max_read = mosaic_remote::server::MAX_READ_BYTES as usize;
+    let len = 2 * max_read + 12_345;
+    let data = pattern(11, len);
+    store.commit(Txn::new().op(Op::Write { coll, name: b"o".to_vec(), offset: 0, data: data.clone() })).await.unwrap();
+
+    let snap = store.snapshot();
+    let obj = snap.lookup(&coll, b"o").await.unwrap().unwrap().obj;
+    let piece_bytes = 3 << 20;
+    let lane_bytes = 4 * piece_bytes;
+    for offset in [0, 4096, 777] {
+        let (got, filled) = read_lane(&snap, &obj, offset as u64, piece_bytes).await;
+        assert_eq!(got, lane_bytes as u64, "at {offset}");
+        assert_eq!(filled.as_deref(), Some(&data[offset..offset + lane_bytes]), "at {offset}");
+    }
+    // At the end of the object: shorter, and the lane is not handed back as filled.
+    let (got, filled) = read_lane(&snap, &obj, (len - 5_000_000) as u64, piece_bytes).await;
+    assert_eq!((got, filled), (5_000_000, None));
+    // A snapshot's first read opens it (and is read whole, then copied): the same bytes.
+    let fresh = store.snapshot();
+    let (got, filled) = read_lane(&fresh, &obj, 8192, piece_bytes).await;
+    assert_eq!(got, lane_bytes as u64);
+    assert_eq!(filled.as_deref(), Some(&data[8192..8192 + lane_bytes]));
+    drop((snap, fresh));
+    node.stop().await;
+}

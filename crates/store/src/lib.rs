@@ -39,7 +39,7 @@ pub use io_share::{
     on_thread_with_share, share_id_of, thread_io_share, with_io_share, with_io_share_sync,
 };
 pub use shared_locks::{BoxFuture, HeldShared, SharedLocks};
-pub use striped::{STRIPED_LANES_MAX, StripeLane, StripedBuffer, copy_into_pieces};
+pub use striped::{STRIPED_LANES_MAX, StripeLane, StripedBuffer, copy_into_pieces, copy_into_pieces_at};
 pub use txn::{Op, Outcome, Priority, Txn};
 
 use async_trait::async_trait;

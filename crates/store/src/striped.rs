@@ -134,14 +134,30 @@ impl StripeLane {
 /// Copies `bytes` into `pieces` in order, as far as both reach: the bytes copied (the prefix of the
 /// pieces they cover is initialised after it).
 pub fn copy_into_pieces(bytes: &[u8], pieces: &mut [&mut [MaybeUninit<u8>]]) -> usize {
+    copy_into_pieces_at(bytes, pieces, 0)
+}
+
+/// Copies `bytes` into `pieces` from byte `at` of the pieces (their lengths added in order), as far as
+/// both reach: the bytes copied. A read that arrives in parts writes each after the last.
+pub fn copy_into_pieces_at(bytes: &[u8], pieces: &mut [&mut [MaybeUninit<u8>]], at: usize) -> usize {
+    let mut skip = at;
     let mut done = 0;
     for piece in pieces.iter_mut() {
-        let n = piece.len().min(bytes.len() - done);
+        if skip >= piece.len() {
+            skip -= piece.len();
+            continue;
+        }
+        let n = (piece.len() - skip).min(bytes.len() - done);
         // SAFETY: u8 and MaybeUninit<u8> share a layout; `bytes` is a shared borrow, so it cannot be the
-        // pieces' memory, which is borrowed exclusively.
-        unsafe { std::ptr::copy_nonoverlapping(bytes[done..].as_ptr(), piece.as_mut_ptr().cast::<u8>(), n) };
+        // pieces' memory, which is borrowed exclusively; `skip + n` is within the piece.
+        unsafe { std::ptr::copy_nonoverlapping(bytes[done..].as_ptr(), piece.as_mut_ptr().cast::<u8>().add(skip), n) };
         done += n;
+        skip = 0;
+        if done == bytes.len() {
+            break;
+        }
     }
+    debug_assert!(done <= bytes.len());
     done
 }
 
@@ -174,5 +190,23 @@ mod tests {
         let (buf, lanes) = StripedBuffer::new(1, 4, 1, 0);
         assert!(buf.into_vec().is_none(), "a lane is still held");
         drop(lanes);
+    }
+
+    #[test]
+    fn parts_copied_at_their_offsets_fill_the_pieces_as_one_copy_does() {
+        // Every split of 10 bytes into two parts, over pieces of 3, 4 and 3 bytes (and past their end).
+        let src: Vec<u8> = (1..=12).collect();
+        for cut in 0..=12 {
+            let mut store = [MaybeUninit::new(0u8); 10];
+            let (a, rest) = store.split_at_mut(3);
+            let (b, c) = rest.split_at_mut(4);
+            let mut pieces: Vec<&mut [MaybeUninit<u8>]> = vec![a, b, c];
+            let first = copy_into_pieces_at(&src[..cut], &mut pieces, 0);
+            assert_eq!(first, cut.min(10));
+            let second = copy_into_pieces_at(&src[cut..], &mut pieces, first);
+            assert_eq!(first + second, 10, "cut {cut}: the pieces take 10 bytes in all");
+            let got: Vec<u8> = store.iter().map(|b| unsafe { b.assume_init() }).collect();
+            assert_eq!(got, src[..10], "cut {cut}");
+        }
     }
 }
