@@ -46,5 +46,15 @@ fuzz_target!(|data: &[u8]| {
     if let Ok((_, payload)) = frame::decode_binary::<Request>(Kind::Drive, &raw) {
         assert!(payload.len() < raw.len());
     }
-    let _ = frame::decode_binary::<Reply>(Kind::Drive, &raw);
+    let whole = frame::decode_binary::<Reply>(Kind::Drive, &raw);
+    // Received in parts (a streamed answer), a frame is accepted exactly when it is accepted whole, with
+    // the same payload.
+    let mut parts = frame::BinaryReceiver::new(Kind::Drive);
+    let mut payload = Vec::new();
+    let fed = data.chunks(7).try_for_each(|part| parts.feed(part).map(|p| payload.extend_from_slice(p)));
+    let streamed = fed.and_then(|()| parts.finish::<Reply>());
+    assert_eq!(whole.is_ok(), streamed.is_ok());
+    if let Ok((_, whole_payload)) = whole {
+        assert_eq!(whole_payload, payload);
+    }
 });

@@ -385,6 +385,16 @@ mod tests {
             let _ = decode_binary::<Vec<String>>(Kind::Drive, &Bytes::from(raw.clone()));
             let mut framed = seal(Kind::Drive, raw.clone()).unwrap();
             let _ = decode_binary::<(u64, Vec<Vec<u8>>, Option<String>)>(Kind::Drive, &Bytes::from(framed.clone()));
+            // Received in parts, a frame is accepted exactly when it is accepted whole.
+            let whole = decode_binary::<(u64, Vec<Vec<u8>>, Option<String>)>(Kind::Drive, &Bytes::from(framed.clone()));
+            let mut parts = BinaryReceiver::new(Kind::Drive);
+            let mut payload = Vec::new();
+            let fed = framed.chunks(5).try_for_each(|part| parts.feed(part).map(|p| payload.extend_from_slice(p)));
+            let streamed = fed.and_then(|()| parts.finish::<(u64, Vec<Vec<u8>>, Option<String>)>());
+            assert_eq!(whole.is_ok(), streamed.is_ok());
+            if let Ok((_, whole_payload)) = whole {
+                assert_eq!(whole_payload.to_vec(), payload);
+            }
             framed.truncate(14);
             let _ = decode_binary::<Vec<u8>>(Kind::Drive, &Bytes::from(framed));
         }

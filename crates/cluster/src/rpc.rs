@@ -181,7 +181,11 @@ impl RpcClient {
     /// answer's frame, unchecked.
     pub async fn call_raw(&self, addr: &str, path: &str, body: Parts, timeout: Duration) -> Result<Bytes, RpcError> {
         let answer = self.call_streamed(addr, path, body, timeout).await?;
-        let raw = answer.response.bytes().await.map_err(|e| RpcError::Unreachable { addr: addr.into(), reason: with_causes(&e) })?;
+        let raw = answer
+            .response
+            .bytes()
+            .await
+            .map_err(|e| RpcError::Unreachable { addr: addr.into(), reason: with_causes(&e) })?;
         if raw.len() > MAX_RPC_BYTES {
             return Err(RpcError::BadAnswer { addr: addr.into(), reason: "an answer over the size limit".into() });
         }
@@ -240,7 +244,10 @@ impl StreamedAnswer {
         if let Some(p) = &part {
             self.received_bytes = self.received_bytes.saturating_add(p.len());
             if self.received_bytes > MAX_RPC_BYTES {
-                return Err(RpcError::BadAnswer { addr: self.addr.clone(), reason: "an answer over the size limit".into() });
+                return Err(RpcError::BadAnswer {
+                    addr: self.addr.clone(),
+                    reason: "an answer over the size limit".into(),
+                });
             }
         }
         Ok(part)

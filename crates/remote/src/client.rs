@@ -11,8 +11,8 @@ use mosaic_cluster::capability::{self, Capability, CapabilityKey, Ops};
 use mosaic_cluster::frame::{self, Kind};
 use mosaic_cluster::rpc::{Parts, RpcClient, RpcError};
 use mosaic_store::{
-    AlignedBuf, ErrorKind, Geometry, NameEntry, ObjectInfo, Outcome, PriorityHold, Snapshot, StripeLane, Store,
-    StoreError, StoreResult, Txn,
+    AlignedBuf, ErrorKind, Geometry, NameEntry, ObjectInfo, Outcome, PriorityHold, Snapshot, Store, StoreError,
+    StoreResult, StripeLane, Txn,
 };
 use parking_lot::Mutex;
 use serde_bytes::ByteBuf;
