@@ -384,7 +384,10 @@ pub async fn serve(
         while connections.try_join_next().is_some() {}
         let (stream, _) = tokio::select! {
             _ = &mut stop => {
+                // Waited for, not only told: a connection task in the middle of a poll would otherwise
+                // serve one more call after the server said it stopped.
                 connections.abort_all();
+                while connections.join_next().await.is_some() {}
                 return;
             }
             accepted = listener.accept() => match accepted {
