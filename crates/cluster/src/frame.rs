@@ -153,27 +153,35 @@ pub fn decode<T: DeserializeOwned>(kind: Kind, raw: &[u8]) -> Result<T, FrameErr
 
 /// The body of a frame of `kind`, once its header and checksum hold.
 fn open(kind: Kind, raw: &[u8]) -> Result<&[u8], FrameError> {
-    if raw.len() < HEADER_BYTES || &raw[..4] != MAGIC {
-        return Err(FrameError::Magic);
-    }
-    if raw[4] != kind as u8 {
-        return Err(FrameError::Kind { got: raw[4], want: kind as u8 });
-    }
-    if raw[5] != kind.version() {
-        return Err(FrameError::Version { kind: raw[4], got: raw[5], want: kind.version() });
-    }
-    let length_bytes = u32::from_be_bytes(raw[6..10].try_into().expect("4 bytes")) as usize;
-    if length_bytes > MAX_BODY_BYTES {
-        return Err(FrameError::TooLarge(length_bytes));
-    }
+    let (length_bytes, crc) = read_header(kind, raw)?;
     let body = &raw[HEADER_BYTES..];
     if body.len() != length_bytes {
         return Err(FrameError::Length { got: body.len(), want: length_bytes });
     }
-    if crc32c(body) != u32::from_be_bytes(raw[10..14].try_into().expect("4 bytes")) {
+    if crc32c(body) != crc {
         return Err(FrameError::Checksum);
     }
     Ok(body)
+}
+
+/// The body's length and checksum in the header at the start of `raw`, once the header is one of
+/// `kind` that this build reads.
+fn read_header(kind: Kind, raw: &[u8]) -> Result<(usize, u32), FrameError> {
+    let Some(h) = raw.first_chunk::<HEADER_BYTES>() else { return Err(FrameError::Magic) };
+    if &h[..4] != MAGIC {
+        return Err(FrameError::Magic);
+    }
+    if h[4] != kind as u8 {
+        return Err(FrameError::Kind { got: h[4], want: kind as u8 });
+    }
+    if h[5] != kind.version() {
+        return Err(FrameError::Version { kind: h[4], got: h[5], want: kind.version() });
+    }
+    let length_bytes = u32::from_be_bytes([h[6], h[7], h[8], h[9]]) as usize;
+    if length_bytes > MAX_BODY_BYTES {
+        return Err(FrameError::TooLarge(length_bytes));
+    }
+    Ok((length_bytes, u32::from_be_bytes([h[10], h[11], h[12], h[13]])))
 }
 
 /// A frame of `kind` with a bincode body, received in parts: the header and the value are kept, and the
@@ -184,7 +192,8 @@ pub struct BinaryReceiver {
     kind: Kind,
     /// The header, the value's length and the value, as far as they came.
     head: Vec<u8>,
-    body_bytes: Option<usize>,
+    /// The body's length and checksum, once the header came.
+    header: Option<(usize, u32)>,
     /// Where the value ends in the frame, once its length came.
     value_end: Option<usize>,
     received_bytes: usize,
@@ -196,7 +205,7 @@ impl BinaryReceiver {
         BinaryReceiver {
             kind,
             head: Vec::with_capacity(256),
-            body_bytes: None,
+            header: None,
             value_end: None,
             received_bytes: 0,
             crc: crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc32Iscsi),
@@ -207,15 +216,15 @@ impl BinaryReceiver {
     /// the value are still coming). A part that runs past the frame's length is refused.
     pub fn feed<'a>(&mut self, part: &'a [u8]) -> Result<&'a [u8], FrameError> {
         let mut rest = part;
-        let body_bytes = match self.body_bytes {
-            Some(b) => b,
+        let body_bytes = match self.header {
+            Some((b, _)) => b,
             None => {
                 if !self.take_head(&mut rest, HEADER_BYTES) {
                     return Ok(&[]);
                 }
-                let b = self.check_header()?;
-                self.body_bytes = Some(b);
-                b
+                let header = read_header(self.kind, &self.head)?;
+                self.header = Some(header);
+                header.0
             }
         };
         let frame_bytes = HEADER_BYTES + body_bytes;
@@ -253,16 +262,15 @@ impl BinaryReceiver {
     pub fn finish<T: DeserializeOwned>(self) -> Result<T, FrameError> {
         use bincode::Options;
         let got = self.received_bytes.saturating_sub(HEADER_BYTES);
-        let (Some(body_bytes), Some(value_end)) = (self.body_bytes, self.value_end) else {
-            return match self.body_bytes {
-                Some(want) => Err(FrameError::Length { got, want }),
+        let (Some((body_bytes, want_crc)), Some(value_end)) = (self.header, self.value_end) else {
+            return match self.header {
+                Some((want, _)) => Err(FrameError::Length { got, want }),
                 None => Err(FrameError::Magic),
             };
         };
         if self.head.len() != value_end || got != body_bytes {
             return Err(FrameError::Length { got, want: body_bytes });
         }
-        let want_crc = u32::from_be_bytes(self.head[10..14].try_into().map_err(|_| FrameError::Checksum)?);
         if self.crc.finalize() as u32 != want_crc {
             return Err(FrameError::Checksum);
         }
@@ -281,25 +289,6 @@ impl BinaryReceiver {
         self.received_bytes += n;
         *rest = left;
         self.head.len() == upto
-    }
-
-    /// The body's length the header gives, once the header is known to be one this build reads.
-    fn check_header(&self) -> Result<usize, FrameError> {
-        let h = &self.head;
-        if &h[..4] != MAGIC {
-            return Err(FrameError::Magic);
-        }
-        if h[4] != self.kind as u8 {
-            return Err(FrameError::Kind { got: h[4], want: self.kind as u8 });
-        }
-        if h[5] != self.kind.version() {
-            return Err(FrameError::Version { kind: h[4], got: h[5], want: self.kind.version() });
-        }
-        let body_bytes = u32::from_be_bytes([h[6], h[7], h[8], h[9]]) as usize;
-        if body_bytes > MAX_BODY_BYTES {
-            return Err(FrameError::TooLarge(body_bytes));
-        }
-        Ok(body_bytes)
     }
 }
 
