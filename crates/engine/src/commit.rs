@@ -498,7 +498,7 @@ impl Pipeline {
         core.meta_cache.begin_install(epoch);
         for cf in [CF_NAMES, CF_ONODES, CF_ATTRS] {
             for (k, v) in group_ov.changes(cf) {
-                core.meta_cache.install(cf, k, v.clone());
+                core.meta_cache.install(cf, k, v.as_deref());
             }
         }
         // Pages the same way (page_cache.rs).

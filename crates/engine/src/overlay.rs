@@ -126,11 +126,11 @@ impl<'a> View<'a> {
         if let Some((cache, epoch)) = self.cache
             && let Some(v) = cache.get(cf, key, epoch)
         {
-            return Ok(v);
+            return Ok(v.map(|v| v.to_vec()));
         }
         let v = self.db.get_cf(crate::kv::cf(self.db, cf)?, key)?;
         if let Some((cache, epoch)) = self.cache {
-            cache.fill(cf, key, &v, epoch);
+            cache.fill(cf, key, v.as_deref(), epoch);
         }
         Ok(v)
     }

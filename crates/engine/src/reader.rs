@@ -155,6 +155,32 @@ impl SharedView {
     }
 }
 
+/// A value a reader got: shared with the metadata cache, or read from the snapshot.
+enum Value {
+    Cached(crate::meta_cache::Value),
+    Read(Vec<u8>),
+}
+
+impl Value {
+    fn into_vec(self) -> Vec<u8> {
+        match self {
+            Value::Cached(v) => v.to_vec(),
+            Value::Read(v) => v,
+        }
+    }
+}
+
+impl std::ops::Deref for Value {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            Value::Cached(v) => v,
+            Value::Read(v) => v,
+        }
+    }
+}
+
 pub struct Reader {
     view: Arc<View>,
     /// Held while this reader serves a high-priority object (see `prioritize`).
@@ -185,16 +211,17 @@ impl Reader {
         self.prioritized.get_or_init(|| crate::qos::PriorityGuard::new(self.view.core.qos.clone()));
     }
 
-    fn get(&self, cf: &str, key: &[u8]) -> Result<Option<Vec<u8>>> {
+    /// The value of `key` in `cf` through this snapshot: shared with the metadata cache when it holds it.
+    fn get(&self, cf: &str, key: &[u8]) -> Result<Option<Value>> {
         let cache = &self.view.core.meta_cache;
         if let Some(v) = cache.get(cf, key, self.view.epoch) {
-            return Ok(v);
+            return Ok(v.map(Value::Cached));
         }
         let v = self.view.snap.get_cf(crate::kv::cf(&self.view.db, cf)?, key)?;
         if let Some(e) = self.view.fill_epoch {
-            cache.fill(cf, key, &v, e);
+            cache.fill(cf, key, v.as_deref(), e);
         }
-        Ok(v)
+        Ok(v.map(Value::Read))
     }
 
     /// Entries in [start, end) of a column family; more than `cap` is an error naming `what` (every scan
@@ -283,7 +310,8 @@ impl Reader {
     pub fn collection_name(&self, id: CollectionId) -> Result<Option<String>> {
         let raw = self.get(CF_NAMES, &reverse_registry_key(id))?;
         raw.map(|r| {
-            String::from_utf8(r).map_err(|_| EngineError::Corrupt(format!("collection {id}'s name is not UTF-8")))
+            String::from_utf8(r.into_vec())
+                .map_err(|_| EngineError::Corrupt(format!("collection {id}'s name is not UTF-8")))
         })
         .transpose()
     }
@@ -315,7 +343,7 @@ impl Reader {
     }
 
     pub fn attr(&self, nid: Nid, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        self.get(CF_ATTRS, &nid_sub_key(nid, key))
+        Ok(self.get(CF_ATTRS, &nid_sub_key(nid, key))?.map(Value::into_vec))
     }
 
     /// The onode facts and one attribute of many objects, in the order given: two batched lookups
