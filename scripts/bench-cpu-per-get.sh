@@ -1,46 +1,61 @@
 #!/usr/bin/env bash
-# Server CPU per small GET, A against B, in alternated pairs: each run starts one binary's server on a fresh
-# drive file, preloads 10,000 objects of 4 KiB and reads them at c16 (the 4 KiB GET of
-# bench-s3-vs-minio.sh) for 20 s, and over 10 s of that phase reads the server's CPU time (/proc, user and
-# system) and its count of answered GETs (its metrics). CPU per GET is steadier than a rate on a shared
-# machine: the client's share of the two cores moves the rate, not the server's cost.
+# Server CPU per small GET (or PUT), A against B, in alternated pairs: each run starts one binary's server on
+# a fresh drive file and runs a workload of bench-s3-workloads.sh for 20 s (by default `small-get`: 10,000
+# objects of 4 KiB preloaded, read at c16); over 10 s of the measured phase it reads the server's CPU time
+# (/proc, user and system) and its count of answered requests (its metrics). CPU per request is steadier
+# than a rate on a shared machine: the client's share of the two cores moves the rate, not the server's cost.
 #
 #   scripts/bench-cpu-per-get.sh BIN_A BIN_B [PAIRS]      # prints one line per run
+#
+# WORKLOAD=small-put counts PUTs instead; CLIENT=BIN runs every load with that build's `mosaic bench s3`
+# (default: each server's own build).
 set -euo pipefail
+cd "$(dirname "$0")/.."
 A=$1
 B=$2
 PAIRS=${3:-3}
-DATA=${DATA:-/var/tmp/mosaic-cpu-per-get}
+WORKLOAD=${WORKLOAD:-small-get}
+case "$WORKLOAD" in
+  small-get) OP=GetObject ;;
+  small-put) OP=PutObject ;;
+  *) echo "WORKLOAD must be small-get or small-put" >&2; exit 2 ;;
+esac
+DIR=${DATA:-/var/tmp/mosaic-cpu-per-get}
 PORT=${PORT:-19300}
+ADMIN=$((PORT + 1))
 AK=benchkey
 SK=benchsecret-0123456789
+# shellcheck source=scripts/one-server.sh
+source scripts/one-server.sh
+# shellcheck source=scripts/bench-s3-workloads.sh
+source scripts/bench-s3-workloads.sh
+ARGS=
+for w in "${WORKLOADS[@]}"; do [[ "${w%%|*}" == "$WORKLOAD" ]] && ARGS=${w#*|}; done
 
 run() { # label bin
-  rm -rf "$DATA"
-  MOSAIC_ACCESS_KEY=$AK MOSAIC_SECRET_KEY=$SK "$2" server --data "$DATA" --drive-size 4GiB \
-    --s3-address 127.0.0.1:$PORT --admin-address 127.0.0.1:$((PORT + 1)) >/dev/null 2>&1 &
-  local pid=$!
-  trap 'kill $pid 2>/dev/null || true; rm -rf "$DATA"' EXIT
-  for _ in $(seq 1 300); do curl -fsS -o /dev/null "http://127.0.0.1:$((PORT + 1))/health/ready" 2>/dev/null && break; sleep 0.2; done
-  gets() { curl -s "http://127.0.0.1:$((PORT + 1))/metrics" | awk '/^mosaic_s3_requests_total\{op="GetObject",status="200"\}/ {print $2}'; }
-  ticks() { awk '{print $14 + $15}' "/proc/$pid/stat"; }
+  require_free_port
+  rm -rf "$DIR"
+  MOSAIC_ACCESS_KEY=$AK MOSAIC_SECRET_KEY=$SK "$2" server --data "$DIR" --drive-size 4GiB \
+    --s3-address 127.0.0.1:$PORT --admin-address 127.0.0.1:$ADMIN >/dev/null 2>&1 &
+  PID=$!
+  wait_port
+  count() { curl -s "http://127.0.0.1:$ADMIN/metrics" | awk -v op="$OP" '$1 == "mosaic_s3_requests_total{op=\"" op "\",status=\"200\"}" {print $2}'; }
+  ticks() { awk '{print $14 + $15}' "/proc/$PID/stat"; }
   (
     sleep 9 # preload (about 3 s) and warm-up done
-    g0=$(gets) t0=$(ticks)
+    c0=$(count) t0=$(ticks)
     sleep 10
-    g1=$(gets) t1=$(ticks)
+    c1=$(count) t1=$(ticks)
     hz=$(getconf CLK_TCK)
-    echo "$1 gets=$((g1 - g0)) cpu_ms=$(((t1 - t0) * 1000 / hz)) us_per_get=$(((t1 - t0) * 1000000 / hz / (g1 - g0))) ops_per_s=$(((g1 - g0) / 10))"
+    echo "$1 ops=$((c1 - c0)) cpu_ms=$(((t1 - t0) * 1000 / hz)) us_per_op=$(((t1 - t0) * 1000000 / hz / (c1 - c0))) ops_per_s=$(((c1 - c0) / 10))"
   ) &
   local probe=$!
-  "$2" bench s3 --endpoint "http://127.0.0.1:$PORT" --access-key $AK --secret-key $SK --duration 20s --warmup 3s \
-    --seed 1 --workload cosbench-a --mix 100/0/0 --size 4KiB --objects 10000 --concurrency 16 \
-    --out "$DATA-result" >/dev/null 2>&1
+  # shellcheck disable=SC2086
+  "${CLIENT:-$2}" bench s3 --endpoint "http://127.0.0.1:$PORT" --access-key $AK --secret-key $SK --duration 20s \
+    --warmup 3s --seed 1 $ARGS --out "$DIR-result" >/dev/null 2>&1
   wait $probe
-  kill $pid
-  wait $pid 2>/dev/null || true
-  rm -rf "$DATA" "$DATA-result"
-  trap - EXIT
+  stop
+  rm -rf "$DIR-result"
 }
 
 for i in $(seq 1 "$PAIRS"); do
