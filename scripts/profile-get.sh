@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Flame graphs of Mosaic's GET paths (issue 14): a one-drive server (the README default) under the small-GET
-# and the large-GET workload of bench-ceiling.sh, sampled with `perf record` (DWARF call graphs) while the
-# same client runs, plus the server's syscalls per GET (`perf stat` on raw syscall entries).
+# and the large-GET workload of bench-ceiling.sh (ONLY=small-put: the 4 KiB PUT of bench-s3-workloads.sh),
+# sampled with `perf record` (DWARF call graphs) while the same client runs, plus the server's syscalls per
+# request (`perf stat` on raw syscall entries).
 # Sampling costs CPU on these two cores, so the throughput printed here is not a result: use
 # bench-ceiling.sh and bench-s3-ab.sh for figures.
 #
@@ -11,11 +12,14 @@
 # SET=4+2 profiles a k+m set over k+m drive files instead of one drive (ONLY=large-get picks one workload).
 #
 # Writes OUT/<workload>.svg (flame graph), OUT/<workload>-stages.txt (inclusive share of each stage) and
-# OUT/<workload>-syscalls.txt.
+# OUT/<workload>-syscalls.txt. Requests are counted by the server's metrics (GetObject, or PutObject for
+# small-put); syscalls are per request of the workload's kind.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-docs/bench/$(date -u +%F)-profile}
 MOSAIC=${MOSAIC:-bin/mosaic}
+# The load generator; a fixed one when two server builds are profiled against each other.
+LOADGEN=${LOADGEN:-$MOSAIC}
 DIR=${PROFILE_DIR:-/var/tmp/mosaic-profile}
 AK=benchkey
 SK=benchsecret-0123456789
@@ -24,7 +28,9 @@ SECONDS_SAMPLED=${SECONDS_SAMPLED:-8}
 declare -A WORKLOADS=(
   [small-get]="--workload cosbench-a --mix 100/0/0 --size 4KiB --objects 10000 --concurrency 16"
   [large-get]="--workload cosbench-c --mix 100/0/0 --size 64MiB --objects 16 --concurrency 4"
+  [small-put]="--workload write-only --size 4KiB --objects 10000 --concurrency 16"
 )
+declare -A OPS=([small-get]=GetObject [large-get]=GetObject [small-put]=PutObject)
 DRIVES=()
 SET_NAME="one drive"
 if [[ -n "${SET:-}" ]]; then
@@ -38,24 +44,24 @@ done
 
 # shellcheck source=scripts/one-server.sh
 source scripts/one-server.sh
-gets_served() { # admin port: GetObject requests the server counted
-  curl -fsS "http://127.0.0.1:$1/metrics" 2>/dev/null | awk '/^mosaic_s3_requests_total\{op="GetObject"/ {s += $2} END {printf "%d", s}'
+served() { # admin port, op: requests of that op the server counted
+  curl -fsS "http://127.0.0.1:$1/metrics" 2>/dev/null | awk -v op="$2" '$1 ~ "^mosaic_s3_requests_total\\{op=\"" op "\"" {s += $2} END {printf "%d", s}'
 }
-wait_gets() { # admin port, count: until the server counted that many more GETs (at most 120 s)
+wait_served() { # admin port, op, count: until the server counted that many more requests (at most 120 s)
   local base
-  base=$(gets_served "$1")
+  base=$(served "$1" "$2")
   for _ in $(seq 1 1200); do
-    (($(gets_served "$1") >= base + $2)) && return 0
+    (($(served "$1" "$2") >= base + $3)) && return 0
     sleep 0.1
   done
-  echo "no GETs reached the server" >&2
+  echo "no $2 requests reached the server" >&2
   return 1
 }
 bench() { # workload duration [extra...]
   local w=$1 d=$2
   shift 2
   # shellcheck disable=SC2086
-  "$MOSAIC" bench s3 --endpoint "http://127.0.0.1:$PORT" --access-key $AK --secret-key $SK --seed 1 --keep \
+  "$LOADGEN" bench s3 --endpoint "http://127.0.0.1:$PORT" --access-key $AK --secret-key $SK --seed 1 --keep \
     --warmup 1s --duration "$d" ${WORKLOADS[$w]} "$@"
 }
 
@@ -80,8 +86,8 @@ for w in ${ONLY:-small-get large-get}; do
   bench "$w" "$((SECONDS_SAMPLED * 2 + 4))s" --json >"$DIR/run.json" &
   CLIENT=$!
   # The run prepares its objects again (PUTs over the kept ones) before its GETs: sample only once the GETs
-  # have begun, or the profile mixes in the PUTs' commits.
-  wait_gets "$((PORT + 1))" 200
+  # have begun, or the profile mixes in the PUTs' commits (a PUT workload prepares nothing).
+  wait_served "$((PORT + 1))" "${OPS[$w]}" 200
   sleep 1
   perf record -F 499 -g --call-graph dwarf,16384 -p "$PID" -o "$DIR/perf.data" -- sleep "$SECONDS_SAMPLED" 2>/dev/null
   perf stat -e raw_syscalls:sys_enter -p "$PID" -o "$DIR/syscalls.txt" -- sleep "$SECONDS_SAMPLED"
@@ -89,7 +95,7 @@ for w in ${ONLY:-small-get large-get}; do
   ops=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["total"]["ops_per_s"])' "$DIR/run.json")
   syscalls=$(awk '/raw_syscalls:sys_enter/ {gsub(",", "", $1); print $1}' "$DIR/syscalls.txt")
   awk -v n="$syscalls" -v s="$SECONDS_SAMPLED" -v ops="$ops" 'BEGIN {
-    printf "server syscalls: %d in %d s; client GETs/s over the run: %.0f; syscalls per GET: %.1f\n", n, s, ops, (ops > 0 ? n / s / ops : 0) }' \
+    printf "server syscalls: %d in %d s; client requests/s over the run: %.0f; syscalls per request: %.1f\n", n, s, ops, (ops > 0 ? n / s / ops : 0) }' \
     >"$OUT/$w-syscalls.txt"
   cat "$OUT/$w-syscalls.txt"
   perf script -i "$DIR/perf.data" 2>/dev/null | inferno-collapse-perf >"$DIR/folded"
