@@ -13,7 +13,8 @@
 #
 # Writes OUT/<workload>.svg (flame graph), OUT/<workload>-stages.txt (inclusive share of each stage) and
 # OUT/<workload>-syscalls.txt. Requests are counted by the server's metrics (GetObject, or PutObject for
-# small-put); syscalls are per request of the workload's kind.
+# small-put); syscalls are per request of the workload's kind. The stages are a GET's (profile-stages.py):
+# for small-put only the shared ones (http, auth, checksum, rocksdb, allocator) mean something.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-docs/bench/$(date -u +%F)-profile}
@@ -25,12 +26,16 @@ AK=benchkey
 SK=benchsecret-0123456789
 PORT=19650
 SECONDS_SAMPLED=${SECONDS_SAMPLED:-8}
-declare -A WORKLOADS=(
-  [small-get]="--workload cosbench-a --mix 100/0/0 --size 4KiB --objects 10000 --concurrency 16"
-  [large-get]="--workload cosbench-c --mix 100/0/0 --size 64MiB --objects 16 --concurrency 4"
-  [small-put]="--workload write-only --size 4KiB --objects 10000 --concurrency 16"
-)
+# The profiled workloads (their arguments come from bench-s3-workloads.sh) and the op each one counts.
 declare -A OPS=([small-get]=GetObject [large-get]=GetObject [small-put]=PutObject)
+# shellcheck source=scripts/bench-s3-workloads.sh
+source scripts/bench-s3-workloads.sh
+args_of() { # workload: its `mosaic bench s3` arguments
+  local w
+  for w in "${WORKLOADS[@]}"; do [[ "${w%%|*}" == "$1" ]] && { echo "${w#*|}"; return 0; }; done
+  echo "no workload $1 in bench-s3-workloads.sh" >&2
+  return 1
+}
 DRIVES=()
 SET_NAME="one drive"
 if [[ -n "${SET:-}" ]]; then
@@ -58,11 +63,12 @@ wait_served() { # admin port, op, count: until the server counted that many more
   return 1
 }
 bench() { # workload duration [extra...]
-  local w=$1 d=$2
+  local w=$1 d=$2 args
   shift 2
+  args=$(args_of "$w")
   # shellcheck disable=SC2086
   "$LOADGEN" bench s3 --endpoint "http://127.0.0.1:$PORT" --access-key $AK --secret-key $SK --seed 1 --keep \
-    --warmup 1s --duration "$d" ${WORKLOADS[$w]} "$@"
+    --warmup 1s --duration "$d" $args "$@"
 }
 
 mkdir -p "$OUT"
@@ -71,7 +77,7 @@ mkdir -p "$OUT"
   echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM, $(uname -sr)"
   echo "mosaic: $("$MOSAIC" --version) (commit $(git rev-parse --short HEAD)), $SET_NAME, drives of at most ${DRIVE_SIZE:-12GiB}"
   echo "sampling: perf record -F 499 -g --call-graph dwarf,16384 -p <server> -- sleep $SECONDS_SAMPLED"
-  for w in "${!WORKLOADS[@]}"; do echo "workload $w: ${WORKLOADS[$w]}"; done
+  for w in "${!OPS[@]}"; do echo "workload $w: $(args_of "$w")"; done
 } >"$OUT/machine.txt"
 
 for w in ${ONLY:-small-get large-get}; do
