@@ -197,7 +197,8 @@ impl MetaCache {
         s.insert(key, Entry { value: value.map(Value::from), from_epoch: epoch });
         // Safety of the cache rests on this: after an install no older value of the key is left to serve
         // (the map replaces an entry in place, and drops it when the new one is too heavy to keep).
-        debug_assert!(s.peek(k).is_none_or(|e| e.from_epoch == epoch));
+        // A release assert: a broken invariant here serves stale metadata, which could lose data.
+        assert!(s.peek(k).is_none_or(|e| e.from_epoch == epoch), "a cache install left an older entry");
         debug_assert!(s.weight() <= self.shard_capacity_bytes as u64);
     }
 

@@ -276,18 +276,8 @@ impl<'a, S: Store> Planner<'a, S> {
         if let Some(i) = self.index.get(&(coll.name.clone(), name.to_vec())) {
             return Ok(*i);
         }
-        if !self.colls.contains_key(&coll.name) {
-            let mut current = self.set.current(coll).await?;
-            // A present drive that lacks the collection (one that missed its creation, as a drive being
-            // filled by a move can) gets it before it is written: else it could not take its shard and a
-            // set whose write quorum is every drive (1+1) would refuse every write until a heal scan ran.
-            if current.members.iter().enumerate().any(|(d, c)| c.is_none() && self.set.member(d).is_some()) {
-                current = crate::heal::ensure_collection(self.set, current).await;
-            }
-            self.colls.insert(coll.name.clone(), current);
-        }
-        let coll = &self.colls[&coll.name].clone();
-        let states = drive_states(self.set, coll, name).await;
+        let coll = self.current_coll(coll).await?;
+        let states = drive_states(self.set, &coll, name).await;
         let present_on = states
             .iter()
             .enumerate()
@@ -308,6 +298,48 @@ impl<'a, S: Store> Planner<'a, S> {
                 )));
             }
         };
+        Ok(self.add_object(&coll, name, before, holders, present_on, before_priority))
+    }
+
+    /// The object `(coll, name)` that the transaction's first operation on it replaces whole (a reset). A
+    /// set without an undo log (one drive) never needs what was there: the drive's reset drops it, nothing
+    /// is logged to put it back, and no later operation reads it (an assertion or a rename must come
+    /// before any change to its object). So the drive is not read, which spares an overwrite its lookup.
+    async fn object_to_replace(&mut self, coll: &SetColl<S::Coll>, name: &[u8]) -> StoreResult<usize> {
+        if self.logged || self.index.contains_key(&(coll.name.clone(), name.to_vec())) {
+            return self.object(coll, name).await;
+        }
+        let coll = self.current_coll(coll).await?;
+        Ok(self.add_object(&coll, name, None, 0, 0, false))
+    }
+
+    /// The collection's handles as this transaction uses them, taken on first use.
+    async fn current_coll(&mut self, coll: &SetColl<S::Coll>) -> StoreResult<SetColl<S::Coll>> {
+        if !self.colls.contains_key(&coll.name) {
+            let mut current = self.set.current(coll).await?;
+            // A present drive that lacks the collection (one that missed its creation, as a drive being
+            // filled by a move can) gets it before it is written: else it could not take its shard and a
+            // set whose write quorum is every drive (1+1) would refuse every write until a heal scan ran.
+            if current.members.iter().enumerate().any(|(d, c)| c.is_none() && self.set.member(d).is_some()) {
+                current = crate::heal::ensure_collection(self.set, current).await;
+            }
+            self.colls.insert(coll.name.clone(), current);
+        }
+        Ok(self.colls[&coll.name].clone())
+    }
+
+    /// Starts the transaction's work on an object as the drives left it; returns its index.
+    fn add_object(
+        &mut self,
+        coll: &SetColl<S::Coll>,
+        name: &[u8],
+        before: Option<ObjectLayout>,
+        holders: u16,
+        present_on: u16,
+        before_priority: bool,
+    ) -> usize {
+        debug_assert!(!self.index.contains_key(&(coll.name.clone(), name.to_vec())), "an object is added once");
+        debug_assert!(before.is_some() || holders == 0, "an absent object has no holders");
         let w = ObjWork {
             coll: coll.name.clone(),
             name: name.to_vec(),
@@ -330,7 +362,7 @@ impl<'a, S: Store> Planner<'a, S> {
         self.objects.push(w);
         let i = self.objects.len() - 1;
         self.index.insert((coll.name.clone(), name.to_vec()), i);
-        Ok(i)
+        i
     }
 
     fn coll_of(&self, o: usize) -> SetColl<S::Coll> {
@@ -543,7 +575,7 @@ impl<'a, S: Store> Planner<'a, S> {
                 Ok(())
             }
             Op::Reset { coll, name } => {
-                let o = self.object(&coll, &name).await?;
+                let o = self.object_to_replace(&coll, &name).await?;
                 self.start_fresh(o);
                 Ok(())
             }
