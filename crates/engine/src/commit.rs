@@ -496,9 +496,23 @@ impl Pipeline {
         // these column families is a point change in the overlay (no range deletes), so none is missed.
         let epoch = core.epochs.published() + 1;
         core.meta_cache.begin_install(epoch);
+        // Objects this group destroys (their onode deleted): their onode and attributes leave the cache
+        // instead of staying as deletions, since no reader that starts later asks for a dead nid (a reset
+        // of every overwrite makes one), and those entries would push out live ones. Sorted: overlay order.
+        let destroyed: Vec<&[u8]> =
+            group_ov.changes(CF_ONODES).filter(|(_, v)| v.is_none()).map(|(k, _)| k.as_slice()).collect();
+        debug_assert!(destroyed.is_sorted(), "the overlay's keys come in order");
         for cf in [CF_NAMES, CF_ONODES, CF_ATTRS] {
             for (k, v) in group_ov.changes(cf) {
-                core.meta_cache.install(cf, k, v.as_deref());
+                let dead_nid = cf != CF_NAMES
+                    && v.is_none()
+                    && k.len() >= NID_KEY_BYTES
+                    && destroyed.binary_search(&&k[..NID_KEY_BYTES]).is_ok();
+                if dead_nid {
+                    core.meta_cache.forget(cf, k);
+                } else {
+                    core.meta_cache.install(cf, k, v.as_deref());
+                }
             }
         }
         // Pages the same way (page_cache.rs).

@@ -60,7 +60,10 @@ pub fn collection_prefix(coll: CollectionId) -> [u8; 4] {
     coll.to_be_bytes()
 }
 
-pub fn nid_key(nid: Nid) -> [u8; 8] {
+/// Bytes of a nid's key, the prefix of every key of its object (`nid_sub_key`, `block_key`).
+pub const NID_KEY_BYTES: usize = 8;
+
+pub fn nid_key(nid: Nid) -> [u8; NID_KEY_BYTES] {
     nid.to_be_bytes()
 }
 

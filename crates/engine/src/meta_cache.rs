@@ -187,6 +187,20 @@ impl MetaCache {
         self.insert(&mut s, &k, value, epoch);
     }
 
+    /// The committer: the group being installed destroys the object `key` belongs to. Its entry is dropped
+    /// rather than kept as a deletion; a reader that misses reads its snapshot, and only a reader of the
+    /// newest state fills it back (as for any key).
+    pub(crate) fn forget(&self, cf: &str, key: &[u8]) {
+        let Some(table) = table(cf) else { return };
+        if !self.enabled() {
+            return;
+        }
+        let k = KeyRef { table, bytes: key };
+        let mut s = self.shard(&k).lock();
+        s.remove(&k);
+        debug_assert!(s.peek(&k).is_none(), "a forgotten entry is gone");
+    }
+
     fn insert(&self, s: &mut Shard, k: &KeyRef<'_>, value: Option<&[u8]>, epoch: u64) {
         if entry_bytes(k.bytes, value) > self.shard_capacity_bytes {
             // Never cached: drop any older entry so that it cannot be served.
@@ -237,6 +251,26 @@ mod tests {
         c.install(CF_ATTRS, b"k", Some(&b"a"[..]));
         assert_eq!(c.get(CF_ATTRS, b"k", 3), hit(b"a"), "attributes are, apart from onodes");
         assert_eq!(c.get(CF_ONODES, b"k", 3), Some(None));
+    }
+
+    #[test]
+    fn a_forgotten_entry_is_read_from_the_snapshot_and_filled_only_from_the_newest() {
+        let c = MetaCache::new(1 << 20, 1);
+        c.begin_install(2);
+        c.install(CF_ATTRS, b"nid-attr", Some(&b"a"[..]));
+        let before = c.bytes();
+        c.begin_install(3);
+        c.forget(CF_ATTRS, b"nid-attr");
+        assert!(c.bytes() < before, "the entry's bytes are freed");
+        assert_eq!(c.get(CF_ATTRS, b"nid-attr", 2), None, "a reader of epoch 2 reads its snapshot");
+        assert_eq!(c.get(CF_ATTRS, b"nid-attr", 3), None, "nothing kept as a deletion");
+        c.fill(CF_ATTRS, b"nid-attr", Some(&b"a"[..]), 2);
+        assert_eq!(c.get(CF_ATTRS, b"nid-attr", 3), None, "a reader from before the group fills nothing");
+        c.fill(CF_ATTRS, b"nid-attr", None, 3);
+        assert_eq!(c.get(CF_ATTRS, b"nid-attr", 3), Some(None), "the newest state fills it back");
+        c.forget(crate::keys::CF_FRAGS, b"k");
+        c.forget(CF_ONODES, b"never-cached");
+        assert_eq!(c.get(CF_ONODES, b"never-cached", 3), None);
     }
 
     #[test]
