@@ -5,6 +5,8 @@
 # Mosaic's GETs are reported as a fraction of the ceiling.
 #
 #   scripts/bench-ceiling.sh [OUT]     (default docs/bench/<today>-ceiling; needs bin/mosaic)
+#
+# GET_CLIENT=lean makes every GET through the lean client (`--get-client lean`) instead of the SDK.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-docs/bench/$(date -u +%F)-ceiling}
@@ -13,7 +15,7 @@ DIR=${CEILING_DIR:-/var/tmp/mosaic-ceiling}
 AK=benchkey
 SK=benchsecret-0123456789
 PORT=19600
-COMMON=(--duration "${DURATION:-20s}" --warmup 3s --seed 1 --keep)
+COMMON=(--duration "${DURATION:-20s}" --warmup 3s --seed 1 --keep --get-client "${GET_CLIENT:-sdk}")
 declare -A WORKLOADS=(
   [small-get]="--workload cosbench-a --mix 100/0/0 --size 4KiB --objects 10000 --concurrency 16"
   [large-get]="--workload cosbench-c --mix 100/0/0 --size 64MiB --objects 16 --concurrency 4"

@@ -41,6 +41,8 @@ fn every_workload_runs_against_mosaic_and_writes_its_report() {
         ("read-only", vec!["--size", "256KiB"]),
         ("read-write", vec!["--size", "256KiB"]),
         ("read-only", vec!["--size", "4KiB", "--mix", "100/0/0"]),
+        ("read-only", vec!["--size", "4KiB-64KiB", "--mix", "100/0/0", "--get-client", "lean"]),
+        ("cosbench-a", vec!["--get-client", "lean"]),
         ("list", vec!["--objects", "2500", "--prefixes", "3"]),
         ("list", vec!["--objects", "300", "--prefixes", "3", "--versioning", "--versions", "3"]),
         (
@@ -50,6 +52,7 @@ fn every_workload_runs_against_mosaic_and_writes_its_report() {
         ("list", vec!["--objects", "2500", "--prefixes", "3", "--list-client", "lean"]),
         ("create", vec![]),
         ("append", vec![]),
+        ("append", vec!["--get-client", "lean"]),
         ("tenants", vec!["--tenants", "cosbench-b:1KiB-8KiB,cosbench-d:64KiB-128KiB"]),
         ("priority", vec!["--size", "256KiB", "--deadline", "2s"]),
     ];

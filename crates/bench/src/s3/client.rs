@@ -2,7 +2,7 @@
 //! failure) and a per-operation timeout. Bodies stream from the pool and are verified while they stream.
 
 use super::body::{BodySpec, Pool, PoolBody, Verifier, VerifyMode, key_hash};
-use super::lean_list::{LeanLister, ListRequest};
+use super::lean::{LeanClient, ListRequest};
 use super::recorder::ErrorClass;
 use aws_credential_types::Credentials;
 use aws_sdk_s3::config::{BehaviorVersion, Region, RequestChecksumCalculation, ResponseChecksumValidation};
@@ -27,7 +27,9 @@ pub struct BenchClient {
     s3: Vec<aws_sdk_s3::Client>,
     next: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     /// Lists through this instead of the SDK when set (`--list-client lean`).
-    lean: Option<LeanLister>,
+    lean_list: Option<LeanClient>,
+    /// GETs through this instead of the SDK when set (`--get-client lean`).
+    lean_get: Option<LeanClient>,
     pool: Pool,
     timeout: Duration,
 }
@@ -90,7 +92,7 @@ impl BenchClient {
             }
             s3.push(aws_sdk_s3::Client::from_conf(conf.build()));
         }
-        Ok(BenchClient { s3, next: Default::default(), lean: None, pool, timeout })
+        Ok(BenchClient { s3, next: Default::default(), lean_list: None, lean_get: None, pool, timeout })
     }
 
     /// The client of the next request (endpoints in turn).
@@ -99,8 +101,12 @@ impl BenchClient {
         &self.s3[self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % self.s3.len()]
     }
 
-    pub fn use_lean_lister(&mut self, lean: LeanLister) {
-        self.lean = Some(lean);
+    pub fn use_lean_lister(&mut self, lean: LeanClient) {
+        self.lean_list = Some(lean);
+    }
+
+    pub fn use_lean_getter(&mut self, lean: LeanClient) {
+        self.lean_get = Some(lean);
     }
 
     pub fn pool(&self) -> &Pool {
@@ -184,6 +190,9 @@ impl BenchClient {
 
     /// GET, verified byte by byte; `expected_len` is what this client last wrote.
     pub async fn get(&self, bucket: &str, key: &str, mode: VerifyMode, expected_len: u64) -> Result<u64, OpError> {
+        if let Some(lean) = &self.lean_get {
+            return self.timed(lean.get(&self.pool, bucket, key, mode, expected_len)).await;
+        }
         self.timed(async {
             let out = self.s3().get_object().bucket(bucket).key(key).send().await.map_err(classify)?;
             let mut verifier = Verifier::new(&self.pool, key, mode);
@@ -220,7 +229,7 @@ impl BenchClient {
         token: Option<String>,
         max_keys: i32,
     ) -> Result<ListPage, OpError> {
-        if let Some(lean) = &self.lean {
+        if let Some(lean) = &self.lean_list {
             let r = ListRequest { bucket, prefix, delimiter, max_keys, versions: false, token };
             return self.timed(lean.page(r)).await;
         }
@@ -254,7 +263,7 @@ impl BenchClient {
         token: Option<String>,
         max_keys: i32,
     ) -> Result<ListPage, OpError> {
-        if let Some(lean) = &self.lean {
+        if let Some(lean) = &self.lean_list {
             let r = ListRequest { bucket, prefix, delimiter, max_keys, versions: true, token };
             return self.timed(lean.page(r)).await;
         }

@@ -1,151 +1,12 @@
-//! A lean lister for the `list` workload (`--list-client lean`): ListObjectsV2 and ListObjectVersions
-//! pages as plain signed GETs (aws-sigv4) whose XML is scanned for what the walk needs (entries counted,
-//! common prefixes, the next page's markers) instead of deserialized into SDK types.
-//!
-//! Why: on this machine the SDK takes longer to deserialize a page of 1,000 versions than a fast server
-//! takes to answer it, so with the SDK the client, not the servers, bounds the ratio between two servers.
-//! The same lean client is used for every server.
+//! The pages of the lean client's listings (`--list-client lean`, see `lean`): a ListObjectsV2 or
+//! ListObjectVersions answer is scanned for what the walk needs (entries counted, common prefixes, the
+//! next page's markers) instead of deserialized into SDK types.
 
-use super::client::{ListPage, OpError};
-use super::recorder::ErrorClass;
-use aws_credential_types::Credentials;
-use aws_sigv4::http_request::{
-    PayloadChecksumKind, PercentEncodingMode, SignableBody, SignableRequest, SigningSettings, UriPathNormalizationMode,
-    sign,
-};
-use aws_sigv4::sign::v4;
-use aws_smithy_runtime_api::client::identity::Identity;
+use super::client::ListPage;
 use quick_xml::events::Event;
-use std::time::{Duration, SystemTime};
-
-/// A page's XML is at most this large (1,000 entries with keys of 1 KiB, their owners and markers).
-const PAGE_MAX_BYTES: usize = 8 << 20;
 
 /// Elements nested deeper than this in a listing are refused (a listing nests three deep).
 const DEPTH_MAX: usize = 16;
-
-#[derive(Clone)]
-pub struct LeanLister {
-    http: reqwest::Client,
-    endpoint: String,
-    identity: Identity,
-    region: String,
-}
-
-/// What one listing request asks for.
-pub struct ListRequest<'a> {
-    pub bucket: &'a str,
-    pub prefix: &'a str,
-    pub delimiter: Option<&'a str>,
-    pub max_keys: i32,
-    /// ListObjectVersions (with key and version-id markers) rather than ListObjectsV2.
-    pub versions: bool,
-    /// The previous page's token: a continuation token, or the key and version-id markers joined by a NUL.
-    pub token: Option<String>,
-}
-
-impl LeanLister {
-    pub fn new(
-        endpoint: &str,
-        access_key: &str,
-        secret_key: &str,
-        region: &str,
-        ca_pem: Option<&[u8]>,
-        timeout: Duration,
-    ) -> Result<Self, String> {
-        let mut http = reqwest::Client::builder().timeout(timeout);
-        if let Some(pem) = ca_pem {
-            let cert = reqwest::Certificate::from_pem(pem).map_err(|e| format!("CA certificate: {e}"))?;
-            http = http.tls_built_in_root_certs(false).add_root_certificate(cert);
-        }
-        let http = http.build().map_err(|e| format!("HTTP client: {e}"))?;
-        let identity = Credentials::new(access_key, secret_key, None, None, "mosaic-bench").into();
-        let endpoint = endpoint.trim_end_matches('/').to_string();
-        Ok(LeanLister { http, endpoint, identity, region: region.to_string() })
-    }
-
-    pub async fn page(&self, r: ListRequest<'_>) -> Result<ListPage, OpError> {
-        let url = self.url(&r)?;
-        let headers = self.sign(url.as_str())?;
-        let mut req = self.http.get(url);
-        for (name, value) in &headers {
-            req = req.header(name.as_str(), value.as_str());
-        }
-        let resp = req.send().await.map_err(transport)?;
-        let status = resp.status().as_u16();
-        if resp.content_length().is_some_and(|n| n > PAGE_MAX_BYTES as u64) {
-            return Err((ErrorClass::Transport, format!("a listing page of more than {PAGE_MAX_BYTES} bytes")));
-        }
-        let body = resp.bytes().await.map_err(transport)?;
-        if body.len() > PAGE_MAX_BYTES {
-            return Err((ErrorClass::Transport, format!("a listing page of more than {PAGE_MAX_BYTES} bytes")));
-        }
-        if !(200..300).contains(&status) {
-            let code = error_code(&body).unwrap_or_default();
-            return Err((ErrorClass::Http(status, code.clone()), format!("HTTP {status} {code}")));
-        }
-        parse_page(&body, r.versions).map_err(|e| (ErrorClass::Transport, format!("listing XML: {e}")))
-    }
-
-    fn url(&self, r: &ListRequest<'_>) -> Result<reqwest::Url, OpError> {
-        let mut url = reqwest::Url::parse(&format!("{}/{}", self.endpoint, r.bucket))
-            .map_err(|e| (ErrorClass::Transport, format!("endpoint: {e}")))?;
-        {
-            let mut q = url.query_pairs_mut();
-            if r.versions {
-                q.append_pair("versions", "");
-            } else {
-                q.append_pair("list-type", "2");
-            }
-            q.append_pair("max-keys", &r.max_keys.to_string());
-            q.append_pair("prefix", r.prefix);
-            if let Some(d) = r.delimiter {
-                q.append_pair("delimiter", d);
-            }
-            match (&r.token, r.versions) {
-                (Some(t), true) => {
-                    let (key, version) = t.split_once('\0').unwrap_or((t, ""));
-                    q.append_pair("key-marker", key);
-                    if !version.is_empty() {
-                        q.append_pair("version-id-marker", version);
-                    }
-                }
-                (Some(t), false) => {
-                    q.append_pair("continuation-token", t);
-                }
-                (None, _) => {}
-            }
-        }
-        Ok(url)
-    }
-
-    /// The SigV4 headers of a GET of `url` with an empty body, as S3 signs (single encoding, no path
-    /// normalization, x-amz-content-sha256).
-    fn sign(&self, url: &str) -> Result<Vec<(String, String)>, OpError> {
-        let failed = |e: String| (ErrorClass::Transport, format!("signing: {e}"));
-        let mut settings = SigningSettings::default();
-        settings.percent_encoding_mode = PercentEncodingMode::Single;
-        settings.payload_checksum_kind = PayloadChecksumKind::XAmzSha256;
-        settings.uri_path_normalization_mode = UriPathNormalizationMode::Disabled;
-        let params = v4::SigningParams::builder()
-            .identity(&self.identity)
-            .region(&self.region)
-            .name("s3")
-            .time(SystemTime::now())
-            .settings(settings)
-            .build()
-            .map_err(|e| failed(e.to_string()))?
-            .into();
-        let signable = SignableRequest::new("GET", url, std::iter::empty(), SignableBody::Bytes(&[]))
-            .map_err(|e| failed(e.to_string()))?;
-        let (instructions, _) = sign(signable, &params).map_err(|e| failed(e.to_string()))?.into_parts();
-        Ok(instructions.headers().map(|(k, v)| (k.to_string(), v.to_string())).collect())
-    }
-}
-
-fn transport(e: reqwest::Error) -> OpError {
-    if e.is_timeout() { (ErrorClass::Timeout, e.to_string()) } else { (ErrorClass::Transport, e.to_string()) }
-}
 
 /// A text the walk needs.
 #[derive(Clone, Copy, PartialEq)]
@@ -374,7 +235,7 @@ fn parse_page_events(xml: &[u8], versions: bool) -> Result<ListPage, String> {
 }
 
 /// The `Code` of an S3 error answer.
-fn error_code(xml: &[u8]) -> Option<String> {
+pub(super) fn error_code(xml: &[u8]) -> Option<String> {
     let mut reader = quick_xml::Reader::from_reader(xml);
     let mut in_code = false;
     loop {

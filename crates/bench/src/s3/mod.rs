@@ -6,6 +6,7 @@
 pub mod body;
 pub mod client;
 pub mod drive_io;
+pub mod lean;
 pub mod lean_list;
 pub mod output;
 pub mod plan;
@@ -57,6 +58,8 @@ pub struct S3BenchOptions {
     pub versions: u32,
     /// `list`: walk the listing with the lean client (signed GETs, XML scanned) instead of the SDK.
     pub lean_list: bool,
+    /// GETs through the lean client (signed GETs over reqwest, bodies verified) instead of the SDK.
+    pub lean_get: bool,
     /// Give the bucket SSE-S3 default encryption before the run (every PUT is then encrypted at rest).
     pub sse_s3: bool,
     /// Print a live progress line on stderr.
@@ -95,6 +98,7 @@ impl S3BenchOptions {
             versioning: false,
             versions: 1,
             lean_list: false,
+            lean_get: false,
             sse_s3: false,
             progress: false,
             drive_metrics: None,

@@ -3,7 +3,7 @@
 use super::body::{Pool, VerifyMode};
 use super::client::BenchClient;
 use super::drive_io;
-use super::lean_list::LeanLister;
+use super::lean::LeanClient;
 use super::plan::{OpKind, S3Workload, SizeRange, Step, WorkerPlan, step_hash};
 use super::recorder::Recorder;
 use super::{ListResult, PriorityResult, RunConfig, S3BenchOptions, S3BenchResult, TimePoint, Totals, VerifyResult};
@@ -38,16 +38,15 @@ pub async fn run_s3_bench(o: &S3BenchOptions) -> Result<S3BenchResult, String> {
         Pool::new(o.seed),
         o.timeout,
     )?;
-    if o.lean_list {
-        // Listings go through the first endpoint.
-        client.use_lean_lister(LeanLister::new(
-            crate::s3::client::endpoints(&o.endpoint)?[0],
-            &o.access_key,
-            &o.secret_key,
-            &o.region,
-            ca_pem.as_deref(),
-            o.timeout,
-        )?);
+    if o.lean_list || o.lean_get {
+        let endpoints = crate::s3::client::endpoints(&o.endpoint)?;
+        let lean = LeanClient::new(&endpoints, &o.access_key, &o.secret_key, &o.region, ca_pem.as_deref(), o.timeout)?;
+        if o.lean_list {
+            client.use_lean_lister(lean.clone());
+        }
+        if o.lean_get {
+            client.use_lean_getter(lean);
+        }
     }
     match o.workload {
         S3Workload::Tenants => run_tenants(o, &client).await,
