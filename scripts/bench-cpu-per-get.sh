@@ -7,8 +7,9 @@
 #
 #   scripts/bench-cpu-per-get.sh BIN_A BIN_B [PAIRS]      # prints one line per run
 #
-# WORKLOAD=small-put counts PUTs instead; CLIENT=BIN runs every load with that build's `mosaic bench s3`
-# (default: each server's own build).
+# WORKLOAD=small-put counts PUTs instead, WORKLOAD=small-get-lean makes the GETs with the lean client;
+# CLIENT=BIN runs every load with that build's `mosaic bench s3` (default: each server's own build). The
+# client's CPU per request over the same 10 s is printed too (`client_us_per_op`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 A=$1
@@ -16,9 +17,9 @@ B=$2
 PAIRS=${3:-3}
 WORKLOAD=${WORKLOAD:-small-get}
 case "$WORKLOAD" in
-  small-get) OP=GetObject ;;
+  small-get | small-get-lean) OP=GetObject ;;
   small-put) OP=PutObject ;;
-  *) echo "WORKLOAD must be small-get or small-put" >&2; exit 2 ;;
+  *) echo "WORKLOAD must be small-get, small-get-lean or small-put" >&2; exit 2 ;;
 esac
 DIR=${DATA:-/var/tmp/mosaic-cpu-per-get}
 PORT=${PORT:-19300}
@@ -40,20 +41,19 @@ run() { # label bin
   PID=$!
   wait_port
   count() { curl -s "http://127.0.0.1:$ADMIN/metrics" | awk -v op="$OP" '$1 == "mosaic_s3_requests_total{op=\"" op "\",status=\"200\"}" {print $2}'; }
-  ticks() { awk '{print $14 + $15}' "/proc/$PID/stat"; }
-  (
-    sleep 9 # preload (about 3 s) and warm-up done
-    c0=$(count) t0=$(ticks)
-    sleep 10
-    c1=$(count) t1=$(ticks)
-    hz=$(getconf CLK_TCK)
-    echo "$1 ops=$((c1 - c0)) cpu_ms=$(((t1 - t0) * 1000 / hz)) us_per_op=$(((t1 - t0) * 1000000 / hz / (c1 - c0))) ops_per_s=$(((c1 - c0) / 10))"
-  ) &
-  local probe=$!
+  ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
   # shellcheck disable=SC2086
   "${CLIENT:-$2}" bench s3 --endpoint "http://127.0.0.1:$PORT" --access-key $AK --secret-key $SK --duration 20s \
-    --warmup 3s --seed 1 $ARGS --out "$DIR-result" >/dev/null 2>&1
-  wait $probe
+    --warmup 3s --seed 1 $ARGS --out "$DIR-result" >/dev/null 2>&1 &
+  local client=$!
+  sleep 9 # preload (about 3 s) and warm-up done
+  local c0 t0 l0 c1 t1 l1 hz
+  c0=$(count) t0=$(ticks $PID) l0=$(ticks $client)
+  sleep 10
+  c1=$(count) t1=$(ticks $PID) l1=$(ticks $client)
+  hz=$(getconf CLK_TCK)
+  echo "$1 ops=$((c1 - c0)) cpu_ms=$(((t1 - t0) * 1000 / hz)) us_per_op=$(((t1 - t0) * 1000000 / hz / (c1 - c0))) ops_per_s=$(((c1 - c0) / 10)) client_us_per_op=$(((l1 - l0) * 1000000 / hz / (c1 - c0)))"
+  wait $client
   stop
   rm -rf "$DIR-result"
 }
