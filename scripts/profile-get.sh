@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Flame graphs of Mosaic's GET paths (issue 14): a one-drive server (the README default) under the small-GET
-# and the large-GET workload of bench-ceiling.sh (ONLY=small-put: the 4 KiB PUT of bench-s3-workloads.sh),
+# and the large-GET workload of bench-ceiling.sh (ONLY=small-put: the 4 KiB PUT of bench-s3-workloads.sh;
+# ONLY="small-get-lean large-get-lean": the GETs through the lean client),
 # sampled with `perf record` (DWARF call graphs) while the same client runs, plus the server's syscalls per
 # request (`perf stat` on raw syscall entries).
 # Sampling costs CPU on these two cores, so the throughput printed here is not a result: use
@@ -27,7 +28,8 @@ SK=benchsecret-0123456789
 PORT=19650
 SECONDS_SAMPLED=${SECONDS_SAMPLED:-8}
 # The profiled workloads (their arguments come from bench-s3-workloads.sh) and the op each one counts.
-declare -A OPS=([small-get]=GetObject [large-get]=GetObject [small-put]=PutObject)
+declare -A OPS=([small-get]=GetObject [large-get]=GetObject [small-put]=PutObject [small-get-lean]=GetObject
+  [large-get-lean]=GetObject)
 # shellcheck source=scripts/bench-s3-workloads.sh
 source scripts/bench-s3-workloads.sh
 args_of() { # workload: its `mosaic bench s3` arguments
