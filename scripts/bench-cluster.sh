@@ -30,6 +30,8 @@ WORKLOADS=(
   "small-get|--workload cosbench-a --mix 100/0/0 --size 4KiB --objects 10000 --concurrency 16"
   "large-put|--workload write-only --size 64MiB --objects 16 --concurrency 4"
   "large-get|--workload cosbench-c --mix 100/0/0 --size 64MiB --objects 16 --concurrency 4"
+  "small-get-lean|--workload cosbench-a --mix 100/0/0 --size 4KiB --objects 10000 --concurrency 16 --get-client lean"
+  "large-get-lean|--workload cosbench-c --mix 100/0/0 --size 64MiB --objects 16 --concurrency 4 --get-client lean"
 )
 MINIO_HOST=10.254.0.1
 PIDS=()
