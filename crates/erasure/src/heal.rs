@@ -18,11 +18,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// Stripes rebuilt per step (bounds the memory of a heal: this many stripes of k + m shards, 1 MiB each,
 /// for each step in flight).
 const HEAL_STEP_STRIPES: u64 = 256;
-/// Steps of one object's rebuild read and decoded at once while no foreground work is in flight (one
-/// otherwise): the reads of five 1 MiB shards and the decoding of one step leave a core idle on their own.
+/// Steps of one object's rebuild read and decoded at once while the set and its node are quiet
+/// (`SetInner::heal_may_deepen`; one otherwise): the reads of five 1 MiB shards and the decoding of one
+/// step leave a core idle on their own.
 const HEAL_STEPS_IN_FLIGHT: usize = 3;
-/// Writes of one object's rebuilt steps to the new drive in flight at once while no foreground work is in
-/// flight (one otherwise). Measured (docs/bench/2026-12-03-heal-depth.md): 3 steps read and 2 written at
+/// Writes of one object's rebuilt steps to the new drive in flight at once while the set and its node are
+/// quiet (one otherwise). Measured (docs/bench/2026-12-03-heal-depth.md): 3 steps read and 2 written at
 /// once rebuilt 1.19x faster than one of each; 4 writes did no better than 2.
 const HEAL_STAGES_IN_FLIGHT: usize = 2;
 /// Objects healed at once. Measured on one disk (docs/bench/2026-11-24-heal-parallel): four at once in
@@ -47,6 +48,9 @@ pub struct HealProgress {
     /// Tail bytes lazy sync encoded into stripes, and the objects whose tails it encoded.
     pub encoded_bytes: AtomicU64,
     pub encoded_objects: AtomicU64,
+    /// The most steps of one rebuild read at once since the set was opened (at most
+    /// `HEAL_STEPS_IN_FLIGHT`; one while foreground work keeps the set or its node busy).
+    pub steps_read_at_once_max: AtomicU64,
 }
 
 /// What heal did to one object.
@@ -212,8 +216,9 @@ async fn rebuild_on<S: Store>(
     let step_bytes = HEAL_STEP_STRIPES * g.stripe_bytes();
     let offset_on_drive = |at: u64| at / g.data as u64;
     // A pipeline: the steps' shards are read from the others and rebuilt while earlier steps are written
-    // to the new drive, several of each at once while no foreground work is in flight (one of each
-    // otherwise, so foreground work still preempts heal step by step). Buffers the drive hands back after
+    // to the new drive, several of each at once while the set and its node are quiet (one of each
+    // otherwise, so foreground work still preempts heal step by step, and a load whose requests merely
+    // leave the set idle between them does not meet heal's bursts). Buffers the drive hands back after
     // staging are reused: no allocation or zeroing per step.
     let mut at = 0u64;
     let mut reading = futures::stream::FuturesOrdered::new();
@@ -225,16 +230,18 @@ async fn rebuild_on<S: Store>(
     loop {
         while at < l.encoded_bytes
             && ready.is_none()
-            && (reading.is_empty() || (reading.len() < HEAL_STEPS_IN_FLIGHT && !set.foreground_busy(false)))
+            && (reading.is_empty() || (reading.len() < HEAL_STEPS_IN_FLIGHT && set.heal_may_deepen()))
         {
             set.yield_to_foreground().await;
             // A large rebuild outlasts a lease: renewed step by step.
             lock.renew().await?;
             let to = (at + step_bytes).min(l.encoded_bytes);
             reading.push_back(rebuild_shard_range(r, &g, shard, at, to, spare.pop()));
+            debug_assert!(reading.len() <= HEAL_STEPS_IN_FLIGHT);
+            set.progress.steps_read_at_once_max.fetch_max(reading.len() as u64, Ordering::Relaxed);
             at = to;
         }
-        if (staging.is_empty() || (staging.len() < HEAL_STAGES_IN_FLIGHT && !set.foreground_busy(false)))
+        if (staging.is_empty() || (staging.len() < HEAL_STAGES_IN_FLIGHT && set.heal_may_deepen()))
             && let Some(step) = ready.take()
         {
             staging.push_back(async move {

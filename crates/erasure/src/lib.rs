@@ -444,6 +444,14 @@ impl<S: Store> SetInner<S> {
             || (node_due && self.cfg.node_foreground.as_ref().is_some_and(|n| !n.is_quiet(NODE_QUIET)))
     }
 
+    /// Whether heal may keep more than one step of a rebuild in flight: no read or write of the set in
+    /// flight and, on a node that counts its foreground work, none for `NODE_QUIET`. The set alone goes
+    /// idle between a load's requests: deepening there let heal rebuild up to three steps per
+    /// `HEAL_YIELD_MAX` under a load that never pauses, where `NODE_YIELD_EVERY_BYTES` means about one.
+    pub(crate) fn heal_may_deepen(&self) -> bool {
+        !self.foreground_busy(true)
+    }
+
     /// Waits (at most `HEAL_YIELD_MAX`) until no foreground read or write is in flight (nor, on a node
     /// that counts its foreground work, any for `NODE_QUIET` once heal rebuilt `NODE_YIELD_EVERY_BYTES`
     /// since it last waited for the node): background work calls it between steps, so foreground work

@@ -209,6 +209,8 @@ async fn large_objects_are_rebuilt_with_steps_in_flight() {
     t.heal_all().await;
     let healed = t.set.heal_progress().healed_bytes.load(std::sync::atomic::Ordering::Relaxed);
     assert!(healed >= (13 + 24 + 8) << 18, "a quarter of the objects' stripes rebuilt: {healed}");
+    let deepest = t.set.heal_progress().steps_read_at_once_max.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(deepest, 3, "with nothing else in flight, a rebuild reads three steps at once");
     t.devices[0].set_failing(true);
     t.devices[3].set_failing(true);
     check_all(&l, &objects).await;
@@ -705,7 +707,7 @@ async fn a_write_gives_a_drive_the_collection_it_lacks() {
 /// On a node that counts its foreground work (a cluster node: its other sets' requests and the drive
 /// commands it serves for other nodes' clients), heal waits for it as it waits for its own set's
 /// requests: once per `NODE_YIELD_EVERY_BYTES` rebuilt while the node is busy it waits the whole
-/// `HEAL_YIELD_MAX`. The set's
+/// `HEAL_YIELD_MAX`, and it rebuilds one step at a time. The set's
 /// requests count in the node's work when a client waits for them (`in_foreground`), and only then.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn heal_waits_for_the_nodes_foreground_work_and_the_sets_requests_count_in_it() {
@@ -732,6 +734,10 @@ async fn heal_waits_for_the_nodes_foreground_work_and_the_sets_requests_count_in
     // Heal went on past its first budget (so it waited for the node at least once).
     assert!(healed >= 3 * mosaic_erasure::NODE_YIELD_EVERY_BYTES, "healed {healed} bytes");
     assert!(started.elapsed() >= mosaic_erasure::HEAL_YIELD_MAX, "healed in {:?}", started.elapsed());
+    // The set itself was idle the whole time (nothing but heal read or wrote it): its node's work alone
+    // keeps each rebuild to one step at a time (the 5 MiB object has two).
+    let deepest = t.set.heal_progress().steps_read_at_once_max.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(deepest, 1, "a busy node's heal reads one step at a time");
     drop(busy);
     t.devices[0].set_failing(true);
     t.devices[2].set_failing(true);
