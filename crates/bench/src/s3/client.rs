@@ -204,11 +204,7 @@ impl BenchClient {
                     Err(e) => return Err((ErrorClass::Transport, format!("reading the body: {e}"))),
                 }
             }
-            let n = verifier.finish().map_err(|e| (ErrorClass::Verify, format!("{key}: {e}")))?;
-            if n != expected_len {
-                return Err((ErrorClass::Verify, format!("{key}: {n} bytes read back, {expected_len} written")));
-            }
-            Ok(n)
+            finish_get(verifier, key, expected_len)
         })
         .await
     }
@@ -348,6 +344,15 @@ fn classify<E: ProvideErrorMetadata + std::fmt::Debug>(
         }
         _ => (ErrorClass::Transport, format!("{e:?}")),
     }
+}
+
+/// The end of a GET's body: every byte verified, and as many as this client last wrote.
+pub(super) fn finish_get(verifier: Verifier, key: &str, expected_len: u64) -> Result<u64, OpError> {
+    let n = verifier.finish().map_err(|e| (ErrorClass::Verify, format!("{key}: {e}")))?;
+    if n != expected_len {
+        return Err((ErrorClass::Verify, format!("{key}: {n} bytes read back, {expected_len} written")));
+    }
+    Ok(n)
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@
 //! (`--get-client lean`, `--list-client lean`).
 
 use super::body::{Pool, Verifier, VerifyMode};
-use super::client::{ListPage, OpError};
+use super::client::{ListPage, OpError, finish_get};
 use super::lean_list::{error_code, parse_page};
 use super::recorder::ErrorClass;
 use aws_credential_types::Credentials;
@@ -94,11 +94,7 @@ impl LeanClient {
         while let Some(chunk) = resp.chunk().await.map_err(transport)? {
             verifier.update(&chunk);
         }
-        let n = verifier.finish().map_err(|e| (ErrorClass::Verify, format!("{key}: {e}")))?;
-        if n != expected_len {
-            return Err((ErrorClass::Verify, format!("{key}: {n} bytes read back, {expected_len} written")));
-        }
-        Ok(n)
+        finish_get(verifier, key, expected_len)
     }
 
     pub async fn page(&self, r: ListRequest<'_>) -> Result<ListPage, OpError> {
