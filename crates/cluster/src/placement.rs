@@ -268,7 +268,7 @@ fn quotas(weights: &[u64], total: u64, cap: u64) -> Vec<u64> {
     }
     let open: Vec<usize> = (0..weights.len()).filter(|&i| !capped[i]).collect();
     let open_weight: u128 = open.iter().map(|&i| weights[i] as u128).sum();
-    if !open.is_empty() {
+    if open_weight > 0 {
         let mut remainders = Vec::with_capacity(open.len());
         let mut given = 0;
         for &i in &open {
