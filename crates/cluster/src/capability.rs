@@ -136,7 +136,9 @@ impl CapabilityKey {
             mac: [0; 32],
         };
         c.mac = self.mac(&c).finalize().into_bytes().into();
-        debug_assert!(self.verify(&c, drive, now_unix_ms).is_ok() || drive.len() > MAX_NAME_BYTES);
+        debug_assert!(
+            self.verify(&c, drive, now_unix_ms).is_ok() || drive.len() > MAX_NAME_BYTES || scope.len() > MAX_NAME_BYTES
+        );
         c
     }
 
