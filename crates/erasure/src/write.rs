@@ -1310,24 +1310,7 @@ async fn apply<S: Store>(
         }
     }
     locks.check_held()?;
-    let sent = &sent;
-    let results = join_all(f.txns.into_iter().enumerate().map(|(d, mut t)| async move {
-        if t.ops.is_empty() {
-            return Ok(true);
-        }
-        let Some((store, _)) = sent[d].clone() else { return Err(StoreError::unavailable("missing drive")) };
-        // Undo entries of earlier, settled writes leave with this one (no transaction of their own).
-        let cleanup = crate::undo::take_for_write(set, d);
-        if let Some((coll, names)) = &cleanup {
-            t.ops.extend(names.iter().flat_map(|n| crate::undo::removal(set, coll, n.clone())));
-        }
-        let r = store.commit(t).await.map(|_| false);
-        if let (Err(_), Some((_, names))) = (&r, cleanup) {
-            crate::undo::requeue(set, d, names);
-        }
-        r
-    }))
-    .await;
+    let results = commit_on_drives(set, &sent, f.txns).await;
     let committed: u16 = results.iter().enumerate().filter(|(_, r)| r.is_ok()).fold(0, |m, (d, _)| m | 1 << d);
     // A test's simulated crash: the process stops here, before the outcome is settled on any drive.
     set.maybe_die()?;
@@ -1385,6 +1368,64 @@ async fn apply<S: Store>(
         kept_needed(&set.cfg),
         first_err.map(|e| format!(" ({e})")).unwrap_or_default()
     )))
+}
+
+/// Commits each drive's transaction (`txns`, by slot) on the drives it was `sent` to; Ok(true) for a drive
+/// with nothing to do. While a group moves, its kept drives commit first and the others only once the kept
+/// drives' share did: a write that misses that share is refused and undone, and committed on only some
+/// kept drives (fewer than a write quorum) no read ever decided it, so no reader sees it come and go.
+async fn commit_on_drives<S: Store>(
+    set: &Arc<SetInner<S>>,
+    sent: &[Option<(Arc<S>, u64)>],
+    txns: Vec<Txn<S::Coll, S::Staged>>,
+) -> Vec<StoreResult<bool>> {
+    debug_assert_eq!(sent.len(), txns.len(), "a transaction per drive");
+    let commit_one = |d: usize, mut t: Txn<S::Coll, S::Staged>| async move {
+        if t.ops.is_empty() {
+            return Ok(true);
+        }
+        let Some((store, _)) = sent[d].clone() else { return Err(StoreError::unavailable("missing drive")) };
+        // Undo entries of earlier, settled writes leave with this one (no transaction of their own).
+        let cleanup = crate::undo::take_for_write(set, d);
+        if let Some((coll, names)) = &cleanup {
+            t.ops.extend(names.iter().flat_map(|n| crate::undo::removal(set, coll, n.clone())));
+        }
+        let r = store.commit(t).await.map(|_| false);
+        if let (Err(_), Some((_, names))) = (&r, cleanup) {
+            crate::undo::requeue(set, d, names);
+        }
+        r
+    };
+    let Some(kept) = set.cfg.kept_drives else {
+        return join_all(txns.into_iter().enumerate().map(|(d, t)| commit_one(d, t))).await;
+    };
+    let (first, rest): (Vec<_>, Vec<_>) = txns.into_iter().enumerate().partition(|(d, _)| kept & (1 << d) != 0);
+    let mut results: Vec<Option<StoreResult<bool>>> = (0..sent.len()).map(|_| None).collect();
+    let first_slots: Vec<usize> = first.iter().map(|(d, _)| *d).collect();
+    let first_results = join_all(first.into_iter().map(|(d, t)| commit_one(d, t))).await;
+    let kept_committed = first_results.iter().filter(|r| r.is_ok()).count();
+    for (d, r) in first_slots.into_iter().zip(first_results) {
+        results[d] = Some(r);
+    }
+    if kept_committed >= set.cfg.kept_quorum() {
+        let rest_slots: Vec<usize> = rest.iter().map(|(d, _)| *d).collect();
+        let rest_results = join_all(rest.into_iter().map(|(d, t)| commit_one(d, t))).await;
+        for (d, r) in rest_slots.into_iter().zip(rest_results) {
+            results[d] = Some(r);
+        }
+    } else {
+        for (d, t) in rest {
+            let skipped = if t.ops.is_empty() {
+                Ok(true)
+            } else {
+                Err(StoreError::unavailable("not sent: too few of the drives the move keeps took the write"))
+            };
+            results[d] = Some(skipped);
+        }
+    }
+    let results: Vec<StoreResult<bool>> = results.into_iter().flatten().collect();
+    debug_assert_eq!(results.len(), sent.len(), "an outcome per drive");
+    results
 }
 
 /// What an error adds when a moving group's kept drives must take a write too.

@@ -519,6 +519,52 @@ async fn a_moving_group_acknowledges_a_write_only_where_the_step_keeps_it() {
     assert_eq!(get(&stepped, "quorum-only").await, Err(LayerError::NoSuchKey));
 }
 
+/// A moving group's kept drives commit a write before the others do: a write refused because too few kept
+/// drives took it never reaches the drive the step leaves. Committed in parallel, it reached a read quorum
+/// (the leaving drive and a kept one) before its undo, so a reader could see it and then see it gone (a
+/// cluster's single-key history caught that while a node of a moving group was down).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_the_kept_drives_refuse_never_reaches_the_others() {
+    use common::flaky::{Faults, Flaky};
+    use mosaic_store::{ErrorKind, Op, Snapshot, Txn};
+    use std::sync::atomic::Ordering;
+    let (devices, dirs) = formatted_drives(3);
+    let mut faults = Vec::new();
+    let mut members = Vec::new();
+    for (dev, dir) in devices.iter().zip(&dirs) {
+        let engine = mosaic_engine::Engine::open(dir.path(), Arc::new(dev.clone()), engine_config()).unwrap();
+        let f = Arc::new(Faults::default());
+        members
+            .push(Some(Arc::new(Flaky { inner: Arc::new(mosaic_drive::DriveStore::new(engine)), faults: f.clone() })));
+        faults.push(f);
+    }
+    let cfg = mosaic_erasure::SetConfig { kept_drives: Some(0b011), ..set_config(2, 1) };
+    let set = ErasureSet::open(cfg, members.clone()).await.unwrap();
+    set.commit(Txn::new().op(Op::CreateCollection { name: "c".into() })).await.unwrap();
+    let coll = set.snapshot().collection("c").await.unwrap().unwrap();
+    let write = |name: &[u8]| Op::Write { coll: coll.clone(), name: name.to_vec(), offset: 0, data: b"data".to_vec() };
+    set.commit(Txn::new().op(write(b"first"))).await.unwrap();
+    let leaving_before = faults[2].committed.load(Ordering::SeqCst);
+    assert!(leaving_before > 0, "the leaving drive takes writes the kept drives took");
+
+    // Kept drive 0 fails its commits: drive 1 takes the write alone, one of the two kept drives needed.
+    faults[0].commits.store(true, Ordering::SeqCst);
+    let refused = set.commit(Txn::new().op(write(b"refused"))).await;
+    assert!(
+        refused.as_ref().is_err_and(|e| e.kind == ErrorKind::Unavailable),
+        "too few kept drives took it: {refused:?}"
+    );
+    assert_eq!(faults[2].committed.load(Ordering::SeqCst), leaving_before, "the leaving drive never saw it");
+    faults[0].commits.store(false, Ordering::SeqCst);
+
+    // Read without kept drive 0: drives 1 (undone) and 2 (never written) agree the object is absent.
+    faults[0].lookups.store(true, Ordering::SeqCst);
+    let snap = set.snapshot();
+    assert!(snap.lookup(&coll, b"refused").await.unwrap().is_none(), "the refused write is nowhere");
+    let info = snap.lookup(&coll, b"first").await.unwrap().expect("two of three drives agree on the object");
+    assert_eq!(snap.read(&info.obj, 0, 64).await.unwrap().as_ref(), b"data");
+}
+
 /// After a k = m group's step is served, a write made after the fill's last round is on the kept drives
 /// alone (k of 2k), and the new drives hold the copy the fill made before it, or nothing. A lookup's fast
 /// path asks the k drives of the name's data shards and takes their answer when they agree, so it may ask

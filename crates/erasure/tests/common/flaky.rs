@@ -7,7 +7,7 @@ use mosaic_store::{
     AlignedBuf, Geometry, NameEntry, ObjectInfo, Outcome, PriorityHold, Snapshot, Store, StoreError, StoreResult, Txn,
 };
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Which calls fail now.
 #[derive(Default)]
@@ -16,6 +16,8 @@ pub struct Faults {
     pub lookups: AtomicBool,
     /// Commits fail before they reach the drive.
     pub commits: AtomicBool,
+    /// Commits that reached the drive.
+    pub committed: AtomicU64,
 }
 
 impl Faults {
@@ -102,6 +104,7 @@ impl<S: Store> Store for Flaky<S> {
     }
     async fn commit(&self, txn: Txn<S::Coll, S::Staged>) -> StoreResult<Outcome> {
         Faults::check(&self.faults.commits, "commit")?;
+        self.faults.committed.fetch_add(1, Ordering::SeqCst);
         self.inner.commit(txn).await
     }
     fn hold_priority(&self) -> PriorityHold {
