@@ -572,10 +572,14 @@ async fn a_node_killed_during_a_move_loses_no_acknowledged_write() {
     // Beside it, one key written, deleted and read through three nodes at once, its history checked at the
     // end.
     let base = std::time::Instant::now();
+    let (down_seen, down) = tokio::sync::watch::channel(false);
     let histories: Vec<_> = [0, 1, 3]
         .into_iter()
         .enumerate()
-        .map(|(client, n)| tokio::spawn(history_client(s3_client(&nodes[n].s3, &ak, &sk), client, base)))
+        .map(|(client, n)| {
+            let c = s3_client(&nodes[n].s3, &ak, &sk);
+            tokio::spawn(history_client(c, client, base, down.clone()))
+        })
         .collect();
     let killed_address = nodes[2].cluster.clone().unwrap();
     tokio::task::spawn_blocking(move || while acked_rx.recv().is_ok_and(|n| n < KILL_AFTER) {}).await.unwrap();
@@ -586,14 +590,29 @@ async fn a_node_killed_during_a_move_loses_no_acknowledged_write() {
     assert!(out.status.success(), "{out:?}");
     let down = first_logged(&nodes, |v| v["message"] == "node state changed by the leader's probes");
     assert_eq!(down["state"], "Down", "{down}");
+    down_seen.send_replace(true);
     let (model, deleted) = load.await.unwrap();
     assert!(deleted.len() >= 3, "deletes were acknowledged: {deleted:?}");
     let mut history = Vec::new();
+    let mut after_down = Vec::new();
     for h in histories {
-        history.extend(h.await.unwrap());
+        let (ops, after) = h.await.unwrap();
+        history.extend(ops);
+        after_down.extend(after);
     }
-    let acked = history.iter().filter(|op| op.end_ns.is_some()).count();
-    assert!(acked >= history.len() / 2, "{acked} of {} operations on one key acknowledged", history.len());
+    let acked = |after: bool| {
+        let ops = history.iter().zip(&after_down).filter(|(_, a)| **a == after);
+        let acked = ops.clone().filter(|(op, _)| op.end_ns.is_some()).count();
+        (acked, ops.count())
+    };
+    // Until the node is marked down, a group whose move keeps one of its drives refuses writes (a write
+    // must reach the kept drives); after that, the key is served again.
+    let (acked_after, after) = acked(true);
+    assert!(
+        acked_after * 2 >= after,
+        "{acked_after} of {after} operations after the node was marked down acknowledged"
+    );
+    assert!(acked(false).0 > 0, "operations on the key were acknowledged before: {:?}", acked(false));
     assert!(history.iter().any(|op| matches!(op.kind, history::Kind::Delete(_)) && op.end_ns.is_some()));
     history::check(&history).unwrap_or_else(|e| panic!("the key's history is not linearizable: {e}\n{history:?}"));
 
@@ -627,16 +646,29 @@ async fn a_node_killed_during_a_move_loses_no_acknowledged_write() {
 /// The key of the single-key histories.
 const HISTORY_KEY: &str = "history";
 
-/// A client of a single-key history, HISTORY_OPS operations each timed from `base`: every client writes
-/// unique values, reads and deletes, each through its own node (the cluster's object locks keep two
-/// nodes' writes of the key from interleaving on its drives).
-async fn history_client(c: aws_sdk_s3::Client, client: usize, base: std::time::Instant) -> Vec<history::Op> {
+/// A client of a single-key history, each operation timed from `base`: every client writes unique values,
+/// reads and deletes, each through its own node (the cluster's object locks keep two nodes' writes of the
+/// key from interleaving on its drives). It makes HISTORY_OPS operations, waits until `down` says the test
+/// saw a node marked down, and makes AFTER_DOWN_OPS more. Returns the operations and, for each one, whether
+/// it started after `down`.
+async fn history_client(
+    c: aws_sdk_s3::Client,
+    client: usize,
+    base: std::time::Instant,
+    mut down: tokio::sync::watch::Receiver<bool>,
+) -> (Vec<history::Op>, Vec<bool>) {
     use aws_sdk_s3::operation::get_object::GetObjectError;
     use history::Kind;
     const HISTORY_OPS: usize = 24;
+    const AFTER_DOWN_OPS: usize = 12;
     let now_ns = || base.elapsed().as_nanos() as u64;
-    let mut ops = Vec::with_capacity(HISTORY_OPS);
-    for n in 0..HISTORY_OPS {
+    let mut ops = Vec::with_capacity(HISTORY_OPS + AFTER_DOWN_OPS);
+    let mut after_down = Vec::with_capacity(HISTORY_OPS + AFTER_DOWN_OPS);
+    for n in 0..HISTORY_OPS + AFTER_DOWN_OPS {
+        if n == HISTORY_OPS {
+            down.wait_for(|seen| *seen).await.expect("the test tells when the node is down");
+        }
+        after_down.push(*down.borrow());
         let id = (client * 10_000 + n + 1) as u64;
         let start_ns = now_ns();
         let (kind, done) = match n % 4 {
@@ -659,7 +691,7 @@ async fn history_client(c: aws_sdk_s3::Client, client: usize, base: std::time::I
         };
         ops.push(history::Op { client, start_ns, end_ns: done.then(now_ns), kind });
     }
-    ops
+    (ops, after_down)
 }
 
 /// A member restarted on another cluster port (and S3 port) is reached there: the leader sends it the log
