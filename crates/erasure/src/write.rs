@@ -1370,6 +1370,9 @@ async fn apply<S: Store>(
     )))
 }
 
+/// Drive transactions with their slots.
+type SlotTxns<S> = Vec<(usize, Txn<<S as Store>::Coll, <S as Store>::Staged>)>;
+
 /// Commits each drive's transaction (`txns`, by slot) on the drives it was `sent` to; Ok(true) for a drive
 /// with nothing to do. While a group moves, its kept drives commit first and the others only once the kept
 /// drives' share did: a write that misses that share is refused and undone, and committed on only some
@@ -1400,28 +1403,23 @@ async fn commit_on_drives<S: Store>(
         return join_all(txns.into_iter().enumerate().map(|(d, t)| commit_one(d, t))).await;
     };
     let (first, rest): (Vec<_>, Vec<_>) = txns.into_iter().enumerate().partition(|(d, _)| kept & (1 << d) != 0);
+    let round =
+        |slots: SlotTxns<S>| join_all(slots.into_iter().map(|(d, t)| async move { (d, commit_one(d, t).await) }));
     let mut results: Vec<Option<StoreResult<bool>>> = (0..sent.len()).map(|_| None).collect();
-    let first_slots: Vec<usize> = first.iter().map(|(d, _)| *d).collect();
-    let first_results = join_all(first.into_iter().map(|(d, t)| commit_one(d, t))).await;
-    let kept_committed = first_results.iter().filter(|r| r.is_ok()).count();
-    for (d, r) in first_slots.into_iter().zip(first_results) {
+    for (d, r) in round(first).await {
         results[d] = Some(r);
     }
-    if kept_committed >= set.cfg.kept_quorum() {
-        let rest_slots: Vec<usize> = rest.iter().map(|(d, _)| *d).collect();
-        let rest_results = join_all(rest.into_iter().map(|(d, t)| commit_one(d, t))).await;
-        for (d, r) in rest_slots.into_iter().zip(rest_results) {
-            results[d] = Some(r);
-        }
+    let kept_committed = results.iter().flatten().filter(|r| r.is_ok()).count();
+    let rest = if kept_committed >= set.cfg.kept_quorum() {
+        round(rest).await
     } else {
-        for (d, t) in rest {
-            let skipped = if t.ops.is_empty() {
-                Ok(true)
-            } else {
-                Err(StoreError::unavailable("not sent: too few of the drives the move keeps took the write"))
-            };
-            results[d] = Some(skipped);
-        }
+        let refused = "not sent: too few of the drives the move keeps took the write";
+        rest.into_iter()
+            .map(|(d, t)| (d, if t.ops.is_empty() { Ok(true) } else { Err(StoreError::unavailable(refused)) }))
+            .collect()
+    };
+    for (d, r) in rest {
+        results[d] = Some(r);
     }
     let results: Vec<StoreResult<bool>> = results.into_iter().flatten().collect();
     debug_assert_eq!(results.len(), sent.len(), "an outcome per drive");

@@ -425,19 +425,9 @@ async fn a_fill_decides_from_the_kept_drives_so_a_copy_never_outvotes_a_delete()
 /// through the old handle must reach it too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drive_that_failed_a_collection_lookup_is_asked_again() {
-    use common::flaky::{Faults, Flaky};
     use mosaic_store::{Op, Snapshot, Txn};
     use std::sync::atomic::Ordering;
-    let (devices, dirs) = formatted_drives(3);
-    let mut faults = Vec::new();
-    let mut members = Vec::new();
-    for (dev, dir) in devices.iter().zip(&dirs) {
-        let engine = mosaic_engine::Engine::open(dir.path(), Arc::new(dev.clone()), engine_config()).unwrap();
-        let f = Arc::new(Faults::default());
-        members
-            .push(Some(Arc::new(Flaky { inner: Arc::new(mosaic_drive::DriveStore::new(engine)), faults: f.clone() })));
-        faults.push(f);
-    }
+    let (members, faults, _drives) = flaky_drives(3);
     let set = ErasureSet::open(set_config(2, 1), members).await.unwrap();
     set.commit(Txn::new().op(Op::CreateCollection { name: "c".into() })).await.unwrap();
     let coll = set.snapshot().collection("c").await.unwrap().unwrap();
@@ -525,21 +515,11 @@ async fn a_moving_group_acknowledges_a_write_only_where_the_step_keeps_it() {
 /// cluster's single-key history caught that while a node of a moving group was down).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_the_kept_drives_refuse_never_reaches_the_others() {
-    use common::flaky::{Faults, Flaky};
     use mosaic_store::{ErrorKind, Op, Snapshot, Txn};
     use std::sync::atomic::Ordering;
-    let (devices, dirs) = formatted_drives(3);
-    let mut faults = Vec::new();
-    let mut members = Vec::new();
-    for (dev, dir) in devices.iter().zip(&dirs) {
-        let engine = mosaic_engine::Engine::open(dir.path(), Arc::new(dev.clone()), engine_config()).unwrap();
-        let f = Arc::new(Faults::default());
-        members
-            .push(Some(Arc::new(Flaky { inner: Arc::new(mosaic_drive::DriveStore::new(engine)), faults: f.clone() })));
-        faults.push(f);
-    }
+    let (members, faults, _drives) = flaky_drives(3);
     let cfg = mosaic_erasure::SetConfig { kept_drives: Some(0b011), ..set_config(2, 1) };
-    let set = ErasureSet::open(cfg, members.clone()).await.unwrap();
+    let set = ErasureSet::open(cfg, members).await.unwrap();
     set.commit(Txn::new().op(Op::CreateCollection { name: "c".into() })).await.unwrap();
     let coll = set.snapshot().collection("c").await.unwrap().unwrap();
     let write = |name: &[u8]| Op::Write { coll: coll.clone(), name: name.to_vec(), offset: 0, data: b"data".to_vec() };
@@ -892,4 +872,28 @@ async fn a_one_drive_sets_snapshot_is_its_drives_snapshot() {
     let missing = t.set.snapshot();
     let e = missing.collection("c").await.unwrap_err();
     assert_eq!(e.kind, ErrorKind::Unavailable, "{e}");
+}
+
+/// `n` formatted drives behind `Flaky` wrappers, as set members, with their faults; the devices and
+/// directories are returned to be kept alive.
+#[allow(clippy::type_complexity)]
+fn flaky_drives(
+    n: usize,
+) -> (
+    Vec<Option<Arc<common::flaky::Flaky<mosaic_drive::DriveStore>>>>,
+    Vec<Arc<common::flaky::Faults>>,
+    (Vec<mosaic_engine::SimDevice>, Vec<tempfile::TempDir>),
+) {
+    use common::flaky::{Faults, Flaky};
+    let (devices, dirs) = formatted_drives(n);
+    let mut faults = Vec::new();
+    let mut members = Vec::new();
+    for (dev, dir) in devices.iter().zip(&dirs) {
+        let engine = mosaic_engine::Engine::open(dir.path(), Arc::new(dev.clone()), engine_config()).unwrap();
+        let f = Arc::new(Faults::default());
+        members
+            .push(Some(Arc::new(Flaky { inner: Arc::new(mosaic_drive::DriveStore::new(engine)), faults: f.clone() })));
+        faults.push(f);
+    }
+    (members, faults, (devices, dirs))
 }
