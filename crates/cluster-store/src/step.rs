@@ -6,7 +6,11 @@
 //! set served, so the new drives would keep a copy the kept drives lack, and with k = m the copies tie
 //! with the kept drives once the step is served, which brings the object back. So every node that
 //! removes a name from a moving group's set (`StepFollower`) takes it off the new drives too (those that
-//! answer), and the fill decides each object from the kept drives (`SetConfig::decided_by`).
+//! answer), and the fill decides each object from the kept drives (`SetConfig::decided_by`). The follow
+//! runs under the write's locks (the cluster's object locks among them), and the fill copies each object
+//! under those locks too: a copy decided before a delete lands before the delete, whose follow takes it
+//! away, and no heal on another node (the step may be served by then, where the copy ties with the kept
+//! drives that lack it) acts between the delete and its follow.
 //!
 //! A removal that could not be followed (a new drive did not answer, a node of the set served was marked
 //! down so that the step kept nothing, the node crashed between its commit and the follow) is caught by
@@ -30,8 +34,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
-/// Longest a followed removal may take (the heal waits for the name's lock among the rest).
-const FOLLOW_TIMEOUT: Duration = Duration::from_secs(15);
+/// Longest a followed removal may take: it runs under the write's locks, renewed just before, and ends
+/// within the time a lock is used for (`LockClient::USE_WITHIN`), before another writer can take them.
+const FOLLOW_TIMEOUT: Duration = mosaic_cluster::locks::LockClient::USE_WITHIN;
 /// A next set opened without some of its drives is opened again after this long (a drive that did not
 /// answer may answer again before the map marks its node down or a new map composes the store anew).
 const OPEN_RETRY_AFTER: Duration = Duration::from_secs(5);
@@ -154,8 +159,8 @@ pub struct StepFollower {
     step: Step,
     local: Arc<HashMap<DriveId, DriveStore>>,
     client: RpcClient,
-    /// The settings of the node's sets, with its object locks: the heal orders itself with every node's
-    /// writes of the name.
+    /// The settings of the node's sets, without the cluster's object locks: the heal of a removal runs
+    /// under the write's (`RemovalFollower::removed`).
     cfg: SetConfig,
     /// False while a node of the set served is marked down: the step keeps no drives then (writes need
     /// only their quorum), so removals are counted, not followed.
@@ -183,6 +188,7 @@ impl StepFollower {
         tally: Arc<FollowTally>,
     ) -> Self {
         let set = tokio::sync::Mutex::new(None);
+        let cfg = SetConfig { shared_locks: None, ..cfg };
         StepFollower { map, me, step, local, client, cfg, follows: true, tally, set }
     }
 

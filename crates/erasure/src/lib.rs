@@ -113,6 +113,9 @@ pub trait RemovalFollower: Send + Sync + 'static {
     /// failures someone must not miss counts the removals under way with it: a removal not followed yet
     /// has not failed yet either.
     fn begin(&self) -> Box<dyn std::any::Any + Send>;
+    /// Follows the removal of `name`. It runs while the write still holds the name's locks (the set's own
+    /// and `SetConfig::shared_locks`, renewed just before), so it must not take those locks itself, and
+    /// should end within the shared locks' use window, else their lease may lapse meanwhile.
     fn removed<'a>(&'a self, coll: &'a str, name: &'a [u8]) -> futures::future::BoxFuture<'a, StoreResult<()>>;
 }
 
@@ -759,8 +762,15 @@ impl<S: Store> Store for ErasureSet<S> {
             return write::commit(&self.inner, txn).await;
         }
         let _under_way = follower.begin();
-        let outcome = write::commit(&self.inner, txn).await?;
+        // The removals are followed under the write's locks: a heal of these names (on another node, over
+        // the set a step made) or a step's fill copying them cannot act between the commit and its follow,
+        // when the drives the step keeps lack a name the new ones may still hold. Each follow begins with
+        // the locks renewed and ends within their use window, inside their lease.
+        let (outcome, mut locks) = write::commit_locked(&self.inner, txn).await?;
         for (coll, name) in removed {
+            if let Err(e) = locks.renew().await {
+                tracing::debug!(error = %e, "the locks of a removal to follow could not be renewed");
+            }
             if let Err(e) = follower.removed(&coll, &name).await {
                 self.inner.counters.removals_not_followed.fetch_add(1, Ordering::Relaxed);
                 if let Some(since_last) = NOT_FOLLOWED_LOG.allow() {

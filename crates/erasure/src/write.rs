@@ -1251,10 +1251,21 @@ enum Plan<S: Store> {
 
 /// Applies a logical transaction on the set (see the module comment).
 pub(crate) async fn commit<S: Store>(set: &Arc<SetInner<S>>, txn: SetTxn<S>) -> StoreResult<Outcome> {
+    commit_locked(set, txn).await.map(|(outcome, _locks)| outcome)
+}
+
+/// `commit`, with its objects' locks still held when it returns: what must follow the write before any
+/// other writer or heal of those objects acts (`SetConfig::removal_follower`) runs under them.
+pub(crate) async fn commit_locked<S: Store>(
+    set: &Arc<SetInner<S>>,
+    txn: SetTxn<S>,
+) -> StoreResult<(Outcome, crate::locks::Exclusive)> {
     set.check_alive()?;
     let _foreground = set.foreground();
     let names: Vec<(Arc<str>, Vec<u8>)> = txn.ops.iter().flat_map(touched).collect();
-    apply(set, names, Plan::Ops(txn.ops)).await
+    let locks = crate::locks::Exclusive::take(set, names.iter().map(|(c, n)| (&**c, n.as_slice()))).await?;
+    let outcome = apply(set, &locks, Plan::Ops(txn.ops)).await?;
+    Ok((outcome, locks))
 }
 
 /// Encodes the whole stripes of an object's tail (lazy sync, paper 001 carried to erasure coding): until
@@ -1263,18 +1274,18 @@ pub(crate) async fn commit<S: Store>(set: &Arc<SetInner<S>>, txn: SetTxn<S>) -> 
 pub(crate) async fn encode_tail_now<S: Store>(set: &Arc<SetInner<S>>, coll: &str, name: &[u8]) -> StoreResult<u64> {
     set.check_alive()?;
     let Some(c) = crate::SetSnapshot::new(set.clone()).collection(coll).await? else { return Ok(0) };
-    let names = vec![(c.name.clone(), name.to_vec())];
+    let locks = crate::locks::Exclusive::take(set, std::iter::once((&*c.name, name))).await?;
     let before = set.progress.encoded_bytes.load(Ordering::Relaxed);
-    apply(set, names, Plan::EncodeTail { coll: c, name: name.to_vec() }).await?;
+    apply(set, &locks, Plan::EncodeTail { coll: c, name: name.to_vec() }).await?;
     Ok(set.progress.encoded_bytes.load(Ordering::Relaxed) - before)
 }
 
+/// Plans and commits `plan` under `locks`, the locks of every object it touches.
 async fn apply<S: Store>(
     set: &Arc<SetInner<S>>,
-    names: Vec<(Arc<str>, Vec<u8>)>,
+    locks: &crate::locks::Exclusive,
     plan: Plan<S>,
 ) -> StoreResult<Outcome> {
-    let locks = crate::locks::Exclusive::take(set, names.iter().map(|(c, n)| (&**c, n.as_slice()))).await?;
     let mut planner = Planner::new(set);
     let mut encoded = 0;
     match plan {

@@ -640,19 +640,30 @@ async fn a_step_must_keep_k_drives_of_the_set() {
     assert!(ErasureSet::open(cfg, t.set.members()).await.is_ok(), "k drives kept");
 }
 
-/// Shared locks as a test sets them: refused, or held with their lease run out.
+/// Shared locks as a test sets them: refused, or held with their lease run out; `held` counts those taken
+/// and not yet released.
 #[derive(Default)]
 struct TestLocks {
     refuse: std::sync::atomic::AtomicBool,
     lapsed: Arc<std::sync::atomic::AtomicBool>,
     calls: std::sync::atomic::AtomicUsize,
+    held: Arc<std::sync::atomic::AtomicUsize>,
 }
 
-struct TestHeld(Arc<std::sync::atomic::AtomicBool>);
+struct TestHeld {
+    lapsed: Arc<std::sync::atomic::AtomicBool>,
+    held: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Drop for TestHeld {
+    fn drop(&mut self) {
+        self.held.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
 
 impl mosaic_erasure::HeldShared for TestHeld {
     fn holds(&self) -> bool {
-        !self.0.load(std::sync::atomic::Ordering::SeqCst)
+        !self.lapsed.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     fn renew(&mut self) -> futures::future::BoxFuture<'_, mosaic_store::StoreResult<()>> {
@@ -672,7 +683,9 @@ impl mosaic_erasure::SharedLocks for TestLocks {
             if self.refuse.load(SeqCst) {
                 return Err(mosaic_store::StoreError::unavailable("held by another node"));
             }
-            Ok(Box::new(TestHeld(self.lapsed.clone())) as Box<dyn mosaic_erasure::HeldShared>)
+            self.held.fetch_add(1, SeqCst);
+            let held = TestHeld { lapsed: self.lapsed.clone(), held: self.held.clone() };
+            Ok(Box::new(held) as Box<dyn mosaic_erasure::HeldShared>)
         })
     }
 }
@@ -709,6 +722,54 @@ async fn a_write_commits_only_under_its_shared_locks() {
     let second = pattern(4, 30_000);
     put(&l, "o", &second).await.unwrap();
     assert_eq!(get(&l, "o").await.unwrap(), second);
+}
+
+/// A follower of removals that notes, for each name it is told of, whether the shared locks were held then.
+struct LockNotingFollower {
+    locks: Arc<TestLocks>,
+    seen: std::sync::Mutex<Vec<(Vec<u8>, bool)>>,
+}
+
+impl mosaic_erasure::RemovalFollower for LockNotingFollower {
+    fn begin(&self) -> Box<dyn std::any::Any + Send> {
+        Box::new(())
+    }
+
+    fn removed<'a>(
+        &'a self,
+        _coll: &'a str,
+        name: &'a [u8],
+    ) -> futures::future::BoxFuture<'a, mosaic_store::StoreResult<()>> {
+        let held = self.locks.held.load(std::sync::atomic::Ordering::SeqCst) > 0;
+        self.seen.lock().unwrap().push((name.to_vec(), held));
+        Box::pin(async { Ok(()) })
+    }
+}
+
+/// A removal is followed while the write still holds its locks: a cluster's heal or a step's fill of the
+/// name (on another node, under the shared locks) cannot act between the delete and its follow, when the
+/// drives a step keeps lack the name and its new drives may still hold a copy that would tie with them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removal_is_followed_under_the_writes_locks() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let locks = Arc::new(TestLocks::default());
+    let follower = Arc::new(LockNotingFollower { locks: locks.clone(), seen: Default::default() });
+    let cfg = mosaic_erasure::SetConfig {
+        shared_locks: Some(locks.clone()),
+        removal_follower: Some(follower.clone()),
+        ..set_config(1, 1)
+    };
+    let t = TestSet::with_config(cfg).await;
+    let l = layer(&t).await;
+    l.create_bucket("bkt", None).await.unwrap();
+    put(&l, "o", &pattern(1, 40_000)).await.unwrap();
+    assert!(follower.seen.lock().unwrap().is_empty(), "a write that removes nothing is not followed");
+    l.delete_object("bkt", "o", None).await.unwrap();
+    let seen = follower.seen.lock().unwrap().clone();
+    assert!(!seen.is_empty(), "the delete was followed");
+    assert!(seen.iter().all(|(_, held)| *held), "every removal was followed under the locks: {seen:?}");
+    assert_eq!(locks.held.load(SeqCst), 0, "and the locks were released after it");
+    assert_eq!(get(&l, "o").await, Err(LayerError::NoSuchKey));
 }
 
 /// A present drive that lacks a collection the set holds (it missed the creation, as a drive a move fills

@@ -777,8 +777,7 @@ impl Cluster {
     /// The S3 layer over the store `map` gives this node, and how many drives did not answer.
     async fn compose(&self, map: &ClusterMap, running: &Running) -> Result<(Arc<dyn ObjectLayer>, usize), String> {
         let me = self.node_id();
-        let shared_locks: Arc<dyn mosaic_erasure::SharedLocks> =
-            Arc::new(mosaic_cluster_store::NodeLocks(running.locks.clone()));
+        let shared_locks = shared_locks(running);
         let cfg = ClusterStoreConfig {
             set: mosaic_erasure::SetConfig { shared_locks: Some(shared_locks.clone()), ..self.set_cfg.clone() },
             follows: self.follows.clone(),
@@ -1171,10 +1170,12 @@ impl Cluster {
         running: &Running,
     ) -> Result<mosaic_cluster_store::StepSet, String> {
         let local = self.local_drives(map);
-        // The fill copies what the served set holds; a write racing it is kept by the step's kept drives
-        // (`kept_drives`) and a removal is followed onto the next set by the node that made it
-        // (`StepFollower`), so the fill takes no object locks.
-        let cfg = mosaic_erasure::SetConfig { shared_locks: None, ..self.set_cfg.clone() };
+        // A write racing the fill is kept by the step's kept drives (`kept_drives`) and a removal is followed
+        // onto the next set by the node that made it (`StepFollower`, under the write's locks). The fill
+        // copies each object under the cluster's object locks too: without them a copy decided before a
+        // delete could land after the delete's follow found nothing to remove, and with k = m it would bring
+        // the object back once the step is served.
+        let cfg = mosaic_erasure::SetConfig { shared_locks: Some(shared_locks(running)), ..self.set_cfg.clone() };
         mosaic_cluster_store::open_step_set(map, self.node_id(), step, &local, &running.client, cfg).await
     }
 
@@ -1214,6 +1215,11 @@ impl Cluster {
             running.node.shutdown().await;
         }
     }
+}
+
+/// The cluster's object locks as a set's shared locks (`SetConfig::shared_locks`).
+fn shared_locks(running: &Running) -> Arc<dyn mosaic_erasure::SharedLocks> {
+    Arc::new(mosaic_cluster_store::NodeLocks(running.locks.clone()))
 }
 
 /// Heals `set` until a comparison of its drives finds nothing to rebuild (at most `MAX_MOVE_ROUNDS`).
