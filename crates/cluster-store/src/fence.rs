@@ -95,6 +95,7 @@ mod tests {
             parity_shards: 1,
             pg_count: 16,
             failure_domain: FailureDomain::Node,
+            placement: mosaic_cluster::placement::PLACEMENT_LATEST,
         };
         map.apply(&bootstrap).unwrap();
         for node in 0..nodes {

@@ -56,6 +56,7 @@ impl Cluster {
             parity_shards: 1,
             pg_count: PG_COUNT,
             failure_domain: FailureDomain::Node,
+            placement: mosaic_cluster::placement::PLACEMENT_LATEST,
         })
         .unwrap();
         let (mut local, mut stops, mut dirs) = (Vec::new(), Vec::new(), Vec::new());

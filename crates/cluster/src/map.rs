@@ -9,7 +9,10 @@
 //! k drives with the one before (what the rebalancer could not copy before the switch is rebuilt from
 //! them); each step is reported done and served from then on.
 
-use crate::placement::{Candidate, DriveId, FailureDomain, NodeId, PlacementError, assign_positions, place_all};
+use crate::placement::{
+    Candidate, DriveId, FailureDomain, NodeId, PLACEMENT_BALANCED, PLACEMENT_LATEST, PLACEMENT_RENDEZVOUS,
+    PlacementError, assign_positions, place_all, place_balanced,
+};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -92,6 +95,10 @@ pub struct PgEntry {
     pub changed_before: u64,
 }
 
+fn placement_rendezvous() -> u32 {
+    PLACEMENT_RENDEZVOUS
+}
+
 fn is_zero(n: &u64) -> bool {
     *n == 0
 }
@@ -118,6 +125,10 @@ pub struct ClusterMap {
     pub parity_shards: u8,
     pub pg_count: u32,
     pub failure_domain: FailureDomain,
+    /// How sets are computed (`placement::PLACEMENT_*`), fixed at bootstrap; maps made before it was
+    /// recorded are version 1.
+    #[serde(default = "placement_rendezvous")]
+    pub placement: u32,
     pub nodes: BTreeMap<NodeId, NodeEntry>,
     pub drives: BTreeMap<DriveId, DriveEntry>,
     pub next_drive_id: DriveId,
@@ -154,6 +165,10 @@ pub enum Change {
         parity_shards: u8,
         pg_count: u32,
         failure_domain: FailureDomain,
+        /// The placement version (`placement::PLACEMENT_LATEST` for a new cluster); a change logged
+        /// before it was recorded is version 1.
+        #[serde(default = "placement_rendezvous")]
+        placement: u32,
     },
     AddNode {
         node: NodeId,
@@ -249,6 +264,7 @@ impl ClusterMap {
             parity_shards: 0,
             pg_count: 0,
             failure_domain: FailureDomain::Node,
+            placement: PLACEMENT_LATEST,
             nodes: BTreeMap::new(),
             drives: BTreeMap::new(),
             next_drive_id: 0,
@@ -318,9 +334,14 @@ impl ClusterMap {
         }
         match change {
             Change::Batch(_) => Err(MapError::Invalid("a batch inside a batch".into())),
-            Change::Bootstrap { cluster_id, data_shards, parity_shards, pg_count, failure_domain } => {
+            Change::Bootstrap { cluster_id, data_shards, parity_shards, pg_count, failure_domain, placement } => {
                 if self.is_bootstrapped() {
                     return Err(MapError::AlreadyBootstrapped);
+                }
+                if !(PLACEMENT_RENDEZVOUS..=PLACEMENT_BALANCED).contains(placement) {
+                    return Err(MapError::Invalid(format!(
+                        "placement version {placement} is not known to this build (1 to {PLACEMENT_LATEST})"
+                    )));
                 }
                 check_name("a cluster id", cluster_id)?;
                 let width = *data_shards as usize + *parity_shards as usize;
@@ -337,6 +358,7 @@ impl ClusterMap {
                 self.parity_shards = *parity_shards;
                 self.pg_count = *pg_count;
                 self.failure_domain = *failure_domain;
+                self.placement = *placement;
                 Ok(self.epoch + 1)
             }
             Change::AddNode { node, address, s3_address, zone } => {
@@ -597,7 +619,14 @@ impl ClusterMap {
     fn place(&mut self) -> Result<(), MapError> {
         let width = self.set_width();
         let candidates = self.candidates();
-        let sets = match place_all(self.pg_count, width, &candidates, self.failure_domain) {
+        let previous: Vec<Vec<DriveId>> = self.pgs.iter().map(|pg| pg.set.clone()).collect();
+        let placed = match self.placement {
+            PLACEMENT_RENDEZVOUS => place_all(self.pg_count, width, &candidates, self.failure_domain),
+            PLACEMENT_BALANCED => place_balanced(self.pg_count, width, &candidates, self.failure_domain, &previous),
+            v => return Err(MapError::Invalid(format!("placement version {v} is not known to this build"))),
+        };
+        drop(previous);
+        let sets = match placed {
             Ok(sets) => sets,
             Err(e) if self.pgs.is_empty() => {
                 tracing::debug!(error = %e, "not placing groups yet");

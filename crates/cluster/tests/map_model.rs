@@ -162,7 +162,7 @@ proptest! {
     fn any_history_keeps_the_map_sound(ops in proptest::collection::vec(op(), 1..40), zones in any::<bool>()) {
         let domain = if zones { FailureDomain::Zone } else { FailureDomain::Node };
         let bootstrap = Change::Bootstrap {
-            cluster_id: "model".into(), data_shards: 2, parity_shards: 1, pg_count: PG_COUNT, failure_domain: domain,
+            cluster_id: "model".into(), data_shards: 2, parity_shards: 1, pg_count: PG_COUNT, failure_domain: domain, placement: mosaic_cluster::placement::PLACEMENT_LATEST,
         };
         let mut map = ClusterMap::empty();
         prop_assert_eq!(map.apply(&Change::AddNode {
@@ -215,6 +215,7 @@ fn bootstrapped() -> ClusterMap {
         parity_shards: 1,
         pg_count: PG_COUNT,
         failure_domain: FailureDomain::Node,
+        placement: mosaic_cluster::placement::PLACEMENT_LATEST,
     })
     .unwrap();
     map

@@ -70,6 +70,7 @@ fn bootstrap() -> Change {
         parity_shards: 1,
         pg_count: 64,
         failure_domain: FailureDomain::Node,
+        placement: mosaic_cluster::placement::PLACEMENT_LATEST,
     }
 }
 

@@ -538,6 +538,7 @@ impl Cluster {
                 parity_shards: request.parity_shards,
                 pg_count: request.pg_count,
                 failure_domain: request.failure_domain,
+                placement: mosaic_cluster::placement::PLACEMENT_LATEST,
             };
             running.node.propose(bootstrap).await.map_err(|e| format!("making the cluster map: {e}"))?;
         }
