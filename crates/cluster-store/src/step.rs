@@ -19,6 +19,13 @@
 //! starts again, and its next fill finds the name gone from the kept drives and takes the copy off the
 //! new ones. Left open: a removal made between the last count and the moment every node serves the step,
 //! that fails to reach every new drive.
+//!
+//! Only a step being filled needs its removals followed: before its fill begins, its new drives hold
+//! nothing the fill of this step copied (what an earlier attempt left there, the next fill decides from
+//! the kept drives). So a node follows a group's removals only once the step was armed on it
+//! (`FollowTally::arm`, when the rebalancer asks it for its count), and the fill begins only once every
+//! removal begun before that count has ended (`fill_following`). While a move waits its turn, deletes
+//! in its groups cost what they cost elsewhere (no renewed locks, no next set opened, no follow).
 
 use crate::{NodeDrive, PgDrive, connect_drive, group_placement};
 use futures::future::BoxFuture;
@@ -234,8 +241,9 @@ impl StepFollower {
 }
 
 impl RemovalFollower for StepFollower {
-    fn begin(&self) -> Box<dyn std::any::Any + Send> {
-        Box::new(self.tally.begin(self.step.pg as u32))
+    fn begin(&self) -> mosaic_erasure::RemovalsBegun {
+        let (under_way, follow) = self.tally.begin(self.step.pg as u32, &self.step.target);
+        mosaic_erasure::RemovalsBegun { under_way: Box::new(under_way), follow }
     }
 
     fn removed<'a>(&'a self, coll: &'a str, name: &'a [u8]) -> BoxFuture<'a, StoreResult<()>> {
@@ -268,6 +276,8 @@ struct GroupTally {
     next: u64,
     under_way: BTreeSet<u64>,
     not_followed: u64,
+    /// The drives of the step whose removals are followed (`FollowTally::arm`); another step's are not.
+    armed: Option<Vec<DriveId>>,
 }
 
 /// One node's count for one group, as the rebalancer asks it (`FollowReport::count`).
@@ -318,18 +328,45 @@ impl FollowTally {
         Arc::new(FollowTally { incarnation: rand::random(), groups: Default::default() })
     }
 
-    fn begin(self: &Arc<Self>, pg: u32) -> UnderWay {
+    /// A removal from group `pg` begins while the group moves to `target`: under way until the guard is
+    /// dropped, and followed if that step is armed on this node (decided here, under the tally's lock, so
+    /// that a removal that is not followed began before the arming and its count).
+    fn begin(self: &Arc<Self>, pg: u32, target: &[DriveId]) -> (UnderWay, bool) {
         let mut groups = self.groups.lock();
         let g = groups.entry(pg).or_default();
+        let armed = g.armed.as_deref() == Some(target);
         // Past the limit a removal is not tracked: counted as not followed, so no step ends on it.
         if g.under_way.len() >= MAX_UNDER_WAY {
             g.not_followed += 1;
-            return UnderWay { tally: self.clone(), pg, number: None };
+            return (UnderWay { tally: self.clone(), pg, number: None }, armed);
         }
         let number = g.next;
         g.next += 1;
         g.under_way.insert(number);
-        UnderWay { tally: self.clone(), pg, number: Some(number) }
+        (UnderWay { tally: self.clone(), pg, number: Some(number) }, armed)
+    }
+
+    /// Arms group `pg`'s step to `target` on this node: every removal from the group begun from now on is
+    /// followed onto those drives (one step armed per group: arming the next disarms the one before). The
+    /// count that follows the arming; the removals under way in it may not follow.
+    pub fn arm(&self, pg: u32, target: &[DriveId]) -> FollowCount {
+        let mut groups = self.groups.lock();
+        let g = groups.entry(pg).or_default();
+        if g.armed.as_deref() != Some(target) {
+            g.armed = Some(target.to_vec());
+        }
+        let count = self.count(g);
+        debug_assert!(g.armed.as_deref() == Some(target));
+        count
+    }
+
+    fn count(&self, g: &GroupTally) -> FollowCount {
+        FollowCount {
+            incarnation: self.incarnation,
+            begun: g.next,
+            oldest_under_way: g.under_way.first().copied(),
+            not_followed: g.not_followed,
+        }
     }
 
     fn not_followed(&self, pg: u32) {
@@ -339,13 +376,10 @@ impl FollowTally {
     /// This node's counts (at most one per placement group).
     pub fn report(&self) -> FollowReport {
         let groups = self.groups.lock();
-        let count = |g: &GroupTally| FollowCount {
+        FollowReport {
             incarnation: self.incarnation,
-            begun: g.next,
-            oldest_under_way: g.under_way.first().copied(),
-            not_followed: g.not_followed,
-        };
-        FollowReport { incarnation: self.incarnation, groups: groups.iter().map(|(pg, g)| (*pg, count(g))).collect() }
+            groups: groups.iter().map(|(pg, g)| (*pg, self.count(g))).collect(),
+        }
     }
 }
 
@@ -400,15 +434,16 @@ pub async fn fill(set: &StepSet, bytes_per_s: u64) -> Result<u64, String> {
 /// `fill`, then the group's removal counts of every node compared with those before it: a removal not
 /// followed during the fill (counted before the fill ended), a node gone, restarted or new, and the step
 /// must not end now (an error: it starts again, and the next fill finds the names gone from the kept
-/// drives). A removal counted before the fill began committed before it, and the fill took its copies off
-/// the new drives. `ask` gathers the counts of every node that takes part (an error: a node did not
-/// answer). The bytes copied.
+/// drives). `ask` arms the step on every node that takes part and gathers their counts
+/// (`FollowTally::arm`; an error: a node did not answer). The fill begins once every removal under way
+/// at the first count has ended: one begun before the arming is not followed, and must have committed
+/// before the fill decides its name. The bytes copied.
 pub async fn fill_following<F, Fut>(set: &StepSet, bytes_per_s: u64, mut ask: F) -> Result<u64, String>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<FollowCounts, String>>,
 {
-    let before = ask().await?;
+    let before = settled(&mut ask).await?;
     let bytes = fill(set, bytes_per_s).await?;
     let after = settled(&mut ask).await?;
     let nodes = nodes_unfollowed(&before, &after);
@@ -450,9 +485,9 @@ mod tests {
         let tally = FollowTally::new();
         let inc = tally.report().incarnation;
         assert_eq!(tally.report().count(7), count(inc, 0, None, 0), "no removal yet");
-        let first = tally.begin(7);
-        let second = tally.begin(7);
-        let other = tally.begin(2);
+        let first = tally.begin(7, &[]).0;
+        let second = tally.begin(7, &[]).0;
+        let other = tally.begin(2, &[]).0;
         assert_eq!(tally.report().count(7), count(inc, 2, Some(0), 0));
         drop(first);
         assert_eq!(tally.report().count(7), count(inc, 2, Some(1), 0), "the oldest under way is the second");
@@ -468,16 +503,38 @@ mod tests {
     fn removals_past_the_limit_under_way_count_as_not_followed() {
         let tally = FollowTally::new();
         let inc = tally.report().incarnation;
-        let at_limit: Vec<UnderWay> = (0..MAX_UNDER_WAY).map(|_| tally.begin(3)).collect();
+        let at_limit: Vec<UnderWay> = (0..MAX_UNDER_WAY).map(|_| tally.begin(3, &[]).0).collect();
         let n = MAX_UNDER_WAY as u64;
         assert_eq!(tally.report().count(3), count(inc, n, Some(0), 0), "every one up to the limit is tracked");
-        let past = tally.begin(3);
+        let past = tally.begin(3, &[]).0;
         assert_eq!(tally.report().count(3), count(inc, n, Some(0), 1), "the one past it is not followed");
         drop(past);
         drop(at_limit);
         assert_eq!(tally.report().count(3), count(inc, n, None, 1));
-        drop(tally.begin(3));
+        drop(tally.begin(3, &[]).0);
         assert_eq!(tally.report().count(3), count(inc, n + 1, None, 1), "tracked again below the limit");
+    }
+
+    /// A group's removals are followed only once its step is armed, and only for the step armed: arming
+    /// the group's next step disarms the one before. The count an arming answers covers every removal
+    /// begun before it, so those not followed are among the removals it waits for.
+    #[test]
+    fn removals_are_followed_once_their_step_is_armed() {
+        let tally = FollowTally::new();
+        let inc = tally.report().incarnation;
+        let (before, follow) = tally.begin(4, &[1, 2, 3]);
+        assert!(!follow, "no step armed");
+        assert_eq!(tally.arm(4, &[1, 2, 3]), count(inc, 1, Some(0), 0), "the removal before is under way");
+        let (after, follow) = tally.begin(4, &[1, 2, 3]);
+        assert!(follow, "armed");
+        assert!(!tally.begin(4, &[1, 2, 5]).1, "another step of the group is not armed");
+        assert!(!tally.begin(5, &[1, 2, 3]).1, "nor another group");
+        assert_eq!(tally.arm(4, &[1, 2, 3]), count(inc, 3, Some(0), 0), "arming again changes nothing");
+        drop((before, after));
+        tally.arm(4, &[1, 2, 5]);
+        assert!(tally.begin(4, &[1, 2, 5]).1);
+        assert!(!tally.begin(4, &[1, 2, 3]).1, "the step before is disarmed");
+        assert_eq!(tally.report().count(4), count(inc, 5, None, 0));
     }
 
     #[test]

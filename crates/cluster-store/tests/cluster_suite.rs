@@ -134,9 +134,10 @@ impl Cluster {
         build(map, me, &self.local[me as usize], &self.client, &cfg, None).await.unwrap().store
     }
 
-    /// Every node's removal count of group `pg`.
-    fn follow_counts(&self, pg: usize) -> FollowCounts {
-        self.follows.iter().enumerate().map(|(node, t)| (node as NodeId, t.report().count(pg as u32))).collect()
+    /// Every node's removal count of `step`'s group, the step armed on each (as the rebalancer asks).
+    fn follow_counts(&self, step: &mosaic_cluster_store::Step) -> FollowCounts {
+        let arm = |t: &Arc<FollowTally>| t.arm(step.pg as u32, &step.target);
+        self.follows.iter().enumerate().map(|(node, t)| (node as NodeId, arm(t))).collect()
     }
 
     /// Node `me`'s side of the cluster's object locks.
@@ -364,17 +365,18 @@ async fn a_moving_group_with_its_key(
     (step, new_slot, key, writer, filling)
 }
 
-/// A removal from a moving group is followed onto the drives its step fills (`StepFollower`): the fill
-/// copied an object onto the step's new drive, another node deletes it through the set served, and the
-/// copy is gone from the new drive too (else, with k = m, it would tie with the kept drives once the step
-/// is served and the object would come back). A key written again afterwards is left for the fill.
+/// A removal from a moving group is followed onto the drives its step fills (`StepFollower`) once the
+/// step is armed: the fill copied an object onto the step's new drive, another node deletes it through the
+/// set served, and the copy is gone from the new drive too (else, with k = m, it would tie with the kept
+/// drives once the step is served and the object would come back). A key written again afterwards is left
+/// for the fill. Before the arming the removal is not followed, and the fill that arms takes the copy off.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_removal_in_a_moving_group_reaches_the_drives_its_step_fills() {
     use mosaic_cluster_store::StepSet;
     use mosaic_store::{Snapshot, Store};
     let mut cluster = Cluster::start().await;
     // The rebalancer's fill copies the key onto the new drive.
-    let (_, new_slot, key, writer, filling) = a_moving_group_with_its_key(&mut cluster).await;
+    let (step, new_slot, key, writer, filling) = a_moving_group_with_its_key(&mut cluster).await;
     let fill = |set: &StepSet| {
         let set = set.clone();
         async move { mosaic_cluster_store::fill(&set, 0).await.unwrap() }
@@ -389,9 +391,18 @@ async fn a_removal_in_a_moving_group_reaches_the_drives_its_step_fills() {
     };
     fill(&filling).await;
     assert_eq!(on_new_drive(&filling).await, 1, "the fill copied the object");
-
-    // Another node deletes it: its store takes the copy off the new drive.
+    // Not armed yet (a copy an earlier attempt left): the delete is not followed, the armed fill decides.
     let deleter = cluster.layer(1).await;
+    deleter.delete_object("bkt", &key, None).await.unwrap();
+    assert_eq!(on_new_drive(&filling).await, 1, "not followed before the arming");
+    let ask = || async { Ok(cluster.follow_counts(&step)) };
+    mosaic_cluster_store::fill_following(&filling, 0, ask).await.unwrap();
+    assert_eq!(on_new_drive(&filling).await, 0, "the armed fill took the copy off");
+    writer.put_object("bkt", &key, body(&pattern(3, 40_000), 65_536), PutOptions::default()).await.unwrap();
+    fill(&filling).await;
+    assert_eq!(on_new_drive(&filling).await, 1, "the fill copied the object again");
+
+    // Armed: another node deletes it, and its store takes the copy off the new drive.
     deleter.delete_object("bkt", &key, None).await.unwrap();
     assert_eq!(on_new_drive(&filling).await, 0, "the removal was followed");
     // Written again, the kept drives hold it and the fill copies it again.
@@ -430,12 +441,12 @@ async fn a_removal_not_followed_during_a_fill_makes_the_step_start_again() {
     // The delete comes while the fill ends: after it copied the object, before the counts that end it.
     let asked = AtomicUsize::new(0);
     let ask = || {
-        let (n, cluster, deleter, key) = (asked.fetch_add(1, SeqCst), &cluster, &deleter, &key);
+        let (n, cluster, deleter, key, step) = (asked.fetch_add(1, SeqCst), &cluster, &deleter, &key, &step);
         async move {
             if n == 1 {
                 deleter.delete_object("bkt", key, None).await.map_err(|e| e.to_string())?;
             }
-            Ok(cluster.follow_counts(step.pg))
+            Ok(cluster.follow_counts(step))
         }
     };
     let ended = mosaic_cluster_store::fill_following(&filling, 0, ask).await;
@@ -443,7 +454,7 @@ async fn a_removal_not_followed_during_a_fill_makes_the_step_start_again() {
     assert_eq!(cluster.follows[1].report().count(step.pg as u32).not_followed, 1);
     assert_eq!(on_new_drive().await, 1, "the copy stayed on the new drive");
     // The step again: its fill finds the object gone from the kept drives.
-    let ask = || async { Ok(cluster.follow_counts(step.pg)) };
+    let ask = || async { Ok(cluster.follow_counts(&step)) };
     mosaic_cluster_store::fill_following(&filling, 0, ask).await.unwrap();
     assert_eq!(on_new_drive().await, 0, "the fill took the copy off");
     cluster.stop();
@@ -465,9 +476,9 @@ async fn a_removal_while_a_node_of_a_moving_group_is_down_is_counted() {
     let other = (0..NODES).find(|n| *n != node).unwrap();
     let deleter =
         S3Semantics::open(Arc::new(cluster.store_from(&down, other).await), SemanticsConfig::default()).await.unwrap();
-    let before = cluster.follow_counts(step.pg);
+    let before = cluster.follow_counts(&step);
     deleter.delete_object("bkt", &key, None).await.unwrap();
-    let after = cluster.follow_counts(step.pg);
+    let after = cluster.follow_counts(&step);
     assert_eq!(mosaic_cluster_store::nodes_unfollowed(&before, &after), [other]);
     assert_eq!((after[&other].begun, after[&other].oldest_under_way), (1, None), "begun and ended");
     cluster.stop();

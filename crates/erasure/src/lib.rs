@@ -108,15 +108,24 @@ pub struct SetConfig {
 /// What `SetConfig::removal_follower` is told. A failure does not fail the write (it is decided and
 /// durable): it is logged and counted (`SetCounters::removals_not_followed`).
 pub trait RemovalFollower: Send + Sync + 'static {
-    /// Called before a write that takes names away is committed; what it returns is dropped once every
-    /// name the write took away was followed or failed to be (or the write failed). A follower whose
-    /// failures someone must not miss counts the removals under way with it: a removal not followed yet
-    /// has not failed yet either.
-    fn begin(&self) -> Box<dyn std::any::Any + Send>;
+    /// Called before a write that takes names away is committed. Its guard is dropped once every name the
+    /// write took away was followed or failed to be (or the write failed). A follower whose failures
+    /// someone must not miss counts the removals under way with it: a removal not followed yet has not
+    /// failed yet either. A write told not to follow commits as any other, its removals still under way
+    /// until it ends (whoever turns following on waits for those to end).
+    fn begin(&self) -> RemovalsBegun;
     /// Follows the removal of `name`. It runs while the write still holds the name's locks (the set's own
     /// and `SetConfig::shared_locks`, renewed just before), so it must not take those locks itself, and
     /// should end within the shared locks' use window, else their lease may lapse meanwhile.
     fn removed<'a>(&'a self, coll: &'a str, name: &'a [u8]) -> futures::future::BoxFuture<'a, StoreResult<()>>;
+}
+
+/// What `RemovalFollower::begin` answers for one write.
+pub struct RemovalsBegun {
+    /// Dropped once the write ended (its removals followed or failed to be, or the write failed).
+    pub under_way: Box<dyn std::any::Any + Send>,
+    /// Whether the write's removals are followed (`RemovalFollower::removed`), under its locks.
+    pub follow: bool,
 }
 
 /// Collections of this prefix on the drives are the set's own (its undo log): the set does not list them.
@@ -761,7 +770,10 @@ impl<S: Store> Store for ErasureSet<S> {
         if removed.is_empty() {
             return write::commit(&self.inner, txn).await;
         }
-        let _under_way = follower.begin();
+        let begun = follower.begin();
+        if !begun.follow {
+            return write::commit(&self.inner, txn).await;
+        }
         // The removals are followed under the write's locks: a heal of these names (on another node, over
         // the set a step made) or a step's fill copying them cannot act between the commit and its follow,
         // when the drives the step keeps lack a name the new ones may still hold. Each follow begins with

@@ -731,8 +731,8 @@ struct LockNotingFollower {
 }
 
 impl mosaic_erasure::RemovalFollower for LockNotingFollower {
-    fn begin(&self) -> Box<dyn std::any::Any + Send> {
-        Box::new(())
+    fn begin(&self) -> mosaic_erasure::RemovalsBegun {
+        mosaic_erasure::RemovalsBegun { under_way: Box::new(()), follow: true }
     }
 
     fn removed<'a>(

@@ -51,6 +51,8 @@ const PATH_SHARED: &str = "/node/shared";
 const PATH_SERVING: &str = "/node/serving";
 /// A member asks a waiting node to join through it (`admin cluster add-node`).
 const PATH_INVITE: &str = "/node/invite";
+/// A rebalancer arms a step on a node and takes its removal count of the step's group (`ArmStep`).
+const PATH_FOLLOWS: &str = "/node/follows";
 /// How long an invited node may take to join (admitted to Raft, the shared files taken, added to the map).
 const INVITE_TIMEOUT: Duration = Duration::from_secs(60);
 /// The data directory's files every node of a cluster holds alike.
@@ -136,8 +138,14 @@ struct ServingReport {
     last_error: Option<String>,
     /// The version of each shared setting this node applied.
     shared_applied: BTreeMap<String, u64>,
-    /// Its removals from moving groups: under way, and not followed onto a step's new drives.
-    follows: mosaic_cluster_store::FollowReport,
+}
+
+/// A step a rebalancer is about to fill: the node follows the group's removals onto its drives from now on
+/// (`mosaic_cluster_store::FollowTally::arm`) and answers its count of the group.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct ArmStep {
+    pg: u32,
+    target: Vec<mosaic_cluster::DriveId>,
 }
 
 /// Whether a node starting its cluster port was a member before (it restarts) or becomes one now.
@@ -187,7 +195,7 @@ pub struct Cluster {
     /// Wakes the rebalancer when a new store is served.
     served_changed: tokio::sync::Notify,
     moves: MoveStats,
-    /// This node's removals from moving groups, which the rebalancers ask for (`ServingReport::follows`).
+    /// This node's removals from moving groups and the steps armed, which the rebalancers ask for (`PATH_FOLLOWS`).
     follows: Arc<mosaic_cluster_store::FollowTally>,
     /// What this node does with the map's shared settings (`on_shared`).
     shared_followers: Mutex<Vec<SharedFollower>>,
@@ -923,8 +931,18 @@ impl Cluster {
             moving_for_ms: m.first_move.lock().map(|t| t.elapsed().as_millis() as u64).unwrap_or(0),
             last_error: m.last_error.lock().clone(),
             shared_applied: self.shared_followers.lock().iter().map(|f| (f.name.to_string(), f.applied)).collect(),
-            follows: self.follows.report(),
         }
+    }
+
+    /// Arms a rebalancer's step on this node (`PATH_FOLLOWS`): refused for a group or a set the map cannot
+    /// have (the tally keeps a step per group it is asked for).
+    fn arm_step(&self, arm: &ArmStep) -> Result<mosaic_cluster_store::FollowCount, String> {
+        let running = self.running.get().ok_or("this node is in no cluster")?;
+        let map = running.node.map();
+        if arm.pg as usize >= map.pgs.len() || arm.target.len() > mosaic_erasure::MAX_SET_DRIVES {
+            return Err(format!("no step of group {} over {} drives here", arm.pg, arm.target.len()));
+        }
+        Ok(self.follows.arm(arm.pg, &arm.target))
     }
 
     /// What node `id` (at `address`) serves and its rebalancer did: this node's own report, or its answer.
@@ -1091,7 +1109,7 @@ impl Cluster {
         // At most the node's move rate; a fill during which some node did not follow a removal onto the new
         // drives does not end the step (it starts again).
         let rate = self.cfg.move_bytes_per_s;
-        let bytes = mosaic_cluster_store::fill_following(&filling, rate, || self.follow_counts(pg, running)).await;
+        let bytes = mosaic_cluster_store::fill_following(&filling, rate, || self.follow_counts(&step, running)).await;
         self.moves.bytes_moved.fetch_add(bytes.as_ref().copied().unwrap_or(0), Relaxed);
         let bytes = bytes.map_err(|e| format!("filling its next set: {e}"))?;
         metrics::counter!("mosaic_rebalance_bytes_total").increment(bytes);
@@ -1138,14 +1156,26 @@ impl Cluster {
         }
     }
 
-    /// Group `pg`'s removal counts on every node that is up (or draining), this one too: an error when one
-    /// does not answer (the step tries again later; a node marked down is not asked).
-    async fn follow_counts(&self, pg: usize, running: &Running) -> Result<mosaic_cluster_store::FollowCounts, String> {
+    /// `step` armed on every node that is up (or draining), this one too, and their removal counts of its
+    /// group: an error when one does not answer (the step tries again later; a node marked down is not
+    /// asked).
+    async fn follow_counts(
+        &self,
+        step: &mosaic_cluster_store::Step,
+        running: &Running,
+    ) -> Result<mosaic_cluster_store::FollowCounts, String> {
         let map = running.node.map();
+        let arm = ArmStep { pg: step.pg as u32, target: step.target.clone() };
         let asked = map.nodes.iter().filter(|(_, n)| matches!(n.state, NodeState::Up | NodeState::Draining));
-        let calls = asked.map(|(id, n)| async move {
-            let report = self.report_of(running, *id, &n.address).await;
-            report.map(|r| (*id, r.follows.count(pg as u32))).map_err(|e| format!("node {id}: {e}"))
+        let calls = asked.map(|(id, n)| {
+            let arm = &arm;
+            async move {
+                if *id == self.node_id() {
+                    return Ok((*id, self.follows.arm(arm.pg, &arm.target)));
+                }
+                let count = running.client.call(&n.address, PATH_FOLLOWS, arm, SERVING_CALL_TIMEOUT).await;
+                count.map(|c| (*id, c)).map_err(|e| format!("node {id}: {e}"))
+            }
         });
         futures::future::join_all(calls).await.into_iter().collect()
     }
@@ -1286,6 +1316,11 @@ impl Handler for NodeCalls {
             if path == PATH_SERVING {
                 let cluster = self.cluster.upgrade().ok_or((StatusCode::SERVICE_UNAVAILABLE, "stopping".into()))?;
                 return rpc::answer(&cluster.serving_report());
+            }
+            if path == PATH_FOLLOWS {
+                let arm: ArmStep = rpc::parse(&body)?;
+                let cluster = self.cluster.upgrade().ok_or((StatusCode::SERVICE_UNAVAILABLE, "stopping".into()))?;
+                return rpc::answer(&cluster.arm_step(&arm).map_err(|e| (StatusCode::BAD_REQUEST, e))?);
             }
             if path == PATH_INVITE {
                 let invite: Invite = rpc::parse(&body)?;
