@@ -6,6 +6,9 @@
 # before, during and after. Usage:
 #   scripts/bench-rebalance.sh [OUT]      (needs bin/mosaic from `make build`)
 # MOVE_RATE (e.g. 16MiB) is each node's --move-rate; unset, the server's default.
+# PAUSED=1: moves are paused before the fourth node joins, so the load "during" runs while every group that
+# must move waits its turn and none is filled (what a move costs the foreground besides its copying); they
+# are resumed after it, and the move's time then counts from the resume.
 # Drive files live under $DIR and are removed on exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -82,11 +85,19 @@ bench fill --workload read-only --objects "$OBJECTS" --size "$SIZE" --concurrenc
 stored=$(used_bytes 0 1 2)
 bench load-before "${LOAD[@]}"
 # The fourth node joins; the load runs again while its share moves onto it.
+[[ -n ${PAUSED:-} ]] && admin 0 cluster rebalance pause >/dev/null
 start=$(date +%s.%N)
 start_node 3
 wait_ready http://127.0.0.1:19031/health/ready
-bench load-during "${LOAD[@]}" &
-load=$!
+if [[ -n ${PAUSED:-} ]]; then
+  bench load-during "${LOAD[@]}"
+  admin 0 cluster rebalance resume >/dev/null
+  start=$(date +%s.%N)
+  load=
+else
+  bench load-during "${LOAD[@]}" &
+  load=$!
+fi
 for _ in $(seq 1 3000); do
   admin 0 cluster status >"$OUT/status.json"
   python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); sys.exit(0 if s["groups_moving"] == 0 else 1)' \
@@ -95,7 +106,7 @@ for _ in $(seq 1 3000); do
   sleep 1
 done
 moved_s=$(python3 -c "import time; print(round(time.time() - $start, 1))")
-wait "$load"
+[[ -z $load ]] || wait "$load"
 # The same load on the four nodes once nothing moves: what the fourth node costs by itself.
 bench load-after "${LOAD[@]}"
 python3 - "$OUT/status.json" "$stored" "$moved_s" "$OUT" >"$OUT/summary.txt" <<'EOF'
