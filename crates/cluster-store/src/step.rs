@@ -330,11 +330,17 @@ impl FollowTally {
 
     /// A removal from group `pg` begins while the group moves to `target`: under way until the guard is
     /// dropped, and followed if that step is armed on this node (decided here, under the tally's lock, so
-    /// that a removal that is not followed began before the arming and its count).
+    /// that a removal that is not followed began before the arming and its count). While another step of
+    /// the group is armed (this node's map places the group elsewhere than the step being filled, or the
+    /// next step is not armed yet) the removal reaches neither: it is counted as not followed, so that a
+    /// fill of the armed step under way does not end on it.
     fn begin(self: &Arc<Self>, pg: u32, target: &[DriveId]) -> (UnderWay, bool) {
         let mut groups = self.groups.lock();
         let g = groups.entry(pg).or_default();
         let armed = g.armed.as_deref() == Some(target);
+        if g.armed.is_some() && !armed {
+            g.not_followed += 1;
+        }
         // Past the limit a removal is not tracked: counted as not followed, so no step ends on it.
         if g.under_way.len() >= MAX_UNDER_WAY {
             g.not_followed += 1;
@@ -527,14 +533,16 @@ mod tests {
         assert_eq!(tally.arm(4, &[1, 2, 3]), count(inc, 1, Some(0), 0), "the removal before is under way");
         let (after, follow) = tally.begin(4, &[1, 2, 3]);
         assert!(follow, "armed");
-        assert!(!tally.begin(4, &[1, 2, 5]).1, "another step of the group is not armed");
-        assert!(!tally.begin(5, &[1, 2, 3]).1, "nor another group");
-        assert_eq!(tally.arm(4, &[1, 2, 3]), count(inc, 3, Some(0), 0), "arming again changes nothing");
+        assert_eq!(tally.report().count(4).not_followed, 0);
+        assert!(!tally.begin(5, &[1, 2, 3]).1, "another group is not armed");
+        assert!(!tally.begin(4, &[1, 2, 5]).1, "nor another step of the group, which the armed one misses");
+        assert_eq!(tally.arm(4, &[1, 2, 3]), count(inc, 3, Some(0), 1), "arming again changes nothing");
         drop((before, after));
         tally.arm(4, &[1, 2, 5]);
         assert!(tally.begin(4, &[1, 2, 5]).1);
         assert!(!tally.begin(4, &[1, 2, 3]).1, "the step before is disarmed");
-        assert_eq!(tally.report().count(4), count(inc, 5, None, 0));
+        assert_eq!(tally.report().count(4), count(inc, 5, None, 2));
+        assert_eq!(tally.report().count(5), count(inc, 1, None, 0), "unarmed: nothing is missed");
     }
 
     #[test]
