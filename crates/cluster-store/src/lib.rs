@@ -21,7 +21,7 @@ pub use fence::{drive_guard, fence_check, fence_of, group_placement};
 pub use node_drive::{NodeDrive, NodeSnapshot, NodeStaged};
 pub use pg_drive::PgDrive;
 pub use step::{
-    FollowCount, FollowCounts, FollowReport, FollowTally, Step, StepFollower, StepSet, fill, fill_following,
+    FollowCount, FollowCounts, FollowReport, FollowTally, Step, StepFollower, StepSet, arm_step, fill, fill_following,
     nodes_unfollowed, open_step_set,
 };
 
@@ -49,7 +49,8 @@ pub type ClusterStore = Pool<ErasureSet<PgDrive<NodeDrive>>>;
 pub struct ClusterStoreConfig {
     /// The set settings; the geometry is replaced by the map's.
     pub set: SetConfig,
-    /// This node's removals from moving groups, counted for the rebalancers (`fill_following`).
+    /// This node's writes to moving groups, armed and counted for the rebalancers (`arm_step`,
+    /// `fill_following`).
     pub follows: Arc<FollowTally>,
 }
 
@@ -187,9 +188,10 @@ pub async fn build(
         // Every node writes to every group; only the group's owner settles undo logs at open (writes old
         // enough not to be in flight elsewhere) and heals.
         let owner = owner_of(map, set) == Some(me);
-        // A moving group's removals are followed onto its next set (`step`) when the step keeps k drives
-        // that took every write: onto the new drives that answer, counted when some do not. When it keeps
-        // none (a node of the set is down), they are counted, and the step starts again.
+        // Once a moving group's step is armed (`FollowTally::arm`), its writes are under the kept drives'
+        // rule and its removals are followed onto its next set (`step`) when the step keeps k drives: onto
+        // the new drives that answer, counted when some do not. When it keeps none (a node of the set is
+        // down), they are counted, and the step starts again.
         let kept = kept_drives(map, entry);
         let removal_follower = Step::of(map, pg).map(|step| {
             let map = follow_map.get_or_insert_with(|| Arc::new(map.clone())).clone();

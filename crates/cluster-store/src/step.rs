@@ -24,8 +24,13 @@
 //! nothing the fill of this step copied (what an earlier attempt left there, the next fill decides from
 //! the kept drives). So a node follows a group's removals only once the step was armed on it
 //! (`FollowTally::arm`, when the rebalancer asks it for its count), and the fill begins only once every
-//! removal begun before that count has ended (`fill_following`). While a move waits its turn, deletes
-//! in its groups cost what they cost elsewhere (no renewed locks, no next set opened, no follow).
+//! removal begun before that count has ended (`arm_step`). The kept drives' rule (`SetConfig::kept_drives`:
+//! a write commits on the kept drives first and needs their share) is armed the same way: a write begun
+//! before the arming may have reached a write quorum with too few kept drives, so the rebalancer arms the
+//! step, waits for every write begun before to end, heals the set served whole (that rebuilds what such a
+//! write left short on the kept drives) and only then fills. While a move waits its turn, the writes and
+//! deletes in its groups cost what they cost elsewhere (all drives at once, no renewed locks, no next set
+//! opened, no follow).
 
 use crate::{NodeDrive, PgDrive, connect_drive, group_placement};
 use futures::future::BoxFuture;
@@ -55,7 +60,7 @@ const FILL_HEAL_STEP: usize = 16;
 /// `FOLLOW_TIMEOUT`), and how often the nodes are asked meanwhile.
 const FOLLOW_SETTLE_WAIT: Duration = Duration::from_secs(20);
 const FOLLOW_SETTLE_POLL: Duration = Duration::from_millis(50);
-/// Removals under way per group on one node: far above the requests a node serves at once.
+/// Writes under way per group on one node: far above the requests a node serves at once.
 const MAX_UNDER_WAY: usize = 1 << 20;
 
 /// A group's next set.
@@ -241,9 +246,9 @@ impl StepFollower {
 }
 
 impl RemovalFollower for StepFollower {
-    fn begin(&self) -> mosaic_erasure::RemovalsBegun {
-        let (under_way, follow) = self.tally.begin(self.step.pg as u32, &self.step.target);
-        mosaic_erasure::RemovalsBegun { under_way: Box::new(under_way), follow }
+    fn begin(&self) -> mosaic_erasure::WriteBegun {
+        let (under_way, armed) = self.tally.begin(self.step.pg as u32, &self.step.target);
+        mosaic_erasure::WriteBegun { under_way: Box::new(under_way), armed }
     }
 
     fn removed<'a>(&'a self, coll: &'a str, name: &'a [u8]) -> BoxFuture<'a, StoreResult<()>> {
@@ -260,8 +265,9 @@ impl RemovalFollower for StepFollower {
     }
 }
 
-/// A node's removals from moving groups, per group: those under way (committing or being followed) and
-/// those not followed onto every drive of the group's next set, since the process started.
+/// A node's writes to moving groups, per group: those under way (committing or having their removals
+/// followed) and those that an armed step's fill may have missed (a removal not followed onto every drive
+/// of the group's next set, a write while another step was armed), since the process started.
 #[derive(Debug)]
 pub struct FollowTally {
     /// Tells this process's counts from those of an earlier one of the same node (a restart ends every
@@ -272,11 +278,11 @@ pub struct FollowTally {
 
 #[derive(Debug, Default)]
 struct GroupTally {
-    /// The number the next removal begun takes.
+    /// The number the next write begun takes.
     next: u64,
     under_way: BTreeSet<u64>,
     not_followed: u64,
-    /// The drives of the step whose removals are followed (`FollowTally::arm`); another step's are not.
+    /// The drives of the step whose writes are armed (`FollowTally::arm`); another step's are not.
     armed: Option<Vec<DriveId>>,
 }
 
@@ -284,10 +290,12 @@ struct GroupTally {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FollowCount {
     pub incarnation: u64,
-    /// Removals begun so far (the number the next one takes).
+    /// Writes begun so far (the number the next one takes).
     pub begun: u64,
-    /// The number of the oldest removal under way, if any.
+    /// The number of the oldest write under way, if any.
     pub oldest_under_way: Option<u64>,
+    /// Writes the fill of the step armed may have missed: removals not followed, writes made while
+    /// another step of the group was armed.
     pub not_followed: u64,
 }
 
@@ -308,7 +316,7 @@ impl FollowReport {
     }
 }
 
-/// A removal under way, until dropped (None: one past `MAX_UNDER_WAY`, counted as not followed at once).
+/// A write under way, until dropped (None: one past `MAX_UNDER_WAY`, counted as not followed at once).
 pub struct UnderWay {
     tally: Arc<FollowTally>,
     pg: u32,
@@ -319,7 +327,7 @@ impl Drop for UnderWay {
     fn drop(&mut self) {
         let Some(number) = self.number else { return };
         let ended = self.tally.groups.lock().get_mut(&self.pg).is_some_and(|g| g.under_way.remove(&number));
-        debug_assert!(ended, "a removal ends once");
+        debug_assert!(ended, "a write ends once");
     }
 }
 
@@ -328,12 +336,13 @@ impl FollowTally {
         Arc::new(FollowTally { incarnation: rand::random(), groups: Default::default() })
     }
 
-    /// A removal from group `pg` begins while the group moves to `target`: under way until the guard is
-    /// dropped, and followed if that step is armed on this node (decided here, under the tally's lock, so
-    /// that a removal that is not followed began before the arming and its count). While another step of
-    /// the group is armed (this node's map places the group elsewhere than the step being filled, or the
-    /// next step is not armed yet) the removal reaches neither: it is counted as not followed, so that a
-    /// fill of the armed step under way does not end on it.
+    /// A write to group `pg` begins while the group moves to `target`: under way until the guard is
+    /// dropped, and armed (under the kept drives' rule, its removals followed) if that step is armed on
+    /// this node, decided here under the tally's lock, so that a write that is not armed began before the
+    /// arming and its count. While another step of the group is armed (this node's map places the group
+    /// elsewhere than the step being filled, or the next step is not armed yet) the write is under neither
+    /// step's rule and a removal reaches neither's drives: it is counted as not followed, so that a fill
+    /// of the armed step under way does not end on it.
     fn begin(self: &Arc<Self>, pg: u32, target: &[DriveId]) -> (UnderWay, bool) {
         let mut groups = self.groups.lock();
         let g = groups.entry(pg).or_default();
@@ -341,7 +350,7 @@ impl FollowTally {
         if g.armed.is_some() && !armed {
             g.not_followed += 1;
         }
-        // Past the limit a removal is not tracked: counted as not followed, so no step ends on it.
+        // Past the limit a write is not tracked: counted as not followed, so no step ends on it.
         if g.under_way.len() >= MAX_UNDER_WAY {
             g.not_followed += 1;
             return (UnderWay { tally: self.clone(), pg, number: None }, armed);
@@ -352,9 +361,10 @@ impl FollowTally {
         (UnderWay { tally: self.clone(), pg, number: Some(number) }, armed)
     }
 
-    /// Arms group `pg`'s step to `target` on this node: every removal from the group begun from now on is
-    /// followed onto those drives (one step armed per group: arming the next disarms the one before). The
-    /// count that follows the arming; the removals under way in it may not follow.
+    /// Arms group `pg`'s step to `target` on this node: every write to the group begun from now on is
+    /// under the step's kept drives' rule and its removals are followed onto those drives (one step armed
+    /// per group: arming the next disarms the one before). The count that follows the arming; the writes
+    /// under way in it may be unarmed.
     pub fn arm(&self, pg: u32, target: &[DriveId]) -> FollowCount {
         let mut groups = self.groups.lock();
         let g = groups.entry(pg).or_default();
@@ -437,22 +447,36 @@ pub async fn fill(set: &StepSet, bytes_per_s: u64) -> Result<u64, String> {
     Err(format!("writes kept coming faster than {MAX_FILL_ROUNDS} rounds of copying"))
 }
 
-/// `fill`, then the group's removal counts of every node compared with those before it: a removal not
-/// followed during the fill (counted before the fill ended), a node gone, restarted or new, and the step
-/// must not end now (an error: it starts again, and the next fill finds the names gone from the kept
-/// drives). `ask` arms the step on every node that takes part and gathers their counts
-/// (`FollowTally::arm`; an error: a node did not answer). The fill begins once every removal under way
-/// at the first count has ended: one begun before the arming is not followed, and must have committed
-/// before the fill decides its name. The bytes copied.
-pub async fn fill_following<F, Fut>(set: &StepSet, bytes_per_s: u64, mut ask: F) -> Result<u64, String>
+/// Arms a step on every node that takes part (`ask`: `FollowTally::arm` on each, and their counts; an
+/// error: a node did not answer) and waits until every write of the group begun before has ended: those
+/// committed without the kept drives' rule and did not follow their removals, so the set served must be
+/// healed whole after this (what such a write left short on the kept drives is rebuilt there) and before
+/// the fill decides from the kept drives. The counts `fill_following` compares with.
+pub async fn arm_step<F, Fut>(mut ask: F) -> Result<FollowCounts, String>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<FollowCounts, String>>,
 {
-    let before = settled(&mut ask).await?;
+    settled(&mut ask).await
+}
+
+/// `fill`, then the group's counts of every node compared with `armed` (`arm_step`'s): a removal not
+/// followed or a write unruled since (counted before the fill ended), a node gone, restarted or new, and
+/// the step must not end now (an error: it starts again, and the next fill finds the names gone from the
+/// kept drives). The bytes copied.
+pub async fn fill_following<F, Fut>(
+    set: &StepSet,
+    bytes_per_s: u64,
+    armed: FollowCounts,
+    mut ask: F,
+) -> Result<u64, String>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<FollowCounts, String>>,
+{
     let bytes = fill(set, bytes_per_s).await?;
     let after = settled(&mut ask).await?;
-    let nodes = nodes_unfollowed(&before, &after);
+    let nodes = nodes_unfollowed(&armed, &after);
     if !nodes.is_empty() {
         return Err(format!("removals went unfollowed during the fill (nodes {nodes:?}): the step starts again"));
     }

@@ -71,7 +71,9 @@ pub struct SetConfig {
     /// While a cluster group moves a step (issue 16): the slots (a bit each) whose drives the step keeps.
     /// A write must then also commit on `min(write quorum, their count)` of them, so that after the step
     /// (when the drives it leaves are gone) every acknowledged write still has at least k shards where
-    /// the group is served. None: no such rule.
+    /// the group is served. With a `removal_follower` the rule holds only for the writes it arms (its
+    /// step's fill is under way: before it, the fill first waits for the writes begun unarmed to end and
+    /// heals the set served); the background encoding of tails is always under it. None: no such rule.
     pub kept_drives: Option<u16>,
     /// While this set fills a cluster group's next set (issue 16): the slots whose drives the step keeps.
     /// They took every write and delete of the group (`kept_drives`), the others are new drives being
@@ -108,12 +110,13 @@ pub struct SetConfig {
 /// What `SetConfig::removal_follower` is told. A failure does not fail the write (it is decided and
 /// durable): it is logged and counted (`SetCounters::removals_not_followed`).
 pub trait RemovalFollower: Send + Sync + 'static {
-    /// Called before a write that takes names away is committed. Its guard is dropped once every name the
-    /// write took away was followed or failed to be (or the write failed). A follower whose failures
-    /// someone must not miss counts the removals under way with it: a removal not followed yet has not
-    /// failed yet either. A write told not to follow commits as any other, its removals still under way
-    /// until it ends (whoever turns following on waits for those to end).
-    fn begin(&self) -> RemovalsBegun;
+    /// Called before every write of the set is committed; it also decides whether the write is under the
+    /// kept drives' rule (`SetConfig::kept_drives`, only while armed: `WriteBegun::armed`). Its guard is
+    /// dropped once the write ended: every name it took away followed or failed to be, or the write
+    /// failed. A follower whose failures someone must not miss counts the writes under way with it: a
+    /// removal not followed yet has not failed yet either, and whoever arms the follower waits for the
+    /// writes begun unarmed to end (they committed without the rule and without following).
+    fn begin(&self) -> WriteBegun;
     /// Follows the removal of `name`. It runs while the write still holds the name's locks (the set's own
     /// and `SetConfig::shared_locks`, renewed just before), so it must not take those locks itself, and
     /// should end within the shared locks' use window, else their lease may lapse meanwhile.
@@ -121,11 +124,13 @@ pub trait RemovalFollower: Send + Sync + 'static {
 }
 
 /// What `RemovalFollower::begin` answers for one write.
-pub struct RemovalsBegun {
+pub struct WriteBegun {
     /// Dropped once the write ended (its removals followed or failed to be, or the write failed).
     pub under_way: Box<dyn std::any::Any + Send>,
-    /// Whether the write's removals are followed (`RemovalFollower::removed`), under its locks.
-    pub follow: bool,
+    /// Whether the write is under the kept drives' rule and its removals are followed
+    /// (`RemovalFollower::removed`), under its locks. Unarmed, it commits as any write of a set that does
+    /// not move.
+    pub armed: bool,
 }
 
 /// Collections of this prefix on the drives are the set's own (its undo log): the set does not list them.
@@ -219,17 +224,17 @@ impl SetConfig {
         self.codec.unwrap_or_else(|| codec_for(self.geometry.data, self.geometry.parity).id())
     }
 
-    /// Drives a write must commit on among the kept ones (0 without a rule): as many as a write quorum,
-    /// or all of them when fewer are kept.
-    pub fn kept_quorum(&self) -> usize {
-        self.kept_drives.map_or(0, |kept| (kept.count_ones() as usize).min(self.geometry.write_quorum()))
+    /// Drives a write under the kept drives' rule `kept` (a bit per slot; None: no rule) must commit on
+    /// among them: as many as a write quorum, or all of them when fewer are kept.
+    pub fn kept_quorum(&self, kept: Option<u16>) -> usize {
+        kept.map_or(0, |kept| (kept.count_ones() as usize).min(self.geometry.write_quorum()))
     }
 
     /// Whether a write that committed on `committed` (a bit per slot) is durable: a write quorum, and the
-    /// kept drives' share while a step moves.
-    pub fn write_is_durable(&self, committed: u16) -> bool {
-        let kept = self.kept_drives.map_or(0, |kept| (committed & kept).count_ones() as usize);
-        committed.count_ones() as usize >= self.geometry.write_quorum() && kept >= self.kept_quorum()
+    /// kept drives' share under the rule `kept`.
+    pub fn write_is_durable(&self, committed: u16, kept: Option<u16>) -> bool {
+        let on_kept = kept.map_or(0, |kept| (committed & kept).count_ones() as usize);
+        committed.count_ones() as usize >= self.geometry.write_quorum() && on_kept >= self.kept_quorum(kept)
     }
 }
 
@@ -755,9 +760,13 @@ impl<S: Store> Store for ErasureSet<S> {
     }
 
     async fn commit(&self, txn: Txn<Self::Coll, Self::Staged>) -> StoreResult<Outcome> {
+        let kept = self.inner.cfg.kept_drives;
         let Some(follower) = self.inner.cfg.removal_follower.clone() else {
-            return write::commit(&self.inner, txn).await;
+            return write::commit(&self.inner, txn, kept).await;
         };
+        // Begun before anything is decided, so that an arming counts it among the writes under way.
+        let begun = follower.begin();
+        let kept = kept.filter(|_| begun.armed);
         let removed: Vec<(Arc<str>, Vec<u8>)> = txn
             .ops
             .iter()
@@ -767,18 +776,14 @@ impl<S: Store> Store for ErasureSet<S> {
                 _ => None,
             })
             .collect();
-        if removed.is_empty() {
-            return write::commit(&self.inner, txn).await;
-        }
-        let begun = follower.begin();
-        if !begun.follow {
-            return write::commit(&self.inner, txn).await;
+        if removed.is_empty() || !begun.armed {
+            return write::commit(&self.inner, txn, kept).await;
         }
         // The removals are followed under the write's locks: a heal of these names (on another node, over
         // the set a step made) or a step's fill copying them cannot act between the commit and its follow,
         // when the drives the step keeps lack a name the new ones may still hold. Each follow begins with
         // the locks renewed and ends within their use window, inside their lease.
-        let (outcome, mut locks) = write::commit_locked(&self.inner, txn).await?;
+        let (outcome, mut locks) = write::commit_locked(&self.inner, txn, kept).await?;
         for (coll, name) in removed {
             if let Err(e) = locks.renew().await {
                 tracing::debug!(error = %e, "the locks of a removal to follow could not be renewed");

@@ -1250,8 +1250,13 @@ enum Plan<S: Store> {
 }
 
 /// Applies a logical transaction on the set (see the module comment).
-pub(crate) async fn commit<S: Store>(set: &Arc<SetInner<S>>, txn: SetTxn<S>) -> StoreResult<Outcome> {
-    commit_locked(set, txn).await.map(|(outcome, _locks)| outcome)
+/// `kept`: the kept drives' rule the write is under (`SetConfig::kept_drives`), None for none.
+pub(crate) async fn commit<S: Store>(
+    set: &Arc<SetInner<S>>,
+    txn: SetTxn<S>,
+    kept: Option<u16>,
+) -> StoreResult<Outcome> {
+    commit_locked(set, txn, kept).await.map(|(outcome, _locks)| outcome)
 }
 
 /// `commit`, with its objects' locks still held when it returns: what must follow the write before any
@@ -1259,12 +1264,13 @@ pub(crate) async fn commit<S: Store>(set: &Arc<SetInner<S>>, txn: SetTxn<S>) -> 
 pub(crate) async fn commit_locked<S: Store>(
     set: &Arc<SetInner<S>>,
     txn: SetTxn<S>,
+    kept: Option<u16>,
 ) -> StoreResult<(Outcome, crate::locks::Exclusive)> {
     set.check_alive()?;
     let _foreground = set.foreground();
     let names: Vec<(Arc<str>, Vec<u8>)> = txn.ops.iter().flat_map(touched).collect();
     let locks = crate::locks::Exclusive::take(set, names.iter().map(|(c, n)| (&**c, n.as_slice()))).await?;
-    let outcome = apply(set, &locks, Plan::Ops(txn.ops)).await?;
+    let outcome = apply(set, &locks, Plan::Ops(txn.ops), kept).await?;
     Ok((outcome, locks))
 }
 
@@ -1276,15 +1282,18 @@ pub(crate) async fn encode_tail_now<S: Store>(set: &Arc<SetInner<S>>, coll: &str
     let Some(c) = crate::SetSnapshot::new(set.clone()).collection(coll).await? else { return Ok(0) };
     let locks = crate::locks::Exclusive::take(set, std::iter::once((&*c.name, name))).await?;
     let before = set.progress.encoded_bytes.load(Ordering::Relaxed);
-    apply(set, &locks, Plan::EncodeTail { coll: c, name: name.to_vec() }).await?;
+    // Always under the kept drives' rule: no follower arms it, and it has no client waiting.
+    apply(set, &locks, Plan::EncodeTail { coll: c, name: name.to_vec() }, set.cfg.kept_drives).await?;
     Ok(set.progress.encoded_bytes.load(Ordering::Relaxed) - before)
 }
 
-/// Plans and commits `plan` under `locks`, the locks of every object it touches.
+/// Plans and commits `plan` under `locks`, the locks of every object it touches, and under the kept
+/// drives' rule `kept` (None: none).
 async fn apply<S: Store>(
     set: &Arc<SetInner<S>>,
     locks: &crate::locks::Exclusive,
     plan: Plan<S>,
+    kept: Option<u16>,
 ) -> StoreResult<Outcome> {
     let mut planner = Planner::new(set);
     let mut encoded = 0;
@@ -1311,21 +1320,21 @@ async fn apply<S: Store>(
     let sent_to: Vec<u64> = sent.iter().map(|m| m.as_ref().map_or(0, |(_, incarnation)| *incarnation)).collect();
     let f = planner.finish(&sent_to).await?;
     for w in f.objects.iter().filter(|w| w.changed) {
-        if !set.cfg.write_is_durable(w.participants) {
+        if !set.cfg.write_is_durable(w.participants, kept) {
             return Err(StoreError::unavailable(format!(
                 "{} drives can take object {}; {quorum} are needed{}",
                 w.participants.count_ones(),
                 w.name.escape_ascii(),
-                kept_needed(&set.cfg)
+                kept_needed(&set.cfg, kept)
             )));
         }
     }
     locks.check_held()?;
-    let results = commit_on_drives(set, &sent, f.txns).await;
+    let results = commit_on_drives(set, &sent, f.txns, kept).await;
     let committed: u16 = results.iter().enumerate().filter(|(_, r)| r.is_ok()).fold(0, |m, (d, _)| m | 1 << d);
     // A test's simulated crash: the process stops here, before the outcome is settled on any drive.
     set.maybe_die()?;
-    let enough = |parts: u16| set.cfg.write_is_durable(parts & committed);
+    let enough = |parts: u16| set.cfg.write_is_durable(parts & committed, kept);
     let ok = f.objects.iter().filter(|w| w.changed).all(|w| enough(w.participants))
         && f.coll_participants.iter().all(|(_, p)| enough(*p));
     for (d, r) in results.iter().enumerate() {
@@ -1376,7 +1385,7 @@ async fn apply<S: Store>(
         "{} of {} drives committed the write; {quorum} are needed{}{}",
         committed.count_ones(),
         set.drives(),
-        kept_needed(&set.cfg),
+        kept_needed(&set.cfg, kept),
         first_err.map(|e| format!(" ({e})")).unwrap_or_default()
     )))
 }
@@ -1392,6 +1401,7 @@ async fn commit_on_drives<S: Store>(
     set: &Arc<SetInner<S>>,
     sent: &[Option<(Arc<S>, u64)>],
     txns: Vec<Txn<S::Coll, S::Staged>>,
+    kept: Option<u16>,
 ) -> Vec<StoreResult<bool>> {
     debug_assert_eq!(sent.len(), txns.len(), "a transaction per drive");
     let commit_one = |d: usize, mut t: Txn<S::Coll, S::Staged>| async move {
@@ -1410,10 +1420,10 @@ async fn commit_on_drives<S: Store>(
         }
         r
     };
-    let Some(kept) = set.cfg.kept_drives else {
+    let Some(kept_mask) = kept else {
         return join_all(txns.into_iter().enumerate().map(|(d, t)| commit_one(d, t))).await;
     };
-    let (first, rest): (Vec<_>, Vec<_>) = txns.into_iter().enumerate().partition(|(d, _)| kept & (1 << d) != 0);
+    let (first, rest): (Vec<_>, Vec<_>) = txns.into_iter().enumerate().partition(|(d, _)| kept_mask & (1 << d) != 0);
     let round =
         |slots: SlotTxns<S>| join_all(slots.into_iter().map(|(d, t)| async move { (d, commit_one(d, t).await) }));
     let mut results: Vec<Option<StoreResult<bool>>> = (0..sent.len()).map(|_| None).collect();
@@ -1421,7 +1431,7 @@ async fn commit_on_drives<S: Store>(
         results[d] = Some(r);
     }
     let kept_committed = results.iter().flatten().filter(|r| r.is_ok()).count();
-    let rest = if kept_committed >= set.cfg.kept_quorum() {
+    let rest = if kept_committed >= set.cfg.kept_quorum(kept) {
         round(rest).await
     } else {
         let refused = "not sent: too few of the drives the move keeps took the write";
@@ -1438,9 +1448,11 @@ async fn commit_on_drives<S: Store>(
 }
 
 /// What an error adds when a moving group's kept drives must take a write too.
-fn kept_needed(cfg: &crate::SetConfig) -> String {
-    match cfg.kept_drives {
-        Some(kept) => format!(", {} of them among the drives the group's move keeps ({kept:#b})", cfg.kept_quorum()),
+fn kept_needed(cfg: &crate::SetConfig, kept: Option<u16>) -> String {
+    match kept {
+        Some(mask) => {
+            format!(", {} of them among the drives the group's move keeps ({mask:#b})", cfg.kept_quorum(kept))
+        }
         None => String::new(),
     }
 }

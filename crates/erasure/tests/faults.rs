@@ -545,6 +545,69 @@ async fn a_write_the_kept_drives_refuse_never_reaches_the_others() {
     assert_eq!(snap.read(&info.obj, 0, 64).await.unwrap().as_ref(), b"data");
 }
 
+/// A follower whose step is armed or not as a test says, and that counts the writes under way.
+#[derive(Default)]
+struct SwitchedFollower {
+    armed: std::sync::atomic::AtomicBool,
+    under_way: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+/// Counts a write under way until dropped.
+struct Counted(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl mosaic_erasure::RemovalFollower for SwitchedFollower {
+    fn begin(&self) -> mosaic_erasure::WriteBegun {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.under_way.fetch_add(1, SeqCst);
+        let under_way = Box::new(Counted(self.under_way.clone()));
+        mosaic_erasure::WriteBegun { under_way, armed: self.armed.load(SeqCst) }
+    }
+
+    fn removed<'a>(
+        &'a self,
+        _coll: &'a str,
+        _name: &'a [u8],
+    ) -> futures::future::BoxFuture<'a, mosaic_store::StoreResult<()>> {
+        Box::pin(async { Ok(()) })
+    }
+}
+
+/// With a follower, the kept drives' rule holds only for the writes it arms (a move waiting its turn
+/// costs its group's writes nothing): with kept drive 0 failing, a 2+1 write that drives 1 and 2 take is
+/// acknowledged while unarmed and refused once armed; every write is under way from its beginning to its
+/// end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kept_drives_rule_holds_only_for_armed_writes() {
+    use mosaic_store::{ErrorKind, Op, Snapshot, Txn};
+    use std::sync::atomic::Ordering::SeqCst;
+    let (members, faults, _drives) = flaky_drives(3);
+    let follower = Arc::new(SwitchedFollower::default());
+    let cfg = mosaic_erasure::SetConfig {
+        kept_drives: Some(0b011),
+        removal_follower: Some(follower.clone()),
+        ..set_config(2, 1)
+    };
+    let set = ErasureSet::open(cfg, members).await.unwrap();
+    set.commit(Txn::new().op(Op::CreateCollection { name: "c".into() })).await.unwrap();
+    let coll = set.snapshot().collection("c").await.unwrap().unwrap();
+    let write = |name: &[u8]| Op::Write { coll: coll.clone(), name: name.to_vec(), offset: 0, data: b"data".to_vec() };
+    faults[0].commits.store(true, SeqCst);
+    set.commit(Txn::new().op(write(b"unarmed"))).await.expect("unarmed: a write quorum is enough");
+    assert_eq!(follower.under_way.load(SeqCst), 0, "the write ended");
+    follower.armed.store(true, SeqCst);
+    let refused = set.commit(Txn::new().op(write(b"armed"))).await;
+    assert!(refused.as_ref().is_err_and(|e| e.kind == ErrorKind::Unavailable), "armed: {refused:?}");
+    assert_eq!(follower.under_way.load(SeqCst), 0, "the refused write ended too");
+    faults[0].commits.store(false, SeqCst);
+    set.commit(Txn::new().op(write(b"armed"))).await.expect("the kept drives take it");
+}
+
 /// After a k = m group's step is served, a write made after the fill's last round is on the kept drives
 /// alone (k of 2k), and the new drives hold the copy the fill made before it, or nothing. A lookup's fast
 /// path asks the k drives of the name's data shards and takes their answer when they agree, so it may ask
@@ -731,8 +794,8 @@ struct LockNotingFollower {
 }
 
 impl mosaic_erasure::RemovalFollower for LockNotingFollower {
-    fn begin(&self) -> mosaic_erasure::RemovalsBegun {
-        mosaic_erasure::RemovalsBegun { under_way: Box::new(()), follow: true }
+    fn begin(&self) -> mosaic_erasure::WriteBegun {
+        mosaic_erasure::WriteBegun { under_way: Box::new(()), armed: true }
     }
 
     fn removed<'a>(

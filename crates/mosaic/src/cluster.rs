@@ -13,8 +13,10 @@
 //! Moves (a node added, drained or removed, a weight changed): a moving group is served from the set its
 //! data is whole on until a step is done. The group's owner (the node of that set's first drive) waits
 //! until every node serves the current placement (a node says so once no call is left on the stores it
-//! replaced; while a group moves, its writes must also reach the drives the step keeps:
-//! `ClusterMap::kept_slots`), heals the served set whole, fills the step's set
+//! replaced), arms the step on every node (from then on the group's writes must also reach the drives the
+//! step keeps, `ClusterMap::kept_slots`, and follow their removals onto its new drives; the writes begun
+//! before end first), heals the served set whole (what a write before the arming left short on the kept
+//! drives is rebuilt there), fills the step's set
 //! (`ClusterMap::step_target`: at most `parity` drives swapped) through a set of its own that only
 //! rebuilds, reports the step done through Raft (every node serves the new set from then on, and what
 //! was written meanwhile is rebuilt on its new drives from the k it shares with the old), and clears the
@@ -1101,15 +1103,20 @@ impl Cluster {
         if missing.iter().any(|i| map.drives.contains_key(&from[*i])) {
             return Err("a drive of its set does not answer".into());
         }
-        heal_until_alike(whole, !missing.is_empty()).await.map_err(|e| format!("healing its set: {e}"))?;
-        // The drives the step keeps took every write and delete of the group: the fill decides from them.
         let step = mosaic_cluster_store::Step::of(map, pg).ok_or("not moving")?;
         debug_assert_eq!(step.target, target);
+        let mut ask = || self.follow_counts(&step, running);
+        // From the arming on, every node's writes of the group are under the kept drives' rule and follow
+        // their removals; the writes begun before it end first, and the heal then rebuilds what they left
+        // short on the kept drives. While the step waited, its group's writes cost no more than others.
+        let armed = mosaic_cluster_store::arm_step(&mut ask).await.map_err(|e| format!("arming its step: {e}"))?;
+        heal_until_alike(whole, !missing.is_empty()).await.map_err(|e| format!("healing its set: {e}"))?;
+        // The drives the step keeps took every write and delete of the group: the fill decides from them.
         let filling = self.open_target(map, &step, running).await?;
         // At most the node's move rate; a fill during which some node did not follow a removal onto the new
-        // drives does not end the step (it starts again).
+        // drives, or wrote unarmed, does not end the step (it starts again).
         let rate = self.cfg.move_bytes_per_s;
-        let bytes = mosaic_cluster_store::fill_following(&filling, rate, || self.follow_counts(&step, running)).await;
+        let bytes = mosaic_cluster_store::fill_following(&filling, rate, armed, ask).await;
         self.moves.bytes_moved.fetch_add(bytes.as_ref().copied().unwrap_or(0), Relaxed);
         let bytes = bytes.map_err(|e| format!("filling its next set: {e}"))?;
         metrics::counter!("mosaic_rebalance_bytes_total").increment(bytes);
