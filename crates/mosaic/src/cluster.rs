@@ -150,6 +150,17 @@ struct ArmStep {
     target: Vec<mosaic_cluster::DriveId>,
 }
 
+impl ArmStep {
+    /// Refuses a group or a set that `map` cannot have: the tally keeps a step per group it is asked for,
+    /// so an unchecked call could grow it without bound.
+    fn check(&self, map: &ClusterMap) -> Result<(), String> {
+        if self.pg as usize >= map.pgs.len() || self.target.len() > mosaic_erasure::MAX_SET_DRIVES {
+            return Err(format!("no step of group {} over {} drives here", self.pg, self.target.len()));
+        }
+        Ok(())
+    }
+}
+
 /// Whether a node starting its cluster port was a member before (it restarts) or becomes one now.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Membership {
@@ -940,10 +951,7 @@ impl Cluster {
     /// have (the tally keeps a step per group it is asked for).
     fn arm_step(&self, arm: &ArmStep) -> Result<mosaic_cluster_store::FollowCount, String> {
         let running = self.running.get().ok_or("this node is in no cluster")?;
-        let map = running.node.map();
-        if arm.pg as usize >= map.pgs.len() || arm.target.len() > mosaic_erasure::MAX_SET_DRIVES {
-            return Err(format!("no step of group {} over {} drives here", arm.pg, arm.target.len()));
-        }
+        arm.check(&running.node.map())?;
         Ok(self.follows.arm(arm.pg, &arm.target))
     }
 
@@ -1349,5 +1357,38 @@ impl Handler for NodeCalls {
             }
             rpc::answer(&files)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_step_is_armed_only_for_a_group_and_a_set_the_map_can_have() {
+        let mut map = ClusterMap::empty();
+        map.apply(&Change::Bootstrap {
+            cluster_id: "test".into(),
+            data_shards: 2,
+            parity_shards: 1,
+            pg_count: 8,
+            failure_domain: FailureDomain::Node,
+            placement: mosaic_cluster::placement::PLACEMENT_LATEST,
+        })
+        .unwrap();
+        for node in 0..3 {
+            let address = format!("127.0.0.1:{}", 1 + node);
+            let s3_address = address.clone();
+            let add = Change::AddNode { node, address, s3_address, zone: "z".into() };
+            let drive = Change::AddDrive { node, name: "d0".into(), weight: 100 };
+            map.apply(&Change::Batch(vec![add, drive])).unwrap();
+        }
+        assert_eq!(map.pgs.len(), 8);
+        let arm = |pg: u32, drives: usize| ArmStep { pg, target: (0..drives as DriveId).collect() }.check(&map);
+        assert_eq!(arm(7, 3), Ok(()), "the last group");
+        assert!(arm(8, 3).is_err(), "one group past the map's");
+        assert!(arm(u32::MAX, 3).is_err());
+        assert_eq!(arm(0, mosaic_erasure::MAX_SET_DRIVES), Ok(()), "the widest set");
+        assert!(arm(0, mosaic_erasure::MAX_SET_DRIVES + 1).is_err(), "one drive past it");
     }
 }
