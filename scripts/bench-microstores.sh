@@ -20,10 +20,12 @@
 # DURATION (default 30s), CONCURRENCY (per tenant, default 8), LARGE_SIZE (default 1MiB-32MiB), DRIVE_SIZE
 # (per drive, default 4GiB), SETS (1: six drives, one 3+3 set; 2: twelve drives, two 3+3 sets, every mode),
 # MODES (default "monolith static adaptive", with SETS=2 also "sets sets-static"), ABCD_MODES (default
-# "monolith adaptive"), LOAD_CHANGE (default 1; 0 skips it), LOAD_CHANGE_MODE (adaptive or lc-sets),
-# MOVE_SETS (default true; false: the resource manager moves no set, the ablation), IO_SHARES (default true;
-# false: drives do not schedule IO by microstore, the ablation), IO_IN_FLIGHT (default 8MiB: device bytes a
-# drive lets be in flight before IO waits its turn by share).
+# "monolith adaptive"), ABCD_ROUNDS (default 1), LARGE_WORKERS (the large microstore's workers in the
+# two-tenant rounds and the load change, default 4), ABCD_LARGE_WORKERS (in A-D, default twice CONCURRENCY),
+# LOAD_CHANGE (default 1; 0 skips it), LOAD_CHANGE_MODE (adaptive or lc-sets), MOVE_SETS (default true;
+# false: the resource manager moves no set, the ablation), IO_SHARES (default true; false: drives do not
+# schedule IO by microstore, the ablation), IO_IN_FLIGHT (default 8MiB: device bytes a drive lets be in
+# flight before IO waits its turn by share).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:?OUT directory}
@@ -45,6 +47,13 @@ DRIVES=$((6 * SETS))
 if [[ $SETS == 2 ]]; then DEFAULT_MODES="monolith static adaptive sets sets-static"; else DEFAULT_MODES="monolith static adaptive"; fi
 read -r -a MODE_LIST <<<"${MODES:-$DEFAULT_MODES}"
 read -r -a ABCD_LIST <<<"${ABCD_MODES:-monolith adaptive}"
+ABCD_ROUNDS=${ABCD_ROUNDS:-1}
+# The large microstore's workers: in the two-tenant rounds fewer than the large tenant's clients, so that
+# its requests queue at the frontend rather than crowd the small tenant's; in A-D as many as the clients
+# of its two workloads (C and D), so that C's short reads do not wait behind D's long writes for a worker.
+TENANTS_LARGE_WORKERS=${LARGE_WORKERS:-4}
+ABCD_LARGE_WORKERS=${ABCD_LARGE_WORKERS:-$((2 * CONC))}
+large_workers=$TENANTS_LARGE_WORKERS
 COMMON=(--endpoint "http://127.0.0.1:$PORT" --access-key $AK --secret-key $SK --concurrency "$CONC" --seed 1)
 mkdir -p "$OUT"
 {
@@ -52,6 +61,7 @@ mkdir -p "$OUT"
   echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM, $(uname -sr)"
   echo "build: $("$BIN" --version) (commit $(git rev-parse --short HEAD))"
   echo "server: $DRIVES drives of ${DRIVE_SIZE:-4GiB} (thin files, $SETS 3+3 set(s)), [microstores] window_slot = 1s, floor_workers = 2, set_patience_rounds = 10, move_sets = ${MOVE_SETS:-true}, io_shares = ${IO_SHARES:-true}, io_in_flight = ${IO_IN_FLIGHT:-8MiB}"
+  echo "large microstore workers: $TENANTS_LARGE_WORKERS (two tenants, load change), $ABCD_LARGE_WORKERS (A-D)"
   echo "load change: ${LOAD_CHANGE_MODE:-adaptive} (lc-sets: sixteen drives of 2+2, four sets; small owns set 0 with a 40 ms target, large set 1)"
   echo "command: mosaic bench s3 --workload tenants --tenants cosbench-b,cosbench-d:$LARGE --duration $DURATION --concurrency $CONC --warmup 3s --seed 1"
 } >"$OUT/machine.txt"
@@ -74,7 +84,7 @@ start_server() { # MODE
   wait_port
   if [[ $1 != monolith ]]; then
     "$BIN" admin --admin "$ADMIN" microstore create small --target-p99-ms $small_target --workers 32 "${small_sets[@]}" >/dev/null
-    "$BIN" admin --admin "$ADMIN" microstore create large --target-mib-s 100 --workers 4 "${large_sets[@]}" >/dev/null
+    "$BIN" admin --admin "$ADMIN" microstore create large --target-mib-s 100 --workers "$large_workers" "${large_sets[@]}" >/dev/null
   fi
 }
 
@@ -101,19 +111,24 @@ for round in $(seq 1 "$ROUNDS"); do
 done | tee "$OUT/summary.txt"
 
 # The four COSBench workloads at once, each in its own bucket (two bench processes of two tenants each).
-for mode in "${ABCD_LIST[@]}"; do
-  start_server $mode
-  for b in ac-t1:small ac-t2:large bd-t1:small bd-t2:large; do assign $mode "${b%%:*}" "${b##*:}"; done
-  "$BIN" bench s3 "${COMMON[@]}" --workload tenants --tenants "cosbench-a,cosbench-c:$LARGE" --bucket ac --warmup 3s \
-    --duration "$DURATION" --out "$OUT/abcd/$mode/ac" >/dev/null 2>&1 &
-  AC=$!
-  "$BIN" bench s3 "${COMMON[@]}" --workload tenants --tenants "cosbench-b,cosbench-d:$LARGE" --bucket bd --warmup 3s \
-    --duration "$DURATION" --out "$OUT/abcd/$mode/bd" >/dev/null 2>"$OUT/bench-errors.log" || { echo "abcd $mode FAILED: $(tail -1 "$OUT/bench-errors.log")"; stop; exit 1; }
-  wait $AC || { echo "abcd $mode FAILED"; stop; exit 1; }
-  summary "$OUT/abcd/$mode/ac/result.json" "abcd $mode"
-  summary "$OUT/abcd/$mode/bd/result.json" "abcd $mode"
-  stop
+large_workers=$ABCD_LARGE_WORKERS
+for round in $(seq 1 "$ABCD_ROUNDS"); do
+  for mode in "${ABCD_LIST[@]}"; do
+    start_server $mode
+    for b in ac-t1:small ac-t2:large bd-t1:small bd-t2:large; do assign $mode "${b%%:*}" "${b##*:}"; done
+    out=$OUT/abcd/round$round/$mode
+    "$BIN" bench s3 "${COMMON[@]}" --workload tenants --tenants "cosbench-a,cosbench-c:$LARGE" --bucket ac --warmup 3s \
+      --duration "$DURATION" --out "$out/ac" >/dev/null 2>&1 &
+    AC=$!
+    "$BIN" bench s3 "${COMMON[@]}" --workload tenants --tenants "cosbench-b,cosbench-d:$LARGE" --bucket bd --warmup 3s \
+      --duration "$DURATION" --out "$out/bd" >/dev/null 2>"$OUT/bench-errors.log" || { echo "abcd $mode FAILED: $(tail -1 "$OUT/bench-errors.log")"; stop; exit 1; }
+    wait $AC || { echo "abcd $mode FAILED"; stop; exit 1; }
+    summary "$out/ac/result.json" "abcd round $round $mode"
+    summary "$out/bd/result.json" "abcd round $round $mode"
+    stop
+  done
 done | tee -a "$OUT/summary.txt"
+large_workers=$TENANTS_LARGE_WORKERS
 
 [[ ${LOAD_CHANGE:-1} == 1 ]] || exit 0
 # A load change: the small tenant alone for 20 s, then the large one too for LC_BOTH seconds (25; 60 with
