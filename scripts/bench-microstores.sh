@@ -22,6 +22,7 @@
 # MODES (default "monolith static adaptive", with SETS=2 also "sets sets-static"), ABCD_MODES (default
 # "monolith adaptive"), ABCD_ROUNDS (default 1), LARGE_WORKERS (the large microstore's workers in the
 # two-tenant rounds and the load change, default 4), ABCD_LARGE_WORKERS (in A-D, default twice CONCURRENCY),
+# LARGE_TARGET_MIB_S (the large microstore's target, default 100),
 # LOAD_CHANGE (default 1; 0 skips it), LOAD_CHANGE_MODE (adaptive or lc-sets), MOVE_SETS (default true;
 # false: the resource manager moves no set, the ablation), IO_SHARES (default true; false: drives do not
 # schedule IO by microstore, the ablation), IO_IN_FLIGHT (default 8MiB: device bytes a drive lets be in
@@ -84,7 +85,7 @@ start_server() { # MODE
   wait_port
   if [[ $1 != monolith ]]; then
     "$BIN" admin --admin "$ADMIN" microstore create small --target-p99-ms $small_target --workers 32 "${small_sets[@]}" >/dev/null
-    "$BIN" admin --admin "$ADMIN" microstore create large --target-mib-s 100 --workers "$large_workers" "${large_sets[@]}" >/dev/null
+    "$BIN" admin --admin "$ADMIN" microstore create large --target-mib-s "${LARGE_TARGET_MIB_S:-100}" --workers "$large_workers" "${large_sets[@]}" >/dev/null
   fi
 }
 
