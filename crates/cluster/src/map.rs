@@ -8,6 +8,11 @@
 //! `from` with at most `parity` of its drives swapped for the new set's, so that every step's set shares
 //! k drives with the one before (what the rebalancer could not copy before the switch is rebuilt from
 //! them); each step is reported done and served from then on.
+//!
+//! A step's report names the map's write fence as the rebalancer read it before its last count
+//! (`Change::MoveDoneFenced`), and is refused once the fence moved: a node raises it (`Change::FenceWrites`)
+//! before it writes to a moving group after a start, or after a seal of a step's last count lapsed, so a
+//! write the rebalancer's count cannot have seen never ends a step.
 
 use crate::placement::{
     Candidate, DriveId, FailureDomain, NodeId, PLACEMENT_BALANCED, PLACEMENT_LATEST, PLACEMENT_RENDEZVOUS,
@@ -147,6 +152,9 @@ pub struct ClusterMap {
     /// Settings every node serves with alike (the binary's, such as its access keys), by name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub shared: BTreeMap<String, SharedSetting>,
+    /// Raised by `Change::FenceWrites`: a step reported done under an older fence is refused.
+    #[serde(default)]
+    pub write_fence: u64,
 }
 
 /// A shared setting's value and its version: 1 when first set, one more at each change.
@@ -204,6 +212,21 @@ pub enum Change {
         pg: u32,
         set: Vec<DriveId>,
     },
+    /// `MoveDone`, refused unless the map's write fence is still `write_fence` (the one the rebalancer read
+    /// before its last count of the nodes' writes): a node that wrote to the group unseen since raised it.
+    /// A variant of its own, so that a build that does not know the condition refuses the entry rather
+    /// than applying it without the condition.
+    MoveDoneFenced {
+        pg: u32,
+        set: Vec<DriveId>,
+        write_fence: u64,
+    },
+    /// Node `node` is about to write to moving groups outside any count a rebalancer took (it started,
+    /// or a seal of its lapsed): the write fence goes up, and every step reported under the old one is
+    /// refused. Places nothing.
+    FenceWrites {
+        node: NodeId,
+    },
     /// Stops (or lets go on) the rebalancer's moves.
     PauseMoves {
         paused: bool,
@@ -243,6 +266,8 @@ pub enum MapError {
     NotDrained(NodeId, usize),
     #[error("group {pg} is not served from that set (its placement changed since): the move is stale")]
     StaleMove { pg: u32 },
+    #[error("the write fence is {now}, not {counted}: a node wrote unseen since the step's count")]
+    Fenced { counted: u64, now: u64 },
     #[error(transparent)]
     Placement(#[from] PlacementError),
 }
@@ -273,6 +298,7 @@ impl ClusterMap {
             moves_paused: false,
             removed: Vec::new(),
             shared: BTreeMap::new(),
+            write_fence: 0,
         }
     }
 
@@ -292,6 +318,15 @@ impl ClusterMap {
             // 2^20 groups per report would cost more than the move).
             return self.finish_move(*pg, set);
         }
+        if let Change::MoveDoneFenced { pg, set, write_fence } = change {
+            if !self.is_bootstrapped() {
+                return Err(MapError::NotBootstrapped);
+            }
+            if *write_fence != self.write_fence {
+                return Err(MapError::Fenced { counted: *write_fence, now: self.write_fence });
+            }
+            return self.finish_move(*pg, set);
+        }
         let mut next = self.clone();
         let result = match change {
             Change::Batch(changes) => {
@@ -308,10 +343,12 @@ impl ClusterMap {
             }
             c => next.apply_one(c)?,
         };
-        // A shared setting or a node's address changes nothing placed.
+        // A shared setting, a node's address or a write fence changes nothing placed.
         let placing = !matches!(
             change,
             Change::MoveDone { .. }
+                | Change::MoveDoneFenced { .. }
+                | Change::FenceWrites { .. }
                 | Change::Bootstrap { .. }
                 | Change::SetShared { .. }
                 | Change::SetNodeAddress { .. }
@@ -474,7 +511,16 @@ impl ClusterMap {
                 entry.s3_address.clone_from(s3_address);
                 Ok(self.epoch + 1)
             }
-            Change::MoveDone { .. } => Err(MapError::Invalid("a finished move is reported on its own".into())),
+            Change::MoveDone { .. } | Change::MoveDoneFenced { .. } => {
+                Err(MapError::Invalid("a finished move is reported on its own".into()))
+            }
+            Change::FenceWrites { node } => {
+                if !self.nodes.contains_key(node) {
+                    return Err(MapError::NoNode(*node));
+                }
+                self.write_fence += 1;
+                Ok(self.epoch + 1)
+            }
         }
     }
 

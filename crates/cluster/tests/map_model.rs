@@ -325,6 +325,35 @@ fn a_move_of_several_drives_goes_in_steps_of_parity() {
     assert_eq!(map.nodes.len(), 3);
 }
 
+/// A step reported under the write fence the rebalancer read is applied; once a node raised the fence
+/// (it started, or a seal of its lapsed) the same report is refused and the map is unchanged.
+#[test]
+fn a_step_reported_under_an_older_write_fence_is_refused() {
+    let mut map = bootstrapped();
+    for node in 0..3 {
+        add_node(&mut map, node);
+    }
+    add_node(&mut map, 3);
+    let pg = (0..PG_COUNT).find(|&pg| map.pgs[pg as usize].from.is_some()).expect("a group moves to node 3");
+    let set = map.step_target(&map.pgs[pg as usize]);
+    let counted = map.write_fence;
+    let placement_epoch = map.placement_epoch;
+    map.apply(&Change::FenceWrites { node: 1 }).unwrap();
+    assert_eq!(map.write_fence, counted + 1);
+    assert_eq!(map.placement_epoch, placement_epoch, "a fence places nothing");
+    let before = map.clone();
+    let report = Change::MoveDoneFenced { pg, set: set.clone(), write_fence: counted };
+    assert_eq!(map.apply(&report), Err(MapError::Fenced { counted, now: counted + 1 }));
+    assert_eq!(map, before, "a refused report changes nothing");
+    assert!(matches!(map.apply(&Change::FenceWrites { node: 42 }), Err(MapError::NoNode(42))));
+    let batched = Change::Batch(vec![Change::MoveDoneFenced { pg, set: set.clone(), write_fence: counted + 1 }]);
+    assert!(matches!(map.apply(&batched), Err(MapError::Invalid(_))), "reported on its own");
+    // Under the fence as it is now, the step is done.
+    map.apply(&Change::MoveDoneFenced { pg, set: set.clone(), write_fence: counted + 1 }).unwrap();
+    assert!(map.placement_epoch > placement_epoch);
+    assert_ne!(map.pgs[pg as usize].from, before.pgs[pg as usize].from, "served from the step's set now");
+}
+
 #[test]
 fn removed_nodes_are_remembered_up_to_the_limit_and_may_not_come_back() {
     use mosaic_cluster::map::MAX_REMOVED_REMEMBERED;
