@@ -21,8 +21,8 @@ pub use fence::{drive_guard, fence_check, fence_of, group_placement};
 pub use node_drive::{NodeDrive, NodeSnapshot, NodeStaged};
 pub use pg_drive::PgDrive;
 pub use step::{
-    FollowCount, FollowCounts, FollowReport, FollowTally, Step, StepFollower, StepSet, arm_step, fill, fill_following,
-    nodes_unfollowed, open_step_set,
+    Fence, FollowCount, FollowCounts, FollowReport, FollowTally, Step, StepFollower, StepSet, arm_step, fill,
+    fill_following, nodes_unfollowed, open_step_set,
 };
 
 use futures::future::BoxFuture;

@@ -17,8 +17,18 @@
 //! the step: every node counts its removals under way and not followed per group (`FollowTally`), and a
 //! fill during which any count changed on any node does not end the step (`fill_following`): the step
 //! starts again, and its next fill finds the name gone from the kept drives and takes the copy off the
-//! new ones. Left open: a removal made between the last count and the moment every node serves the step,
-//! that fails to reach every new drive.
+//! new ones.
+//!
+//! The last count seals the step on every node asked (`FollowTally::seal`): from then on a sealed node
+//! refuses the group's writes under that step (a retryable error) until it serves a placement where the
+//! step is done, or the step is armed again, so no removal can slip in between the last count and the
+//! switch. Two ways around a seal remain, and the cluster map's write fence closes both: a node that
+//! restarted (its seals gone with its process) and a seal that lapsed (`SEAL_LEASE`, if its rebalancer
+//! died). Such a node raises the fence through Raft, and waits until that is committed and it serves a
+//! placement at least as new, before it writes to a moving group (`FollowTally::fenced`); the step's
+//! report names the fence the rebalancer read before its count, and the map refuses it once the fence
+//! moved (`Change::MoveDoneFenced`). A report committed before the fence is in the placement the node
+//! then serves; one after it is refused, and the step starts again.
 //!
 //! Only a step being filled needs its removals followed: before its fill begins, its new drives hold
 //! nothing the fill of this step copied (what an earlier attempt left there, the next fill decides from
@@ -62,6 +72,13 @@ const FOLLOW_SETTLE_WAIT: Duration = Duration::from_secs(20);
 const FOLLOW_SETTLE_POLL: Duration = Duration::from_millis(50);
 /// Writes under way per group on one node: far above the requests a node serves at once.
 const MAX_UNDER_WAY: usize = 1 << 20;
+/// How long a step's last count keeps a node's writes to the group sealed without news from its
+/// rebalancer (each count asked renews it). The switch takes one Raft commit and the map reaching every
+/// node, usually tens of milliseconds; past the lease the node raises the write fence before it writes.
+pub const SEAL_LEASE: Duration = Duration::from_secs(10);
+/// Longest a write to a moving group waits for its node's first write fence (a start: one Raft commit)
+/// before it is refused.
+const FENCE_WAIT: Duration = Duration::from_secs(10);
 
 /// A group's next set.
 pub type StepSet = ErasureSet<PgDrive<NodeDrive>>;
@@ -246,9 +263,16 @@ impl StepFollower {
 }
 
 impl RemovalFollower for StepFollower {
-    fn begin(&self) -> mosaic_erasure::WriteBegun {
-        let (under_way, armed) = self.tally.begin(self.step.pg as u32, &self.step.target);
-        mosaic_erasure::WriteBegun { under_way: Box::new(under_way), armed }
+    fn begin(&self, removes: bool) -> BoxFuture<'_, StoreResult<mosaic_erasure::WriteBegun>> {
+        Box::pin(async move {
+            let (pg, target) = (self.step.pg as u32, &self.step.target);
+            let (under_way, armed) = self
+                .tally
+                .begin(pg, target, self.map.placement_epoch, removes)
+                .await
+                .map_err(StoreError::unavailable)?;
+            Ok(mosaic_erasure::WriteBegun { under_way: Box::new(under_way), armed })
+        })
     }
 
     fn removed<'a>(&'a self, coll: &'a str, name: &'a [u8]) -> BoxFuture<'a, StoreResult<()>> {
@@ -267,13 +291,36 @@ impl RemovalFollower for StepFollower {
 
 /// A node's writes to moving groups, per group: those under way (committing or having their removals
 /// followed) and those that an armed step's fill may have missed (a removal not followed onto every drive
-/// of the group's next set, a write while another step was armed), since the process started.
+/// of the group's next set, a write while another step was armed), since the process started; the steps
+/// sealed by their last count; and the write fence this process raised last.
 #[derive(Debug)]
 pub struct FollowTally {
     /// Tells this process's counts from those of an earlier one of the same node (a restart ends every
     /// removal under way, followed or not, and starts the counts again).
     incarnation: u64,
     groups: parking_lot::Mutex<BTreeMap<u32, GroupTally>>,
+    seal_lease: Duration,
+    /// None until this process's first fence is committed: until then it writes to no moving group.
+    fence: tokio::sync::watch::Sender<Option<Fence>>,
+    /// Woken when a write met a lapsed seal: the node raises the fence again.
+    fence_wanted: tokio::sync::Notify,
+}
+
+/// A write fence this process raised (`Change::FenceWrites`), once committed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fence {
+    /// The placement epoch of the map that carries it: a store of an older placement may still serve a
+    /// step the map finished before the fence, and does not write to moving groups.
+    pub placement_epoch: u64,
+    /// When the node asked for it: it lifts the seals that lapsed before.
+    pub asked_at: Instant,
+}
+
+/// A step sealed by its last count: the group's writes under it are refused until `until`.
+#[derive(Debug)]
+struct Seal {
+    target: Vec<DriveId>,
+    until: Instant,
 }
 
 #[derive(Debug, Default)]
@@ -284,6 +331,7 @@ struct GroupTally {
     not_followed: u64,
     /// The drives of the step whose writes are armed (`FollowTally::arm`); another step's are not.
     armed: Option<Vec<DriveId>>,
+    sealed: Option<Seal>,
 }
 
 /// One node's count for one group, as the rebalancer asks it (`FollowReport::count`).
@@ -333,19 +381,73 @@ impl Drop for UnderWay {
 
 impl FollowTally {
     pub fn new() -> Arc<Self> {
-        Arc::new(FollowTally { incarnation: rand::random(), groups: Default::default() })
+        Self::with_seal_lease(SEAL_LEASE)
     }
 
-    /// A write to group `pg` begins while the group moves to `target`: under way until the guard is
-    /// dropped, and armed (under the kept drives' rule, its removals followed) if that step is armed on
-    /// this node, decided here under the tally's lock, so that a write that is not armed began before the
-    /// arming and its count. While another step of the group is armed (this node's map places the group
-    /// elsewhere than the step being filled, or the next step is not armed yet) the write is under neither
-    /// step's rule and a removal reaches neither's drives: it is counted as not followed, so that a fill
-    /// of the armed step under way does not end on it.
-    fn begin(self: &Arc<Self>, pg: u32, target: &[DriveId]) -> (UnderWay, bool) {
+    pub fn with_seal_lease(seal_lease: Duration) -> Arc<Self> {
+        Arc::new(FollowTally {
+            incarnation: rand::random(),
+            groups: Default::default(),
+            seal_lease,
+            fence: tokio::sync::watch::Sender::new(None),
+            fence_wanted: Default::default(),
+        })
+    }
+
+    /// A write to group `pg` begins while the group moves to `target`, in a store of placement epoch
+    /// `placement_epoch`: under way until the guard is dropped, and armed (under the kept drives' rule,
+    /// its removals followed) if that step is armed on this node, decided here under the tally's lock, so
+    /// that a write that is not armed began before the arming and its count. While another step of the
+    /// group is armed (this node's map places the group elsewhere than the step being filled, or the next
+    /// step is not armed yet) the write is under neither step's rule and a removal reaches neither's
+    /// drives: it is counted as not followed, so that a fill of the armed step under way does not end on
+    /// it. Refused (nothing counted): in a store older than this process's last fence, or when its first
+    /// fence is not committed within `FENCE_WAIT` (an unarmed write could commit without the kept
+    /// drives); and a write that `removes` a name while the step is sealed (its removal could miss the new
+    /// drives after the step's last count). A sealed step's other writes go on: armed, the drives it keeps
+    /// hold them, and what the new drives lack is rebuilt from those once the step is served.
+    async fn begin(
+        self: &Arc<Self>,
+        pg: u32,
+        target: &[DriveId],
+        placement_epoch: u64,
+        removes: bool,
+    ) -> Result<(UnderWay, bool), String> {
+        let mut fence = *self.fence.borrow();
+        if fence.is_none() {
+            let mut fences = self.fence.subscribe();
+            if let Ok(Ok(first)) = tokio::time::timeout(FENCE_WAIT, fences.wait_for(|f| f.is_some())).await {
+                fence = *first;
+            }
+        }
+        let Some(fence) = fence.filter(|f| placement_epoch >= f.placement_epoch) else {
+            return Err(format!(
+                "group {pg} moves and this node's write fence (after a start or a lapsed seal) is not served yet"
+            ));
+        };
+        self.begin_fenced(pg, target, removes, fence)
+    }
+
+    fn begin_fenced(
+        self: &Arc<Self>,
+        pg: u32,
+        target: &[DriveId],
+        removes: bool,
+        fence: Fence,
+    ) -> Result<(UnderWay, bool), String> {
         let mut groups = self.groups.lock();
         let g = groups.entry(pg).or_default();
+        if let Some(seal) = g.sealed.as_ref().filter(|s| s.target == target) {
+            let lapsed = Instant::now() >= seal.until;
+            if lapsed && fence.asked_at >= seal.until {
+                g.sealed = None;
+            } else if removes && lapsed {
+                self.fence_wanted.notify_one();
+                return Err(format!("group {pg}'s step seal lapsed: its removals wait for a write fence"));
+            } else if removes {
+                return Err(format!("group {pg}'s step is being switched: its removals wait until it is served"));
+            }
+        }
         let armed = g.armed.as_deref() == Some(target);
         if g.armed.is_some() && !armed {
             g.not_followed += 1;
@@ -353,26 +455,61 @@ impl FollowTally {
         // Past the limit a write is not tracked: counted as not followed, so no step ends on it.
         if g.under_way.len() >= MAX_UNDER_WAY {
             g.not_followed += 1;
-            return (UnderWay { tally: self.clone(), pg, number: None }, armed);
+            return Ok((UnderWay { tally: self.clone(), pg, number: None }, armed));
         }
         let number = g.next;
         g.next += 1;
         g.under_way.insert(number);
-        (UnderWay { tally: self.clone(), pg, number: Some(number) }, armed)
+        Ok((UnderWay { tally: self.clone(), pg, number: Some(number) }, armed))
+    }
+
+    /// Records a write fence this process raised and saw committed (`Fence`); an older one changes
+    /// nothing.
+    pub fn fenced(&self, fence: Fence) {
+        self.fence.send_if_modified(|last| {
+            let newer = last.is_none_or(|l| l.asked_at <= fence.asked_at);
+            if newer {
+                *last = Some(fence);
+            }
+            newer
+        });
+        debug_assert!(self.fence.borrow().is_some_and(|l| l.asked_at >= fence.asked_at));
+    }
+
+    /// Waits until a write met a lapsed seal (a wake-up given while nobody waited is kept for the next).
+    pub async fn fence_wanted(&self) {
+        self.fence_wanted.notified().await
     }
 
     /// Arms group `pg`'s step to `target` on this node: every write to the group begun from now on is
     /// under the step's kept drives' rule and its removals are followed onto those drives (one step armed
     /// per group: arming the next disarms the one before). The count that follows the arming; the writes
     /// under way in it may be unarmed.
+    /// Arming lifts the group's seal: the step starts again.
     pub fn arm(&self, pg: u32, target: &[DriveId]) -> FollowCount {
         let mut groups = self.groups.lock();
         let g = groups.entry(pg).or_default();
         if g.armed.as_deref() != Some(target) {
             g.armed = Some(target.to_vec());
         }
+        g.sealed = None;
         let count = self.count(g);
         debug_assert!(g.armed.as_deref() == Some(target));
+        count
+    }
+
+    /// Arms group `pg`'s step to `target` and seals it for `seal_lease` from now (each seal renews it): the
+    /// group's writes under that step are refused from now on, so the count answered covers every write
+    /// this process makes under the step, once those under way in it end. The step's last count.
+    pub fn seal(&self, pg: u32, target: &[DriveId]) -> FollowCount {
+        let mut groups = self.groups.lock();
+        let g = groups.entry(pg).or_default();
+        if g.armed.as_deref() != Some(target) {
+            g.armed = Some(target.to_vec());
+        }
+        g.sealed = Some(Seal { target: target.to_vec(), until: Instant::now() + self.seal_lease });
+        let count = self.count(g);
+        debug_assert!(g.sealed.as_ref().is_some_and(|s| s.target == target));
         count
     }
 
@@ -460,22 +597,24 @@ where
     settled(&mut ask).await
 }
 
-/// `fill`, then the group's counts of every node compared with `armed` (`arm_step`'s): a removal not
+/// `fill`, then the step sealed on every node (`seal`: `FollowTally::seal` on each, and their counts) and
+/// their counts, once the writes under way end, compared with `armed` (`arm_step`'s): a removal not
 /// followed or a write unruled since (counted before the fill ended), a node gone, restarted or new, and
 /// the step must not end now (an error: it starts again, and the next fill finds the names gone from the
-/// kept drives). The bytes copied.
+/// kept drives). On success the nodes asked write nothing more under the step until they serve its end
+/// or it is armed again. The bytes copied.
 pub async fn fill_following<F, Fut>(
     set: &StepSet,
     bytes_per_s: u64,
     armed: FollowCounts,
-    mut ask: F,
+    mut seal: F,
 ) -> Result<u64, String>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<FollowCounts, String>>,
 {
     let bytes = fill(set, bytes_per_s).await?;
-    let after = settled(&mut ask).await?;
+    let after = settled(&mut seal).await?;
     let nodes = nodes_unfollowed(&armed, &after);
     if !nodes.is_empty() {
         return Err(format!("removals went unfollowed during the fill (nodes {nodes:?}): the step starts again"));
@@ -506,18 +645,42 @@ where
 mod tests {
     use super::*;
 
+    /// `tally`, its start fenced at placement epoch 0.
+    fn fenced(tally: Arc<FollowTally>) -> Arc<FollowTally> {
+        tally.fenced(Fence { placement_epoch: 0, asked_at: Instant::now() });
+        tally
+    }
+
+    /// A removal from group `pg` moving to `target` begins in a store of placement epoch 0 (fenced: it
+    /// does not wait).
+    fn begin(tally: &Arc<FollowTally>, pg: u32, target: &[DriveId]) -> (UnderWay, bool) {
+        try_begin(tally, pg, target, 0, true).expect("neither sealed nor unfenced")
+    }
+
+    /// `FollowTally::begin` of a fenced tally, which answers at once.
+    fn try_begin(
+        tally: &Arc<FollowTally>,
+        pg: u32,
+        target: &[DriveId],
+        placement_epoch: u64,
+        removes: bool,
+    ) -> Result<(UnderWay, bool), String> {
+        use futures::FutureExt;
+        tally.begin(pg, target, placement_epoch, removes).now_or_never().expect("a fenced tally does not wait")
+    }
+
     fn count(incarnation: u64, begun: u64, oldest_under_way: Option<u64>, not_followed: u64) -> FollowCount {
         FollowCount { incarnation, begun, oldest_under_way, not_followed }
     }
 
     #[test]
     fn a_tally_counts_removals_under_way_and_not_followed_per_group() {
-        let tally = FollowTally::new();
+        let tally = fenced(FollowTally::new());
         let inc = tally.report().incarnation;
         assert_eq!(tally.report().count(7), count(inc, 0, None, 0), "no removal yet");
-        let first = tally.begin(7, &[]).0;
-        let second = tally.begin(7, &[]).0;
-        let other = tally.begin(2, &[]).0;
+        let first = begin(&tally, 7, &[]).0;
+        let second = begin(&tally, 7, &[]).0;
+        let other = begin(&tally, 2, &[]).0;
         assert_eq!(tally.report().count(7), count(inc, 2, Some(0), 0));
         drop(first);
         assert_eq!(tally.report().count(7), count(inc, 2, Some(1), 0), "the oldest under way is the second");
@@ -526,22 +689,22 @@ mod tests {
         assert_eq!(tally.report().count(7), count(inc, 2, None, 1));
         assert_eq!(tally.report().count(2), count(inc, 1, Some(0), 0), "groups are counted apart");
         drop(other);
-        assert_ne!(FollowTally::new().report().incarnation, inc, "another process is told apart");
+        assert_ne!(fenced(FollowTally::new()).report().incarnation, inc, "another process is told apart");
     }
 
     #[test]
     fn removals_past_the_limit_under_way_count_as_not_followed() {
-        let tally = FollowTally::new();
+        let tally = fenced(FollowTally::new());
         let inc = tally.report().incarnation;
-        let at_limit: Vec<UnderWay> = (0..MAX_UNDER_WAY).map(|_| tally.begin(3, &[]).0).collect();
+        let at_limit: Vec<UnderWay> = (0..MAX_UNDER_WAY).map(|_| begin(&tally, 3, &[]).0).collect();
         let n = MAX_UNDER_WAY as u64;
         assert_eq!(tally.report().count(3), count(inc, n, Some(0), 0), "every one up to the limit is tracked");
-        let past = tally.begin(3, &[]).0;
+        let past = begin(&tally, 3, &[]).0;
         assert_eq!(tally.report().count(3), count(inc, n, Some(0), 1), "the one past it is not followed");
         drop(past);
         drop(at_limit);
         assert_eq!(tally.report().count(3), count(inc, n, None, 1));
-        drop(tally.begin(3, &[]).0);
+        drop(begin(&tally, 3, &[]).0);
         assert_eq!(tally.report().count(3), count(inc, n + 1, None, 1), "tracked again below the limit");
     }
 
@@ -550,21 +713,21 @@ mod tests {
     /// begun before it, so those not followed are among the removals it waits for.
     #[test]
     fn removals_are_followed_once_their_step_is_armed() {
-        let tally = FollowTally::new();
+        let tally = fenced(FollowTally::new());
         let inc = tally.report().incarnation;
-        let (before, follow) = tally.begin(4, &[1, 2, 3]);
+        let (before, follow) = begin(&tally, 4, &[1, 2, 3]);
         assert!(!follow, "no step armed");
         assert_eq!(tally.arm(4, &[1, 2, 3]), count(inc, 1, Some(0), 0), "the removal before is under way");
-        let (after, follow) = tally.begin(4, &[1, 2, 3]);
+        let (after, follow) = begin(&tally, 4, &[1, 2, 3]);
         assert!(follow, "armed");
         assert_eq!(tally.report().count(4).not_followed, 0);
-        assert!(!tally.begin(5, &[1, 2, 3]).1, "another group is not armed");
-        assert!(!tally.begin(4, &[1, 2, 5]).1, "nor another step of the group, which the armed one misses");
+        assert!(!begin(&tally, 5, &[1, 2, 3]).1, "another group is not armed");
+        assert!(!begin(&tally, 4, &[1, 2, 5]).1, "nor another step of the group, which the armed one misses");
         assert_eq!(tally.arm(4, &[1, 2, 3]), count(inc, 3, Some(0), 1), "arming again changes nothing");
         drop((before, after));
         tally.arm(4, &[1, 2, 5]);
-        assert!(tally.begin(4, &[1, 2, 5]).1);
-        assert!(!tally.begin(4, &[1, 2, 3]).1, "the step before is disarmed");
+        assert!(begin(&tally, 4, &[1, 2, 5]).1);
+        assert!(!begin(&tally, 4, &[1, 2, 3]).1, "the step before is disarmed");
         assert_eq!(tally.report().count(4), count(inc, 5, None, 2));
         assert_eq!(tally.report().count(5), count(inc, 1, None, 0), "unarmed: nothing is missed");
     }
@@ -594,5 +757,74 @@ mod tests {
         let mut joined = before.clone();
         joined.insert(3, count(5, 0, None, 0));
         assert_eq!(nodes_unfollowed(&before, &joined), [3], "node 3 new");
+    }
+
+    /// A process writes to no moving group before its first fence is committed (a write waits for it, at
+    /// most `FENCE_WAIT`), nor in a store of a placement older than the fence's (a step the map finished
+    /// before the fence may be served there).
+    #[tokio::test(start_paused = true)]
+    async fn writes_wait_for_a_fence_and_a_store_as_new_as_it() {
+        let tally = FollowTally::new();
+        let inc = tally.report().incarnation;
+        let waited = tokio::time::Instant::now();
+        assert!(tally.begin(4, &[1, 2, 3], 9, false).await.is_err(), "not fenced since the start");
+        assert!(waited.elapsed() >= FENCE_WAIT, "it waited for the fence first");
+        let waiting = tokio::spawn({
+            let tally = tally.clone();
+            async move { tally.begin(4, &[1, 2, 3], 9, false).await.map(|(_, armed)| armed) }
+        });
+        tokio::task::yield_now().await;
+        tally.fenced(Fence { placement_epoch: 5, asked_at: Instant::now() });
+        assert_eq!(waiting.await.unwrap(), Ok(false), "a waiting write goes on once fenced");
+        assert!(try_begin(&tally, 4, &[1, 2, 3], 4, false).is_err(), "a store older than the fence");
+        assert_eq!(tally.report().count(4), count(inc, 1, None, 0), "refused writes are not counted");
+        assert!(try_begin(&tally, 4, &[1, 2, 3], 5, true).is_ok());
+        let older = Instant::now() - Duration::from_secs(1);
+        tally.fenced(Fence { placement_epoch: 9, asked_at: older });
+        assert!(try_begin(&tally, 4, &[1, 2, 3], 5, true).is_ok(), "an older fence changes nothing");
+    }
+
+    /// The last count seals the step: the group's removals under it are refused (and not counted) until
+    /// the step is armed again; its other writes go on, armed. Another group, or the group's next step,
+    /// is not sealed.
+    #[test]
+    fn a_sealed_step_refuses_its_removals_until_it_is_armed_again() {
+        let tally = fenced(FollowTally::with_seal_lease(Duration::from_secs(3600)));
+        let inc = tally.report().incarnation;
+        tally.arm(4, &[1, 2, 3]);
+        let before = begin(&tally, 4, &[1, 2, 3]);
+        assert_eq!(tally.seal(4, &[1, 2, 3]), count(inc, 1, Some(0), 0), "the write under way is in the count");
+        let refused = try_begin(&tally, 4, &[1, 2, 3], 0, true).map(|_| ()).expect_err("sealed");
+        assert!(refused.contains("being switched"), "{refused}");
+        let (put, armed) = try_begin(&tally, 4, &[1, 2, 3], 0, false).expect("a write removing nothing goes on");
+        assert!(armed, "under the kept drives' rule");
+        drop(put);
+        // A fence asked now does not lift a seal that has not lapsed.
+        tally.fenced(Fence { placement_epoch: 0, asked_at: Instant::now() });
+        assert!(try_begin(&tally, 4, &[1, 2, 3], 0, true).is_err());
+        drop(before);
+        assert_eq!(tally.report().count(4), count(inc, 2, None, 0), "the count covers every write");
+        drop(begin(&tally, 5, &[1, 2, 3])); // another group removes
+        assert!(!begin(&tally, 4, &[1, 2, 5]).1, "another step removes, unarmed");
+        assert_eq!(tally.arm(4, &[1, 2, 3]).begun, 3, "armed again");
+        assert!(begin(&tally, 4, &[1, 2, 3]).1, "armed again: the seal is lifted");
+    }
+
+    /// A seal past its lease refuses removals (and asks for a fence) until a fence asked after it lapsed
+    /// is committed; then it is lifted.
+    #[test]
+    fn a_lapsed_seal_is_lifted_only_by_a_fence_asked_after_it() {
+        use futures::FutureExt;
+        let tally = fenced(FollowTally::with_seal_lease(Duration::ZERO));
+        assert!(tally.fence_wanted().now_or_never().is_none(), "no fence wanted yet");
+        tally.seal(4, &[1, 2, 3]);
+        let lapsed_at = Instant::now();
+        let refused = try_begin(&tally, 4, &[1, 2, 3], 0, true).map(|_| ()).expect_err("lapsed, not fenced after");
+        assert!(refused.contains("lapsed"), "{refused}");
+        assert!(tally.fence_wanted().now_or_never().is_some(), "a fence is wanted");
+        assert!(try_begin(&tally, 4, &[1, 2, 3], 0, true).is_err());
+        tally.fenced(Fence { placement_epoch: 0, asked_at: lapsed_at });
+        assert!(begin(&tally, 4, &[1, 2, 3]).1, "a fence asked after the lapse lifts it");
+        assert!(begin(&tally, 4, &[1, 2, 3]).1, "lifted for good");
     }
 }

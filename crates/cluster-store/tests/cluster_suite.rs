@@ -117,7 +117,12 @@ impl Cluster {
         }
         assert_eq!(map.pgs.len(), PG_COUNT as usize);
         let client = RpcClient::new(secret, None).unwrap();
-        let follows = (0..NODES).map(|_| FollowTally::new()).collect();
+        // Each node's start fenced, as a node's Raft does before it writes to moving groups.
+        let fenced = |t: Arc<FollowTally>| {
+            t.fenced(mosaic_cluster_store::Fence { placement_epoch: 0, asked_at: std::time::Instant::now() });
+            t
+        };
+        let follows = (0..NODES).map(|_| fenced(FollowTally::new())).collect();
         Cluster { map, local, client, devices, stops, tables, maps, follows, _dirs: dirs }
     }
 
@@ -138,6 +143,12 @@ impl Cluster {
     fn follow_counts(&self, step: &mosaic_cluster_store::Step) -> FollowCounts {
         let arm = |t: &Arc<FollowTally>| t.arm(step.pg as u32, &step.target);
         self.follows.iter().enumerate().map(|(node, t)| (node as NodeId, arm(t))).collect()
+    }
+
+    /// `follow_counts`, the step sealed on each (the step's last count).
+    fn seal_counts(&self, step: &mosaic_cluster_store::Step) -> FollowCounts {
+        let seal = |t: &Arc<FollowTally>| t.seal(step.pg as u32, &step.target);
+        self.follows.iter().enumerate().map(|(node, t)| (node as NodeId, seal(t))).collect()
     }
 
     /// Node `me`'s side of the cluster's object locks.
@@ -464,6 +475,35 @@ async fn a_removal_not_followed_during_a_fill_makes_the_step_start_again() {
     let armed = mosaic_cluster_store::arm_step(ask).await.unwrap();
     mosaic_cluster_store::fill_following(&filling, 0, armed, ask).await.unwrap();
     assert_eq!(on_new_drive().await, 0, "the fill took the copy off");
+    cluster.stop();
+}
+
+/// The step's last count seals it (`fill_following` sealing on every node): the group's removals under
+/// the step are refused on every node (a retryable error, nothing committed), so none slips in between
+/// the count and the switch; writes that remove nothing and reads go on. Once a node serves the step
+/// done, removals go on too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_step_sealed_by_its_last_count_refuses_its_removals_until_it_is_served() {
+    let mut cluster = Cluster::start().await;
+    let (step, _, key, writer, filling) = a_moving_group_with_its_key(&mut cluster).await;
+    let ask = || async { Ok(cluster.follow_counts(&step)) };
+    let seal = || async { Ok(cluster.seal_counts(&step)) };
+    let armed = mosaic_cluster_store::arm_step(ask).await.unwrap();
+    mosaic_cluster_store::fill_following(&filling, 0, armed, seal).await.unwrap();
+    drop(filling);
+    let deleter = cluster.layer(1).await;
+    let refused = deleter.delete_object("bkt", &key, None).await;
+    assert!(matches!(refused, Err(LayerError::Unavailable(_))), "sealed: {refused:?}");
+    writer.put_object("bkt", &key, body(&pattern(5, 40_000), 65_536), PutOptions::default()).await.unwrap();
+    assert_eq!(get_all(&deleter, &key).await, pattern(5, 40_000), "reads and writes go on");
+    drop((deleter, writer));
+    // The step served: the write is read there, and removals go on.
+    let target = cluster.map.step_target(&cluster.map.pgs[step.pg]);
+    cluster.map.apply(&Change::MoveDone { pg: step.pg as u32, set: target }).unwrap();
+    cluster.maps.send(Arc::new(cluster.map.clone())).unwrap();
+    let served = cluster.layer(1).await;
+    assert_eq!(get_all(&served, &key).await, pattern(5, 40_000));
+    served.delete_object("bkt", &key, None).await.unwrap();
     cluster.stop();
 }
 

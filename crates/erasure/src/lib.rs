@@ -115,8 +115,10 @@ pub trait RemovalFollower: Send + Sync + 'static {
     /// dropped once the write ended: every name it took away followed or failed to be, or the write
     /// failed. A follower whose failures someone must not miss counts the writes under way with it: a
     /// removal not followed yet has not failed yet either, and whoever arms the follower waits for the
-    /// writes begun unarmed to end (they committed without the rule and without following).
-    fn begin(&self) -> WriteBegun;
+    /// writes begun unarmed to end (they committed without the rule and without following). An error
+    /// refuses the write before anything of it is committed (the step is being switched).
+    /// `removes`: the write takes names away (only such a write may be refused while a step switches).
+    fn begin(&self, removes: bool) -> futures::future::BoxFuture<'_, StoreResult<WriteBegun>>;
     /// Follows the removal of `name`. It runs while the write still holds the name's locks (the set's own
     /// and `SetConfig::shared_locks`, renewed just before), so it must not take those locks itself, and
     /// should end within the shared locks' use window, else their lease may lapse meanwhile.
@@ -764,9 +766,6 @@ impl<S: Store> Store for ErasureSet<S> {
         let Some(follower) = self.inner.cfg.removal_follower.clone() else {
             return write::commit(&self.inner, txn, kept).await;
         };
-        // Begun before anything is decided, so that an arming counts it among the writes under way.
-        let begun = follower.begin();
-        let kept = kept.filter(|_| begun.armed);
         let removed: Vec<(Arc<str>, Vec<u8>)> = txn
             .ops
             .iter()
@@ -776,6 +775,9 @@ impl<S: Store> Store for ErasureSet<S> {
                 _ => None,
             })
             .collect();
+        // Begun before anything is decided, so that an arming counts it among the writes under way.
+        let begun = follower.begin(!removed.is_empty()).await?;
+        let kept = kept.filter(|_| begun.armed);
         if removed.is_empty() || !begun.armed {
             return write::commit(&self.inner, txn, kept).await;
         }

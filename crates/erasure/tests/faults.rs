@@ -562,11 +562,14 @@ impl Drop for Counted {
 }
 
 impl mosaic_erasure::RemovalFollower for SwitchedFollower {
-    fn begin(&self) -> mosaic_erasure::WriteBegun {
+    fn begin(
+        &self,
+        _removes: bool,
+    ) -> futures::future::BoxFuture<'_, mosaic_store::StoreResult<mosaic_erasure::WriteBegun>> {
         use std::sync::atomic::Ordering::SeqCst;
         self.under_way.fetch_add(1, SeqCst);
         let under_way = Box::new(Counted(self.under_way.clone()));
-        mosaic_erasure::WriteBegun { under_way, armed: self.armed.load(SeqCst) }
+        Box::pin(std::future::ready(Ok(mosaic_erasure::WriteBegun { under_way, armed: self.armed.load(SeqCst) })))
     }
 
     fn removed<'a>(
@@ -794,8 +797,11 @@ struct LockNotingFollower {
 }
 
 impl mosaic_erasure::RemovalFollower for LockNotingFollower {
-    fn begin(&self) -> mosaic_erasure::WriteBegun {
-        mosaic_erasure::WriteBegun { under_way: Box::new(()), armed: true }
+    fn begin(
+        &self,
+        _removes: bool,
+    ) -> futures::future::BoxFuture<'_, mosaic_store::StoreResult<mosaic_erasure::WriteBegun>> {
+        Box::pin(std::future::ready(Ok(mosaic_erasure::WriteBegun { under_way: Box::new(()), armed: true })))
     }
 
     fn removed<'a>(

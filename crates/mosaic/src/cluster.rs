@@ -89,6 +89,8 @@ const PLACEMENT_WAIT: Duration = Duration::from_secs(30);
 const PLACEMENT_POLL: Duration = Duration::from_millis(100);
 /// Pause before a move that failed (a drive missing, a node behind) is tried again.
 const MOVE_RETRY: Duration = Duration::from_secs(2);
+/// How soon a write fence that could not be raised is tried again.
+const FENCE_RETRY: Duration = Duration::from_secs(1);
 const SERVING_CALL_TIMEOUT: Duration = Duration::from_secs(2);
 /// Weight of a drive: its capacity in GiB (at least 1).
 const WEIGHT_UNIT_BYTES: u64 = 1 << 30;
@@ -143,11 +145,15 @@ struct ServingReport {
 }
 
 /// A step a rebalancer is about to fill: the node follows the group's removals onto its drives from now on
-/// (`mosaic_cluster_store::FollowTally::arm`) and answers its count of the group.
+/// (`mosaic_cluster_store::FollowTally::arm`) and answers its count of the group. With `seal`, the step's
+/// last count: the node also refuses the group's writes under the step until it serves the step's end
+/// (`FollowTally::seal`).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 struct ArmStep {
     pg: u32,
     target: Vec<mosaic_cluster::DriveId>,
+    #[serde(default)]
+    seal: bool,
 }
 
 impl ArmStep {
@@ -402,7 +408,47 @@ impl Cluster {
         if self.layer_cfg.get().is_some() && self.running.get().is_some() && !self.following.swap(true, SeqCst) {
             tokio::spawn(self.clone().follow_map());
             tokio::spawn(self.clone().rebalance());
+            tokio::spawn(self.clone().raise_write_fences());
         }
+    }
+
+    /// Raises the map's write fence (`Change::FenceWrites`) once at start and again whenever a write met a
+    /// lapsed seal, and lets this node write to moving groups once the fence is committed and applied
+    /// here (`FollowTally::fenced`): a step counted before it can no longer be reported done.
+    async fn raise_write_fences(self: Arc<Self>) {
+        let mut stop = self.stop.clone();
+        let Some(running) = self.running.get() else { return };
+        let mut maps = running.node.watch_map();
+        loop {
+            let asked_at = Instant::now();
+            let wait = match self.raise_write_fence(running).await {
+                Ok(placement_epoch) => {
+                    self.follows.fenced(mosaic_cluster_store::Fence { placement_epoch, asked_at });
+                    tracing::debug!(placement_epoch, "raised the write fence");
+                    None
+                }
+                Err(e) => {
+                    tracing::info!(error = %e, "the write fence could not be raised yet: writes to moving groups wait");
+                    Some(FENCE_RETRY)
+                }
+            };
+            // A fence refused (this node is not in the map yet, no leader) is tried again at the next map
+            // or after `FENCE_RETRY`.
+            tokio::select! {
+                _ = self.follows.fence_wanted(), if wait.is_none() => {}
+                _ = tokio::time::sleep(wait.unwrap_or_default()), if wait.is_some() => {}
+                changed = maps.changed(), if wait.is_some() => if changed.is_err() { return },
+                _ = stop.wait_for(|s| *s) => return,
+            }
+        }
+    }
+
+    /// One `Change::FenceWrites`, committed and applied here: the placement epoch of the map it made.
+    async fn raise_write_fence(&self, running: &Running) -> Result<u64, String> {
+        let epoch =
+            running.node.propose(Change::FenceWrites { node: self.node_id() }).await.map_err(|e| e.to_string())?;
+        let map = running.node.wait_for_epoch(epoch, PLACEMENT_WAIT).await.map_err(|e| e.to_string())?;
+        Ok(map.placement_epoch)
     }
 
     /// Starts Raft and the cluster port with `secret` (once).
@@ -952,7 +998,14 @@ impl Cluster {
     fn arm_step(&self, arm: &ArmStep) -> Result<mosaic_cluster_store::FollowCount, String> {
         let running = self.running.get().ok_or("this node is in no cluster")?;
         arm.check(&running.node.map())?;
-        Ok(self.follows.arm(arm.pg, &arm.target))
+        Ok(self.tally_step(arm))
+    }
+
+    fn tally_step(&self, arm: &ArmStep) -> mosaic_cluster_store::FollowCount {
+        match arm.seal {
+            true => self.follows.seal(arm.pg, &arm.target),
+            false => self.follows.arm(arm.pg, &arm.target),
+        }
     }
 
     /// What node `id` (at `address`) serves and its rebalancer did: this node's own report, or its answer.
@@ -1113,7 +1166,7 @@ impl Cluster {
         }
         let step = mosaic_cluster_store::Step::of(map, pg).ok_or("not moving")?;
         debug_assert_eq!(step.target, target);
-        let mut ask = || self.follow_counts(&step, running);
+        let mut ask = || self.follow_counts(&step, running, false);
         // From the arming on, every node's writes of the group are under the kept drives' rule and follow
         // their removals; the writes begun before it end first, and the heal then rebuilds what they left
         // short on the kept drives. While the step waited, its group's writes cost no more than others.
@@ -1122,18 +1175,31 @@ impl Cluster {
         // The drives the step keeps took every write and delete of the group: the fill decides from them.
         let filling = self.open_target(map, &step, running).await?;
         // At most the node's move rate; a fill during which some node did not follow a removal onto the new
-        // drives, or wrote unarmed, does not end the step (it starts again).
+        // drives, or wrote unarmed, does not end the step (it starts again). Its last count seals the step
+        // on every node; the report names the write fence read before it, so a node that restarted or
+        // whose seal lapsed since (and may have written unseen) makes the map refuse the report.
         let rate = self.cfg.move_bytes_per_s;
-        let bytes = mosaic_cluster_store::fill_following(&filling, rate, armed, ask).await;
+        let write_fence = running.node.map().write_fence;
+        let seal = || self.follow_counts(&step, running, true);
+        let bytes = mosaic_cluster_store::fill_following(&filling, rate, armed, seal).await;
         self.moves.bytes_moved.fetch_add(bytes.as_ref().copied().unwrap_or(0), Relaxed);
-        let bytes = bytes.map_err(|e| format!("filling its next set: {e}"))?;
-        metrics::counter!("mosaic_rebalance_bytes_total").increment(bytes);
         drop(filling);
-        let epoch = running
-            .node
-            .propose(Change::MoveDone { pg: pg as u32, set: target.clone() })
-            .await
-            .map_err(|e| e.to_string())?;
+        let done = match bytes {
+            Ok(bytes) => {
+                metrics::counter!("mosaic_rebalance_bytes_total").increment(bytes);
+                let report = Change::MoveDoneFenced { pg: pg as u32, set: target.clone(), write_fence };
+                running.node.propose(report).await.map(|epoch| (epoch, bytes)).map_err(|e| e.to_string())
+            }
+            Err(e) => Err(format!("filling its next set: {e}")),
+        };
+        let (epoch, bytes) = match done {
+            Ok(done) => done,
+            Err(e) => {
+                // The step starts again: its seals are lifted now rather than at their lease (best effort).
+                let _ = self.follow_counts(&step, running, false).await;
+                return Err(e);
+            }
+        };
         self.moves.groups_moved.fetch_add(1, Relaxed);
         metrics::counter!("mosaic_rebalance_groups_moved_total").increment(1);
         tracing::info!(pg, bytes, done = entry.set == target, "placement group moved a step");
@@ -1171,22 +1237,23 @@ impl Cluster {
         }
     }
 
-    /// `step` armed on every node that is up (or draining), this one too, and their removal counts of its
-    /// group: an error when one does not answer (the step tries again later; a node marked down is not
-    /// asked).
+    /// `step` armed (sealed too, with `seal`) on every node that is up (or draining), this one too, and
+    /// their removal counts of its group: an error when one does not answer (the step tries again later; a
+    /// node marked down is not asked).
     async fn follow_counts(
         &self,
         step: &mosaic_cluster_store::Step,
         running: &Running,
+        seal: bool,
     ) -> Result<mosaic_cluster_store::FollowCounts, String> {
         let map = running.node.map();
-        let arm = ArmStep { pg: step.pg as u32, target: step.target.clone() };
+        let arm = ArmStep { pg: step.pg as u32, target: step.target.clone(), seal };
         let asked = map.nodes.iter().filter(|(_, n)| matches!(n.state, NodeState::Up | NodeState::Draining));
         let calls = asked.map(|(id, n)| {
             let arm = &arm;
             async move {
                 if *id == self.node_id() {
-                    return Ok((*id, self.follows.arm(arm.pg, &arm.target)));
+                    return Ok((*id, self.tally_step(arm)));
                 }
                 let count = running.client.call(&n.address, PATH_FOLLOWS, arm, SERVING_CALL_TIMEOUT).await;
                 count.map(|c| (*id, c)).map_err(|e| format!("node {id}: {e}"))
@@ -1384,7 +1451,8 @@ mod tests {
             map.apply(&Change::Batch(vec![add, drive])).unwrap();
         }
         assert_eq!(map.pgs.len(), 8);
-        let arm = |pg: u32, drives: usize| ArmStep { pg, target: (0..drives as DriveId).collect() }.check(&map);
+        let arm =
+            |pg: u32, drives: usize| ArmStep { pg, target: (0..drives as DriveId).collect(), seal: false }.check(&map);
         assert_eq!(arm(7, 3), Ok(()), "the last group");
         assert!(arm(8, 3).is_err(), "one group past the map's");
         assert!(arm(u32::MAX, 3).is_err());
