@@ -726,6 +726,7 @@ impl Cluster {
             "groups_placed": map.pgs.len(),
             "groups_moving": moving,
             "placement_epoch": map.placement_epoch,
+            "write_fence": map.write_fence,
             "rebalance": rebalance,
             "serving": serving,
             "nodes": nodes,

@@ -145,10 +145,15 @@ async fn three_processes_form_a_cluster_that_serves_from_every_node() {
     console_shows_the_cluster(&c, &ak, &sk).await;
 
     // The second node stops and starts again on its address, without --join: it rejoins from its store.
+    // Every start raises the map's write fence before the node writes to a moving group (a step counted
+    // before the restart can no longer be reported done).
+    let raised = status_when(&b, &ak, &sk, |s| s["write_fence"].as_u64() >= Some(3)); // one per start
+    let fence_before = raised["write_fence"].as_u64().expect("a write fence");
     let (code, _) = stop(b);
     assert_eq!(code, 0);
     let b = node(&dirs[1], &b_cluster, &[], &[]);
     logged(&b, "serving the cluster map");
+    status_when(&a, &ak, &sk, |s| s["write_fence"].as_u64() > Some(fence_before));
     let clients: Vec<_> = [&a, &b, &c].iter().map(|s| s3_client(&s.s3, &ak, &sk)).collect();
     verify(&clients, &model, "after a restart").await;
     // The restarted node serves the cluster's keys (its saved copy of the map's).
