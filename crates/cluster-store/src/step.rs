@@ -20,9 +20,9 @@
 //! new ones.
 //!
 //! The last count seals the step on every node asked (`FollowTally::seal`): from then on a sealed node
-//! refuses the group's writes under that step (a retryable error) until it serves a placement where the
-//! step is done, or the step is armed again, so no removal can slip in between the last count and the
-//! switch. Two ways around a seal remain, and the cluster map's write fence closes both: a node that
+//! refuses the group's removals under that step (a retryable error; other writes go on, armed) until it
+//! serves a placement where the step is done, or the step is armed again, so no removal can slip in
+//! between the last count and the switch. Two ways around a seal remain, and the cluster map's write fence closes both: a node that
 //! restarted (its seals gone with its process) and a seal that lapsed (`SEAL_LEASE`, if its rebalancer
 //! died). Such a node raises the fence through Raft, and waits until that is committed and it serves a
 //! placement at least as new, before it writes to a moving group (`FollowTally::fenced`); the step's
@@ -72,9 +72,9 @@ const FOLLOW_SETTLE_WAIT: Duration = Duration::from_secs(20);
 const FOLLOW_SETTLE_POLL: Duration = Duration::from_millis(50);
 /// Writes under way per group on one node: far above the requests a node serves at once.
 const MAX_UNDER_WAY: usize = 1 << 20;
-/// How long a step's last count keeps a node's writes to the group sealed without news from its
+/// How long a step's last count keeps a node's removals from the group sealed without news from its
 /// rebalancer (each count asked renews it). The switch takes one Raft commit and the map reaching every
-/// node, usually tens of milliseconds; past the lease the node raises the write fence before it writes.
+/// node, usually tens of milliseconds; past the lease the node raises the write fence before it removes.
 pub const SEAL_LEASE: Duration = Duration::from_secs(10);
 /// Longest a write to a moving group waits for its node's first write fence (a start: one Raft commit)
 /// before it is refused.
@@ -487,29 +487,27 @@ impl FollowTally {
     /// under way in it may be unarmed.
     /// Arming lifts the group's seal: the step starts again.
     pub fn arm(&self, pg: u32, target: &[DriveId]) -> FollowCount {
-        let mut groups = self.groups.lock();
-        let g = groups.entry(pg).or_default();
-        if g.armed.as_deref() != Some(target) {
-            g.armed = Some(target.to_vec());
-        }
-        g.sealed = None;
-        let count = self.count(g);
-        debug_assert!(g.armed.as_deref() == Some(target));
-        count
+        self.arm_sealed(pg, target, None)
     }
 
     /// Arms group `pg`'s step to `target` and seals it for `seal_lease` from now (each seal renews it): the
-    /// group's writes under that step are refused from now on, so the count answered covers every write
-    /// this process makes under the step, once those under way in it end. The step's last count.
+    /// group's removals under that step are refused from now on, so the count answered covers every
+    /// removal this process makes under the step, once those under way in it end. The step's last count.
     pub fn seal(&self, pg: u32, target: &[DriveId]) -> FollowCount {
+        self.arm_sealed(pg, target, Some(Instant::now() + self.seal_lease))
+    }
+
+    /// Arms the step, sealed until `until` (None: not sealed), and answers the count.
+    fn arm_sealed(&self, pg: u32, target: &[DriveId], until: Option<Instant>) -> FollowCount {
         let mut groups = self.groups.lock();
         let g = groups.entry(pg).or_default();
         if g.armed.as_deref() != Some(target) {
             g.armed = Some(target.to_vec());
         }
-        g.sealed = Some(Seal { target: target.to_vec(), until: Instant::now() + self.seal_lease });
+        g.sealed = until.map(|until| Seal { target: target.to_vec(), until });
         let count = self.count(g);
-        debug_assert!(g.sealed.as_ref().is_some_and(|s| s.target == target));
+        debug_assert!(g.armed.as_deref() == Some(target));
+        debug_assert_eq!(g.sealed.is_some(), until.is_some());
         count
     }
 
@@ -601,7 +599,7 @@ where
 /// their counts, once the writes under way end, compared with `armed` (`arm_step`'s): a removal not
 /// followed or a write unruled since (counted before the fill ended), a node gone, restarted or new, and
 /// the step must not end now (an error: it starts again, and the next fill finds the names gone from the
-/// kept drives). On success the nodes asked write nothing more under the step until they serve its end
+/// kept drives). On success the nodes asked remove nothing more under the step until they serve its end
 /// or it is armed again. The bytes copied.
 pub async fn fill_following<F, Fut>(
     set: &StepSet,

@@ -146,7 +146,7 @@ struct ServingReport {
 
 /// A step a rebalancer is about to fill: the node follows the group's removals onto its drives from now on
 /// (`mosaic_cluster_store::FollowTally::arm`) and answers its count of the group. With `seal`, the step's
-/// last count: the node also refuses the group's writes under the step until it serves the step's end
+/// last count: the node also refuses the group's removals under the step until it serves the step's end
 /// (`FollowTally::seal`).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 struct ArmStep {
