@@ -22,9 +22,9 @@
 //! The last count seals the step on every node asked (`FollowTally::seal`): from then on a sealed node
 //! refuses the group's removals under that step (a retryable error; other writes go on, armed) until it
 //! serves a placement where the step is done, or the step is armed again, so no removal can slip in
-//! between the last count and the switch. Two ways around a seal remain, and the cluster map's write fence closes both: a node that
-//! restarted (its seals gone with its process) and a seal that lapsed (`SEAL_LEASE`, if its rebalancer
-//! died). Such a node raises the fence through Raft, and waits until that is committed and it serves a
+//! between the last count and the switch. Two ways around a seal remain, and the cluster map's write
+//! fence closes both: a node that restarted (its seals gone with its process) and a seal that lapsed
+//! (`SEAL_LEASE`, if its rebalancer died). Such a node raises the fence through Raft, and waits until that is committed and it serves a
 //! placement at least as new, before it writes to a moving group (`FollowTally::fenced`); the step's
 //! report names the fence the rebalancer read before its count, and the map refuses it once the fence
 //! moved (`Change::MoveDoneFenced`). A report committed before the fence is in the placement the node
