@@ -24,11 +24,11 @@
 //! serves a placement where the step is done, or the step is armed again, so no removal can slip in
 //! between the last count and the switch. Two ways around a seal remain, and the cluster map's write
 //! fence closes both: a node that restarted (its seals gone with its process) and a seal that lapsed
-//! (`SEAL_LEASE`, if its rebalancer died). Such a node raises the fence through Raft, and waits until that is committed and it serves a
-//! placement at least as new, before it writes to a moving group (`FollowTally::fenced`); the step's
-//! report names the fence the rebalancer read before its count, and the map refuses it once the fence
-//! moved (`Change::MoveDoneFenced`). A report committed before the fence is in the placement the node
-//! then serves; one after it is refused, and the step starts again.
+//! (`SEAL_LEASE`, if its rebalancer died). Such a node raises the fence through Raft, and waits until
+//! that is committed and it serves a placement at least as new, before it writes to a moving group
+//! (`FollowTally::fenced`); the step's report names the fence the rebalancer read before its count, and
+//! the map refuses it once the fence moved (`Change::MoveDoneFenced`). A report committed before the
+//! fence is in the placement the node then serves; one after it is refused, and the step starts again.
 //!
 //! Only a step being filled needs its removals followed: before its fill begins, its new drives hold
 //! nothing the fill of this step copied (what an earlier attempt left there, the next fill decides from
