@@ -48,7 +48,7 @@ use mosaic_cluster::rpc::RpcClient;
 use mosaic_cluster::{ClusterMap, DriveId, NodeId};
 use mosaic_drive::DriveStore;
 use mosaic_erasure::{ErasureSet, RemovalFollower, SetConfig, SetGeometry, Settle};
-use mosaic_store::{StoreError, StoreResult};
+use mosaic_store::{ErrorKind, StoreError, StoreResult};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
@@ -266,11 +266,7 @@ impl RemovalFollower for StepFollower {
     fn begin(&self, removes: bool) -> BoxFuture<'_, StoreResult<mosaic_erasure::WriteBegun>> {
         Box::pin(async move {
             let (pg, target) = (self.step.pg as u32, &self.step.target);
-            let (under_way, armed) = self
-                .tally
-                .begin(pg, target, self.map.placement_epoch, removes)
-                .await
-                .map_err(StoreError::unavailable)?;
+            let (under_way, armed) = self.tally.begin(pg, target, self.map.placement_epoch, removes).await?;
             Ok(mosaic_erasure::WriteBegun { under_way: Box::new(under_way), armed })
         })
     }
@@ -412,7 +408,7 @@ impl FollowTally {
         target: &[DriveId],
         placement_epoch: u64,
         removes: bool,
-    ) -> Result<(UnderWay, bool), String> {
+    ) -> StoreResult<(UnderWay, bool)> {
         let mut fence = *self.fence.borrow();
         if fence.is_none() {
             let mut fences = self.fence.subscribe();
@@ -421,9 +417,9 @@ impl FollowTally {
             }
         }
         let Some(fence) = fence.filter(|f| placement_epoch >= f.placement_epoch) else {
-            return Err(format!(
+            return Err(StoreError::unavailable(format!(
                 "group {pg} moves and this node's write fence (after a start or a lapsed seal) is not served yet"
-            ));
+            )));
         };
         self.begin_fenced(pg, target, removes, fence)
     }
@@ -434,7 +430,7 @@ impl FollowTally {
         target: &[DriveId],
         removes: bool,
         fence: Fence,
-    ) -> Result<(UnderWay, bool), String> {
+    ) -> StoreResult<(UnderWay, bool)> {
         let mut groups = self.groups.lock();
         let g = groups.entry(pg).or_default();
         if let Some(seal) = g.sealed.as_ref().filter(|s| s.target == target) {
@@ -443,9 +439,12 @@ impl FollowTally {
                 g.sealed = None;
             } else if removes && lapsed {
                 self.fence_wanted.notify_one();
-                return Err(format!("group {pg}'s step seal lapsed: its removals wait for a write fence"));
+                let why = format!("group {pg}'s step seal lapsed: its removals wait for a write fence");
+                return Err(StoreError::unavailable(why));
             } else if removes {
-                return Err(format!("group {pg}'s step is being switched: its removals wait until it is served"));
+                // The store of the step served makes it (`Switch` calls again there).
+                let why = format!("group {pg}'s step is being switched: its removals wait until it is served");
+                return Err(StoreError::new(ErrorKind::Switching, why));
             }
         }
         let armed = g.armed.as_deref() == Some(target);
@@ -662,7 +661,7 @@ mod tests {
         target: &[DriveId],
         placement_epoch: u64,
         removes: bool,
-    ) -> Result<(UnderWay, bool), String> {
+    ) -> StoreResult<(UnderWay, bool)> {
         use futures::FutureExt;
         tally.begin(pg, target, placement_epoch, removes).now_or_never().expect("a fenced tally does not wait")
     }
@@ -793,7 +792,8 @@ mod tests {
         let before = begin(&tally, 4, &[1, 2, 3]);
         assert_eq!(tally.seal(4, &[1, 2, 3]), count(inc, 1, Some(0), 0), "the write under way is in the count");
         let refused = try_begin(&tally, 4, &[1, 2, 3], 0, true).map(|_| ()).expect_err("sealed");
-        assert!(refused.contains("being switched"), "{refused}");
+        assert_eq!(refused.kind, ErrorKind::Switching, "made again in the next store: {refused}");
+        assert!(refused.message.contains("being switched"), "{refused}");
         let (put, armed) = try_begin(&tally, 4, &[1, 2, 3], 0, false).expect("a write removing nothing goes on");
         assert!(armed, "under the kept drives' rule");
         drop(put);
@@ -818,7 +818,8 @@ mod tests {
         tally.seal(4, &[1, 2, 3]);
         let lapsed_at = Instant::now();
         let refused = try_begin(&tally, 4, &[1, 2, 3], 0, true).map(|_| ()).expect_err("lapsed, not fenced after");
-        assert!(refused.contains("lapsed"), "{refused}");
+        assert_eq!(refused.kind, ErrorKind::Unavailable, "the same store makes it once fenced: {refused}");
+        assert!(refused.message.contains("lapsed"), "{refused}");
         assert!(tally.fence_wanted().now_or_never().is_some(), "a fence is wanted");
         assert!(try_begin(&tally, 4, &[1, 2, 3], 0, true).is_err());
         tally.fenced(Fence { placement_epoch: 0, asked_at: lapsed_at });

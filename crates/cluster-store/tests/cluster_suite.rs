@@ -16,7 +16,7 @@ use mosaic_engine::{Engine, EngineConfig, SimDevice};
 use mosaic_erasure::{SetConfig, SetGeometry, SharedLocks};
 use mosaic_layer::testing::{body, pattern, run_suite};
 use mosaic_layer::{
-    LayerError, ListQuery, ObjectLayer, Precondition, PutOptions, S3Semantics, SemanticsConfig, VersionQuery,
+    LayerError, ListQuery, ObjectLayer, Precondition, PutOptions, S3Semantics, SemanticsConfig, Switch, VersionQuery,
     Versioning,
 };
 use mosaic_remote::DriveServer;
@@ -479,9 +479,10 @@ async fn a_removal_not_followed_during_a_fill_makes_the_step_start_again() {
 }
 
 /// The step's last count seals it (`fill_following` sealing on every node): the group's removals under
-/// the step are refused on every node (a retryable error, nothing committed), so none slips in between
-/// the count and the switch; writes that remove nothing and reads go on. Once a node serves the step
-/// done, removals go on too.
+/// the step are refused on every node (`Switching`, nothing committed), so none slips in between the count
+/// and the switch; writes that remove nothing and reads go on. A node serves S3 through a `Switch`, where
+/// a refused removal waits for the store of the step served and is made there: the client sees neither
+/// the seal nor an error. A removal refused past `SWITCH_WAIT` with no newer store is refused (a 503).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_step_sealed_by_its_last_count_refuses_its_removals_until_it_is_served() {
     let mut cluster = Cluster::start().await;
@@ -493,17 +494,54 @@ async fn a_step_sealed_by_its_last_count_refuses_its_removals_until_it_is_served
     drop(filling);
     let deleter = cluster.layer(1).await;
     let refused = deleter.delete_object("bkt", &key, None).await;
-    assert!(matches!(refused, Err(LayerError::Unavailable(_))), "sealed: {refused:?}");
+    assert!(matches!(refused, Err(LayerError::Switching(_))), "sealed: {refused:?}");
     writer.put_object("bkt", &key, body(&pattern(5, 40_000), 65_536), PutOptions::default()).await.unwrap();
     assert_eq!(get_all(&deleter, &key).await, pattern(5, 40_000), "reads and writes go on");
-    drop((deleter, writer));
-    // The step served: the write is read there, and removals go on.
+    drop(writer);
+
+    // Through a switch, the delete waits for the next store.
+    let switch = Arc::new(Switch::new("no store yet"));
+    switch.set(Arc::new(deleter));
+    let deleting = tokio::spawn({
+        let (switch, key) = (switch.clone(), key.clone());
+        async move { switch.delete_object("bkt", &key, None).await }
+    });
+    while switch.waiting() == 0 {
+        assert!(!deleting.is_finished(), "the delete waits for the next store: {:?}", deleting.await);
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(get_all(&*switch, &key).await, pattern(5, 40_000), "not deleted while it waits");
+    // The step served: the write is read there, and the waiting delete is made there.
     let target = cluster.map.step_target(&cluster.map.pgs[step.pg]);
     cluster.map.apply(&Change::MoveDone { pg: step.pg as u32, set: target }).unwrap();
     cluster.maps.send(Arc::new(cluster.map.clone())).unwrap();
-    let served = cluster.layer(1).await;
-    assert_eq!(get_all(&served, &key).await, pattern(5, 40_000));
-    served.delete_object("bkt", &key, None).await.unwrap();
+    let served = Arc::new(cluster.layer(1).await);
+    assert_eq!(get_all(&*served, &key).await, pattern(5, 40_000));
+    switch.set(served.clone());
+    deleting.await.unwrap().expect("made on the store of the step served");
+    let gone = served.get_object("bkt", &key, None, None, None, &Precondition::default()).await;
+    assert!(matches!(gone, Err(LayerError::NoSuchKey)), "deleted: {:?}", gone.map(|g| g.meta));
+    cluster.stop();
+}
+
+/// With no newer store within `SWITCH_WAIT`, a removal a sealed step refuses is refused to the client
+/// (a 503 it retries), and the object stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_removal_a_sealed_step_refuses_waits_a_bounded_time_for_the_next_store() {
+    let mut cluster = Cluster::start().await;
+    let (step, _, key, _, filling) = a_moving_group_with_its_key(&mut cluster).await;
+    let ask = || async { Ok(cluster.follow_counts(&step)) };
+    let seal = || async { Ok(cluster.seal_counts(&step)) };
+    let armed = mosaic_cluster_store::arm_step(ask).await.unwrap();
+    mosaic_cluster_store::fill_following(&filling, 0, armed, seal).await.unwrap();
+    drop(filling);
+    let switch = Switch::new("no store yet");
+    switch.set(Arc::new(cluster.layer(1).await));
+    let started = std::time::Instant::now();
+    let refused = switch.delete_object("bkt", &key, None).await;
+    assert!(matches!(refused, Err(LayerError::Switching(_))), "sealed: {refused:?}");
+    assert!(started.elapsed() >= mosaic_layer::SWITCH_WAIT, "it waited for the next store first");
+    assert_eq!(get_all(&switch, &key).await, pattern(3, 40_000), "nothing was deleted");
     cluster.stop();
 }
 

@@ -48,6 +48,10 @@ pub enum LayerError {
     StorageFull,
     #[error("the drive is read-only or unavailable: {0}")]
     Unavailable(String),
+    /// Refused before anything was done because the store serving it is being replaced: the same call
+    /// on the next store may succeed (a `Switch` makes it there).
+    #[error("the store is being switched: {0}")]
+    Switching(String),
     #[error("stored data is damaged: {0}")]
     Corrupt(String),
     #[error("internal error: {0}")]

@@ -52,7 +52,7 @@ pub use semantics::{DEFAULT_MAX_OBJECT_BYTES, S3Semantics, SemanticsConfig};
 pub use sse::{
     BucketEncryption, CustomerKey, MAX_KMS_KEY_ID_BYTES, MAX_KMS_KEYS, SseKeys, SseMeta, SseMode, SseRequest,
 };
-pub use switch::Switch;
+pub use switch::{SWITCH_WAIT, Switch};
 pub use versions::MAX_VERSIONS_SCANNED;
 
 use async_trait::async_trait;

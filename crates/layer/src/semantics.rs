@@ -79,6 +79,7 @@ impl From<StoreError> for LayerError {
             ErrorKind::OffsetMismatch => LayerError::InvalidWriteOffset,
             ErrorKind::NoSpace => LayerError::StorageFull,
             ErrorKind::Unavailable => LayerError::Unavailable(e.message),
+            ErrorKind::Switching => LayerError::Switching(e.message),
             ErrorKind::Corrupt => LayerError::Corrupt(e.message),
             ErrorKind::Limit | ErrorKind::InvalidArgument => LayerError::InvalidArgument(e.message),
             ErrorKind::Internal => LayerError::Internal(e.to_string()),
@@ -105,7 +106,7 @@ impl<S: Store> S3Semantics<S> {
         for r in collections.into_iter().chain([upgraded]) {
             match r {
                 Ok(_) => {}
-                Err(LayerError::Unavailable(why)) => {
+                Err(LayerError::Unavailable(why) | LayerError::Switching(why)) => {
                     tracing::warn!(%why, "the store cannot answer yet; requests fail until enough drives return");
                 }
                 Err(e) => return Err(e),

@@ -2,35 +2,108 @@
 //! it serves. A cluster node serves S3 through one: when the cluster map changes, the node composes the
 //! store of the new map and switches to it; calls under way finish on the layer they started on. Before the
 //! first layer (a node not yet in a cluster with placement) every call is refused as unavailable, with the
-//! reason the holder gave.
+//! reason the holder gave. A removal that a layer refuses because it is being replaced (`Switching`: its
+//! group's step is being switched, nothing of it done) waits for the next layer and is made there, so that
+//! clients do not see the switch.
 
 use crate::*;
 use async_trait::async_trait;
+use futures::future::BoxFuture;
 use std::sync::Arc;
+use std::time::Duration;
+
+/// How long a call refused as `Switching` waits, in all, for the next layers before it is refused (a step
+/// is served within a Raft commit and a composition; a step that fails is armed again at once, which lifts
+/// its seal, and the call is then made again on the same layer).
+pub const SWITCH_WAIT: Duration = Duration::from_secs(5);
+
+/// The most times one call is made (each time on a newer layer, or on the same one once `SWITCH_WAIT`
+/// passed).
+pub const SWITCH_ATTEMPTS_MAX: u32 = 8;
 
 pub struct Switch {
     current: parking_lot::RwLock<Result<Arc<dyn ObjectLayer>, String>>,
+    /// Counts the layers set: a call refused as `Switching` waits for it to change.
+    generation: tokio::sync::watch::Sender<u64>,
+    /// Calls refused as `Switching` that wait for the next layer now.
+    waiting: std::sync::atomic::AtomicUsize,
+}
+
+/// One call counted in `Switch::waiting` while it lives.
+struct Waiting<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl<'a> Waiting<'a> {
+    fn new(count: &'a std::sync::atomic::AtomicUsize) -> Self {
+        count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Waiting(count)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        let before = self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        debug_assert!(before > 0, "a waiting call ends once");
+    }
 }
 
 impl Switch {
     /// A switch with no layer yet: calls are refused with `why`.
     pub fn new(why: impl Into<String>) -> Self {
-        Switch { current: parking_lot::RwLock::new(Err(why.into())) }
+        Switch {
+            current: parking_lot::RwLock::new(Err(why.into())),
+            generation: tokio::sync::watch::Sender::new(0),
+            waiting: Default::default(),
+        }
     }
 
     /// Serves the next calls with `layer`; returns the one it replaces.
     pub fn set(&self, layer: Arc<dyn ObjectLayer>) -> Option<Arc<dyn ObjectLayer>> {
-        std::mem::replace(&mut *self.current.write(), Ok(layer)).ok()
+        let replaced = std::mem::replace(&mut *self.current.write(), Ok(layer)).ok();
+        self.generation.send_modify(|g| *g += 1);
+        replaced
     }
 
     /// Refuses the next calls with `why`; returns the layer it held.
     pub fn clear(&self, why: impl Into<String>) -> Option<Arc<dyn ObjectLayer>> {
-        std::mem::replace(&mut *self.current.write(), Err(why.into())).ok()
+        let replaced = std::mem::replace(&mut *self.current.write(), Err(why.into())).ok();
+        self.generation.send_modify(|g| *g += 1);
+        replaced
     }
 
     /// The layer serving now.
     pub fn current(&self) -> LayerResult<Arc<dyn ObjectLayer>> {
         self.current.read().clone().map_err(LayerError::Unavailable)
+    }
+
+    /// Calls waiting for a newer layer now (after a `Switching` refusal).
+    pub fn waiting(&self) -> usize {
+        self.waiting.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// `call` on the layer serving now; refused as `Switching`, made again on each newer layer (or on the
+    /// same one once `SWITCH_WAIT` passed), at most `SWITCH_ATTEMPTS_MAX` times. Only for calls that can be
+    /// made again: a `Switching` refusal did nothing, and their inputs are not consumed.
+    async fn across_switches<'a, T>(
+        &'a self,
+        call: impl Fn(Arc<dyn ObjectLayer>) -> BoxFuture<'a, LayerResult<T>>,
+    ) -> LayerResult<T> {
+        let deadline = tokio::time::Instant::now() + SWITCH_WAIT;
+        let mut layers = self.generation.subscribe();
+        let mut attempts = 0;
+        loop {
+            layers.borrow_and_update();
+            attempts += 1;
+            // The layer is dropped with its call: a replaced layer drains while this call waits.
+            let refused = match call(self.current()?).await {
+                Err(LayerError::Switching(why)) => why,
+                done => return done,
+            };
+            if attempts >= SWITCH_ATTEMPTS_MAX || tokio::time::Instant::now() >= deadline {
+                return Err(LayerError::Switching(refused));
+            }
+            let _waiting = Waiting::new(&self.waiting);
+            let _ = tokio::time::timeout_at(deadline, layers.changed()).await;
+        }
     }
 }
 
@@ -125,7 +198,7 @@ impl ObjectLayer for Switch {
         self.current()?.head_object_sse(bucket, key, version_id, pre, customer).await
     }
     async fn delete_object_with(&self, bucket: &str, key: &str, opts: &DeleteOptions) -> LayerResult<DeleteResult> {
-        self.current()?.delete_object_with(bucket, key, opts).await
+        self.across_switches(|l| Box::pin(async move { l.delete_object_with(bucket, key, opts).await })).await
     }
     async fn copy_object_with(
         &self,
@@ -209,10 +282,16 @@ impl ObjectLayer for Switch {
         pre: &Precondition,
         extra_meta: Vec<(String, String)>,
     ) -> LayerResult<ObjectMeta> {
-        self.current()?.complete_multipart(bucket, key, upload_id, parts, pre, extra_meta).await
+        let (parts, extra_meta) = (&parts, &extra_meta);
+        self.across_switches(|l| {
+            Box::pin(async move {
+                l.complete_multipart(bucket, key, upload_id, parts.clone(), pre, extra_meta.clone()).await
+            })
+        })
+        .await
     }
     async fn abort_multipart(&self, bucket: &str, key: &str, upload_id: &str) -> LayerResult<()> {
-        self.current()?.abort_multipart(bucket, key, upload_id).await
+        self.across_switches(|l| Box::pin(async move { l.abort_multipart(bucket, key, upload_id).await })).await
     }
     async fn list_parts(&self, bucket: &str, key: &str, upload_id: &str) -> LayerResult<Vec<PartInfo>> {
         self.current()?.list_parts(bucket, key, upload_id).await

@@ -83,7 +83,7 @@ fn translate(e: LayerError) -> S3Error {
             e.set_status_code(http::StatusCode::INSUFFICIENT_STORAGE);
             e
         }
-        L::Unavailable(m) => s3_error!(ServiceUnavailable, "{m}"),
+        L::Unavailable(m) | L::Switching(m) => s3_error!(ServiceUnavailable, "{m}"),
         L::Corrupt(m) => {
             tracing::error!(error = %m, "damaged data detected");
             s3_error!(InternalError, "stored data failed its integrity check")

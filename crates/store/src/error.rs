@@ -21,6 +21,10 @@ pub enum ErrorKind {
     NoSpace,
     /// The store cannot serve this now: a drive is read-only or gone, too few drives answer, shutting down.
     Unavailable,
+    /// The store is being replaced by a newer one that must make this write (a cluster group's step is
+    /// switched): nothing of the transaction was done, and the same call through the newer store may be
+    /// made.
+    Switching,
     /// Stored data or metadata failed its checksum or cannot be decoded.
     Corrupt,
     /// A size or count limit was exceeded.
