@@ -124,6 +124,7 @@ def p99(name):
 print(f"stored before the join: {stored} bytes (shards on the three nodes' drives)")
 print(f"new node's weight share: {share:.4f}; optimal move: {optimal:.0f} bytes")
 print(f"moved: {moved} bytes = {moved / optimal:.3f}x optimal, groups moved {status['rebalance']['groups_moved']}, in {moved_s} s")
+print(f"calls node 0 made again after a step's switch refused them: {status.get('switch_calls_made_again', 'n/a')}")
 print(f"foreground p99 before: {p99('load-before')}")
 print(f"foreground p99 during: {p99('load-during')}")
 print(f"foreground p99 after (four nodes, nothing moving): {p99('load-after')}")

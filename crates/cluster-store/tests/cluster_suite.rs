@@ -519,6 +519,7 @@ async fn a_step_sealed_by_its_last_count_refuses_its_removals_until_it_is_served
     assert_eq!(get_all(&*served, &key).await, pattern(5, 40_000));
     switch.set(served.clone());
     deleting.await.unwrap().expect("made on the store of the step served");
+    assert_eq!(switch.made_again_total(), 1);
     let gone = served.get_object("bkt", &key, None, None, None, &Precondition::default()).await;
     assert!(matches!(gone, Err(LayerError::NoSuchKey)), "deleted: {:?}", gone.map(|g| g.meta));
     cluster.stop();
@@ -541,6 +542,7 @@ async fn a_removal_a_sealed_step_refuses_waits_a_bounded_time_for_the_next_store
     let refused = switch.delete_object("bkt", &key, None).await;
     assert!(matches!(refused, Err(LayerError::Switching(_))), "sealed: {refused:?}");
     assert!(started.elapsed() >= mosaic_layer::SWITCH_WAIT, "it waited for the next store first");
+    assert_eq!(switch.made_again_total(), 1, "once, on the same store, when the wait ended");
     assert_eq!(get_all(&switch, &key).await, pattern(3, 40_000), "nothing was deleted");
     cluster.stop();
 }

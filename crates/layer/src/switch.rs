@@ -27,6 +27,8 @@ pub struct Switch {
     generation: tokio::sync::watch::Sender<u64>,
     /// Calls refused as `Switching` that wait for the next layer now.
     waiting: std::sync::atomic::AtomicUsize,
+    /// Calls made again after a `Switching` refusal, since the switch was made.
+    made_again: std::sync::atomic::AtomicU64,
 }
 
 /// One call counted in `Switch::waiting` while it lives.
@@ -53,6 +55,7 @@ impl Switch {
             current: parking_lot::RwLock::new(Err(why.into())),
             generation: tokio::sync::watch::Sender::new(0),
             waiting: Default::default(),
+            made_again: Default::default(),
         }
     }
 
@@ -80,6 +83,11 @@ impl Switch {
         self.waiting.load(std::sync::atomic::Ordering::SeqCst)
     }
 
+    /// Calls made again after a `Switching` refusal so far (each time a call was made again counts).
+    pub fn made_again_total(&self) -> u64 {
+        self.made_again.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// `call` on the layer serving now; refused as `Switching`, made again on each newer layer (or on the
     /// same one once `SWITCH_WAIT` passed), at most `SWITCH_ATTEMPTS_MAX` times. Only for calls that can be
     /// made again: a `Switching` refusal did nothing, and their inputs are not consumed.
@@ -103,6 +111,7 @@ impl Switch {
             }
             let _waiting = Waiting::new(&self.waiting);
             let _ = tokio::time::timeout_at(deadline, layers.changed()).await;
+            self.made_again.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
     }
 }

@@ -729,6 +729,8 @@ impl Cluster {
             "write_fence": map.write_fence,
             "rebalance": rebalance,
             "serving": serving,
+            // This node's calls that a step's switch refused and that were made again on the next store.
+            "switch_calls_made_again": self.switch.made_again_total(),
             "nodes": nodes,
         })
     }
