@@ -368,7 +368,7 @@ fn a_moving_group(cluster: &mut Cluster) -> (mosaic_cluster_store::Step, usize, 
 /// step's set opened for filling as the rebalancer opens it.
 async fn a_moving_group_with_its_key(
     cluster: &mut Cluster,
-) -> (mosaic_cluster_store::Step, usize, String, impl ObjectLayer, mosaic_cluster_store::StepSet) {
+) -> (mosaic_cluster_store::Step, usize, String, S3Semantics<ClusterStore>, mosaic_cluster_store::StepSet) {
     let (step, new_slot, key) = a_moving_group(cluster);
     let writer = cluster.layer(0).await;
     writer.create_bucket("bkt", None).await.unwrap();
@@ -478,6 +478,17 @@ async fn a_removal_not_followed_during_a_fill_makes_the_step_start_again() {
     cluster.stop();
 }
 
+/// A moving group with a key written in it (through the layer returned) whose step was armed and filled,
+/// its last count sealing it on every node.
+async fn a_sealed_step(cluster: &mut Cluster) -> (mosaic_cluster_store::Step, String, S3Semantics<ClusterStore>) {
+    let (step, _, key, writer, filling) = a_moving_group_with_its_key(cluster).await;
+    let ask = || async { Ok(cluster.follow_counts(&step)) };
+    let seal = || async { Ok(cluster.seal_counts(&step)) };
+    let armed = mosaic_cluster_store::arm_step(ask).await.unwrap();
+    mosaic_cluster_store::fill_following(&filling, 0, armed, seal).await.unwrap();
+    (step, key, writer)
+}
+
 /// The step's last count seals it (`fill_following` sealing on every node): the group's removals under
 /// the step are refused on every node (`Switching`, nothing committed), so none slips in between the count
 /// and the switch; writes that remove nothing and reads go on. A node serves S3 through a `Switch`, where
@@ -486,12 +497,7 @@ async fn a_removal_not_followed_during_a_fill_makes_the_step_start_again() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_step_sealed_by_its_last_count_refuses_its_removals_until_it_is_served() {
     let mut cluster = Cluster::start().await;
-    let (step, _, key, writer, filling) = a_moving_group_with_its_key(&mut cluster).await;
-    let ask = || async { Ok(cluster.follow_counts(&step)) };
-    let seal = || async { Ok(cluster.seal_counts(&step)) };
-    let armed = mosaic_cluster_store::arm_step(ask).await.unwrap();
-    mosaic_cluster_store::fill_following(&filling, 0, armed, seal).await.unwrap();
-    drop(filling);
+    let (step, key, writer) = a_sealed_step(&mut cluster).await;
     let deleter = cluster.layer(1).await;
     let refused = deleter.delete_object("bkt", &key, None).await;
     assert!(matches!(refused, Err(LayerError::Switching(_))), "sealed: {refused:?}");
@@ -530,12 +536,7 @@ async fn a_step_sealed_by_its_last_count_refuses_its_removals_until_it_is_served
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_removal_a_sealed_step_refuses_waits_a_bounded_time_for_the_next_store() {
     let mut cluster = Cluster::start().await;
-    let (step, _, key, _, filling) = a_moving_group_with_its_key(&mut cluster).await;
-    let ask = || async { Ok(cluster.follow_counts(&step)) };
-    let seal = || async { Ok(cluster.seal_counts(&step)) };
-    let armed = mosaic_cluster_store::arm_step(ask).await.unwrap();
-    mosaic_cluster_store::fill_following(&filling, 0, armed, seal).await.unwrap();
-    drop(filling);
+    let (_, key, _) = a_sealed_step(&mut cluster).await;
     let switch = Switch::new("no store yet");
     switch.set(Arc::new(cluster.layer(1).await));
     let started = std::time::Instant::now();
