@@ -68,12 +68,12 @@ fn render_metrics(state: &AdminState) -> String {
     for (i, set) in state.drives.sets.iter().enumerate() {
         set_gauges(set, "set", &i.to_string());
     }
-    // A cluster node's placement groups, as the store it serves now composed them (a group's counters
-    // start again when its set is opened anew).
     if let Some(cluster) = &state.cluster {
         let again = cluster.switch.made_again_total();
         metrics::gauge!("mosaic_switch_calls_made_again").set(again as f64);
     }
+    // A cluster node's placement groups, as the store it serves now composed them (a group's counters
+    // start again when its set is opened anew).
     if let Some(store) = state.cluster.as_ref().and_then(|c| c.served_store()) {
         for (pg, set) in store.members().iter().enumerate() {
             set_gauges(set, "group", &pg.to_string());

@@ -21,10 +21,6 @@ pub enum ErrorKind {
     NoSpace,
     /// The store cannot serve this now: a drive is read-only or gone, too few drives answer, shutting down.
     Unavailable,
-    /// The store is being replaced by a newer one that must make this write (a cluster group's step is
-    /// switched): nothing of the transaction was done, and the same call through the newer store may be
-    /// made.
-    Switching,
     /// Stored data or metadata failed its checksum or cannot be decoded.
     Corrupt,
     /// A size or count limit was exceeded.
@@ -33,6 +29,12 @@ pub enum ErrorKind {
     InvalidArgument,
     /// A bug or an unexpected failure below.
     Internal,
+    /// The store is being replaced by a newer one that must make this write (a cluster group's step is
+    /// switched): nothing of the transaction was done, and the same call through the newer store may be
+    /// made.
+    /// Last, so that the kinds before keep their numbers on the wire (the drive protocol encodes a kind
+    /// by its position); never sent between nodes: only the node that writes refuses with it.
+    Switching,
 }
 
 /// A store error: its kind, the index of the failed operation in its transaction (when one failed), and a
