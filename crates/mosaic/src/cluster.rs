@@ -1190,6 +1190,7 @@ impl Cluster {
         let done = match bytes {
             Ok(bytes) => {
                 metrics::counter!("mosaic_rebalance_bytes_total").increment(bytes);
+                self.abort_if_asked_before_report(pg);
                 let report = Change::MoveDoneFenced { pg: pg as u32, set: target.clone(), write_fence };
                 running.node.propose(report).await.map(|epoch| (epoch, bytes)).map_err(|e| e.to_string())
             }
@@ -1224,6 +1225,17 @@ impl Cluster {
             self.heal_moved(pg, placement).await;
         }
         Ok(())
+    }
+
+    /// Testing only (`--fault-abort-before-move-report`): ends the process with no drain and no close, as
+    /// a kill -9 would, between a step's last count (its seals held on every node) and its report, when
+    /// this node is the one to remove the file (once among the nodes given the same path).
+    fn abort_if_asked_before_report(&self, pg: usize) {
+        let Some(path) = &self.cfg.abort_before_move_report else { return };
+        if std::fs::remove_file(path).is_ok() {
+            tracing::error!(pg, node = %self.advertise, "aborting before a step's report, as the fault flag asks");
+            std::process::abort();
+        }
     }
 
     /// Heals group `pg`'s set as this node serves it once it serves placement epoch `placement` (the

@@ -201,6 +201,10 @@ pub struct ServerArgs {
     /// (e.g. 64MiB; every node that owns moving groups copies at up to this rate); 0: no limit.
     #[arg(long, env = "MOSAIC_MOVE_RATE", value_name = "SIZE")]
     pub move_rate: Option<String>,
+    /// Testing only: the rebalancer aborts the process (as a kill -9 would) between a step's last count
+    /// and its report, once: when it is the one to remove this file (nodes may share the path).
+    #[arg(long, env = "MOSAIC_FAULT_ABORT_BEFORE_MOVE_REPORT", value_name = "PATH", hide = true)]
+    pub fault_abort_before_move_report: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -286,6 +290,8 @@ pub struct ClusterConfig {
     pub ca: Option<PathBuf>,
     /// Most bytes per second its rebalancer copies (0: no limit).
     pub move_bytes_per_s: u64,
+    /// Testing only: the file whose removal aborts the process before a step's report (see the flag).
+    pub abort_before_move_report: Option<PathBuf>,
 }
 
 /// The certificate chain and private key files of HTTPS.
@@ -423,7 +429,8 @@ fn cluster_config(args: &ServerArgs, file: &FileConfig) -> Result<Option<Cluster
     }
     let move_rate = pick(&args.move_rate, &file.move_rate).unwrap_or_else(|| DEFAULT_MOVE_RATE.into());
     let move_bytes_per_s = size("move_rate", &move_rate)?;
-    Ok(Some(ClusterConfig { address, advertise, join, secret, zone, ca, move_bytes_per_s }))
+    let abort_before_move_report = args.fault_abort_before_move_report.clone();
+    Ok(Some(ClusterConfig { address, advertise, join, secret, zone, ca, move_bytes_per_s, abort_before_move_report }))
 }
 
 impl Config {

@@ -337,17 +337,26 @@ fn form() -> Formed {
     form_with("2+1")
 }
 
-/// Three nodes of two drives each, in a cluster of `erasure` sets over 8 groups.
 fn form_with(erasure: &str) -> Formed {
+    form_with_env(erasure, &[])
+}
+
+/// Three nodes of two drives each, in a cluster of `erasure` sets over 8 groups, each started with `env`.
+fn form_with_env(erasure: &str, env: &[(&str, &str)]) -> Formed {
     let dir = tempfile::tempdir().unwrap();
     // Started with the secret, as a deployment gives every node one: init takes it instead of making one.
     let given = cluster_secret();
-    let a = node(&dir.path().join("node0"), "127.0.0.1:0", &[("MOSAIC_CLUSTER_SECRET", &given)], &[]);
+    let a = node(
+        &dir.path().join("node0"),
+        "127.0.0.1:0",
+        &[&[("MOSAIC_CLUSTER_SECRET", given.as_str())][..], env].concat(),
+        &[],
+    );
     let (ak, sk) = (printed(&a, "access key:"), printed(&a, "secret key:"));
     let init = json(admin(&a, &ak, &sk, &["cluster", "init", "--erasure", erasure, "--groups", "8"]));
     let secret = init["secret"].as_str().unwrap().to_string();
     assert_eq!(secret, given);
-    let joining = [("MOSAIC_CLUSTER_SECRET", secret.as_str())];
+    let joining = [&[("MOSAIC_CLUSTER_SECRET", secret.as_str())][..], env].concat();
     let a_cluster = a.cluster.clone().unwrap();
     let mut nodes = vec![a];
     for i in 1..3 {
@@ -645,6 +654,121 @@ async fn a_node_killed_during_a_move_loses_no_acknowledged_write() {
     kill9(nodes.remove(1));
     let clients: Vec<_> = nodes.iter().map(|s| s3_client(&s.s3, &ak, &sk)).collect();
     verify(&clients, &model, "healed, with another node killed").await;
+    for s in nodes {
+        assert_eq!(stop(s).0, 0);
+    }
+}
+
+/// The owner of a moving group dies (its process aborts, as under kill -9) between its step's last count,
+/// which sealed the step on every node, and its report, while keys are written, overwritten and deleted
+/// through the joining node. Writes and deletes go on while it is down; it returns (its seals on the
+/// other nodes held until then, or lapsed), raises the write fence at its start, and its step is armed,
+/// filled and reported again: the moves finish, and every node reads every acknowledged write exactly and
+/// none of the deleted keys. (A seal that lapses is `mosaic_cluster_store::step`'s unit tests' case.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_that_dies_before_a_steps_report_loses_no_acknowledged_write() {
+    const OBJECTS: usize = 24;
+    const MAX_OPS: usize = 400;
+    const ACKED_WHILE_DOWN: usize = 10;
+    const ABORTED: &str = "aborting before a step's report, as the fault flag asks";
+    // The three nodes share the token: the first to report a step removes it and aborts, the others go on.
+    let token_dir = tempfile::tempdir().unwrap();
+    let token = token_dir.path().join("abort-before-report");
+    let fault = [("MOSAIC_FAULT_ABORT_BEFORE_MOVE_REPORT", token.to_str().unwrap())];
+    let Formed { dir, mut nodes, ak, sk } = form_with_env("2+1", &fault);
+    let first = s3_client(&nodes[0].s3, &ak, &sk);
+    first.create_bucket().bucket(BUCKET).send().await.unwrap();
+    let mut model = BTreeMap::new();
+    for i in 0..OBJECTS {
+        let key = format!("before/{i:03}");
+        let data = pattern(8000 + i, [0, 3_000, 400_000][i % 3]);
+        first.put_object().bucket(BUCKET).key(&key).body(ByteStream::from(data.clone())).send().await.unwrap();
+        model.insert(key, data);
+    }
+    let out = admin(&nodes[0], &ak, &sk, &["cluster", "rebalance", "pause"]);
+    assert!(out.status.success(), "{out:?}");
+    nodes.push(join(dir.path(), "node3", &nodes[0]));
+    std::fs::write(&token, b"").unwrap();
+    let fence_before = json(admin(&nodes[0], &ak, &sk, &["cluster", "status"]))["write_fence"].as_u64().unwrap();
+
+    // The load, through the joining node (which has no token): every third op deletes a key of the model,
+    // every third overwrites one, the rest are new; it runs until told to stop, at most MAX_OPS ops.
+    let writer = s3_client(&nodes[3].s3, &ak, &sk);
+    let (acked_tx, acked_rx) = std::sync::mpsc::channel::<()>();
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut load_model = model.clone();
+    let load = tokio::spawn(async move {
+        let mut deleted = Vec::new();
+        for i in 0..MAX_OPS {
+            if *stop_rx.borrow() {
+                break;
+            }
+            let victim = load_model.keys().nth((i * 7) % load_model.len().max(1)).cloned();
+            let acked = match (i % 3, victim) {
+                (0, Some(key)) => {
+                    let done = writer.delete_object().bucket(BUCKET).key(&key).send().await.is_ok();
+                    if done {
+                        load_model.remove(&key);
+                        deleted.push(key);
+                    }
+                    done
+                }
+                (kind, victim) => {
+                    let key = victim.filter(|_| kind == 1).unwrap_or(format!("load/{i:03}"));
+                    let data = pattern(9000 + i, [20, 50_000, 600_000][i % 3]);
+                    let put = writer.put_object().bucket(BUCKET).key(&key).body(ByteStream::from(data.clone()));
+                    let done = put.send().await.is_ok();
+                    if done {
+                        load_model.insert(key, data);
+                    }
+                    done
+                }
+            };
+            if acked {
+                let _ = acked_tx.send(());
+            }
+        }
+        (load_model, deleted)
+    });
+    let out = admin(&nodes[0], &ak, &sk, &["cluster", "rebalance", "resume"]);
+    assert!(out.status.success(), "{out:?}");
+    let aborted = first_logged(&nodes[..3], |v| v["message"] == ABORTED);
+    let dead = nodes.iter().position(|s| s.cluster.as_deref() == aborted["node"].as_str()).expect("a node aborted");
+    let dead_address = nodes[dead].cluster.clone().unwrap();
+    kill9(nodes.remove(dead));
+    assert!(!token.exists(), "the aborted node took the token");
+    // Writes and deletes go on while the owner is down (and its step's seals held, then lapsed).
+    tokio::task::spawn_blocking(move || {
+        while acked_rx.try_recv().is_ok() {}
+        for _ in 0..ACKED_WHILE_DOWN {
+            acked_rx.recv().expect("the load goes on while the owner is down");
+        }
+    })
+    .await
+    .unwrap();
+
+    // It returns on its address without the fault; the moves finish with every node serving the last
+    // placement, and no other node aborted meanwhile.
+    nodes.insert(dead, node(&dir.path().join(format!("node{dead}")), &dead_address, &[], &[]));
+    for s in &nodes {
+        serves_every_node(s);
+    }
+    let status = status_when(&nodes[0], &ak, &sk, |s| s["groups_moving"] == 0 && s["rebalance"]["nodes_behind"] == 0);
+    assert!(status["write_fence"].as_u64() > Some(fence_before), "the returned node raised the fence: {status}");
+    stop_tx.send_replace(true);
+    let (model, deleted) = load.await.unwrap();
+    assert!(!deleted.is_empty(), "deletes were acknowledged");
+    let clients: Vec<_> = nodes.iter().map(|s| s3_client(&s.s3, &ak, &sk)).collect();
+    verify(&clients, &model, "after the owner that died before its report returned and the move finished").await;
+    for key in &deleted {
+        for c in &clients {
+            assert!(get(c, key).await.is_err(), "{key} was deleted and is back");
+        }
+    }
+    for s in &nodes {
+        let healed = json(admin(s, &ak, &sk, &["heal"]));
+        assert_eq!(healed["objects_left"].as_u64(), Some(0), "{healed}");
+    }
     for s in nodes {
         assert_eq!(stop(s).0, 0);
     }
