@@ -738,6 +738,31 @@ async fn encoder<S: Store>(set: std::sync::Weak<SetInner<S>>) {
     }
 }
 
+/// The names a transaction takes away, which a moving group's removals follower must follow: those it
+/// removes, and the sources of its renames that no later operation makes again as a whole object. A
+/// versioned overwrite renames the key's current version to a noncurrent name and makes the key anew: the
+/// key keeps a name on the drives that take the write, as in any overwrite, so a copy of its older bytes
+/// elsewhere loses to the newer version and cannot bring a removed name back.
+fn removed_names<C, St>(ops: &[Op<SetColl<C>, St>]) -> Vec<(Arc<str>, Vec<u8>)> {
+    let made_again = |later: &[Op<SetColl<C>, St>], coll: &Arc<str>, name: &[u8]| {
+        later.iter().any(|op| match op {
+            Op::Create { coll: c, name: n } | Op::Reset { coll: c, name: n } => c.name == *coll && n == name,
+            Op::Rename { to_coll: c, to: n, .. } | Op::Clone { to_coll: c, to: n, .. } => c.name == *coll && n == name,
+            _ => false,
+        })
+    };
+    ops.iter()
+        .enumerate()
+        .filter_map(|(i, op)| match op {
+            Op::Remove { coll, name } => Some((coll.name.clone(), name.clone())),
+            Op::Rename { coll, from, .. } if !made_again(&ops[i + 1..], &coll.name, from) => {
+                Some((coll.name.clone(), from.clone()))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
 #[async_trait]
 impl<S: Store> Store for ErasureSet<S> {
     type Coll = SetColl<S::Coll>;
@@ -766,15 +791,7 @@ impl<S: Store> Store for ErasureSet<S> {
         let Some(follower) = self.inner.cfg.removal_follower.clone() else {
             return write::commit(&self.inner, txn, kept).await;
         };
-        let removed: Vec<(Arc<str>, Vec<u8>)> = txn
-            .ops
-            .iter()
-            .filter_map(|op| match op {
-                Op::Remove { coll, name } => Some((coll.name.clone(), name.clone())),
-                Op::Rename { coll, from, .. } => Some((coll.name.clone(), from.clone())),
-                _ => None,
-            })
-            .collect();
+        let removed = removed_names(&txn.ops);
         // Begun before anything is decided, so that an arming counts it among the writes under way.
         let begun = follower.begin(!removed.is_empty()).await?;
         let kept = kept.filter(|_| begun.armed);
@@ -822,6 +839,40 @@ impl<S: Store> Store for ErasureSet<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_rename_whose_source_the_transaction_makes_again_removes_no_name() {
+        let coll = |name: &str| SetColl::<()> { name: name.into(), members: Arc::from(Vec::new()), generation: 0 };
+        let (b, other) = (coll("b"), coll("other"));
+        let rename = |from: &str, to: &str| Op::<SetColl<()>, ()>::Rename {
+            coll: b.clone(),
+            from: from.into(),
+            to_coll: b.clone(),
+            to: to.into(),
+        };
+        let names = |ops: Vec<Op<SetColl<()>, ()>>| -> Vec<Vec<u8>> {
+            removed_names(&ops).into_iter().map(|(c, n)| [c.as_bytes(), b":", &n].concat()).collect()
+        };
+        // A versioned overwrite: the current version kept under its noncurrent name, the key made anew.
+        let overwrite = vec![rename("k", "k-v1"), Op::Reset { coll: b.clone(), name: "k".into() }];
+        assert!(names(overwrite).is_empty());
+        let cloned_back = vec![
+            rename("k", "k-v1"),
+            Op::Clone { coll: b.clone(), from: "x".into(), to_coll: b.clone(), to: "k".into() },
+        ];
+        assert!(names(cloned_back).is_empty());
+        // A version promoted in a removed one's place takes its own name away.
+        assert_eq!(names(vec![rename("k-v1", "k")]), vec![b"b:k-v1".to_vec()]);
+        assert_eq!(
+            names(vec![Op::Reset { coll: b.clone(), name: "k".into() }, rename("k", "j")]),
+            vec![b"b:k".to_vec()]
+        );
+        let elsewhere = vec![rename("k", "k-v1"), Op::Reset { coll: other.clone(), name: "k".into() }];
+        assert_eq!(names(elsewhere), vec![b"b:k".to_vec()], "made again in another collection");
+        let another = vec![rename("k", "k-v1"), Op::Create { coll: b.clone(), name: "j".into() }];
+        assert_eq!(names(another), vec![b"b:k".to_vec()]);
+        assert_eq!(names(vec![Op::Remove { coll: b.clone(), name: "k".into() }]), vec![b"b:k".to_vec()]);
+    }
 
     #[test]
     fn the_undo_log_is_one_of_the_sets_own_collections() {
