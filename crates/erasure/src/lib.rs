@@ -800,12 +800,16 @@ impl<S: Store> Store for ErasureSet<S> {
         }
         // The removals are followed under the write's locks: a heal of these names (on another node, over
         // the set a step made) or a step's fill copying them cannot act between the commit and its follow,
-        // when the drives the step keeps lack a name the new ones may still hold. Each follow begins with
-        // the locks renewed and ends within their use window, inside their lease.
+        // when the drives the step keeps lack a name the new ones may still hold. A follow begins within
+        // the locks' use window and ends within its length (`FOLLOW_TIMEOUT`), inside their lease. So the
+        // locks are renewed before each follow but the last: a renewal gives a next follow its window,
+        // and the last has none after it (a renewal fails once the window passed, so it could not help).
         let (outcome, mut locks) = write::commit_locked(&self.inner, txn, kept).await?;
-        for (coll, name) in removed {
-            if let Err(e) = locks.renew().await {
-                tracing::debug!(error = %e, "the locks of a removal to follow could not be renewed");
+        let follows = removed.len();
+        for (n, (coll, name)) in removed.into_iter().enumerate() {
+            let renewed = if n + 1 < follows { locks.renew().await } else { locks.check_held() };
+            if let Err(e) = renewed {
+                tracing::debug!(error = %e, "a removal is followed outside its locks' use window");
             }
             if let Err(e) = follower.removed(&coll, &name).await {
                 self.inner.counters.removals_not_followed.fetch_add(1, Ordering::Relaxed);
