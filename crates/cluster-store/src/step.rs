@@ -56,8 +56,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
-/// Longest a followed removal may take: it runs under the write's locks, renewed just before, and ends
-/// within the time a lock is used for (`LockClient::USE_WITHIN`), before another writer can take them.
+/// Longest a followed removal may take: it begins under the write's locks within their use window
+/// (`LockClient::USE_WITHIN`) and ends within that window's length, inside their lease, before another
+/// writer can take them.
 const FOLLOW_TIMEOUT: Duration = mosaic_cluster::locks::LockClient::USE_WITHIN;
 /// A next set opened without some of its drives is opened again after this long (a drive that did not
 /// answer may answer again before the map marks its node down or a new map composes the store anew).

@@ -120,8 +120,8 @@ pub trait RemovalFollower: Send + Sync + 'static {
     /// `removes`: the write takes names away (only such a write may be refused while a step switches).
     fn begin(&self, removes: bool) -> futures::future::BoxFuture<'_, StoreResult<WriteBegun>>;
     /// Follows the removal of `name`. It runs while the write still holds the name's locks (the set's own
-    /// and `SetConfig::shared_locks`, renewed just before), so it must not take those locks itself, and
-    /// should end within the shared locks' use window, else their lease may lapse meanwhile.
+    /// and `SetConfig::shared_locks`, begun within their use window), so it must not take those locks
+    /// itself, and should end within the length of that window, else their lease may lapse meanwhile.
     fn removed<'a>(&'a self, coll: &'a str, name: &'a [u8]) -> futures::future::BoxFuture<'a, StoreResult<()>>;
 }
 
