@@ -3,7 +3,8 @@
 # filled with OBJECTS objects of SIZE, a foreground load (cosbench-a) runs once before and once while a
 # fourth node joins and the rebalancer moves its share onto it, and once after. Reports the bytes moved against the
 # optimal (the new node's weight share of the bytes stored), how long the move took, and the load's p99
-# before, during and after. Usage:
+# before, during and after, and the drives' work meanwhile (commit groups, data-device flushes and bytes
+# written per second, from every node's engine counters). Usage:
 #   scripts/bench-rebalance.sh [OUT]      (needs bin/mosaic from `make build`)
 # MOVE_RATE (e.g. 16MiB) is each node's --move-rate; unset, the server's default.
 # PAUSED=1: moves are paused before the fourth node joins, so the load "during" runs while every group that
@@ -68,6 +69,19 @@ bench() { # name args...
     --out "$OUT/$name" >"$OUT/$name.txt" 2>&1
 }
 
+counters() { # name: the time, then each running node's engine counters summed over its drives
+  {
+    date +%s.%N
+    for n in 0 1 2 3; do
+      curl -fsS -m 2 "http://127.0.0.1:$((19001 + 10 * n))/metrics" 2>/dev/null | awk -v n="$n" '
+        /^mosaic_engine_groups_committed[ {]/ { g += $NF }
+        /^mosaic_engine_device_flushes[ {]/ { f += $NF }
+        /^mosaic_engine_device_bytes_written[ {]/ { w += $NF }
+        END { if (NR > 0) print n, g + 0, f + 0, w + 0 }' || true
+    done
+  } >"$OUT/counters-$1.txt"
+}
+
 used_bytes() { # nodes...
   local total=0
   for n in "$@"; do
@@ -83,14 +97,18 @@ for n in 0 1 2; do wait_ready "http://127.0.0.1:$((19001 + 10 * n))/health/ready
 bench fill --workload read-only --objects "$OBJECTS" --size "$SIZE" --concurrency 8 --duration 1s --warmup 0s \
   --bucket moved --keep
 stored=$(used_bytes 0 1 2)
+counters load-before-start
 bench load-before "${LOAD[@]}"
+counters load-before-end
 # The fourth node joins; the load runs again while its share moves onto it.
 [[ -n ${PAUSED:-} ]] && admin 0 cluster rebalance pause >/dev/null
 start=$(date +%s.%N)
 start_node 3
 wait_ready http://127.0.0.1:19031/health/ready
+counters load-during-start
 if [[ -n ${PAUSED:-} ]]; then
   bench load-during "${LOAD[@]}"
+  counters load-during-end
   admin 0 cluster rebalance resume >/dev/null
   start=$(date +%s.%N)
   load=
@@ -106,9 +124,14 @@ for _ in $(seq 1 3000); do
   sleep 1
 done
 moved_s=$(python3 -c "import time; print(round(time.time() - $start, 1))")
-[[ -z $load ]] || wait "$load"
+if [[ -n $load ]]; then
+  wait "$load"
+  counters load-during-end
+fi
 # The same load on the four nodes once nothing moves: what the fourth node costs by itself.
+counters load-after-start
 bench load-after "${LOAD[@]}"
+counters load-after-end
 python3 - "$OUT/status.json" "$stored" "$moved_s" "$OUT" >"$OUT/summary.txt" <<'EOF'
 import json, sys
 status, stored, moved_s, out = json.load(open(sys.argv[1])), int(sys.argv[2]), sys.argv[3], sys.argv[4]
@@ -128,5 +151,16 @@ print(f"calls node 0 made again after a step's switch refused them: {status.get(
 print(f"foreground p99 before: {p99('load-before')}")
 print(f"foreground p99 during: {p99('load-during')}")
 print(f"foreground p99 after (four nodes, nothing moving): {p99('load-after')}")
+def counters(name):
+    lines = open(f"{out}/counters-{name}.txt").read().split("\n")
+    nodes = {int(l.split()[0]): [float(x) for x in l.split()[1:]] for l in lines[1:] if l.strip()}
+    return float(lines[0]), nodes
+# The drives' work while each load ran, all nodes together: the move's commits and device flushes land on
+# the same disk as the load's.
+for phase in ("before", "during", "after"):
+    (t0, start), (t1, end) = counters(f"load-{phase}-start"), counters(f"load-{phase}-end")
+    rates = [sum(v[i] - start.get(n, [0, 0, 0])[i] for n, v in end.items()) / (t1 - t0) for i in range(3)]
+    print(f"drives while the load ran {phase}: {rates[0]:.0f} commit groups/s, {rates[1]:.0f} data-device "
+          f"flushes/s, {rates[2] / 2**20:.1f} MiB/s written to data devices")
 EOF
 cat "$OUT/summary.txt"
