@@ -554,37 +554,13 @@ async fn a_node_killed_during_a_move_loses_no_acknowledged_write() {
     // The load: every fifth op deletes a key of the model, every fifth overwrites one, the rest are new.
     let writer = s3_client(&nodes[1].s3, &ak, &sk);
     let (acked_tx, acked_rx) = std::sync::mpsc::channel::<usize>();
-    let mut load_model = model.clone();
-    let load = tokio::spawn(async move {
-        let mut deleted = Vec::new();
-        for i in 0..OPS {
-            let victim = load_model.keys().nth(i % load_model.len().max(1)).cloned();
-            let acked = match (i % 5, victim) {
-                (0, Some(key)) => {
-                    let done = writer.delete_object().bucket(BUCKET).key(&key).send().await.is_ok();
-                    if done {
-                        load_model.remove(&key);
-                        deleted.push(key);
-                    }
-                    done
-                }
-                (kind, victim) => {
-                    let key = victim.filter(|_| kind == 1).unwrap_or(format!("load/{i:03}"));
-                    let data = pattern(6000 + i, [20, 50_000, 600_000][i % 3]);
-                    let put = writer.put_object().bucket(BUCKET).key(&key).body(ByteStream::from(data.clone()));
-                    let done = put.send().await.is_ok();
-                    if done {
-                        load_model.insert(key, data);
-                    }
-                    done
-                }
-            };
-            if acked {
-                let _ = acked_tx.send(i);
-            }
-        }
-        (load_model, deleted)
-    });
+    let load = tokio::spawn(mixed_load(
+        writer,
+        model.clone(),
+        MixedLoad { ops: OPS, every: 5, stride: 1, seed: 6000 },
+        acked_tx,
+        None,
+    ));
     // Beside it, one key written, deleted and read through three nodes at once, its history checked at the
     // end.
     let base = std::time::Instant::now();
@@ -694,42 +670,10 @@ async fn an_owner_that_dies_before_a_steps_report_loses_no_acknowledged_write() 
     // The load, through the joining node (which has no token): every third op deletes a key of the model,
     // every third overwrites one, the rest are new; it runs until told to stop, at most MAX_OPS ops.
     let writer = s3_client(&nodes[3].s3, &ak, &sk);
-    let (acked_tx, acked_rx) = std::sync::mpsc::channel::<()>();
+    let (acked_tx, acked_rx) = std::sync::mpsc::channel::<usize>();
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let mut load_model = model.clone();
-    let load = tokio::spawn(async move {
-        let mut deleted = Vec::new();
-        for i in 0..MAX_OPS {
-            if *stop_rx.borrow() {
-                break;
-            }
-            let victim = load_model.keys().nth((i * 7) % load_model.len().max(1)).cloned();
-            let acked = match (i % 3, victim) {
-                (0, Some(key)) => {
-                    let done = writer.delete_object().bucket(BUCKET).key(&key).send().await.is_ok();
-                    if done {
-                        load_model.remove(&key);
-                        deleted.push(key);
-                    }
-                    done
-                }
-                (kind, victim) => {
-                    let key = victim.filter(|_| kind == 1).unwrap_or(format!("load/{i:03}"));
-                    let data = pattern(9000 + i, [20, 50_000, 600_000][i % 3]);
-                    let put = writer.put_object().bucket(BUCKET).key(&key).body(ByteStream::from(data.clone()));
-                    let done = put.send().await.is_ok();
-                    if done {
-                        load_model.insert(key, data);
-                    }
-                    done
-                }
-            };
-            if acked {
-                let _ = acked_tx.send(());
-            }
-        }
-        (load_model, deleted)
-    });
+    let mix = MixedLoad { ops: MAX_OPS, every: 3, stride: 7, seed: 9000 };
+    let load = tokio::spawn(mixed_load(writer, model.clone(), mix, acked_tx, Some(stop_rx)));
     let out = admin(&nodes[0], &ak, &sk, &["cluster", "rebalance", "resume"]);
     assert!(out.status.success(), "{out:?}");
     let aborted = first_logged(&nodes[..3], |v| v["message"] == ABORTED);
@@ -772,6 +716,57 @@ async fn an_owner_that_dies_before_a_steps_report_loses_no_acknowledged_write() 
     for s in nodes {
         assert_eq!(stop(s).0, 0);
     }
+}
+
+/// A mixed load's shape: of every `every` ops the first deletes a key of the model and the second
+/// overwrites one (victims picked `stride` keys apart), the rest write new keys; bodies seeded from `seed`.
+struct MixedLoad {
+    ops: usize,
+    every: usize,
+    stride: usize,
+    seed: usize,
+}
+
+/// Runs `mix` through `writer` over `model`, at most `mix.ops` ops and none once `stop` says so; sends
+/// each acknowledged op's number on `acked`. Returns the model as acknowledged and the keys deleted.
+async fn mixed_load(
+    writer: aws_sdk_s3::Client,
+    mut model: BTreeMap<String, Vec<u8>>,
+    mix: MixedLoad,
+    acked: std::sync::mpsc::Sender<usize>,
+    stop: Option<tokio::sync::watch::Receiver<bool>>,
+) -> (BTreeMap<String, Vec<u8>>, Vec<String>) {
+    let mut deleted = Vec::new();
+    for i in 0..mix.ops {
+        if stop.as_ref().is_some_and(|s| *s.borrow()) {
+            break;
+        }
+        let victim = model.keys().nth((i * mix.stride) % model.len().max(1)).cloned();
+        let done = match (i % mix.every, victim) {
+            (0, Some(key)) => {
+                let done = writer.delete_object().bucket(BUCKET).key(&key).send().await.is_ok();
+                if done {
+                    model.remove(&key);
+                    deleted.push(key);
+                }
+                done
+            }
+            (kind, victim) => {
+                let key = victim.filter(|_| kind == 1).unwrap_or(format!("load/{i:03}"));
+                let data = pattern(mix.seed + i, [20, 50_000, 600_000][i % 3]);
+                let put = writer.put_object().bucket(BUCKET).key(&key).body(ByteStream::from(data.clone()));
+                let done = put.send().await.is_ok();
+                if done {
+                    model.insert(key, data);
+                }
+                done
+            }
+        };
+        if done {
+            let _ = acked.send(i);
+        }
+    }
+    (model, deleted)
 }
 
 /// The key of the single-key histories.
