@@ -71,7 +71,38 @@ pub(crate) async fn heal_object<S: Store>(set: &Arc<SetInner<S>>, coll_name: &st
     // Before the lock, so that a foreground request for this very object is not kept waiting by it.
     set.yield_to_foreground().await;
     let mut lock = crate::locks::Exclusive::take(set, std::iter::once((coll_name, name))).await?;
-    let states = drive_states(set, &coll, name).await;
+    heal_locked(set, &coll, name, &mut lock, Urgency::Background).await
+}
+
+/// Who waits for a heal: the background's heal, or a foreground write that needs the object whole first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Urgency {
+    /// Yields to foreground work step by step, and commits at background priority.
+    Background,
+    /// Runs for a foreground write holding the object's lock: no yield (the write counts as foreground
+    /// work itself, so it would wait on itself), committed at foreground priority.
+    Foreground,
+}
+
+impl Urgency {
+    fn priority(self) -> Priority {
+        match self {
+            Urgency::Background => Priority::Background,
+            Urgency::Foreground => Priority::Foreground,
+        }
+    }
+}
+
+/// `heal_object`'s work, under the object's `lock` (held by the caller), on the collection's handles `coll`
+/// (every present drive has one: `ensure_collection`).
+pub(crate) async fn heal_locked<S: Store>(
+    set: &SetInner<S>,
+    coll: &SetColl<S::Coll>,
+    name: &[u8],
+    lock: &mut crate::locks::Exclusive,
+    urgency: Urgency,
+) -> StoreResult<Healed> {
+    let states = drive_states(set, coll, name).await;
     let present: Vec<bool> = states.iter().map(|s| matches!(s, DriveState::Present { .. })).collect();
     let answered: Vec<bool> = states.iter().map(|s| !matches!(s, DriveState::Failed)).collect();
     // The version each drive holds: a drive left out of the decision may already hold the one decided.
@@ -104,8 +135,7 @@ pub(crate) async fn heal_object<S: Store>(set: &Arc<SetInner<S>>, coll_name: &st
             for d in (0..set.drives()).filter(|d| present[*d] && removable(*d)) {
                 let (Some(store), Some(c)) = (set.member(d), coll.members[d].clone()) else { continue };
                 lock.check_held()?;
-                let txn =
-                    Txn::new().with_priority(Priority::Background).op(Op::Remove { coll: c, name: name.to_vec() });
+                let txn = Txn::new().with_priority(urgency.priority()).op(Op::Remove { coll: c, name: name.to_vec() });
                 store.commit(txn).await?;
                 n += 1;
             }
@@ -124,13 +154,13 @@ pub(crate) async fn heal_object<S: Store>(set: &Arc<SetInner<S>>, coll_name: &st
             let mut n = 0;
             let skip = |d: usize| !answered[d] && set.member(d).is_none();
             for d in stale.into_iter().filter(|d| !skip(*d)) {
-                rebuild_on(set, &coll, name, &r, d, &mut lock, &mut damaged).await?;
+                rebuild_on(set, coll, name, &r, d, lock, urgency, &mut damaged).await?;
                 n += 1;
             }
             damaged.sort_unstable();
             damaged.dedup();
             for d in damaged.into_iter().filter(|d| !skip(*d)) {
-                rebuild_on(set, &coll, name, &r, d, &mut lock, &mut Vec::new()).await?;
+                rebuild_on(set, coll, name, &r, d, lock, urgency, &mut Vec::new()).await?;
                 n += 1;
             }
             Ok(if n == 0 { Healed::Nothing } else { Healed::Drives(n) })
@@ -197,6 +227,7 @@ async fn damaged_tails<S: Store>(r: &Resolved<S>) -> Vec<usize> {
 /// Writes the agreed version of an object on drive `d`: its shard (rebuilt from the others), its tail if
 /// `d` holds it, every attribute, its listing tag and priority, in one drive transaction. Holders whose
 /// shard fails to read meanwhile are added to `damaged`.
+#[allow(clippy::too_many_arguments)]
 async fn rebuild_on<S: Store>(
     set: &SetInner<S>,
     coll: &SetColl<S::Coll>,
@@ -204,6 +235,7 @@ async fn rebuild_on<S: Store>(
     r: &Resolved<S>,
     d: usize,
     lock: &mut crate::locks::Exclusive,
+    urgency: Urgency,
     damaged: &mut Vec<usize>,
 ) -> StoreResult<()> {
     let (Some(store), Some(c)) = (set.member(d), coll.members[d].clone()) else {
@@ -212,7 +244,7 @@ async fn rebuild_on<S: Store>(
     let l = r.layout;
     let g = SetGeometry { data: l.data as usize, parity: l.parity as usize };
     let shard = g.shard_on_drive(l.rotation as usize, d);
-    let mut txn = Txn::new().with_priority(Priority::Background).op(Op::Reset { coll: c.clone(), name: name.to_vec() });
+    let mut txn = Txn::new().with_priority(urgency.priority()).op(Op::Reset { coll: c.clone(), name: name.to_vec() });
     let step_bytes = HEAL_STEP_STRIPES * g.stripe_bytes();
     let offset_on_drive = |at: u64| at / g.data as u64;
     // A pipeline: the steps' shards are read from the others and rebuilt while earlier steps are written
@@ -232,7 +264,9 @@ async fn rebuild_on<S: Store>(
             && ready.is_none()
             && (reading.is_empty() || (reading.len() < HEAL_STEPS_IN_FLIGHT && set.heal_may_deepen()))
         {
-            set.yield_to_foreground().await;
+            if urgency == Urgency::Background {
+                set.yield_to_foreground().await;
+            }
             // A large rebuild outlasts a lease: renewed step by step.
             lock.renew().await?;
             let to = (at + step_bytes).min(l.encoded_bytes);

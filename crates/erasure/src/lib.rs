@@ -105,6 +105,11 @@ pub struct SetConfig {
     /// the CPU runs it). An object keeps the code it was first encoded with; stripes of another code are
     /// not joined to it.
     pub codec: Option<CodecId>,
+    /// The largest object a write rebuilds on the drives that miss its version before it renames it or
+    /// changes it in place, when its holders are too few for the write (with k = m, one drive that missed
+    /// it): the client waits for that rebuild. A larger one is queued for heal and the write refused until
+    /// heal reached it.
+    pub rebuild_on_write_max_bytes: u64,
 }
 
 /// What `SetConfig::removal_follower` is told. A failure does not fail the write (it is decided and
@@ -218,6 +223,7 @@ impl SetConfig {
             removal_follower: None,
             node_foreground: None,
             codec: None,
+            rebuild_on_write_max_bytes: REBUILD_ON_WRITE_MAX_BYTES,
         }
     }
 
@@ -255,6 +261,9 @@ pub enum Settle {
 /// Tail bytes an object gathers before lazy sync encodes its whole stripes, by default: large enough that
 /// the encoding writes long runs, small enough that the tail's m + 1 copies stay cheap.
 pub const LAZY_ENCODE_MIN_BYTES: u64 = 1 << 20;
+/// `SetConfig::rebuild_on_write_max_bytes`'s default: at a rebuild's rate here (about 100 MiB/s) the client
+/// waits a few seconds at most, well within an SDK's read timeout.
+pub const REBUILD_ON_WRITE_MAX_BYTES: u64 = 256 << 20;
 
 /// A collection of the set: its name and its handle on each drive (None where the drive lacks it).
 #[derive(Clone, Debug)]

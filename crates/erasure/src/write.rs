@@ -203,6 +203,19 @@ struct Planner<'a, S: Store> {
     outcome: Outcome,
 }
 
+/// The object an operation changes on the drives holding its version only (their participants are its
+/// holders), if it is such an operation: a rename's source, or a change of attributes, tag or priority.
+fn changed_on_holders<C, St>(op: &Op<C, St>) -> Option<(&C, &[u8])> {
+    match op {
+        Op::Rename { coll, from: name, .. }
+        | Op::SetAttr { coll, name, .. }
+        | Op::RemoveAttr { coll, name, .. }
+        | Op::SetNameTag { coll, name, .. }
+        | Op::SetPriority { coll, name, .. } => Some((coll, name)),
+        _ => None,
+    }
+}
+
 fn bad(op: usize, why: impl Into<String>) -> StoreError {
     StoreError::new(ErrorKind::InvalidArgument, why).in_op(op)
 }
@@ -905,6 +918,44 @@ impl<'a, S: Store> Planner<'a, S> {
         Ok(())
     }
 
+    /// Before the transaction's first operation on object `(coll, name)`, one that only the drives holding
+    /// its version take (a rename, a change in place): where those are too few for the write to be durable
+    /// under rule `kept` (a drive missed it and heal has not come yet; with k = m a single missing drive
+    /// does it), the object is rebuilt on the others now, under the write's `locks`, and read again. Else
+    /// the write would be refused until heal reached the object: a versioned overwrite on a 1+1 set, for
+    /// one. An object past `SetConfig::rebuild_on_write_max_bytes` is only queued for heal (the write is
+    /// then refused).
+    async fn rebuild_if_short(
+        &mut self,
+        coll: &SetColl<S::Coll>,
+        name: &[u8],
+        kept: Option<u16>,
+        locks: &mut crate::locks::Exclusive,
+    ) -> StoreResult<()> {
+        if self.index.contains_key(&(coll.name.clone(), name.to_vec())) {
+            return Ok(());
+        }
+        let o = self.object(coll, name).await?;
+        let w = &self.objects[o];
+        let Some(layout) = w.before else { return Ok(()) };
+        if self.set.cfg.write_is_durable(w.holders, kept) {
+            return Ok(());
+        }
+        if layout.size_bytes > self.set.cfg.rebuild_on_write_max_bytes {
+            self.set.queue_heal(&coll.name, name);
+            return Ok(());
+        }
+        let c = self.coll_of(o);
+        let healed = crate::heal::heal_locked(self.set, &c, name, locks, crate::heal::Urgency::Foreground).await?;
+        tracing::debug!(object = %name.escape_ascii(), ?healed, "rebuilt an object short of a write quorum before a write");
+        // Read again by the operation: the object was the last one read and nothing has changed it.
+        assert_eq!(o + 1, self.objects.len(), "the object was read just now");
+        assert!(self.untouched(o), "a rebuilt object is read again before any change");
+        self.objects.pop();
+        self.index.remove(&(coll.name.clone(), name.to_vec()));
+        Ok(())
+    }
+
     /// Whether the transaction has done nothing to the object so far.
     fn untouched(&self, o: usize) -> bool {
         let w = &self.objects[o];
@@ -1269,8 +1320,8 @@ pub(crate) async fn commit_locked<S: Store>(
     set.check_alive()?;
     let _foreground = set.foreground();
     let names: Vec<(Arc<str>, Vec<u8>)> = txn.ops.iter().flat_map(touched).collect();
-    let locks = crate::locks::Exclusive::take(set, names.iter().map(|(c, n)| (&**c, n.as_slice()))).await?;
-    let outcome = apply(set, &locks, Plan::Ops(txn.ops), kept).await?;
+    let mut locks = crate::locks::Exclusive::take(set, names.iter().map(|(c, n)| (&**c, n.as_slice()))).await?;
+    let outcome = apply(set, &mut locks, Plan::Ops(txn.ops), kept).await?;
     Ok((outcome, locks))
 }
 
@@ -1280,10 +1331,10 @@ pub(crate) async fn commit_locked<S: Store>(
 pub(crate) async fn encode_tail_now<S: Store>(set: &Arc<SetInner<S>>, coll: &str, name: &[u8]) -> StoreResult<u64> {
     set.check_alive()?;
     let Some(c) = crate::SetSnapshot::new(set.clone()).collection(coll).await? else { return Ok(0) };
-    let locks = crate::locks::Exclusive::take(set, std::iter::once((&*c.name, name))).await?;
+    let mut locks = crate::locks::Exclusive::take(set, std::iter::once((&*c.name, name))).await?;
     let before = set.progress.encoded_bytes.load(Ordering::Relaxed);
     // Always under the kept drives' rule: no follower arms it, and it has no client waiting.
-    apply(set, &locks, Plan::EncodeTail { coll: c, name: name.to_vec() }, set.cfg.kept_drives).await?;
+    apply(set, &mut locks, Plan::EncodeTail { coll: c, name: name.to_vec() }, set.cfg.kept_drives).await?;
     Ok(set.progress.encoded_bytes.load(Ordering::Relaxed) - before)
 }
 
@@ -1291,7 +1342,7 @@ pub(crate) async fn encode_tail_now<S: Store>(set: &Arc<SetInner<S>>, coll: &str
 /// drives' rule `kept` (None: none).
 async fn apply<S: Store>(
     set: &Arc<SetInner<S>>,
-    locks: &crate::locks::Exclusive,
+    locks: &mut crate::locks::Exclusive,
     plan: Plan<S>,
     kept: Option<u16>,
 ) -> StoreResult<Outcome> {
@@ -1300,6 +1351,9 @@ async fn apply<S: Store>(
     match plan {
         Plan::Ops(ops) => {
             for (i, op) in ops.into_iter().enumerate() {
+                if let Some((coll, name)) = changed_on_holders(&op) {
+                    planner.rebuild_if_short(coll, name, kept, locks).await?;
+                }
                 planner.op(i, op).await?;
             }
         }

@@ -207,3 +207,72 @@ async fn a_rename_fewer_than_a_quorum_commit_is_renamed_back() {
         }
     }
 }
+
+/// Where an object's version is on fewer drives than a write quorum (a drive that missed it, not yet
+/// healed), a rename of it or a change in place (which only its holders could take) first rebuilds it on
+/// the others under the write's locks, so the write is not refused. A 1+1 set's write quorum is both
+/// drives: without this, a versioned overwrite of such an object was refused until heal reached it. (Where
+/// k > m, k holders are a write quorum, and the write goes on as before.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rename_or_change_in_place_of_an_object_short_of_a_quorum_rebuilds_it_first() {
+    for (k, m) in [(1, 1), (2, 2), (2, 1)] {
+        let t = test_set(k, m).await;
+        let c = collection(&t.set).await;
+        let stripe = t.set.geometry().stripe_bytes() as usize;
+        let (a, x) = (pattern(1, 3 * stripe + 100), pattern(2, 300));
+        write(&t.set, &c, "a", &a, true).await;
+        write(&t.set, &c, "x", &x, false).await;
+        // The last m drives lose both objects, as drives that missed them would: their holders are k.
+        for d in k..k + m {
+            let dc = t.members[d].snapshot().collection("c").await.unwrap().unwrap();
+            let txn = Txn::new()
+                .op(Op::Remove { coll: dc, name: b"a".to_vec() })
+                .op(Op::Remove { coll: dc, name: b"x".to_vec() });
+            t.members[d].commit(txn).await.unwrap();
+        }
+        let new = pattern(3, 900);
+        rename_and_replace(&t.set, &c, "a", "b", &new).await.unwrap_or_else(|e| panic!("{k}+{m}: {e}"));
+        let tag = Op::SetNameTag { coll: c.clone(), name: b"x".to_vec(), tag: b"new tag".to_vec() };
+        t.set.commit(Txn::new().op(tag)).await.unwrap_or_else(|e| panic!("{k}+{m}: {e}"));
+        assert_eq!(read(&t.set, "b").await, Some((a.clone(), Some(b"tag of a".to_vec()))), "{k}+{m}");
+        assert_eq!(read(&t.set, "a").await.map(|(d, _)| d), Some(new.clone()), "{k}+{m}");
+        assert_eq!(read(&t.set, "x").await, Some((x.clone(), Some(b"new tag".to_vec()))), "{k}+{m}");
+        if k != m {
+            // k holders are a write quorum already: the write needs no rebuild (heal comes later).
+            continue;
+        }
+        // Every drive holds all three now: with any m away, each still reads.
+        let away: Vec<usize> = (0..m).collect();
+        fail_lookups(&t, &away, true);
+        assert_eq!(read(&t.set, "b").await.map(|(d, _)| d), Some(a), "{k}+{m}: degraded");
+        assert_eq!(read(&t.set, "a").await.map(|(d, _)| d), Some(new), "{k}+{m}: degraded");
+        assert_eq!(read(&t.set, "x").await.map(|(d, _)| d), Some(x), "{k}+{m}: degraded");
+    }
+}
+
+/// Past `SetConfig::rebuild_on_write_max_bytes` the write does not rebuild the object: it is refused (503)
+/// and the object queued for heal; once healed, the write goes through. At the limit it is rebuilt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_object_past_the_rebuild_limit_is_queued_for_heal_and_the_write_refused() {
+    let mut t = test_set(1, 1).await;
+    let size = 3 * t.set.geometry().stripe_bytes() as usize + 100;
+    t.cfg.rebuild_on_write_max_bytes = size as u64 - 1;
+    t.restart().await;
+    let c = collection(&t.set).await;
+    let (past, at) = (pattern(1, size), pattern(2, size - 1));
+    write(&t.set, &c, "past", &past, true).await;
+    write(&t.set, &c, "at", &at, true).await;
+    let dc = t.members[1].snapshot().collection("c").await.unwrap().unwrap();
+    let txn = Txn::new()
+        .op(Op::Remove { coll: dc, name: b"past".to_vec() })
+        .op(Op::Remove { coll: dc, name: b"at".to_vec() });
+    t.members[1].commit(txn).await.unwrap();
+    rename_and_replace(&t.set, &c, "at", "at2", &pattern(3, 10)).await.unwrap();
+    let e = rename_and_replace(&t.set, &c, "past", "past2", &pattern(4, 10)).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Unavailable, "{e}");
+    assert_eq!(t.set.heal_backlog(), 1, "the object is queued for heal");
+    assert_eq!(t.set.heal_now(1).await, 1);
+    rename_and_replace(&t.set, &c, "past", "past2", &pattern(4, 10)).await.unwrap();
+    assert_eq!(read(&t.set, "past2").await.map(|(d, _)| d), Some(past));
+    assert_eq!(read(&t.set, "at2").await.map(|(d, _)| d), Some(at));
+}

@@ -144,6 +144,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
         node_foreground: (opened.layout.drives.len() > 1).then(mosaic_store::ForegroundWork::new),
         // New objects get the default code for this CPU (GF(2^8) Reed-Solomon where it runs).
         codec: None,
+        rebuild_on_write_max_bytes: mosaic_erasure::REBUILD_ON_WRITE_MAX_BYTES,
     };
     // A cluster node's drives are each its own 1+0 set here, for the admin port only: the cluster's sets
     // (placement groups) write through them, and settle and heal as the map says.

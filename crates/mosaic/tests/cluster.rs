@@ -1052,11 +1052,18 @@ async fn writes_through_every_node_during_moves_all_succeed() {
 /// The same with 2+1 sets into a versioned bucket, where every other write overwrites a key: an overwrite
 /// keeps the older version under a new name (a rename), which a step's seal does not refuse, as it
 /// removes no name (before, a few in a thousand failed with 503). Every acknowledged write is a version
-/// afterwards. (With k = m a key written after a step's last fill round is on k drives only until healed,
-/// fewer than a write quorum, and renaming its version then fails: not asked of 1+1 sets here.)
+/// afterwards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn versioned_overwrites_through_every_node_during_moves_all_succeed() {
     writes_through_every_node_during_moves("2+1", true).await;
+}
+
+/// The same with 1+1 sets, whose write quorum is both drives: a key written after a step's last fill round
+/// is on one drive only until healed, and an overwrite renames its version, which only its holders take.
+/// The write rebuilds it on the other first (before, such overwrites failed with 503 until heal came).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn versioned_overwrites_on_one_plus_one_sets_during_moves_all_succeed() {
+    writes_through_every_node_during_moves("1+1", true).await;
 }
 
 /// Writes through every node while a fourth node's share moves onto it, into a bucket made meanwhile;
