@@ -60,11 +60,15 @@ pub fn store_error(e: EngineError) -> StoreError {
 }
 
 /// Runs engine work on a blocking thread, in the IO share of the task that asks for it and marked as
-/// background work unless that task is a client's (`mosaic_store::in_foreground`).
+/// background work unless that task is a client's (`mosaic_store::in_foreground`): background work's
+/// device IO then goes in the kernel's idle class (`mosaic_engine::with_thread_ioprio`).
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, EngineError> + Send + 'static) -> StoreResult<T> {
     let (share, background) = (mosaic_store::io_share(), !mosaic_store::is_foreground());
-    let work =
-        move || mosaic_store::on_thread_with_share(share, || mosaic_store::on_thread_as_background(background, f));
+    let work = move || {
+        mosaic_store::on_thread_with_share(share, || {
+            mosaic_store::on_thread_as_background(background, || mosaic_engine::with_thread_ioprio(f))
+        })
+    };
     match tokio::task::spawn_blocking(work).await {
         Ok(r) => r.map_err(store_error),
         Err(e) => Err(StoreError::internal(format!("a drive worker failed: {e}"))),

@@ -34,6 +34,8 @@ mod device;
 mod engine;
 mod error;
 mod frag_index;
+mod ioprio;
+pub use ioprio::{set_background_io_idle, with_thread_ioprio};
 mod keys;
 mod kv;
 pub use kv::KvMemory;

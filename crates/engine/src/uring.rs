@@ -81,7 +81,9 @@ impl Ring {
     /// Reads into `buf` at `offset_bytes` of `fd`; returns the bytes read (possibly short).
     pub(crate) fn read(&self, fd: RawFd, buf: &mut [u8], offset_bytes: u64) -> io::Result<usize> {
         let len = u32::try_from(buf.len()).map_err(|_| io::Error::other("one read is at most 4 GiB"))?;
-        let sqe = opcode::Read::new(types::Fd(fd), buf.as_mut_ptr(), len).offset(offset_bytes).build();
+        // The class on the entry itself: the reaper's wait may submit it, on the reaper's thread.
+        let ioprio = crate::ioprio::request_ioprio();
+        let sqe = opcode::Read::new(types::Fd(fd), buf.as_mut_ptr(), len).offset(offset_bytes).ioprio(ioprio).build();
         // `buf` stays borrowed until `run` returns, which is after the completion.
         self.run(sqe).map(|n| n as usize)
     }
@@ -89,7 +91,8 @@ impl Ring {
     /// Writes `buf` at `offset_bytes` of `fd`; returns the bytes written (possibly short).
     pub(crate) fn write(&self, fd: RawFd, buf: &[u8], offset_bytes: u64) -> io::Result<usize> {
         let len = u32::try_from(buf.len()).map_err(|_| io::Error::other("one write is at most 4 GiB"))?;
-        let sqe = opcode::Write::new(types::Fd(fd), buf.as_ptr(), len).offset(offset_bytes).build();
+        let ioprio = crate::ioprio::request_ioprio();
+        let sqe = opcode::Write::new(types::Fd(fd), buf.as_ptr(), len).offset(offset_bytes).ioprio(ioprio).build();
         self.run(sqe).map(|n| n as usize)
     }
 

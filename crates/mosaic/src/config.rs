@@ -37,6 +37,7 @@ pub struct FileConfig {
     pub scan_interval: Option<String>,
     pub lifecycle_day: Option<String>,
     pub io_engine: Option<String>,
+    pub background_io_idle: Option<bool>,
     pub lazy_encode_min_size: Option<String>,
     pub kms_keys: Option<Vec<String>>,
     pub sse_master_key: Option<String>,
@@ -163,6 +164,11 @@ pub struct ServerArgs {
     /// io-uring, or pread.
     #[arg(long, env = "MOSAIC_IO_ENGINE", value_name = "ENGINE")]
     pub io_engine: Option<String>,
+    /// Whether the drives' device IO for background work (heal, scans, lazy encoding, a cluster's moves)
+    /// goes to the kernel in the idle IO class, behind clients' IO (default true; the IO scheduler must know
+    /// classes: mq-deadline or BFQ).
+    #[arg(long, env = "MOSAIC_BACKGROUND_IO_IDLE", value_name = "BOOL")]
+    pub background_io_idle: Option<bool>,
     /// An SSE-KMS key id the local key provider serves (repeat for more); its key is derived from the
     /// master key, so it needs no secret of its own.
     #[arg(long = "kms-key", env = "MOSAIC_KMS_KEYS", value_delimiter = ',', value_name = "KEY_ID")]
@@ -255,6 +261,8 @@ pub struct Config {
     /// Tail bytes before lazy sync encodes an object's whole stripes; 0: on the request path.
     pub lazy_encode_min_bytes: u64,
     pub io_engine: mosaic_engine::IoEngine,
+    /// Background work's device IO in the kernel's idle class (`mosaic_engine::set_background_io_idle`).
+    pub background_io_idle: bool,
     pub simulate_power_loss: bool,
     pub fault_injection: bool,
     /// SSE-KMS key ids served by the local key provider.
@@ -605,6 +613,7 @@ impl Config {
             lifecycle_day,
             lazy_encode_min_bytes,
             io_engine,
+            background_io_idle: args.background_io_idle.or(file.background_io_idle).unwrap_or(true),
             simulate_power_loss: args.simulate_power_loss,
             fault_injection: args.fault_injection,
             kms_keys,
@@ -747,6 +756,15 @@ mod tests {
         assert_eq!(resolve(args, "scrub_rate = \"1MiB\"").unwrap().scrub_bytes_per_s, 64 << 20);
         assert!(resolve(ServerArgs::default(), "scrub_rate = \"fast\"").unwrap_err().contains("scrub_rate"));
         assert!(resolve(ServerArgs::default(), "scrub_rate = \"17GiB\"").unwrap_err().contains("maximum"));
+    }
+
+    #[test]
+    fn background_io_idle() {
+        assert!(resolve(ServerArgs::default(), "").unwrap().background_io_idle, "on by default");
+        assert!(!resolve(ServerArgs::default(), "background_io_idle = false").unwrap().background_io_idle);
+        let flag = ServerArgs { background_io_idle: Some(true), ..ServerArgs::default() };
+        assert!(resolve(flag, "background_io_idle = false").unwrap().background_io_idle, "the flag wins");
+        assert!(resolve(ServerArgs::default(), "background_io_idle = \"no\"").is_err());
     }
 
     #[test]

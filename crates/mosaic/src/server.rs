@@ -96,6 +96,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
         mosaic_store::IoShares::new(io.in_flight_max_bytes, io.unshared_points)
     });
     let max_op_data_bytes = engine_cfg.max_op_data_bytes as u64;
+    mosaic_engine::set_background_io_idle(cfg.background_io_idle);
     let drive_cfg = datadir::DriveConfig {
         paths: cfg.drives.clone(),
         erasure: cfg.erasure,
