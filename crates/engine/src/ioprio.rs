@@ -7,9 +7,9 @@
 //! scheduler ("none", most NVMe drives) the class is ignored and nothing changes.
 //!
 //! Measured on this machine's virtio disk (mq-deadline), fio: 64 KiB O_DIRECT writes each followed by
-//! fdatasync beside a 1 MiB sequential writer at depth 16 waited 229 ms at the median and 1.7 s at p99
-//! with both in the default class; with the writer idle, 0.8 ms and 15 ms, while the writer kept 85% of
-//! its bandwidth (docs/bench/2026-12-07-background-io-idle.md).
+//! fdatasync beside a 1 MiB sequential writer at depth 16 waited 893 ms at p99 with both in the default
+//! class, 11 ms with the writer idle, while the writer kept 99% of its bandwidth
+//! (docs/bench/2026-12-07-background-io-idle.md).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -33,21 +33,24 @@ pub(crate) fn request_ioprio() -> u16 {
 }
 
 /// Runs `work` with this thread's IO in the class `request_ioprio` gives (for the IO the kernel makes on
-/// the thread's behalf: reads through the page cache, pread and pwrite); the default class is restored
-/// after, even when `work` panics. Costs two system calls for background work and none otherwise.
+/// the thread's behalf: reads through the page cache, pread and pwrite); the thread's priority before is
+/// restored after (a process started under `ionice` keeps its class), even when `work` panics. Costs three
+/// system calls for background work and none otherwise.
 pub fn with_thread_ioprio<R>(work: impl FnOnce() -> R) -> R {
-    struct Restore;
+    struct Restore(u16);
     impl Drop for Restore {
         fn drop(&mut self) {
-            set_thread_ioprio(0);
+            set_thread_ioprio(self.0);
         }
     }
     let prio = request_ioprio();
     if prio == 0 {
         return work();
     }
+    // An answer that is no priority (an error) restores the default.
+    let before = u16::try_from(thread_ioprio()).unwrap_or(0);
     set_thread_ioprio(prio);
-    let _restore = Restore;
+    let _restore = Restore(before);
     work()
 }
 
@@ -60,8 +63,7 @@ fn set_thread_ioprio(prio: u16) {
     }
 }
 
-/// The calling thread's IO priority as the kernel reports it.
-#[cfg(test)]
+/// The calling thread's IO priority as the kernel reports it (negative: an error).
 fn thread_ioprio() -> i64 {
     // SAFETY: a plain system call with integer arguments.
     unsafe { libc::syscall(libc::SYS_ioprio_get, IOPRIO_WHO_PROCESS, 0) }
@@ -88,6 +90,12 @@ mod tests {
         });
         assert!(panicked.is_err());
         assert_eq!(thread_ioprio(), default, "restored after a panic");
+        // A thread that had a class of its own (a process under `ionice`) gets it back.
+        let best_effort_7 = (2 << 13) | 7;
+        set_thread_ioprio(best_effort_7);
+        mosaic_store::on_thread_as_background(true, || with_thread_ioprio(|| ()));
+        assert_eq!(thread_ioprio(), i64::from(best_effort_7), "its own class restored");
+        set_thread_ioprio(u16::try_from(default).unwrap());
         set_background_io_idle(false);
         mosaic_store::on_thread_as_background(true, || {
             assert_eq!(request_ioprio(), 0, "switched off");

@@ -12,7 +12,7 @@ use crate::undo::{UNDO_ATTR, UNDO_ENTRY_MAX_BYTES, UndoAction, UndoEntry, entry_
 use crate::{LAYOUT_ATTR, SetColl, SetInner, SetStaged};
 use futures::future::join_all;
 use mosaic_store::{AlignedBuf, ErrorKind, Op, Outcome, Snapshot, Store, StoreError, StoreResult, Txn};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -214,6 +214,28 @@ fn changed_on_holders<C, St>(op: &Op<C, St>) -> Option<(&C, &[u8])> {
         | Op::SetPriority { coll, name, .. } => Some((coll, name)),
         _ => None,
     }
+}
+
+/// The objects whose first operation in `ops`, asserts aside, is one only their holders take
+/// (`changed_on_holders`), in order: those `Planner::rebuild_if_short` checks before the operations are
+/// planned. A versioned overwrite asserts the key's version before it renames it, so the assert does not
+/// count; an object the transaction first replaces (reset, create, write, removal) is not among them, as
+/// its holders do not matter then. Each of them is looked up by its own operation anyway: no extra lookup.
+fn holders_only_objects<C: Clone, St>(ops: &[Op<SetColl<C>, St>]) -> Vec<(SetColl<C>, Vec<u8>)> {
+    let mut touched_before: HashSet<(Arc<str>, Vec<u8>)> = HashSet::new();
+    let mut out = Vec::new();
+    for op in ops {
+        if matches!(op, Op::AssertAttr { .. } | Op::AssertExists { .. }) {
+            continue;
+        }
+        if let Some((coll, name)) = changed_on_holders(op)
+            && !touched_before.contains(&(coll.name.clone(), name.to_vec()))
+        {
+            out.push((coll.clone(), name.to_vec()));
+        }
+        touched_before.extend(touched(op));
+    }
+    out
 }
 
 fn bad(op: usize, why: impl Into<String>) -> StoreError {
@@ -918,10 +940,11 @@ impl<'a, S: Store> Planner<'a, S> {
         Ok(())
     }
 
-    /// Before the transaction's first operation on object `(coll, name)`, one that only the drives holding
-    /// its version take (a rename, a change in place): where those are too few for the write to be durable
-    /// under rule `kept` (a drive missed it and heal has not come yet; with k = m a single missing drive
-    /// does it), the object is rebuilt on the others now, under the write's `locks`, and read again. Else
+    /// Before the transaction's operations are planned, for an object whose first of them (asserts aside)
+    /// only the drives holding its version take (a rename, a change in place): where those are too few for
+    /// the write to be durable under rule `kept` (a drive missed it and heal has not come yet; with k = m a
+    /// single missing drive does it), the object is rebuilt on the others now, under the write's `locks`,
+    /// and read again. Else
     /// the write would be refused until heal reached the object: a versioned overwrite on a 1+1 set, for
     /// one. An object past `SetConfig::rebuild_on_write_max_bytes` is only queued for heal (the write is
     /// then refused).
@@ -1350,10 +1373,10 @@ async fn apply<S: Store>(
     let mut encoded = 0;
     match plan {
         Plan::Ops(ops) => {
+            for (coll, name) in holders_only_objects(&ops) {
+                planner.rebuild_if_short(&coll, &name, kept, locks).await?;
+            }
             for (i, op) in ops.into_iter().enumerate() {
-                if let Some((coll, name)) = changed_on_holders(&op) {
-                    planner.rebuild_if_short(coll, name, kept, locks).await?;
-                }
                 planner.op(i, op).await?;
             }
         }
