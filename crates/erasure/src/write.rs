@@ -944,10 +944,9 @@ impl<'a, S: Store> Planner<'a, S> {
     /// only the drives holding its version take (a rename, a change in place): where those are too few for
     /// the write to be durable under rule `kept` (a drive missed it and heal has not come yet; with k = m a
     /// single missing drive does it), the object is rebuilt on the others now, under the write's `locks`,
-    /// and read again. Else
-    /// the write would be refused until heal reached the object: a versioned overwrite on a 1+1 set, for
-    /// one. An object past `SetConfig::rebuild_on_write_max_bytes` is only queued for heal (the write is
-    /// then refused).
+    /// and read again. Else the write would be refused until heal reached the object: a versioned
+    /// overwrite on a 1+1 set, for one. An object past `SetConfig::rebuild_on_write_max_bytes` is only
+    /// queued for heal (the write is then refused).
     async fn rebuild_if_short(
         &mut self,
         coll: &SetColl<S::Coll>,
