@@ -26,7 +26,8 @@
 # LOAD_CHANGE (default 1; 0 skips it), LOAD_CHANGE_MODE (adaptive or lc-sets), MOVE_SETS (default true;
 # false: the resource manager moves no set, the ablation), IO_SHARES (default true; false: drives do not
 # schedule IO by microstore, the ablation), IO_IN_FLIGHT (default 8MiB: device bytes a drive lets be in
-# flight before IO waits its turn by share).
+# flight before IO waits its turn by share), BULK_NICE (the bulk CPU class's nice; 0: none, the ablation;
+# unset: the server's default).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:?OUT directory}
@@ -61,7 +62,7 @@ mkdir -p "$OUT"
   echo "date: $(date -u +%FT%TZ)"
   echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM, $(uname -sr)"
   echo "build: $("$BIN" --version) (commit $(git rev-parse --short HEAD))"
-  echo "server: $DRIVES drives of ${DRIVE_SIZE:-4GiB} (thin files, $SETS 3+3 set(s)), [microstores] window_slot = 1s, floor_workers = 2, set_patience_rounds = 10, move_sets = ${MOVE_SETS:-true}, io_shares = ${IO_SHARES:-true}, io_in_flight = ${IO_IN_FLIGHT:-8MiB}"
+  echo "server: $DRIVES drives of ${DRIVE_SIZE:-4GiB} (thin files, $SETS 3+3 set(s)), [microstores] window_slot = 1s, floor_workers = 2, set_patience_rounds = 10, move_sets = ${MOVE_SETS:-true}, io_shares = ${IO_SHARES:-true}, io_in_flight = ${IO_IN_FLIGHT:-8MiB}, bulk_nice = ${BULK_NICE:-default}"
   echo "large microstore: target ${LARGE_TARGET_MIB_S:-100} MiB/s; workers $TENANTS_LARGE_WORKERS (two tenants, load change), $ABCD_LARGE_WORKERS (A-D)"
   echo "load change: ${LOAD_CHANGE_MODE:-adaptive} (lc-sets: sixteen drives of 2+2, four sets; small owns set 0 with a 40 ms target, large set 1)"
   echo "command: mosaic bench s3 --workload tenants --tenants cosbench-b,cosbench-d:$LARGE --duration $DURATION --concurrency $CONC --warmup 3s --seed 1"
@@ -77,6 +78,7 @@ start_server() { # MODE
   [[ $1 == lc-sets ]] && erasure=2+2 count=16 small_target=40
   printf '[microstores]\nwindow_slot = "1s"\nwindow_slots = 10\nfloor_workers = 2\nadapt = %s\nset_patience_rounds = 10\nmove_sets = %s\nio_shares = %s\nio_in_flight = "%s"\n' \
     "$adapt" "${MOVE_SETS:-true}" "${IO_SHARES:-true}" "${IO_IN_FLIGHT:-8MiB}" >"$DIR/mosaic.toml"
+  [[ -z ${BULK_NICE:-} ]] || echo "bulk_nice = $BULK_NICE" >>"$DIR/mosaic.toml"
   local drives=()
   for i in $(seq 0 $((count - 1))); do drives+=(--drive "$DIR/d$i"); done
   "$BIN" server --data "$DIR/data" "${drives[@]}" --erasure $erasure --drive-size "${DRIVE_SIZE:-4GiB}" --config "$DIR/mosaic.toml" \

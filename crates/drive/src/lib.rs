@@ -61,7 +61,8 @@ pub fn store_error(e: EngineError) -> StoreError {
 
 /// Runs engine work on a blocking thread, in the IO share of the task that asks for it and marked as
 /// background work unless that task is a client's (`mosaic_store::in_foreground`): background work's
-/// device IO then goes in the kernel's idle class (`mosaic_engine::with_thread_ioprio`).
+/// device IO then goes in the kernel's idle class (`mosaic_engine::with_thread_ioprio`). A bulk share's
+/// work runs on a thread of the bulk CPU class (`mosaic_store::spawn_blocking_in`).
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, EngineError> + Send + 'static) -> StoreResult<T> {
     let (share, background) = (mosaic_store::io_share(), !mosaic_store::is_foreground());
     let work = move || {
@@ -69,7 +70,7 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, EngineError> 
             mosaic_store::on_thread_as_background(background, || mosaic_engine::with_thread_ioprio(f))
         })
     };
-    match tokio::task::spawn_blocking(work).await {
+    match mosaic_store::spawn_blocking_in(share, work).await {
         Ok(r) => r.map_err(store_error),
         Err(e) => Err(StoreError::internal(format!("a drive worker failed: {e}"))),
     }

@@ -47,10 +47,11 @@ async fn stage_at<S: Store>(
             format!("erasure code {codec} is unknown to this build or this CPU for {}+{}", g.data, g.parity),
         )
     })?;
-    // Splitting and encoding are CPU work: off the async threads.
-    let (buf, shards) = tokio::task::spawn_blocking(move || encode_stripes(g, &*code, buf, len_bytes))
-        .await
-        .map_err(|e| StoreError::internal(format!("an encoding worker failed: {e}")))??;
+    // Splitting and encoding are CPU work: off the async threads, in the request's CPU class.
+    let (buf, shards) =
+        mosaic_store::spawn_blocking_in(mosaic_store::io_share(), move || encode_stripes(g, &*code, buf, len_bytes))
+            .await
+            .map_err(|e| StoreError::internal(format!("an encoding worker failed: {e}")))??;
     let shard_len = len_bytes / g.data;
     let mut by_drive: Vec<Option<AlignedBuf>> = (0..g.drives()).map(|_| None).collect();
     let mut data_buf = Some(buf);

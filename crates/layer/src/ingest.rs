@@ -1,12 +1,13 @@
 //! Streaming a request body into the store: whole aligned units (the store's `unit_bytes`) are staged as
 //! they arrive, so the data is written once, directly to its final place; the rest (a small body, or the
 //! tail past the last whole unit) goes into the commit's transaction. The MD5 of the body (its ETag) is
-//! computed on the way.
+//! computed on the way, off the request's task (`BodyMd5`).
 //!
 //! Bodies fill aligned buffers (64 KiB doubling to 8 MiB, full-size ones kept for reuse: a fresh 8 MiB
 //! buffer costs page faults and zeroing comparable to copying the data into it); a full buffer is staged
 //! by a task while the next one fills (one stage in flight per request).
 
+use crate::body_md5::BodyMd5;
 use crate::error::{LayerError, LayerResult};
 use crate::semantics::{S3Semantics, StoreTxn};
 use crate::{ByteStream, PutBody};
@@ -107,23 +108,22 @@ impl<S: Store> S3Semantics<S> {
 
     /// Streams a body into the store, `base_offset` being where it starts in its object; more than
     /// `max_bytes` fails with EntityTooLarge. `target` is the object the body is for (a multipart part's is
-    /// the part, named with its upload's key as locator): the store places its units by it. `md5`: whether to hash it (an encrypted
-    /// body's ETag is its plaintext's, hashed before encryption).
+    /// the part, named with its upload's key as locator): the store places its units by it. `hash`: whether
+    /// to hash it (an encrypted body's ETag is its plaintext's, hashed before encryption).
     pub(crate) async fn ingest(
         &self,
         body: PutBody,
         base_offset: u64,
         max_bytes: u64,
         target: &StageFor<S::Coll>,
-        md5: bool,
+        hash: bool,
     ) -> LayerResult<Ingested<S::Staged>> {
-        let hash = md5;
         let geometry = self.store.geometry();
         let unit = geometry.unit_bytes as usize;
         let chunk_bytes = self.stage_chunk_bytes();
         let inline_max = geometry.inline_max_bytes as usize;
         let mut stream = body.stream;
-        let mut md5 = Md5::new();
+        let mut md5 = hash.then(BodyMd5::new);
         // Bytes not (yet) in an aligned buffer: the whole body while it is small, or when it cannot be staged.
         let mut small: Vec<u8> = Vec::new();
         let mut fill: Option<(AlignedBuf, usize)> = None;
@@ -139,8 +139,8 @@ impl<S: Store> S3Semantics<S> {
             if total > max_bytes {
                 return Err(LayerError::EntityTooLarge);
             }
-            if hash {
-                md5.update(&chunk);
+            if let Some(md5) = md5.as_mut() {
+                md5.update(chunk.clone()).await?;
             }
             let mut rest: &[u8] = &chunk;
             if fill.is_none() {
@@ -196,7 +196,10 @@ impl<S: Store> S3Semantics<S> {
             }
         }
         debug_assert_eq!(launched_bytes + tail.len() as u64, total, "every byte is staged or in the tail");
-        let md5_hex = if hash { hex::encode(md5.finalize()) } else { String::new() };
+        let md5_hex = match md5 {
+            Some(md5) => hex::encode(md5.finish().await?),
+            None => String::new(),
+        };
         Ok(Ingested { staged, tail_offset: launched_bytes, tail, size_bytes: total, md5_hex, extra })
     }
 

@@ -11,6 +11,7 @@
 //! metadata and conditions), `semantics` (the struct and the trait's dispatch).
 
 mod acl;
+mod body_md5;
 mod buckets;
 mod cors;
 mod error;

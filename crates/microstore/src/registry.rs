@@ -155,6 +155,9 @@ pub struct Config {
     pub sets: SetsConfig,
     /// How drive IO is shared among microstores.
     pub io: IoConfig,
+    /// The nice of the bulk CPU class, where microstores judged on throughput run their heavy CPU work
+    /// beside one judged on latency (`mosaic_store::spawn_blocking_in`); 0: no CPU classes.
+    pub bulk_nice: i32,
 }
 
 impl Default for Config {
@@ -169,9 +172,13 @@ impl Default for Config {
             bandwidth: BandwidthConfig::default(),
             sets: SetsConfig::default(),
             io: IoConfig::default(),
+            bulk_nice: DEFAULT_BULK_NICE,
         }
     }
 }
+
+/// The bulk CPU class's default nice: measured in docs/bench/2026-12-07-bulk-cpu.md.
+pub const DEFAULT_BULK_NICE: i32 = 10;
 
 /// A decision of either resource.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -221,6 +228,8 @@ pub struct MicrostoreStatus {
     pub io_served_bytes: u64,
     pub io_waited_ios: u64,
     pub io_wait_ms: f64,
+    /// Whether its heavy CPU work runs in the bulk CPU class (`Config::bulk_nice`).
+    pub cpu_bulk: bool,
     pub in_use: u32,
     pub waiting: u32,
     pub refused: u64,
@@ -249,6 +258,8 @@ pub struct Status {
     pub placements: BTreeMap<String, BucketPlacement>,
     /// Where the other buckets' data lives, or moves (None: every set).
     pub home: Option<BucketPlacement>,
+    /// Pieces of work the node ran in the bulk CPU class since it started.
+    pub bulk_cpu_tasks: u64,
 }
 
 struct Inner {
@@ -284,6 +295,8 @@ pub struct Microstores {
     saver: Option<Saver>,
     /// Told of each deleted bucket (a cluster node's: the cluster's catalog forgets it too).
     forget_hook: Option<ForgetHook>,
+    /// Whether this registry sets the process's bulk CPU class (a server's; not a scratch copy or a test's).
+    cpu_classes: bool,
 }
 
 /// Stores a catalog (the server's: the data directory's microstores file).
@@ -323,7 +336,7 @@ impl Microstores {
         let now = Instant::now();
         let mut inner = Inner { any_class: any_class(&catalog), catalog, pools, share_ids: BTreeMap::new() };
         let mut io = Mutex::new(io);
-        sync_io(io.get_mut(), &mut inner);
+        sync_io(io.get_mut(), &mut inner, false);
         Ok(Microstores {
             config,
             monitor,
@@ -339,6 +352,7 @@ impl Microstores {
             last_observations: Mutex::new(BTreeMap::new()),
             saver: None,
             forget_hook: None,
+            cpu_classes: false,
         })
     }
 
@@ -356,6 +370,19 @@ impl Microstores {
     pub fn with_io_shares(mut self, shares: std::sync::Arc<mosaic_store::IoShares>) -> Microstores {
         self.io.get_mut().with_shares(shares);
         self
+    }
+
+    /// Runs the heavy CPU work of microstores judged on throughput in the process's bulk CPU class while
+    /// one judged on latency exists (`Config::bulk_nice`; 0: never). For the server's registry only: the
+    /// class is process-wide. Err: the nice is out of range.
+    pub fn with_cpu_classes(mut self) -> Result<Microstores, String> {
+        if self.config.bulk_nice == 0 {
+            return Ok(self);
+        }
+        mosaic_store::set_bulk_nice(self.config.bulk_nice)?;
+        self.cpu_classes = true;
+        sync_io(self.io.get_mut(), self.inner.get_mut(), true);
+        Ok(self)
     }
 
     /// The number of erasure sets microstores may own (the server's pool; 0, the default: none).
@@ -545,7 +572,7 @@ impl Microstores {
         let mut inner = self.inner.write();
         inner.pools.insert(name.to_string(), pool);
         inner.pools[DEFAULT].resize(manager.workers(DEFAULT).expect("the default microstore is held"));
-        sync_io(&mut self.io.lock(), &mut inner);
+        sync_io(&mut self.io.lock(), &mut inner, self.cpu_classes);
         Ok(())
     }
 
@@ -565,7 +592,7 @@ impl Microstores {
         let mut inner = self.inner.write();
         self.drop_holding(&mut manager, &mut inner, name);
         inner.pools[DEFAULT].resize(manager.workers(DEFAULT).expect("the default microstore is held"));
-        sync_io(&mut self.io.lock(), &mut inner);
+        sync_io(&mut self.io.lock(), &mut inner, self.cpu_classes);
         Ok(())
     }
 
@@ -631,7 +658,7 @@ impl Microstores {
         }
         inner.pools[DEFAULT].resize(manager.workers(DEFAULT).expect("the default microstore is held"));
         debug_assert_eq!(inner.pools.len(), manager.holdings().len());
-        sync_io(&mut self.io.lock(), &mut inner);
+        sync_io(&mut self.io.lock(), &mut inner, self.cpu_classes);
         Ok(())
     }
 
@@ -810,6 +837,8 @@ impl Microstores {
                     io_served_bytes: served.served_bytes,
                     io_waited_ios: served.waited_ios,
                     io_wait_ms: served.wait_us as f64 / 1000.0,
+                    cpu_bulk: self.cpu_classes
+                        && inner.share_ids.get(name).is_some_and(|id| mosaic_store::is_bulk(*id)),
                     in_use: pool.in_use(),
                     waiting: pool.waiting(),
                     refused: pool.refused(),
@@ -842,15 +871,32 @@ impl Microstores {
             adapt: self.config.adapt,
             placements: inner.catalog.placements.clone(),
             home: inner.catalog.home.clone(),
+            bulk_cpu_tasks: mosaic_store::bulk_tasks_total(),
         }
     }
 }
 
-/// Gives the IO planner the microstores of the catalog and takes their share ids.
-fn sync_io(io: &mut IoPlanner, inner: &mut Inner) {
+/// Gives the IO planner the microstores of the catalog and takes their share ids; with `cpu_classes`, sets
+/// the process's bulk shares from them.
+fn sync_io(io: &mut IoPlanner, inner: &mut Inner, cpu_classes: bool) {
     let targets = inner.catalog.microstores.iter().map(|(n, d)| (n.clone(), d.target)).collect();
     io.sync(&targets, DEFAULT);
     inner.share_ids = io.share_ids();
+    if cpu_classes && let Err(e) = mosaic_store::set_bulk_shares(bulk_shares(inner)) {
+        tracing::warn!(error = %e, "the bulk CPU class is unchanged");
+    }
+}
+
+/// The shares of the microstores whose heavy CPU work runs in the bulk class: those judged on throughput,
+/// while one judged on latency is there to yield to (alone, a class would only yield to upkeep). A
+/// microstore without a share (the IO points ran out) runs unshared, at the default priority.
+fn bulk_shares(inner: &Inner) -> Vec<mosaic_store::ShareId> {
+    let microstores = &inner.catalog.microstores;
+    if !microstores.values().any(|d| matches!(d.target, Target::LatencyMsP99(_))) {
+        return Vec::new();
+    }
+    let bulk = microstores.iter().filter(|(_, d)| matches!(d.target, Target::ThroughputMibS(_)));
+    bulk.filter_map(|(name, _)| inner.share_ids.get(name).copied()).collect()
 }
 
 /// The microstore of a bucket: assigned by hand, else the first (by name) serving its class, else default.
@@ -1064,6 +1110,38 @@ mod tests {
         assert!(shares.stats(games).is_none(), "a deleted microstore's share goes");
         assert!(!shares.is_active());
         assert_eq!(m.admit(Some("scores")).await.unwrap().io_share(), default);
+    }
+
+    /// A microstore judged on throughput runs in the bulk CPU class while one judged on latency is there
+    /// (the default one, 100 ms); a bad nice is refused; a registry not told to set classes sets none.
+    /// (One test: the class is process-wide, and no other test here sets it.)
+    #[tokio::test]
+    async fn a_throughput_microstore_beside_a_latency_one_runs_in_the_bulk_cpu_class() {
+        let large = Definition { target: Target::ThroughputMibS(100.0), class: None, workers: 2, sets: vec![] };
+        let bad = Microstores::new(Config { bulk_nice: 20, ..config() }, Catalog::default()).unwrap();
+        assert!(bad.with_cpu_classes().is_err(), "nice 20 is out of range");
+        let scratch = Microstores::new(config(), Catalog::default()).unwrap();
+        scratch.create("big", large.clone(), ok).unwrap();
+        scratch.assign("b", Some("big"), ok).unwrap();
+        let big = scratch.admit(Some("b")).await.unwrap().io_share();
+        assert!(!mosaic_store::is_bulk(big), "a registry not told to set classes sets none");
+        let default_throughput = Config { default_target: Target::ThroughputMibS(50.0), ..config() };
+        let m = Microstores::new(default_throughput, Catalog::default()).unwrap().with_cpu_classes().unwrap();
+        m.create("big", large.clone(), ok).unwrap();
+        m.assign("b", Some("big"), ok).unwrap();
+        let share = m.admit(Some("b")).await.unwrap().io_share();
+        assert_eq!(share, big, "a name's share is the same in every registry");
+        assert!(!mosaic_store::is_bulk(share), "no microstore is judged on latency: nothing to yield to");
+        m.create("games", small(10.0, 2), ok).unwrap();
+        m.assign("g", Some("games"), ok).unwrap();
+        let games = m.admit(Some("g")).await.unwrap().io_share();
+        assert!(mosaic_store::is_bulk(share) && !mosaic_store::is_bulk(games));
+        m.delete("games", ok).unwrap();
+        assert!(!mosaic_store::is_bulk(share), "the latency one gone: back to the default class");
+        let off = Microstores::new(Config { bulk_nice: 0, ..config() }, Catalog::default()).unwrap();
+        let off = off.with_cpu_classes().unwrap();
+        off.create("big", large, ok).unwrap();
+        assert!(!mosaic_store::is_bulk(share), "bulk_nice = 0: no classes");
     }
 
     #[test]

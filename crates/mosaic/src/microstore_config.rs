@@ -56,6 +56,9 @@ pub struct MicrostoresFile {
     pub io_unshared_points: Option<u32>,
     /// Device bytes a drive lets be in flight before IO waits its turn by share, e.g. "8MiB".
     pub io_in_flight: Option<String>,
+    /// The nice of the bulk CPU class (microstores judged on throughput beside one judged on latency);
+    /// 0: none.
+    pub bulk_nice: Option<i32>,
 }
 
 /// The default pace of a bucket's move between sets.
@@ -135,6 +138,10 @@ pub fn resolve(file: Option<&MicrostoresFile>) -> Result<MicrostoresConfig, Stri
     if let Some(v) = &f.io_in_flight {
         io.in_flight_max_bytes = size("io_in_flight", v)?;
     }
+    c.bulk_nice = f.bulk_nice.unwrap_or(c.bulk_nice);
+    if !(0..=mosaic_store::MAX_BULK_NICE).contains(&c.bulk_nice) {
+        return Err(format!("microstores: bulk_nice is 0 to {}, not {}", mosaic_store::MAX_BULK_NICE, c.bulk_nice));
+    }
     c.io.validate().map_err(|e| format!("microstores: {e}"))?;
     c.sets.validate().map_err(|e| format!("microstores: {e}"))?;
     c.bandwidth.validate().map_err(|e| format!("microstores: {e}"))?;
@@ -164,7 +171,13 @@ mod tests {
             toml::from_str("io_shares = false\nio_step_points = 50\nio_in_flight = \"4MiB\"").unwrap();
         let c = resolve(Some(&f)).unwrap();
         assert_eq!((c.io.enabled, c.io.step_points, c.io.in_flight_max_bytes), (false, 50, 4 << 20));
+        for (text, want) in [("bulk_nice = 0", 0), ("bulk_nice = 19", 19), ("adapt = true", 10)] {
+            let f: MicrostoresFile = toml::from_str(text).unwrap();
+            assert_eq!(resolve(Some(&f)).unwrap().bulk_nice, want, "{text}");
+        }
         for bad in [
+            "bulk_nice = -1",
+            "bulk_nice = 20",
             "io_floor_points = 0",
             "io_floor_points = 200",
             "io_in_flight = \"1KiB\"",

@@ -385,6 +385,7 @@ async fn serve_all(
     if let Some(shares) = io_shares {
         microstores = microstores.with_io_shares(shares);
     }
+    microstores = microstores.with_cpu_classes()?;
     if let Some(cluster) = &cluster {
         // A deleted bucket's assignment goes from the cluster's catalog too.
         let (cluster, runtime) = (Arc::downgrade(cluster), tokio::runtime::Handle::current());
@@ -540,8 +541,12 @@ async fn microstore_rounds(ms: Arc<mosaic_microstore::Microstores>, mut stop: wa
         if let Some(e) = &report.sets_error {
             tracing::warn!(error = e, "a set move was decided but could not be stored; none moved");
         }
-        for s in ms.status().microstores {
+        let status = ms.status();
+        metrics::gauge!("mosaic_bulk_cpu_tasks").set(status.bulk_cpu_tasks as f64);
+        for s in status.microstores {
             let g = |name: &'static str, v: f64| metrics::gauge!(name, "microstore" => s.name.clone()).set(v);
+            // 1: its heavy CPU work runs in the bulk class.
+            g("mosaic_microstore_cpu_bulk", f64::from(u8::from(s.cpu_bulk)));
             g("mosaic_microstore_workers", f64::from(s.workers));
             g("mosaic_microstore_workers_in_use", f64::from(s.in_use));
             g("mosaic_microstore_waiting", f64::from(s.waiting));

@@ -21,6 +21,7 @@
 //! not depend on RocksDB): a store built on something else implements the same traits.
 
 mod aligned;
+mod cpu_class;
 mod error;
 mod foreground;
 mod io_share;
@@ -30,6 +31,9 @@ mod striped;
 mod txn;
 
 pub use aligned::{AlignedBuf, IO_ALIGN_BYTES, assert_io_aligned};
+pub use cpu_class::{
+    BULK_THREADS_MAX, MAX_BULK_NICE, bulk_tasks_total, is_bulk, set_bulk_nice, set_bulk_shares, spawn_blocking_in,
+};
 pub use error::{ErrorKind, StoreError, StoreResult};
 pub use foreground::{
     ForegroundWork, ForegroundWorkGuard, in_foreground, is_foreground, on_thread_as_background, thread_is_background,

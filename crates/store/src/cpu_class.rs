@@ -1,0 +1,158 @@
+//! CPU classes (paper 002's microstores, with paper 003's QoS carried to the cores): a microstore that is
+//! judged on throughput (large objects) beside one judged on latency runs its requests' heavy CPU work
+//! (hashing a body, erasure coding, a drive's calls) on threads of a lower CPU priority (a higher nice).
+//! While the cores are contended the kernel then runs the latency class's work first, and the bulk class
+//! takes what is left; alone, the bulk class has every core.
+//!
+//! Measured on this 2-core machine (docs/bench/2026-12-07-bulk-cpu.md): the small-object tenant's
+//! latency is spent waiting for the cores (MD5 of the large tenant's bodies was a third of the server's
+//! CPU), not for the disk: the kernel's idle IO class for the large tenant changed nothing measurable.
+//!
+//! The bulk threads are a blocking pool of their own, started at the bulk nice and never changed back:
+//! lowering a thread's nice again needs a privilege a server may not have (RLIMIT_NICE), so a thread is
+//! never moved between classes. Which shares are bulk is node-wide: set by the microstores' planner.
+
+use crate::io_share::{MAX_SHARES, ShareId};
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use std::sync::{OnceLock, RwLock};
+
+/// Highest nice a bulk thread may have (the kernel's lowest priority).
+pub const MAX_BULK_NICE: i32 = 19;
+
+/// Most blocking threads of the bulk class at once; work past it waits for a thread.
+pub const BULK_THREADS_MAX: usize = 128;
+
+static BULK_SHARES: RwLock<BTreeSet<ShareId>> = RwLock::new(BTreeSet::new());
+/// Whether any share is bulk (the fast path of every call while none is).
+static ANY_BULK: AtomicBool = AtomicBool::new(false);
+static BULK_NICE: AtomicI32 = AtomicI32::new(10);
+static BULK_POOL: OnceLock<Option<tokio::runtime::Runtime>> = OnceLock::new();
+/// Work run on bulk threads since the process started.
+static BULK_TASKS: AtomicU64 = AtomicU64::new(0);
+
+/// The nice of the bulk class's threads (1 to `MAX_BULK_NICE`); takes effect only before the first bulk
+/// work (the threads keep the nice they started with). Err: out of range.
+pub fn set_bulk_nice(nice: i32) -> Result<(), String> {
+    if !(1..=MAX_BULK_NICE).contains(&nice) {
+        return Err(format!("the bulk nice is 1 to {MAX_BULK_NICE}, not {nice}"));
+    }
+    BULK_NICE.store(nice, Ordering::Relaxed);
+    Ok(())
+}
+
+/// The shares whose heavy CPU work runs in the bulk class: exactly these from now on (at most
+/// `MAX_SHARES`; more are refused, and the set stays as it was).
+pub fn set_bulk_shares(shares: impl IntoIterator<Item = ShareId>) -> Result<(), String> {
+    let new: BTreeSet<ShareId> = shares.into_iter().collect();
+    if new.len() > MAX_SHARES {
+        return Err(format!("at most {MAX_SHARES} bulk shares, not {}", new.len()));
+    }
+    let mut set = BULK_SHARES.write().unwrap_or_else(|e| e.into_inner());
+    ANY_BULK.store(!new.is_empty(), Ordering::Release);
+    *set = new;
+    Ok(())
+}
+
+/// Whether `share`'s heavy CPU work runs in the bulk class.
+pub fn is_bulk(share: ShareId) -> bool {
+    ANY_BULK.load(Ordering::Acquire) && BULK_SHARES.read().unwrap_or_else(|e| e.into_inner()).contains(&share)
+}
+
+/// Runs blocking `work` for a request of `share`: on a bulk thread when the share is bulk (and the pool
+/// could start), else on the running runtime's blocking pool, as `tokio::task::spawn_blocking`.
+pub fn spawn_blocking_in<R: Send + 'static>(
+    share: ShareId,
+    work: impl FnOnce() -> R + Send + 'static,
+) -> tokio::task::JoinHandle<R> {
+    match is_bulk(share).then(bulk_pool).flatten() {
+        Some(pool) => {
+            BULK_TASKS.fetch_add(1, Ordering::Relaxed);
+            pool.spawn_blocking(work)
+        }
+        None => tokio::task::spawn_blocking(work),
+    }
+}
+
+/// Pieces of work run on bulk threads since the process started.
+pub fn bulk_tasks_total() -> u64 {
+    BULK_TASKS.load(Ordering::Relaxed)
+}
+
+/// The bulk class's pool, started at the first bulk work (None: it could not start; the work then runs
+/// in the common pool, at the default priority).
+fn bulk_pool() -> Option<&'static tokio::runtime::Runtime> {
+    BULK_POOL
+        .get_or_init(|| {
+            let nice = BULK_NICE.load(Ordering::Relaxed);
+            let built = tokio::runtime::Builder::new_multi_thread()
+                // Only its blocking pool is used: one worker, which stays idle.
+                .worker_threads(1)
+                .max_blocking_threads(BULK_THREADS_MAX)
+                .thread_name("mosaic-bulk")
+                .on_thread_start(move || set_this_thread_nice(nice))
+                .build();
+            match built {
+                Ok(rt) => Some(rt),
+                Err(e) => {
+                    tracing::warn!(error = %e, "the bulk CPU class could not start: bulk work runs at the default priority");
+                    None
+                }
+            }
+        })
+        .as_ref()
+}
+
+/// Raises this thread's nice to `nice` (always allowed: it only lowers the thread's priority). A kernel
+/// that refuses leaves it as it was (the class is a hint).
+fn set_this_thread_nice(nice: i32) {
+    // SAFETY: plain system calls with integer arguments; gettid cannot fail.
+    let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, nice) };
+    if rc != 0 {
+        tracing::debug!(error = %std::io::Error::last_os_error(), "a bulk thread keeps the default priority");
+    }
+}
+
+/// This thread's nice (for tests).
+#[cfg(test)]
+fn this_thread_nice() -> i32 {
+    // SAFETY: as above. getpriority's -1 is also a nice; errno is not consulted (the call cannot fail for
+    // the calling thread).
+    unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Bulk shares' work runs on bulk threads at the bulk nice, others' at the default; the set is
+    /// replaced whole and bounded. (One test: the set is process-wide.)
+    #[tokio::test]
+    async fn a_bulk_share_s_work_runs_at_the_bulk_nice_and_others_at_the_default() {
+        let default = this_thread_nice();
+        let probe = || (this_thread_nice(), std::thread::current().name().map(str::to_string));
+        assert_eq!(spawn_blocking_in(7, probe).await.unwrap().0, default, "no share is bulk");
+        assert!(set_bulk_nice(0).is_err() && set_bulk_nice(MAX_BULK_NICE + 1).is_err());
+        set_bulk_nice(MAX_BULK_NICE).unwrap();
+        set_bulk_shares([7, 9]).unwrap();
+        assert!(is_bulk(7) && is_bulk(9) && !is_bulk(8));
+        let before = bulk_tasks_total();
+        let (nice, name) = spawn_blocking_in(7, probe).await.unwrap();
+        assert_eq!(bulk_tasks_total(), before + 1, "counted");
+        assert_eq!(nice, MAX_BULK_NICE);
+        assert_eq!(name.as_deref(), Some("mosaic-bulk"));
+        assert_eq!(spawn_blocking_in(8, probe).await.unwrap().0, default, "not bulk: the default");
+        // Many at once: each on a bulk thread, none lost past the pool's bound.
+        let many: Vec<_> = (0..BULK_THREADS_MAX + 10).map(|_| spawn_blocking_in(9, this_thread_nice)).collect();
+        for h in many {
+            assert_eq!(h.await.unwrap(), MAX_BULK_NICE);
+        }
+        set_bulk_shares([8]).unwrap();
+        assert!(!is_bulk(7) && is_bulk(8), "replaced whole");
+        assert!(set_bulk_shares(0..=MAX_SHARES as u32).is_err(), "past the bound");
+        assert!(is_bulk(8), "a refused set leaves it as it was");
+        set_bulk_shares([]).unwrap();
+        assert!(!is_bulk(8));
+        assert_eq!(this_thread_nice(), default, "the caller's thread is never changed");
+    }
+}
