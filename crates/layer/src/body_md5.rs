@@ -1,14 +1,14 @@
-//! The MD5 of a body (its ETag), computed off the request's task: chunks gather into batches of
-//! `BATCH_BYTES`, and each batch is hashed on a blocking thread of the request's CPU class
-//! (`mosaic_store::spawn_blocking_in`: a bulk microstore's at a lower priority) while the next one
-//! gathers. One batch is in flight at a time, so the bytes are hashed in order and a request holds at most
-//! two batches; a body that outruns its hashing waits for it (the hash paces the body). What is left at the
-//! end (less than a batch: all of a small body) is hashed on the task, where a thread's hop would cost more
-//! than the hash.
+//! The MD5 of a body (its ETag). For a request of a bulk microstore (`mosaic_store::is_bulk`: judged on
+//! throughput beside one judged on latency) it is computed off the request's task, in the bulk CPU class:
+//! chunks gather into batches of `BATCH_BYTES`, and each batch is hashed on a bulk thread while the next
+//! one gathers. One batch is in flight at a time, so the bytes are hashed in order and a request holds at
+//! most two batches; a body that outruns its hashing waits for it (the hash paces the body). What is left
+//! at the end (less than a batch) is hashed on the task. Any other request hashes on its task, as it reads.
 //!
 //! Why: MD5 runs at about 650 MB/s a core and was a third of the server's CPU under a large-object load
-//! (docs/bench/2026-12-07-bulk-cpu.md); on the task it ran on the async threads that every request's
-//! work shares, at every microstore's priority.
+//! (docs/bench/2026-12-07-bulk-cpu.md); on the task it runs on the async threads that every request's
+//! work shares, at every microstore's priority. Not for every request: off the task a 64 MiB PUT with no
+//! microstores was 3-11% slower (the hops, and the chunks held until hashed).
 
 use crate::error::{LayerError, LayerResult};
 use bytes::Bytes;
@@ -25,22 +25,27 @@ pub(crate) struct BodyMd5 {
     batch: Vec<Bytes>,
     batch_bytes: usize,
     share: ShareId,
+    /// Whether batches go to bulk threads (else every chunk is hashed on the task).
+    off_task: bool,
 }
 
 impl BodyMd5 {
-    /// A hash of a body read by the running task (in its IO share's CPU class).
+    /// A hash of a body read by the running task (off the task when its IO share is bulk).
     pub(crate) fn new() -> BodyMd5 {
-        BodyMd5 {
-            state: Some(Md5::new()),
-            in_flight: None,
-            batch: Vec::new(),
-            batch_bytes: 0,
-            share: mosaic_store::io_share(),
-        }
+        let share = mosaic_store::io_share();
+        BodyMd5::with_share(share, mosaic_store::is_bulk(share))
+    }
+
+    fn with_share(share: ShareId, off_task: bool) -> BodyMd5 {
+        BodyMd5 { state: Some(Md5::new()), in_flight: None, batch: Vec::new(), batch_bytes: 0, share, off_task }
     }
 
     /// Adds the next bytes of the body.
     pub(crate) async fn update(&mut self, chunk: Bytes) -> LayerResult<()> {
+        if !self.off_task {
+            self.state.as_mut().expect("hashed on the task: the state stays here").update(&chunk);
+            return Ok(());
+        }
         self.batch_bytes += chunk.len();
         self.batch.push(chunk);
         if self.batch_bytes >= BATCH_BYTES {
@@ -77,10 +82,11 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// Hashes off the task (batches on a blocking thread: no share is bulk in this test process).
     fn hash_in_chunks(body: &[u8], chunk_sizes: &[usize]) -> [u8; 16] {
         let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
         rt.block_on(async {
-            let mut h = BodyMd5::new();
+            let mut h = BodyMd5::with_share(mosaic_store::UNSHARED, true);
             let (mut at, mut sizes) = (0, chunk_sizes.iter().cycle());
             while at < body.len() {
                 let n = (*sizes.next().unwrap()).min(body.len() - at);
@@ -100,6 +106,16 @@ mod tests {
             assert_eq!(hash_in_chunks(&body, &[65_536]), want, "{len} bytes in 64 KiB chunks");
             assert_eq!(hash_in_chunks(&body, &[BATCH_BYTES + 3, 1]), want, "{len} bytes, chunks past a batch");
         }
+    }
+
+    #[tokio::test]
+    async fn a_request_of_no_bulk_share_hashes_on_its_task() {
+        let mut h = BodyMd5::new();
+        assert!(!h.off_task);
+        let body = vec![7u8; BATCH_BYTES + 1];
+        h.update(Bytes::from(body.clone())).await.unwrap();
+        assert!(h.in_flight.is_none() && h.batch.is_empty(), "nothing gathered, nothing sent");
+        assert_eq!(h.finish().await.unwrap(), <[u8; 16]>::from(Md5::digest(&body)));
     }
 
     proptest! {
