@@ -1,7 +1,7 @@
 //! Streaming a request body into the store: whole aligned units (the store's `unit_bytes`) are staged as
 //! they arrive, so the data is written once, directly to its final place; the rest (a small body, or the
 //! tail past the last whole unit) goes into the commit's transaction. The MD5 of the body (its ETag) is
-//! computed on the way, off the request's task (`BodyMd5`).
+//! computed on the way (`BodyMd5`: off the request's task for a bulk microstore's request).
 //!
 //! Bodies fill aligned buffers (64 KiB doubling to 8 MiB, full-size ones kept for reuse: a fresh 8 MiB
 //! buffer costs page faults and zeroing comparable to copying the data into it); a full buffer is staged
