@@ -27,7 +27,9 @@
 # false: the resource manager moves no set, the ablation), IO_SHARES (default true; false: drives do not
 # schedule IO by microstore, the ablation), IO_IN_FLIGHT (default 8MiB: device bytes a drive lets be in
 # flight before IO waits its turn by share), BULK_NICE (the bulk CPU class's nice; 0: none, the ablation;
-# unset: the server's default).
+# unset: the server's default), SMALL_RATE (the small tenant's offered rate in op/s in the two-tenant rounds:
+# an open loop whose latencies count from each operation's due time; unset: a closed loop of CONCURRENCY
+# clients).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:?OUT directory}
@@ -42,6 +44,7 @@ export MOSAIC_ACCESS_KEY=$AK MOSAIC_SECRET_KEY=$SK
 # shellcheck source=one-server.sh
 source "$(dirname "$0")/one-server.sh"
 DURATION=${DURATION:-30s}
+SMALL_TENANT=cosbench-b${SMALL_RATE:+@$SMALL_RATE}
 CONC=${CONCURRENCY:-8}
 LARGE=${LARGE_SIZE:-1MiB-32MiB}
 SETS=${SETS:-1}
@@ -65,7 +68,7 @@ mkdir -p "$OUT"
   echo "server: $DRIVES drives of ${DRIVE_SIZE:-4GiB} (thin files, $SETS 3+3 set(s)), [microstores] window_slot = 1s, floor_workers = 2, set_patience_rounds = 10, move_sets = ${MOVE_SETS:-true}, io_shares = ${IO_SHARES:-true}, io_in_flight = ${IO_IN_FLIGHT:-8MiB}, bulk_nice = ${BULK_NICE:-default}"
   echo "large microstore: target ${LARGE_TARGET_MIB_S:-100} MiB/s; workers $TENANTS_LARGE_WORKERS (two tenants, load change), $ABCD_LARGE_WORKERS (A-D)"
   echo "load change: ${LOAD_CHANGE_MODE:-adaptive} (lc-sets: sixteen drives of 2+2, four sets; small owns set 0 with a 40 ms target, large set 1)"
-  echo "command: mosaic bench s3 --workload tenants --tenants cosbench-b,cosbench-d:$LARGE --duration $DURATION --concurrency $CONC --warmup 3s --seed 1"
+  echo "command: mosaic bench s3 --workload tenants --tenants $SMALL_TENANT,cosbench-d:$LARGE --duration $DURATION --concurrency $CONC --warmup 3s --seed 1"
 } >"$OUT/machine.txt"
 
 start_server() { # MODE
@@ -105,7 +108,7 @@ for round in $(seq 1 "$ROUNDS"); do
     start_server $mode
     assign $mode ten-t1 small
     assign $mode ten-t2 large
-    "$BIN" bench s3 "${COMMON[@]}" --workload tenants --tenants "cosbench-b,cosbench-d:$LARGE" --bucket ten --warmup 3s \
+    "$BIN" bench s3 "${COMMON[@]}" --workload tenants --tenants "$SMALL_TENANT,cosbench-d:$LARGE" --bucket ten --warmup 3s \
       --duration "$DURATION" --out "$OUT/round$round/$mode" >/dev/null 2>"$OUT/bench-errors.log" || { echo "round $round $mode FAILED: $(tail -1 "$OUT/bench-errors.log")"; stop; exit 1; }
     summary "$OUT/round$round/$mode/result.json" "round $round $mode"
     "$BIN" admin --admin "$ADMIN" --json microstore status >"$OUT/round$round/$mode/microstores.json"

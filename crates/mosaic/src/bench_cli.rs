@@ -2,7 +2,8 @@
 
 use clap::{Subcommand, ValueEnum};
 use mosaic::size_format;
-use mosaic_bench::s3::{Mix, S3BenchOptions, S3Workload, SizeRange};
+use mosaic_bench::s3::pace::RATE_OPS_PER_S_MAX;
+use mosaic_bench::s3::{Mix, S3BenchOptions, S3Workload, SizeRange, Tenant};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -252,11 +253,23 @@ fn mix_arg(s: &str) -> Result<Mix, String> {
 }
 
 /// "cosbench-b" or "cosbench-d:1MiB-8MiB".
-fn tenant_arg(s: &str) -> Result<(S3Workload, Option<SizeRange>), String> {
-    match s.split_once(':') {
-        Some((w, size)) => Ok((workload_arg(w)?, Some(size_range_arg(size)?))),
-        None => Ok((workload_arg(s)?, None)),
-    }
+/// WORKLOAD[:SIZE][@OPS_PER_S], e.g. cosbench-b@150 or cosbench-d:1MiB-8MiB.
+fn tenant_arg(s: &str) -> Result<Tenant, String> {
+    let (rest, rate_ops_per_s) = match s.rsplit_once('@') {
+        Some((rest, rate)) => {
+            let r: u32 = rate.parse().map_err(|_| format!("invalid rate {rate:?}: operations per second"))?;
+            if !(1..=RATE_OPS_PER_S_MAX).contains(&r) {
+                return Err(format!("a tenant's rate must be 1 to {RATE_OPS_PER_S_MAX} op/s, not {r}"));
+            }
+            (rest, Some(r))
+        }
+        None => (s, None),
+    };
+    let (workload, size) = match rest.split_once(':') {
+        Some((w, size)) => (workload_arg(w)?, Some(size_range_arg(size)?)),
+        None => (workload_arg(rest)?, None),
+    };
+    Ok(Tenant { workload, size, rate_ops_per_s })
 }
 
 #[derive(clap::Args)]
@@ -310,9 +323,12 @@ pub struct S3BenchArgs {
     /// priority: time between two reads.
     #[arg(long, default_value = "10ms", value_parser = duration_arg, value_name = "DURATION")]
     interval: Duration,
-    /// tenants: the two workloads, each optionally with a size (cosbench-b,cosbench-d:1MiB-8MiB).
-    #[arg(long, value_delimiter = ',', value_parser = tenant_arg, default_value = "cosbench-b,cosbench-d")]
-    tenants: Vec<(S3Workload, Option<SizeRange>)>,
+    /// tenants: the two workloads, each optionally with a size and an offered rate in operations per second
+    /// (cosbench-b@150,cosbench-d:1MiB-8MiB). A tenant with a rate runs an open loop: its operations are
+    /// due at that rate, its latencies count from when each was due; without one, a closed loop.
+    #[arg(long, value_delimiter = ',', value_parser = tenant_arg, default_value = "cosbench-b,cosbench-d",
+        value_name = "WORKLOAD[:SIZE][@OPS_PER_S],...")]
+    tenants: Vec<Tenant>,
     /// GET/PUT/DELETE percentages replacing the workload's mix, e.g. 100/0/0 for reads only.
     #[arg(long, value_parser = mix_arg, value_name = "G/P/D")]
     mix: Option<Mix>,

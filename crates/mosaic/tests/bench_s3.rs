@@ -54,6 +54,7 @@ fn every_workload_runs_against_mosaic_and_writes_its_report() {
         ("append", vec![]),
         ("append", vec!["--get-client", "lean"]),
         ("tenants", vec!["--tenants", "cosbench-b:1KiB-8KiB,cosbench-d:64KiB-128KiB"]),
+        ("tenants", vec!["--tenants", "cosbench-b:1KiB-8KiB@20,cosbench-d:64KiB-128KiB"]),
         ("priority", vec!["--size", "256KiB", "--deadline", "2s"]),
     ];
     for (workload, extra) in cases {
@@ -102,6 +103,16 @@ fn every_workload_runs_against_mosaic_and_writes_its_report() {
             "tenants" => {
                 assert_eq!(r["tenants"].as_array().unwrap().len(), 2);
                 assert_eq!(r["tenants"][1]["workload"], "cosbench-d");
+                assert!(r["tenants"][1]["config"].get("rate_ops_per_s").is_none(), "a closed loop has no rate");
+                if extra[1].contains("@20") {
+                    // Open loop at 20 op/s for 1 s: operations are due at 0, 50, ..., 950 ms, never sooner.
+                    let t1 = &r["tenants"][0];
+                    assert_eq!(t1["config"]["rate_ops_per_s"], 20);
+                    let ops = t1["total"]["ops"].as_u64().unwrap();
+                    assert!((1..=20).contains(&ops), "paced tenant ran {ops} operations in 1 s at 20 op/s");
+                    let report = std::fs::read_to_string(out_dir.join("report.md")).unwrap();
+                    assert!(report.contains("open loop, 20 op/s offered"), "{report}");
+                }
             }
             "cosbench-a" => assert!(r["operations"]["GET"]["ops"].as_u64().unwrap() > 0),
             _ => {}
@@ -169,7 +180,7 @@ fn the_same_seed_issues_the_same_keys_and_sizes() {
 
 #[test]
 fn bad_arguments_get_clear_errors() {
-    let cases: [(&[&str], &str); 11] = [
+    let cases: [(&[&str], &str); 14] = [
         (&["--workload", "cosbench-a", "--list-client", "lean"], "--list-client is for the list workload"),
         (&["--workload", "list", "--versions", "3"], "--versions is for the list workload with --versioning"),
         (&["--workload", "list", "--versioning", "--versions", "101"], "101"),
@@ -180,6 +191,9 @@ fn bad_arguments_get_clear_errors() {
         (&["--workload", "cosbench-a", "--concurrency", "0"], "--concurrency"),
         (&["--workload", "cosbench-a", "--duration", "soon"], "invalid duration"),
         (&["--workload", "tenants", "--tenants", "cosbench-a,list"], "cannot run as a tenant"),
+        (&["--workload", "tenants", "--tenants", "cosbench-a@0,cosbench-d"], "rate must be 1 to 100000"),
+        (&["--workload", "tenants", "--tenants", "cosbench-a@100001,cosbench-d"], "rate must be 1 to 100000"),
+        (&["--workload", "tenants", "--tenants", "cosbench-a:4KiB@fast,cosbench-d"], "invalid rate \"fast\""),
         // Nothing listens on port 1: a clear error, not a hang.
         (&["--workload", "cosbench-a", "--timeout", "2s"], "creating bucket"),
     ];

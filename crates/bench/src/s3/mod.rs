@@ -9,6 +9,7 @@ pub mod drive_io;
 pub mod lean;
 pub mod lean_list;
 pub mod output;
+pub mod pace;
 pub mod plan;
 pub mod recorder;
 mod run;
@@ -45,8 +46,8 @@ pub struct S3BenchOptions {
     /// `priority`: the reader's deadline and its interval between reads.
     pub deadline: Duration,
     pub interval: Duration,
-    /// `tenants`: the two workloads and optional sizes.
-    pub tenants: Vec<(S3Workload, Option<SizeRange>)>,
+    /// `tenants`: the two workloads, their optional sizes and rates.
+    pub tenants: Vec<Tenant>,
     /// GET/PUT/DELETE percentages replacing the workload's own (key popularity stays the workload's).
     pub mix: Option<Mix>,
     /// Leave the objects in place after the run (they are removed by default).
@@ -92,7 +93,7 @@ impl S3BenchOptions {
             prefixes: 1,
             deadline: Duration::from_millis(50),
             interval: Duration::from_millis(10),
-            tenants: vec![(S3Workload::CosbenchB, None), (S3Workload::CosbenchD, None)],
+            tenants: vec![Tenant::new(S3Workload::CosbenchB), Tenant::new(S3Workload::CosbenchD)],
             mix: None,
             keep: false,
             versioning: false,
@@ -104,6 +105,23 @@ impl S3BenchOptions {
             drive_metrics: None,
             ca_cert: None,
         }
+    }
+}
+
+/// One tenant of the `tenants` workload.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Tenant {
+    pub workload: S3Workload,
+    /// Object sizes in place of the workload's own.
+    pub size: Option<SizeRange>,
+    /// Open loop at this many operations per second (`pace`); None: a closed loop, each worker sending
+    /// its next operation as soon as the last one is answered.
+    pub rate_ops_per_s: Option<u32>,
+}
+
+impl Tenant {
+    pub fn new(workload: S3Workload) -> Tenant {
+        Tenant { workload, size: None, rate_ops_per_s: None }
     }
 }
 
@@ -131,6 +149,9 @@ pub struct RunConfig {
     /// GET/PUT/DELETE percentages when overridden with --mix.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub mix: Option<String>,
+    /// A paced tenant's offered rate (open loop); absent for a closed loop.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub rate_ops_per_s: Option<u32>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default)]

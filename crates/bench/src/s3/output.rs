@@ -86,6 +86,17 @@ pub fn workload_lines(r: &S3BenchResult) -> String {
             p.reads, p.interval_ms, p.deadline_misses, p.deadline_ms, p.writer_mib_per_s
         );
     }
+    for (i, t) in r.tenants.iter().enumerate() {
+        if let Some(rate) = t.config.rate_ops_per_s {
+            let _ = writeln!(
+                s,
+                "- tenant {} {}: open loop, {rate} op/s offered, {:.1} done (latency counts from each operation's due time)",
+                i + 1,
+                t.workload,
+                t.total.ops_per_s
+            );
+        }
+    }
     if let Some(v) = &r.verification {
         let _ = writeln!(s, "- read back after the run: {} objects, {} wrong or unreadable", v.objects, v.errors);
         if let Some(e) = &v.first_error {

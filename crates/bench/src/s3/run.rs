@@ -4,9 +4,12 @@ use super::body::{Pool, VerifyMode};
 use super::client::BenchClient;
 use super::drive_io;
 use super::lean::LeanClient;
+use super::pace::{Pace, RATE_OPS_PER_S_MAX};
 use super::plan::{OpKind, S3Workload, SizeRange, Step, WorkerPlan, step_hash};
 use super::recorder::Recorder;
-use super::{ListResult, PriorityResult, RunConfig, S3BenchOptions, S3BenchResult, TimePoint, Totals, VerifyResult};
+use super::{
+    ListResult, PriorityResult, RunConfig, S3BenchOptions, S3BenchResult, Tenant, TimePoint, Totals, VerifyResult,
+};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -52,7 +55,7 @@ pub async fn run_s3_bench(o: &S3BenchOptions) -> Result<S3BenchResult, String> {
         S3Workload::Tenants => run_tenants(o, &client).await,
         S3Workload::List => run_list(o, &client).await,
         S3Workload::Priority => run_priority(o, &client).await,
-        w => run_mix(o, &client, w, &o.bucket, o.size, "", None).await,
+        w => run_mix(o, &client, Tenant { size: o.size, ..Tenant::new(w) }, &o.bucket, "", None).await,
     }
 }
 
@@ -63,7 +66,7 @@ fn validate(o: &S3BenchOptions) -> Result<(), String> {
     if o.objects.is_some_and(|n| n > OBJECTS_MAX) {
         return Err(format!("--objects must be at most {OBJECTS_MAX}"));
     }
-    let sizes = o.size.iter().chain(o.tenants.iter().filter_map(|t| t.1.as_ref()));
+    let sizes = o.size.iter().chain(o.tenants.iter().filter_map(|t| t.size.as_ref()));
     for s in sizes {
         if s.min > s.max || s.max > OBJECT_SIZE_MAX_BYTES {
             return Err(format!("--size must be MIN-MAX with MIN <= MAX <= 5GiB, not {}-{}", s.min, s.max));
@@ -105,10 +108,17 @@ fn validate(o: &S3BenchOptions) -> Result<(), String> {
         if o.tenants.len() != 2 {
             return Err("--tenants takes exactly two workloads".into());
         }
-        if let Some((w, _)) =
-            o.tenants.iter().find(|(w, _)| matches!(w, S3Workload::Tenants | S3Workload::List | S3Workload::Priority))
+        if let Some(t) = o
+            .tenants
+            .iter()
+            .find(|t| matches!(t.workload, S3Workload::Tenants | S3Workload::List | S3Workload::Priority))
         {
-            return Err(format!("{} cannot run as a tenant", w.name()));
+            return Err(format!("{} cannot run as a tenant", t.workload.name()));
+        }
+        if let Some(r) =
+            o.tenants.iter().filter_map(|t| t.rate_ops_per_s).find(|r| !(1..=RATE_OPS_PER_S_MAX).contains(r))
+        {
+            return Err(format!("a tenant's rate must be 1 to {RATE_OPS_PER_S_MAX} op/s, not {r}"));
         }
     }
     Ok(())
@@ -128,6 +138,7 @@ fn run_config(o: &S3BenchOptions, bucket: &str, objects: u64, sizes: SizeRange) 
         bucket: bucket.to_string(),
         prefixes: o.prefixes,
         mix: o.mix.map(|m| format!("{}/{}/{}", m.get, m.put, m.delete)),
+        rate_ops_per_s: None,
     }
 }
 
@@ -200,6 +211,14 @@ fn quota(ops: Option<u64>, worker: usize, workers: usize) -> Option<u64> {
     ops.map(|n| n / workers as u64 + u64::from((worker as u64) < n % workers as u64))
 }
 
+/// How many operations a worker sends, and when.
+struct Budget {
+    /// Measured operations at most; None: until the phase ends.
+    quota: Option<u64>,
+    /// The tenant's arrival schedule; None: each operation as soon as the last one is answered.
+    pace: Option<Arc<Pace>>,
+}
+
 async fn worker_loop(
     client: BenchClient,
     bucket: String,
@@ -207,14 +226,25 @@ async fn worker_loop(
     rec: Arc<Recorder>,
     phase: Arc<Phase>,
     worker: u64,
-    quota: Option<u64>,
+    budget: Budget,
 ) -> (WorkerPlan, u64) {
     let (mut seq, mut measured, mut digest) = (0u64, 0u64, 0u64);
-    while Instant::now() < phase.stop_at && quota.is_none_or(|q| measured < q) {
+    while Instant::now() < phase.stop_at && budget.quota.is_none_or(|q| measured < q) {
+        // Paced: the operation counts from when it was due, however long it waited for this worker.
+        let started = match &budget.pace {
+            Some(pace) => {
+                let due = pace.take();
+                if due >= phase.stop_at {
+                    break;
+                }
+                tokio::time::sleep_until(tokio::time::Instant::from_std(due)).await;
+                due
+            }
+            None => Instant::now(),
+        };
         let step = plan.next_step();
         digest ^= step_hash(worker, seq, &step);
         seq += 1;
-        let started = Instant::now();
         let r = exec(&client, &bucket, &step).await;
         if r.is_err() && matches!(step.kind, OpKind::Put | OpKind::Append) {
             plan.forget(&step.key);
@@ -424,12 +454,12 @@ async fn cleanup(o: &S3BenchOptions, client: &BenchClient, bucket: &str) -> Resu
 async fn run_mix(
     o: &S3BenchOptions,
     client: &BenchClient,
-    workload: S3Workload,
+    tenant: Tenant,
     bucket: &str,
-    size: Option<SizeRange>,
     label: &str,
     start: Option<&tokio::sync::Barrier>,
 ) -> Result<S3BenchResult, String> {
+    let Tenant { workload, size, rate_ops_per_s } = tenant;
     let sizes = size.unwrap_or(workload.default_size());
     let objects = o.objects.unwrap_or(workload.default_objects());
     let c = o.concurrency;
@@ -446,10 +476,21 @@ async fn run_mix(
         start.wait().await;
     }
     let m = Measured::start(o, label, o.warmup).await;
+    // A paced tenant's arrivals start with the warm-up, so the measured phase begins at the steady rate.
+    let pace = rate_ops_per_s.map(|r| Arc::new(Pace::new(Instant::now(), r)));
     let mut set = JoinSet::new();
     for (w, plan) in plans.into_iter().enumerate() {
         let q = quota(o.ops, w, c);
-        set.spawn(worker_loop(client.clone(), bucket.to_string(), plan, m.rec.clone(), m.phase.clone(), w as u64, q));
+        let budget = Budget { quota: q, pace: pace.clone() };
+        set.spawn(worker_loop(
+            client.clone(),
+            bucket.to_string(),
+            plan,
+            m.rec.clone(),
+            m.phase.clone(),
+            w as u64,
+            budget,
+        ));
     }
     let mut digest = 0u64;
     let mut plans = Vec::new();
@@ -458,7 +499,8 @@ async fn run_mix(
         digest ^= d;
         plans.push(plan);
     }
-    let mut result = m.finish(o, workload, run_config(o, bucket, objects, sizes), digest).await?;
+    let config = RunConfig { rate_ops_per_s, ..run_config(o, bucket, objects, sizes) };
+    let mut result = m.finish(o, workload, config, digest).await?;
     if workload == S3Workload::Append {
         result.verification = Some(verify_appends(client, bucket, &plans, c).await);
     }
@@ -494,10 +536,10 @@ async fn run_tenants(o: &S3BenchOptions, client: &BenchClient) -> Result<S3Bench
     let started_at = now_rfc3339();
     let start = tokio::sync::Barrier::new(o.tenants.len());
     let start = &start;
-    let runs = o.tenants.iter().enumerate().map(|(i, (w, size))| {
+    let runs = o.tenants.iter().enumerate().map(|(i, t)| {
         let bucket = format!("{}-t{}", o.bucket, i + 1);
-        let label = format!("tenant {} {:<11}", i + 1, w.name());
-        async move { run_mix(o, client, *w, &bucket, *size, &label, Some(start)).await }
+        let label = format!("tenant {} {:<11}", i + 1, t.workload.name());
+        async move { run_mix(o, client, *t, &bucket, &label, Some(start)).await }
     });
     let results = futures::future::try_join_all(runs).await?;
     let seconds = results.iter().map(|r| r.seconds).fold(0.0, f64::max);
@@ -541,7 +583,16 @@ async fn run_priority(o: &S3BenchOptions, client: &BenchClient) -> Result<S3Benc
     for w in 0..c {
         let plan = WorkerPlan::new(S3Workload::Priority, o.seed, w as u64, c as u64, objects, sizes);
         let q = quota(o.ops, w, c);
-        set.spawn(worker_loop(client.clone(), bucket.to_string(), plan, m.rec.clone(), m.phase.clone(), w as u64, q));
+        let budget = Budget { quota: q, pace: None };
+        set.spawn(worker_loop(
+            client.clone(),
+            bucket.to_string(),
+            plan,
+            m.rec.clone(),
+            m.phase.clone(),
+            w as u64,
+            budget,
+        ));
     }
     let reader = {
         let (client, bucket, rec, phase, interval) =
