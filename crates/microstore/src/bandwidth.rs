@@ -1,7 +1,11 @@
 //! Bandwidth shares (paper 002: bandwidth first for large objects). While a latency-bound microstore misses
 //! its target, each throughput-bound one that moves more than its own target has its object bytes capped,
 //! one step lower per round (linearly), never below its target; once every latency-bound microstore has
-//! slack again (or is idle), its cap doubles each round until it is lifted (fast). Deterministic: the same caps, targets and observations give the same decisions.
+//! slack again (or is idle), its cap doubles each round until it is lifted (fast). Between the two (every
+//! latency target met, not all with slack) a cap that holds its microstore back is raised a step per round:
+//! bandwidth the latency-bound microstores do not need is not left idle, and the step down on the next
+//! missed target bounds what the probe costs them. Deterministic: the same caps, targets and observations
+//! give the same decisions.
 
 use crate::manager::{Observation, Target};
 use serde::Serialize;
@@ -9,6 +13,10 @@ use std::collections::BTreeMap;
 
 /// A cap doubled past this many times its microstore's target is lifted.
 const UNCAP_FACTOR: f64 = 8.0;
+
+/// A cap holds its microstore back in a round where it moved at least this share of the cap (large
+/// requests count as they finish, so a capped round moves somewhat less or more than the cap).
+const CAP_HOLDS_SHARE: f64 = 0.75;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct BandwidthConfig {
@@ -104,6 +112,11 @@ impl Bandwidth {
                 let doubled = cap * 2.0;
                 let after = (doubled < t * UNCAP_FACTOR).then_some(doubled);
                 (after, "every latency target has slack: cap doubled".to_string())
+            } else if let Some(cap) = before.filter(|cap| missing.is_empty() && moved >= cap * CAP_HOLDS_SHARE) {
+                let raised = cap + c.step_mib_s;
+                let after = (raised < t * UNCAP_FACTOR).then_some(raised);
+                let why = format!("every latency target met while it moves {moved:.1} MiB/s: cap raised a step");
+                (after, why)
             } else {
                 continue;
             };
@@ -163,16 +176,41 @@ mod tests {
         let mut b = Bandwidth::new(config()).unwrap();
         b.decide(&targets(), &obs(60.0, 90.0));
         assert_eq!(b.cap_mib_s("large"), Some(50.0));
-        // Between slack and target: the cap holds, even on a round where the large tenant moved less.
-        assert_eq!(b.decide(&targets(), &obs(15.0, 50.0)), vec![]);
+        // A missed target on a round where the large tenant moved less than its target: no cut, and a
+        // lumpy round moving under the cap does not double it either.
         assert_eq!(b.decide(&targets(), &obs(30.0, 20.0)), vec![]);
-        let d = b.decide(&targets(), &obs(5.0, 50.0));
-        assert_eq!((d[0].cap_mib_s_before, d[0].cap_mib_s_after), (Some(50.0), Some(100.0)));
+        assert_eq!(b.decide(&targets(), &obs(5.0, 20.0))[0].cap_mib_s_after, Some(100.0));
         b.decide(&targets(), &obs(5.0, 100.0));
         assert_eq!(b.cap_mib_s("large"), Some(200.0));
         let d = b.decide(&targets(), &obs(5.0, 200.0));
         assert_eq!(d[0].cap_mib_s_after, None, "400 is past 8 x 50: lifted");
         assert_eq!(b.decide(&targets(), &obs(5.0, 300.0)), vec![]);
+    }
+
+    #[test]
+    fn a_met_target_raises_a_cap_that_holds_back_a_step_per_round_and_a_miss_takes_it_back() {
+        let mut b = Bandwidth::new(config()).unwrap();
+        b.decide(&targets(), &obs(60.0, 90.0));
+        assert_eq!(b.cap_mib_s("large"), Some(50.0));
+        // Met, not slack (10 < p99 <= 20): while the large tenant moves what its cap lets it, a step up.
+        let mut caps = vec![];
+        for _ in 0..3 {
+            let cap = b.cap_mib_s("large").unwrap();
+            let d = b.decide(&targets(), &obs(15.0, cap));
+            assert!(d[0].reason.contains("cap raised a step"), "{d:?}");
+            caps.push(b.cap_mib_s("large").unwrap());
+        }
+        assert_eq!(caps, vec![90.0, 130.0, 170.0]);
+        // A round moving under three quarters of the cap: the cap is not what holds it back.
+        assert_eq!(b.decide(&targets(), &obs(15.0, 120.0)), vec![]);
+        // The next missed target takes a step back, from what it moved.
+        b.decide(&targets(), &obs(25.0, 170.0));
+        assert_eq!(b.cap_mib_s("large"), Some(130.0));
+        // Raised to 8 x its target (400), the cap is lifted.
+        let mut b = Bandwidth::new(config()).unwrap();
+        b.decide(&targets(), &obs(60.0, 400.0));
+        assert_eq!(b.cap_mib_s("large"), Some(360.0));
+        assert_eq!(b.decide(&targets(), &obs(15.0, 360.0))[0].cap_mib_s_after, None);
     }
 
     #[test]
