@@ -1,5 +1,7 @@
-//! The MD5 of a body (its ETag). For a request of a bulk microstore (`mosaic_store::is_bulk`: judged on
-//! throughput beside one judged on latency) it is computed off the request's task, in the bulk CPU class:
+//! The MD5 of a body (its ETag). A request of a bulk microstore (`mosaic_store::is_bulk`: judged on
+//! throughput beside one judged on latency) that the S3 server runs in its CPU class
+//! (`mosaic_store::run_in_class`) is on a bulk thread already and hashes on its task. One that is not
+//! computes it off the request's task, in the bulk CPU class:
 //! chunks gather into batches of `BATCH_BYTES`, and each batch is hashed on a bulk thread while the next
 //! one gathers. One batch is in flight at a time, so the bytes are hashed in order and a request holds at
 //! most two batches; a body that outruns its hashing waits for it (the hash paces the body). What is left
@@ -33,7 +35,9 @@ impl BodyMd5 {
     /// A hash of a body read by the running task (off the task when its IO share is bulk).
     pub(crate) fn new() -> BodyMd5 {
         let share = mosaic_store::io_share();
-        BodyMd5::with_share(share, mosaic_store::is_bulk(share))
+        // On a bulk thread already (the request runs in its CPU class, `mosaic_store::run_in_class`), the
+        // task's own thread is where the hash belongs: no hop.
+        BodyMd5::with_share(share, mosaic_store::is_bulk(share) && !mosaic_store::on_bulk_thread())
     }
 
     fn with_share(share: ShareId, off_task: bool) -> BodyMd5 {

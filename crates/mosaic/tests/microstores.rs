@@ -185,9 +185,10 @@ async fn each_microstore_s_requests_reach_the_drives_in_its_own_io_share() {
     let (big1, default1) = (served(&v, "big"), served(&v, "default"));
     assert!(big1 - big0 >= 8 << 20, "a PUT of 8 MiB to bulk staged in big's share: {big0} -> {big1}");
     assert!(default1 - default0 < 1 << 20, "and not in default's: {default0} -> {default1}");
-    // Its hashing (a batch per MiB), drive calls and encoding ran on bulk threads.
+    // The request ran on the bulk class's threads (its hashing there, on its task), and its drive calls
+    // on the class's blocking threads: a piece of work each.
     let tasks1 = bulk_tasks(&v);
-    assert!(tasks1 - tasks0 >= 8, "the PUT to bulk ran in the bulk class: {tasks0} -> {tasks1}");
+    assert!(tasks1 - tasks0 >= 2, "the PUT to bulk ran in the bulk class: {tasks0} -> {tasks1}");
 
     c.put_object().bucket("misc").key("o").body(ByteStream::from(body.clone())).send().await.unwrap();
     let v = admin(&s, &["microstore", "status"]);

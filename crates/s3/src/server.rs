@@ -200,13 +200,19 @@ async fn handle(
             Some(m) => m.pace_request(req),
             None => req,
         };
-        // Run in the microstore's IO share: its drives schedule what this request reads and writes by it.
+        // Run in the microstore's IO share (its drives schedule what this request reads and writes by it)
+        // and its CPU class (a bulk microstore's requests on the bulk class's threads).
         let share = metered.as_ref().map_or(mosaic_store::UNSHARED, |m| m.io_share());
-        match mosaic_store::with_io_share(share, service.s3.call(req)).await {
-            Ok(r) => r,
-            Err(e) => {
+        let s3 = service.s3.clone();
+        match mosaic_store::run_in_class(share, async move { s3.call(req).await }).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => {
                 tracing::warn!(request_id = %id, op, error = ?e, "request failed");
                 return Err(e);
+            }
+            Err(e) => {
+                tracing::error!(request_id = %id, op, error = %e, "request failed");
+                error_response(500, "InternalError", "We encountered an internal error. Please try again.")
             }
         }
     };

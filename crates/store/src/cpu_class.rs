@@ -8,12 +8,16 @@
 //! latency is spent waiting for the cores (MD5 of the large tenant's bodies was a third of the server's
 //! CPU), not for the disk: the kernel's idle IO class for the large tenant changed nothing measurable.
 //!
-//! The bulk threads are a blocking pool of their own, started at the bulk nice and never changed back:
-//! lowering a thread's nice again needs a privilege a server may not have (RLIMIT_NICE), so a thread is
-//! never moved between classes. Which shares are bulk is node-wide: set by the microstores' planner.
+//! The bulk threads are a runtime of their own, started at the bulk nice and never changed back: lowering
+//! a thread's nice again needs a privilege a server may not have (RLIMIT_NICE), so a thread is never moved
+//! between classes. Which shares are bulk is node-wide: set by the microstores' planner. A bulk request
+//! runs whole on the runtime's async threads (`run_in_class`: its body's hashing, copies into staging
+//! buffers, its S3 logic), and its blocking work (erasure coding, drive calls) on the runtime's blocking
+//! threads (`spawn_blocking_in`), so its work needs no hop per piece to leave the latency class's threads.
 
 use crate::io_share::{MAX_SHARES, ShareId};
 use std::collections::BTreeSet;
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{OnceLock, RwLock};
 
@@ -22,6 +26,13 @@ pub const MAX_BULK_NICE: i32 = 19;
 
 /// Most blocking threads of the bulk class at once; work past it waits for a thread.
 pub const BULK_THREADS_MAX: usize = 128;
+
+/// Most async threads of the bulk class (one per core up to it).
+const BULK_ASYNC_THREADS_MAX: usize = 64;
+
+std::thread_local! {
+    static ON_BULK_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
 
 static BULK_SHARES: RwLock<BTreeSet<ShareId>> = RwLock::new(BTreeSet::new());
 /// Whether any share is bulk (the fast path of every call while none is).
@@ -74,6 +85,46 @@ pub fn spawn_blocking_in<R: Send + 'static>(
     }
 }
 
+/// Whether this thread is one of the bulk class's (its work already runs at the bulk nice).
+pub fn on_bulk_thread() -> bool {
+    ON_BULK_THREAD.with(|b| b.get())
+}
+
+/// Runs a request's `work` in its CPU class, in `share` and as foreground work if the caller is: on the
+/// bulk class's async threads when the share is bulk (and the class could start), else on the caller's
+/// task. Dropping the returned future (a client gone) stops the work, as it would on the caller's task.
+/// Err: the work panicked on a bulk thread.
+pub async fn run_in_class<F>(share: ShareId, work: F) -> Result<F::Output, String>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let work = crate::io_share::carry_request_as(crate::is_foreground(), share, work);
+    let Some(pool) = is_bulk(share).then(bulk_pool).flatten() else {
+        return Ok(work.await);
+    };
+    BULK_TASKS.fetch_add(1, Ordering::Relaxed);
+    let running = AbortOnDrop(pool.spawn(work));
+    running.await
+}
+
+/// A spawned task that is aborted when its handle is dropped.
+struct AbortOnDrop<R>(tokio::task::JoinHandle<R>);
+
+impl<R> Future for AbortOnDrop<R> {
+    type Output = Result<R, String>;
+
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
+        std::pin::Pin::new(&mut self.0).poll(cx).map(|r| r.map_err(|e| format!("a bulk task failed: {e}")))
+    }
+}
+
+impl<R> Drop for AbortOnDrop<R> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// Pieces of work run on bulk threads since the process started.
 pub fn bulk_tasks_total() -> u64 {
     BULK_TASKS.load(Ordering::Relaxed)
@@ -85,12 +136,16 @@ fn bulk_pool() -> Option<&'static tokio::runtime::Runtime> {
     BULK_POOL
         .get_or_init(|| {
             let nice = BULK_NICE.load(Ordering::Relaxed);
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
             let built = tokio::runtime::Builder::new_multi_thread()
-                // Only its blocking pool is used: one worker, which stays idle.
-                .worker_threads(1)
+                .worker_threads(cores.clamp(1, BULK_ASYNC_THREADS_MAX))
                 .max_blocking_threads(BULK_THREADS_MAX)
                 .thread_name("mosaic-bulk")
-                .on_thread_start(move || set_this_thread_nice(nice))
+                .enable_all()
+                .on_thread_start(move || {
+                    ON_BULK_THREAD.with(|b| b.set(true));
+                    set_this_thread_nice(nice)
+                })
                 .build();
             match built {
                 Ok(rt) => Some(rt),
@@ -142,6 +197,25 @@ mod tests {
         assert_eq!(nice, MAX_BULK_NICE);
         assert_eq!(name.as_deref(), Some("mosaic-bulk"));
         assert_eq!(spawn_blocking_in(8, probe).await.unwrap().0, default, "not bulk: the default");
+        // A bulk share's request runs whole on a bulk thread, in its share, foreground if its caller is.
+        let marks = || async { (on_bulk_thread(), this_thread_nice(), crate::io_share(), crate::is_foreground()) };
+        let seen = crate::in_foreground(run_in_class(7, marks())).await.unwrap();
+        assert_eq!(seen, (true, MAX_BULK_NICE, 7, true));
+        assert_eq!(run_in_class(7, marks()).await.unwrap(), (true, MAX_BULK_NICE, 7, false));
+        assert_eq!(run_in_class(8, marks()).await.unwrap(), (false, default, 8, false), "not bulk: here");
+        assert!(!on_bulk_thread(), "the caller's thread is not a bulk one");
+        assert!(run_in_class(7, async { panic!("a request's bug") }).await.is_err(), "a panic is an error");
+        // Dropped (a client gone): the work stops.
+        let (held, gone) = tokio::sync::oneshot::channel::<()>();
+        let (begun, has_begun) = tokio::sync::oneshot::channel::<()>();
+        let running = tokio::spawn(run_in_class(7, async move {
+            let _held = held;
+            let _ = begun.send(());
+            std::future::pending::<()>().await
+        }));
+        has_begun.await.unwrap();
+        running.abort();
+        assert!(gone.await.is_err(), "the work was dropped with its request");
         // Many at once: each on a bulk thread, none lost past the pool's bound.
         let many: Vec<_> = (0..BULK_THREADS_MAX + 10).map(|_| spawn_blocking_in(9, this_thread_nice)).collect();
         for h in many {

@@ -64,11 +64,13 @@ pub async fn with_io_share<F: Future>(share: ShareId, work: F) -> F::Output {
 /// its IO share. For a task spawned to do a piece of a request (a PUT's staging), which would otherwise
 /// run as no request's.
 pub fn carry_request<F: Future>(work: F) -> impl Future<Output = F::Output> {
-    let (foreground, share) = (crate::is_foreground(), io_share());
-    async move {
-        let work = with_io_share(share, work);
-        if foreground { crate::in_foreground(work).await } else { work.await }
-    }
+    carry_request_as(crate::is_foreground(), io_share(), work)
+}
+
+/// Runs `work` in `share`, as foreground work when `foreground`.
+pub(crate) async fn carry_request_as<F: Future>(foreground: bool, share: ShareId, work: F) -> F::Output {
+    let work = with_io_share(share, work);
+    if foreground { crate::in_foreground(work).await } else { work.await }
 }
 
 /// Runs a synchronous step of a task (a poll of a response body) in `share`.
