@@ -99,13 +99,14 @@ where
     F: Future + Send + 'static,
     F::Output: Send + 'static,
 {
-    let work = crate::io_share::carry_request_as(crate::is_foreground(), share, work);
     let Some(pool) = is_bulk(share).then(bulk_pool).flatten() else {
-        return Ok(work.await);
+        // On the caller's task, which keeps its own foreground mark: only the share is set.
+        return Ok(crate::with_io_share(share, work).await);
     };
     BULK_TASKS.fetch_add(1, Ordering::Relaxed);
-    let running = AbortOnDrop(pool.spawn(work));
-    running.await
+    // A spawned task starts unmarked: it carries the caller's mark and the share.
+    let work = crate::io_share::carry_request_as(crate::is_foreground(), share, work);
+    AbortOnDrop(pool.spawn(work)).await
 }
 
 /// A spawned task that is aborted when its handle is dropped.
