@@ -394,9 +394,10 @@ async fn rebuild_shard_range<S: Store>(
         .ok_or_else(|| StoreError::corrupt(format!("an object's erasure code {} is unknown", r.layout.codec)))?;
     let len = len as usize;
     let mut buf = reuse.filter(|b| b.len() >= len).unwrap_or_else(|| AlignedBuf::zeroed(len));
-    // Decoding is CPU work: off the async threads, which serve requests. The shards read are borrowed, and
-    // the rebuilt one goes straight into the buffer staged on the drive.
-    let buf = tokio::task::spawn_blocking(move || {
+    // Decoding is CPU work: off the async threads, which serve requests, and in the background's CPU class
+    // unless a client's write waits for it. The shards read are borrowed, and the rebuilt one goes
+    // straight into the buffer staged on the drive.
+    let buf = mosaic_store::spawn_blocking_in(mosaic_store::io_share(), move || {
         let refs: Vec<Option<&[u8]>> = shards.iter().map(|s| s.as_deref()).collect();
         codec
             .rebuild_one(&refs, shard, &mut buf.as_mut_slice()[..len])

@@ -38,6 +38,7 @@ pub struct FileConfig {
     pub lifecycle_day: Option<String>,
     pub io_engine: Option<String>,
     pub background_io_idle: Option<bool>,
+    pub background_cpu_class: Option<bool>,
     pub lazy_encode_min_size: Option<String>,
     pub kms_keys: Option<Vec<String>>,
     pub sse_master_key: Option<String>,
@@ -169,6 +170,11 @@ pub struct ServerArgs {
     /// classes: mq-deadline or BFQ).
     #[arg(long, env = "MOSAIC_BACKGROUND_IO_IDLE", value_name = "BOOL")]
     pub background_io_idle: Option<bool>,
+    /// Whether background work's CPU work (decoding, checksums and copies in drive calls for heal, scans,
+    /// lazy encoding, a cluster's moves) runs on threads of a lower CPU priority, behind clients' work
+    /// (default true; the nice is the microstores' `bulk_nice`, 10 when that is 0).
+    #[arg(long, env = "MOSAIC_BACKGROUND_CPU_CLASS", value_name = "BOOL")]
+    pub background_cpu_class: Option<bool>,
     /// An SSE-KMS key id the local key provider serves (repeat for more); its key is derived from the
     /// master key, so it needs no secret of its own.
     #[arg(long = "kms-key", env = "MOSAIC_KMS_KEYS", value_delimiter = ',', value_name = "KEY_ID")]
@@ -263,6 +269,8 @@ pub struct Config {
     pub io_engine: mosaic_engine::IoEngine,
     /// Background work's device IO in the kernel's idle class (`mosaic_engine::set_background_io_idle`).
     pub background_io_idle: bool,
+    /// Background work's blocking CPU work at the bulk nice (`mosaic_store::set_background_cpu_class`).
+    pub background_cpu_class: bool,
     pub simulate_power_loss: bool,
     pub fault_injection: bool,
     /// SSE-KMS key ids served by the local key provider.
@@ -614,6 +622,7 @@ impl Config {
             lazy_encode_min_bytes,
             io_engine,
             background_io_idle: args.background_io_idle.or(file.background_io_idle).unwrap_or(true),
+            background_cpu_class: args.background_cpu_class.or(file.background_cpu_class).unwrap_or(true),
             simulate_power_loss: args.simulate_power_loss,
             fault_injection: args.fault_injection,
             kms_keys,
@@ -765,6 +774,10 @@ mod tests {
         let flag = ServerArgs { background_io_idle: Some(true), ..ServerArgs::default() };
         assert!(resolve(flag, "background_io_idle = false").unwrap().background_io_idle, "the flag wins");
         assert!(resolve(ServerArgs::default(), "background_io_idle = \"no\"").is_err());
+        assert!(resolve(ServerArgs::default(), "").unwrap().background_cpu_class, "on by default");
+        assert!(!resolve(ServerArgs::default(), "background_cpu_class = false").unwrap().background_cpu_class);
+        let flag = ServerArgs { background_cpu_class: Some(true), ..ServerArgs::default() };
+        assert!(resolve(flag, "background_cpu_class = false").unwrap().background_cpu_class, "the flag wins");
     }
 
     #[test]

@@ -97,6 +97,12 @@ pub fn run(cfg: Config) -> Result<(), String> {
     });
     let max_op_data_bytes = engine_cfg.max_op_data_bytes as u64;
     mosaic_engine::set_background_io_idle(cfg.background_io_idle);
+    // Before the drives open: the first background drive call (recovery) starts the class's threads at the
+    // nice they keep.
+    mosaic_store::set_background_cpu_class(cfg.background_cpu_class);
+    if cfg.microstores.bulk_nice > 0 {
+        mosaic_store::set_bulk_nice(cfg.microstores.bulk_nice)?;
+    }
     let drive_cfg = datadir::DriveConfig {
         paths: cfg.drives.clone(),
         erasure: cfg.erasure,

@@ -14,6 +14,11 @@
 //! runs whole on the runtime's async threads (`run_in_class`: its body's hashing, copies into staging
 //! buffers, its S3 logic), and its blocking work (erasure coding, drive calls) on the runtime's blocking
 //! threads (`spawn_blocking_in`), so its work needs no hop per piece to leave the latency class's threads.
+//!
+//! Background work (heal, scans, lazy encoding, a cluster's fills: whatever no client waits for, that is
+//! not `in_foreground`) runs its blocking work (drive calls, decoding) on the same low-priority threads
+//! (`set_background_cpu_class`, on by default): paper 003's foreground-preempts-background carried from the
+//! drives' IO (the kernel's idle IO class) to the cores.
 
 use crate::io_share::{MAX_SHARES, ShareId};
 use std::collections::BTreeSet;
@@ -41,6 +46,8 @@ static BULK_NICE: AtomicI32 = AtomicI32::new(10);
 static BULK_POOL: OnceLock<Option<tokio::runtime::Runtime>> = OnceLock::new();
 /// Work run on bulk threads since the process started.
 static BULK_TASKS: AtomicU64 = AtomicU64::new(0);
+/// Whether background work's blocking work runs in the bulk class (`set_background_cpu_class`).
+static BACKGROUND_IN_BULK: AtomicBool = AtomicBool::new(true);
 
 /// The nice of the bulk class's threads (1 to `MAX_BULK_NICE`); takes effect only before the first bulk
 /// work (the threads keep the nice they started with). Err: out of range.
@@ -70,13 +77,22 @@ pub fn is_bulk(share: ShareId) -> bool {
     ANY_BULK.load(Ordering::Acquire) && BULK_SHARES.read().unwrap_or_else(|e| e.into_inner()).contains(&share)
 }
 
-/// Runs blocking `work` for a request of `share`: on a bulk thread when the share is bulk (and the pool
-/// could start), else on the running runtime's blocking pool, as `tokio::task::spawn_blocking`.
+/// Whether background work's blocking work (that of tasks not `in_foreground`) runs on the bulk class's
+/// threads, at the bulk nice (`true`, the default), or at the default priority beside clients' work
+/// (`false`: the configuration's `background_cpu_class = false`, and the ablation).
+pub fn set_background_cpu_class(on: bool) {
+    BACKGROUND_IN_BULK.store(on, Ordering::Relaxed);
+}
+
+/// Runs blocking `work` for the running task, in `share`'s CPU class: on a bulk thread when the share is
+/// bulk, or when the task does background work (not `in_foreground`) and the background class is on (and
+/// the pool could start); else on the running runtime's blocking pool, as `tokio::task::spawn_blocking`.
 pub fn spawn_blocking_in<R: Send + 'static>(
     share: ShareId,
     work: impl FnOnce() -> R + Send + 'static,
 ) -> tokio::task::JoinHandle<R> {
-    match is_bulk(share).then(bulk_pool).flatten() {
+    let background = BACKGROUND_IN_BULK.load(Ordering::Relaxed) && !crate::is_foreground();
+    match (is_bulk(share) || background).then(bulk_pool).flatten() {
         Some(pool) => {
             BULK_TASKS.fetch_add(1, Ordering::Relaxed);
             pool.spawn_blocking(work)
@@ -181,23 +197,33 @@ fn this_thread_nice() -> i32 {
 mod tests {
     use super::*;
 
-    /// Bulk shares' work runs on bulk threads at the bulk nice, others' at the default; the set is
-    /// replaced whole and bounded. (One test: the set is process-wide.)
+    /// Bulk shares' work and background work run on bulk threads at the bulk nice, clients' work of
+    /// other shares at the default; the set is replaced whole and bounded. (One test: the classes are
+    /// process-wide.)
     #[tokio::test]
     async fn a_bulk_share_s_work_runs_at_the_bulk_nice_and_others_at_the_default() {
         let default = this_thread_nice();
         let probe = || (this_thread_nice(), std::thread::current().name().map(str::to_string));
-        assert_eq!(spawn_blocking_in(7, probe).await.unwrap().0, default, "no share is bulk");
+        // A client's work, in the foreground (the task is marked before the call: the class is chosen there).
+        let client = |share| crate::in_foreground(async move { spawn_blocking_in(share, this_thread_nice).await });
+        set_background_cpu_class(false);
+        assert_eq!(spawn_blocking_in(7, probe).await.unwrap().0, default, "no share is bulk, no background class");
         assert!(set_bulk_nice(0).is_err() && set_bulk_nice(MAX_BULK_NICE + 1).is_err());
         set_bulk_nice(MAX_BULK_NICE).unwrap();
-        set_bulk_shares([7, 9]).unwrap();
-        assert!(is_bulk(7) && is_bulk(9) && !is_bulk(8));
+        assert_eq!(client(7).await.unwrap(), default, "no share is bulk");
+        set_background_cpu_class(true);
         let before = bulk_tasks_total();
         let (nice, name) = spawn_blocking_in(7, probe).await.unwrap();
+        assert_eq!((nice, name.as_deref()), (MAX_BULK_NICE, Some("mosaic-bulk")), "background work: bulk");
         assert_eq!(bulk_tasks_total(), before + 1, "counted");
+        assert_eq!(client(7).await.unwrap(), default, "a client's work of a share that is not bulk");
+        set_bulk_shares([7, 9]).unwrap();
+        assert!(is_bulk(7) && is_bulk(9) && !is_bulk(8));
+        let (nice, name) = crate::in_foreground(async { spawn_blocking_in(7, probe).await }).await.unwrap();
+        assert_eq!(bulk_tasks_total(), before + 2, "counted");
         assert_eq!(nice, MAX_BULK_NICE);
         assert_eq!(name.as_deref(), Some("mosaic-bulk"));
-        assert_eq!(spawn_blocking_in(8, probe).await.unwrap().0, default, "not bulk: the default");
+        assert_eq!(client(8).await.unwrap(), default, "not bulk: the default");
         // A bulk share's request runs whole on a bulk thread, in its share, foreground if its caller is.
         let marks = || async { (on_bulk_thread(), this_thread_nice(), crate::io_share(), crate::is_foreground()) };
         let seen = crate::in_foreground(run_in_class(7, marks())).await.unwrap();
