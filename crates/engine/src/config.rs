@@ -26,6 +26,10 @@ pub struct EngineConfig {
     /// Run the lazy-sync thread. Off only in tests that want fragments to stay.
     pub lazy_sync: bool,
     pub group_max_txns: usize,
+    /// How long the committer may hold a small group of foreground transactions for more to join it
+    /// (`commit::Gather`: only while groups of several transactions have been forming, so a lone client
+    /// never waits); zero commits every group at once.
+    pub commit_gather: std::time::Duration,
     pub queue_max_txns: usize,
     pub kv_block_cache_bytes: usize,
     pub kv_write_buffer_bytes: usize,
@@ -67,6 +71,7 @@ impl Default for EngineConfig {
             write_mode: WriteMode::FragmentLog,
             lazy_sync: true,
             group_max_txns: 128,
+            commit_gather: std::time::Duration::from_micros(2000),
             queue_max_txns: 4096,
             kv_block_cache_bytes: 64 << 20,
             kv_write_buffer_bytes: 32 << 20,

@@ -151,3 +151,25 @@ fn writes_with_and_without_staged_data_all_commit_and_read_back() {
     }
     assert!(engine.check().unwrap().is_clean(), "no leaked or doubly used blocks");
 }
+
+/// Group commit's gathering (`EngineConfig::commit_gather`) holds a group only while groups of several
+/// transactions have been forming: a client alone, whose transactions come one after another, is never
+/// held, and each of its writes is a group of its own.
+#[test]
+fn a_lone_client_is_never_held_for_a_group() {
+    let cfg = EngineConfig { commit_gather: Duration::from_secs(5), ..config() };
+    let d = SimDrive::new(cfg);
+    let engine = d.engine();
+    let before = engine.stats();
+    for i in 0..200u64 {
+        small_write(engine, d.coll, format!("lone-{i}").as_bytes(), data(i, 100)).unwrap();
+    }
+    let after = engine.stats();
+    assert_eq!(after.groups_gathered, before.groups_gathered, "no group was held");
+    assert_eq!(
+        after.groups_committed - before.groups_committed,
+        after.transactions_committed - before.transactions_committed,
+        "one transaction per group"
+    );
+    assert_eq!(d.read_all(b"lone-199"), Some(data(199, 100)));
+}

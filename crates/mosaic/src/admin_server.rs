@@ -128,6 +128,7 @@ fn engine_gauges(e: &Engine, drive: &str) {
     g("mosaic_engine_checksum_errors", s.checksum_errors);
     g("mosaic_engine_transactions_committed", s.transactions_committed);
     g("mosaic_engine_groups_committed", s.groups_committed);
+    g("mosaic_engine_groups_gathered", s.groups_gathered);
     g("mosaic_engine_device_flushes", s.device_flushes);
     g("mosaic_engine_free_blocks", s.free_blocks);
     g("mosaic_engine_total_blocks", s.total_blocks);

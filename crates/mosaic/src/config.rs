@@ -35,6 +35,7 @@ pub struct FileConfig {
     pub scrub_interval: Option<String>,
     pub heal_rate: Option<String>,
     pub scan_interval: Option<String>,
+    pub commit_gather: Option<String>,
     pub lifecycle_day: Option<String>,
     pub io_engine: Option<String>,
     pub background_io_idle: Option<bool>,
@@ -148,6 +149,10 @@ pub struct ServerArgs {
     /// (e.g. 1h).
     #[arg(long, env = "MOSAIC_SCAN_INTERVAL", value_name = "DURATION")]
     pub scan_interval: Option<String>,
+    /// Longest a drive holds a short group of writes for more to join it, while groups of several have
+    /// been forming (default 2ms, at most 10ms; 0 commits every group at once).
+    #[arg(long, env = "MOSAIC_COMMIT_GATHER", value_name = "DURATION")]
+    pub commit_gather: Option<String>,
     /// How long a "day" of lifecycle rules lasts (default 1d); shorter only to test rules in seconds
     /// (e.g. 2s). Lifecycle passes run four times a day, at least every 100ms and at most every hour.
     #[arg(long, env = "MOSAIC_LIFECYCLE_DAY", value_name = "DURATION")]
@@ -263,6 +268,8 @@ pub struct Config {
     pub heal_bytes_per_s: u64,
     /// Time between two background scans of a set's drives.
     pub scan_interval: Duration,
+    /// Group commit's gathering window on every drive (`mosaic_engine::EngineConfig::commit_gather`).
+    pub commit_gather: Duration,
     pub lifecycle_day: Duration,
     /// Tail bytes before lazy sync encodes an object's whole stripes; 0: on the request path.
     pub lazy_encode_min_bytes: u64,
@@ -334,6 +341,8 @@ const MAX_SCRUB_BYTES_PER_S: u64 = 16 << 30;
 const MAX_LAZY_ENCODE_MIN_BYTES: u64 = 1 << 30;
 const MIN_SCRUB_INTERVAL: Duration = Duration::from_secs(1);
 const MAX_SCRUB_INTERVAL: Duration = Duration::from_secs(366 * 24 * 3600);
+/// Longest gathering window: past it a held write waits longer than a device flush takes.
+const MAX_COMMIT_GATHER: Duration = Duration::from_millis(10);
 const MAX_META_CACHE_BYTES: u64 = 64 << 30;
 const MAX_PAGE_CACHE_BYTES: u64 = 64 << 30;
 const MAX_VERIFIED_CACHE_BYTES: u64 = 64 << 30;
@@ -561,6 +570,12 @@ impl Config {
         if !(MIN_SCRUB_INTERVAL..=MAX_SCRUB_INTERVAL).contains(&scan_interval) {
             return Err(format!("scan_interval: {interval} is not between 1s and 366d"));
         }
+        let gather = pick(&args.commit_gather, &file.commit_gather).unwrap_or("2ms".into());
+        let commit_gather = humantime::parse_duration(&gather)
+            .map_err(|e| format!("commit_gather: {gather:?} is not a duration such as 2ms or 0s: {e}"))?;
+        if commit_gather > MAX_COMMIT_GATHER {
+            return Err(format!("commit_gather: {gather} is above the maximum 10ms"));
+        }
         let day = pick(&args.lifecycle_day, &file.lifecycle_day).unwrap_or("1d".into());
         let lifecycle_day = humantime::parse_duration(&day)
             .map_err(|e| format!("lifecycle_day: {day:?} is not a duration such as 1d or 2s: {e}"))?;
@@ -618,6 +633,7 @@ impl Config {
             scrub_interval,
             heal_bytes_per_s,
             scan_interval,
+            commit_gather,
             lifecycle_day,
             lazy_encode_min_bytes,
             io_engine,
@@ -663,6 +679,7 @@ mod tests {
         assert_eq!(c.heal_bytes_per_s, 1 << 30);
         assert_eq!(c.lazy_encode_min_bytes, 1 << 20);
         assert_eq!(c.scan_interval, Duration::from_secs(3600));
+        assert_eq!(c.commit_gather, Duration::from_millis(2));
         assert_eq!(c.lifecycle_day, Duration::from_secs(86_400));
         assert_eq!(c.tls, None);
         let memory = machine_memory_bytes();
@@ -778,6 +795,11 @@ mod tests {
         assert!(!resolve(ServerArgs::default(), "background_cpu_class = false").unwrap().background_cpu_class);
         let flag = ServerArgs { background_cpu_class: Some(true), ..ServerArgs::default() };
         assert!(resolve(flag, "background_cpu_class = false").unwrap().background_cpu_class, "the flag wins");
+        let gather = |file: &str| resolve(ServerArgs::default(), file).map(|c| c.commit_gather);
+        assert_eq!(gather("commit_gather = \"0s\""), Ok(Duration::ZERO), "off");
+        assert_eq!(gather("commit_gather = \"10ms\""), Ok(Duration::from_millis(10)), "at the limit");
+        assert!(gather("commit_gather = \"11ms\"").unwrap_err().contains("maximum 10ms"), "past it");
+        assert!(gather("commit_gather = \"soon\"").unwrap_err().contains("not a duration"));
     }
 
     #[test]

@@ -87,6 +87,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
         verified_cache_entries: (cfg.verified_cache_bytes / drives_n as u64 / (256 << 10)) as usize,
         scrub_bytes_per_s: cfg.scrub_bytes_per_s,
         scrub_pass_interval: cfg.scrub_interval,
+        commit_gather: cfg.commit_gather,
         ..Default::default()
     };
     let creds_env = env_credentials()?;
