@@ -621,7 +621,8 @@ pub(crate) fn committer(pipe: Arc<Pipeline>) {
 }
 
 /// Most transactions a group is held for (`Gather`): measured on a 4+2 set under 16 clients' 4 KiB PUTs,
-/// holding groups of fewer for up to 2 ms cut the server's CPU per PUT by a quarter.
+/// holding groups of fewer for up to 2 ms took the server's CPU per PUT to 0.89x on average
+/// (docs/bench/2026-12-07-commit-gather.md).
 const GATHER_TARGET_MAX_TXNS: usize = 4;
 /// Groups per period of `Gather`'s memory of group sizes.
 const GATHER_PERIOD_GROUPS: u32 = 32;
