@@ -105,6 +105,16 @@ impl Queues {
         }
     }
 
+    /// The committer's share of `take_group`: queued transactions without staged data join `group`, up to
+    /// `max`.
+    fn join_unstaged(&mut self, group: &mut Vec<Pending>, max: usize, c: &crate::stats::Counters) {
+        if group.len() < max && self.len > self.staged {
+            let before = group.len();
+            self.take_group(false, group, max, c);
+            debug_assert!(group[before..].iter().all(|p| !p.staged), "the committer takes no unflushed data");
+        }
+    }
+
     /// Moves queued transactions of one kind into `group`: the foreground classes first, highest first, up
     /// to `max`; then background work, which fills the group only when nothing else is in it (an empty
     /// group that no foreground work joined) and gets at most one slot otherwise: a group the flusher made
@@ -384,11 +394,7 @@ impl Pipeline {
             let flushed = q.flushed.take();
             let had_flushed = flushed.is_some();
             let mut group = flushed.unwrap_or_default();
-            if group.len() < max && q.len > q.staged {
-                let before = group.len();
-                q.take_group(false, &mut group, max, self.core.io.counters());
-                debug_assert!(group[before..].iter().all(|p| !p.staged), "the committer takes no unflushed data");
-            }
+            q.join_unstaged(&mut group, max, self.core.io.counters());
             q.check();
             let waiting = foreground_len(&group);
             if waiting > 0 && !had_flushed && waiting < gather.target() {
@@ -423,9 +429,7 @@ impl Pipeline {
         let deadline = Instant::now() + gather.window;
         while foreground_len(group) < target && q.flushed.is_none() && !self.is_shut_down() {
             let timed_out = self.committer_wake.wait_until(q, deadline).timed_out();
-            if group.len() < max && q.len > q.staged {
-                q.take_group(false, group, max, self.core.io.counters());
-            }
+            q.join_unstaged(group, max, self.core.io.counters());
             if timed_out {
                 break;
             }
