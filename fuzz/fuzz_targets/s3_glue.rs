@@ -1,13 +1,14 @@
 //! The request parsing Mosaic owns beside s3s, on arbitrary input: listing continuation tokens, the Host
-//! header of virtual-host requests, the bucket of x-amz-copy-source, Range headers resolved against an
-//! object size, conditional ETag lists, bucket policies, x-amz-grant-* headers and CORS origin patterns.
+//! header of virtual-host requests, the bucket of a peeked request head, the bucket of x-amz-copy-source,
+//! Range headers resolved against an object size, conditional ETag lists, bucket policies,
+//! x-amz-grant-* headers and CORS origin patterns.
 //! Never a panic; tokens round-trip; ranges stay inside the object.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use mosaic_layer::{ObjectMeta, Precondition, RangeRequest};
 use mosaic_s3::fuzzing::{
-    DomainHost, Policy, acl_from_headers, copy_source, cors_wildcard_matches, decode_token, encode_token,
+    DomainHost, Policy, acl_from_headers, bucket_of_head, copy_source, cors_wildcard_matches, decode_token, encode_token,
 };
 use s3s::host::S3Host;
 
@@ -25,6 +26,9 @@ fuzz_target!(|data: &[u8]| {
 
     if let Ok(host) = DomainHost::new("s3.example.com") {
         let _ = host.parse_host_header(&text);
+        if let Some(bucket) = bucket_of_head(Some(&host), data) {
+            assert!(!bucket.is_empty());
+        }
     }
     if let Ok(policy) = Policy::parse(&text, "bkt") {
         let _ = policy.is_public();

@@ -260,6 +260,8 @@ pub struct Status {
     pub home: Option<BucketPlacement>,
     /// Pieces of work the node ran in the bulk CPU class since it started.
     pub bulk_cpu_tasks: u64,
+    /// Connections the node served whole on the bulk class's runtime since it started.
+    pub bulk_cpu_connections: u64,
 }
 
 struct Inner {
@@ -429,6 +431,13 @@ impl Microstores {
     pub fn route(&self, bucket: Option<&str>) -> String {
         let inner = self.inner.read();
         route_in(&inner, &self.monitor, bucket).to_string()
+    }
+
+    /// The IO share (and so the CPU class) of the microstore serving a bucket, without admitting a request.
+    pub fn share_of_bucket(&self, bucket: Option<&str>) -> mosaic_store::ShareId {
+        let inner = self.inner.read();
+        let name = route_in(&inner, &self.monitor, bucket);
+        inner.share_ids.get(name).copied().unwrap_or(mosaic_store::UNSHARED)
     }
 
     /// Admits a request into its bucket's microstore (waiting for a worker, bounded).
@@ -872,6 +881,7 @@ impl Microstores {
             placements: inner.catalog.placements.clone(),
             home: inner.catalog.home.clone(),
             bulk_cpu_tasks: mosaic_store::bulk_tasks_total(),
+            bulk_cpu_connections: mosaic_store::bulk_connections_total(),
         }
     }
 }

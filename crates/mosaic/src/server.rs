@@ -550,6 +550,7 @@ async fn microstore_rounds(ms: Arc<mosaic_microstore::Microstores>, mut stop: wa
         }
         let status = ms.status();
         metrics::gauge!("mosaic_bulk_cpu_tasks").set(status.bulk_cpu_tasks as f64);
+        metrics::gauge!("mosaic_bulk_cpu_connections").set(status.bulk_cpu_connections as f64);
         for s in status.microstores {
             let g = |name: &'static str, v: f64| metrics::gauge!(name, "microstore" => s.name.clone()).set(v);
             // 1: its heavy CPU work runs in the bulk class.

@@ -179,8 +179,14 @@ async fn each_microstore_s_requests_reach_the_drives_in_its_own_io_share() {
     let bulk_tasks = |v: &serde_json::Value| v["bulk_cpu_tasks"].as_u64().unwrap();
     let tasks0 = bulk_tasks(&v);
 
+    let bulk_connections = |v: &serde_json::Value| v["bulk_cpu_connections"].as_u64().unwrap();
+    let connections0 = bulk_connections(&v);
+
+    // A new client's first request (a new connection) addresses bulk: the connection is served on the bulk
+    // class's runtime.
+    let to_bulk = s3_client(&s.s3, AK, SK);
     let body: Vec<u8> = (0..8u32 << 20).map(|i| (i % 251) as u8).collect();
-    c.put_object().bucket("bulk").key("o").body(ByteStream::from(body.clone())).send().await.unwrap();
+    to_bulk.put_object().bucket("bulk").key("o").body(ByteStream::from(body.clone())).send().await.unwrap();
     let v = admin(&s, &["microstore", "status"]);
     let (big1, default1) = (served(&v, "big"), served(&v, "default"));
     assert!(big1 - big0 >= 8 << 20, "a PUT of 8 MiB to bulk staged in big's share: {big0} -> {big1}");
@@ -189,15 +195,36 @@ async fn each_microstore_s_requests_reach_the_drives_in_its_own_io_share() {
     // on the class's blocking threads: a piece of work each.
     let tasks1 = bulk_tasks(&v);
     assert!(tasks1 - tasks0 >= 2, "the PUT to bulk ran in the bulk class: {tasks0} -> {tasks1}");
+    let connections1 = bulk_connections(&v);
+    assert!(connections1 > connections0, "its connection went to the bulk runtime: {connections0} -> {connections1}");
 
-    c.put_object().bucket("misc").key("o").body(ByteStream::from(body.clone())).send().await.unwrap();
+    // The same connection's request for misc (default) goes home, answered with the connection closed
+    // (the client's next request opens one placed by its own class); a new connection for misc stays.
+    to_bulk.put_object().bucket("misc").key("o").body(ByteStream::from(body.clone())).send().await.unwrap();
+    let v = admin(&s, &["microstore", "status"]);
+    assert_eq!(bulk_tasks(&v), tasks1, "the PUT to misc (default) on a bulk connection ran none in the bulk class");
+    let again = to_bulk.get_object().bucket("bulk").key("o").send().await.unwrap();
+    assert!(again.body.collect().await.unwrap().into_bytes() == body, "the client reconnects");
+    let v = admin(&s, &["microstore", "status"]);
+    // Had the connection stayed open, the GET would have reused it and no connection would be placed.
+    assert_eq!(bulk_connections(&v), connections1 + 1, "its new connection, placed by a GET of bulk");
+    let (connections1, tasks1) = (bulk_connections(&v), bulk_tasks(&v));
+    let to_misc = s3_client(&s.s3, AK, SK);
+    to_misc.put_object().bucket("misc").key("o2").body(ByteStream::from(body[..4096].to_vec())).send().await.unwrap();
     let v = admin(&s, &["microstore", "status"]);
     assert_eq!(bulk_tasks(&v), tasks1, "the PUT to misc (default) ran none in the bulk class");
+    assert_eq!(bulk_connections(&v), connections1, "a connection whose first request is misc's stays");
     let got = c.get_object().bucket("bulk").key("o").send().await.unwrap().body.collect().await.unwrap().into_bytes();
     assert!(got == body, "bulk's object reads back");
     let v = admin(&s, &["microstore", "status"]);
     let (big2, default2) = (served(&v, "big"), served(&v, "default"));
     assert!(default2 - default1 >= 8 << 20, "a PUT of 8 MiB to misc in default's share: {default1} -> {default2}");
     assert!(big2 - big1 >= 8 << 20, "the GET of bulk's object read in big's share: {big1} -> {big2}");
+    // A client that connected and sent nothing (its connection not yet placed) does not hold the server's
+    // drain until its 30 s header timeout: the server stops as it would without CPU classes.
+    let silent = std::net::TcpStream::connect(s.s3.trim_start_matches("http://")).unwrap();
+    let stopping = Instant::now();
     stop(s);
+    assert!(stopping.elapsed() < Duration::from_secs(15), "the drain waited {:?}", stopping.elapsed());
+    drop(silent);
 }

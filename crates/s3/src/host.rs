@@ -48,6 +48,18 @@ impl DomainHost {
     }
 }
 
+/// The bucket a request addresses: by virtual host (with a domain), else the first segment of its path
+/// (`path` without its query).
+pub(crate) fn bucket_of_request(domain: Option<&DomainHost>, host: Option<&str>, path: &str) -> Option<String> {
+    if let (Some(d), Some(h)) = (domain, host)
+        && let Some(b) = d.bucket_of_host(h)
+    {
+        return Some(b);
+    }
+    let first = path.trim_start_matches('/').split('/').next()?;
+    (!first.is_empty()).then(|| first.to_string())
+}
+
 impl S3Host for DomainHost {
     fn parse_host_header<'a>(&'a self, host: &'a str) -> S3Result<VirtualHost<'a>> {
         let h = host_only(host);

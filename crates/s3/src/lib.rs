@@ -6,6 +6,7 @@
 
 pub mod access;
 mod acl;
+mod affinity;
 mod checksum;
 mod cors;
 mod errors;
@@ -32,6 +33,7 @@ pub use service::MosaicS3;
 pub mod fuzzing {
     pub use crate::access::copy_source;
     pub use crate::acl::from_headers as acl_from_headers;
+    pub use crate::affinity::bucket_of_head;
     pub use crate::checksum::{Algo, Expectations, checksum_b64, verified_body};
     pub use crate::cors::wildcard_matches as cors_wildcard_matches;
     pub use crate::host::DomainHost;

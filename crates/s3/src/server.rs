@@ -165,6 +165,7 @@ fn op_name(req: &http::Request<hyper::body::Incoming>) -> &'static str {
 
 async fn handle(
     service: Service,
+    home: Option<tokio::runtime::Handle>,
     req: http::Request<hyper::body::Incoming>,
 ) -> Result<http::Response<s3s::Body>, s3s::HttpError> {
     let id = request_id();
@@ -178,6 +179,7 @@ async fn handle(
     let post_upload = crate::post::is_post_upload(&req);
     let attributes_asked = method == http::Method::GET && query_has(req.uri().query().unwrap_or(""), "attributes");
     let received_bytes = crate::metered::put_size(req.headers());
+    let mut leaves_bulk_connection = false;
     let metered = match admit(&service, &req, op, received_bytes, started).await {
         Ok(m) => m,
         Err(refused) => return Ok(with_request_id(refused, &id).await),
@@ -203,8 +205,12 @@ async fn handle(
         // Run in the microstore's IO share (its drives schedule what this request reads and writes by it)
         // and its CPU class (a bulk microstore's requests on the bulk class's threads).
         let share = metered.as_ref().map_or(mosaic_store::UNSHARED, |m| m.io_share());
+        // A connection on the bulk runtime (it has a home) serving another class's request: the request
+        // runs at home, but this connection's socket IO would stay at the bulk nice. It is closed after
+        // this answer, so the client's next request opens a connection placed by its own class.
+        leaves_bulk_connection = home.is_some() && !mosaic_store::is_bulk(share);
         let s3 = service.s3.clone();
-        match mosaic_store::run_in_class(share, async move { s3.call(req).await }).await {
+        match mosaic_store::run_in_class(share, home.as_ref(), async move { s3.call(req).await }).await {
             Ok(Ok(r)) => r,
             Ok(Err(e)) => {
                 tracing::warn!(request_id = %id, op, error = ?e, "request failed");
@@ -231,10 +237,11 @@ async fn handle(
     } else if attributes_asked {
         resp = unquoted_etag(resp).await;
     }
-    if empty_expect_continue {
+    if empty_expect_continue || leaves_bulk_connection {
         // hyper (rightly) sends no 100 Continue for an empty body; botocore then misreads the next
         // 100-continue exchange on the same connection (boto/botocore#3010, seen with `aws s3 sync`
-        // uploading an empty file). Closing this connection keeps such clients correct.
+        // uploading an empty file). Closing this connection keeps such clients correct. (Or the request
+        // left a bulk connection, above.)
         resp.headers_mut().insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
     }
     if let Some(m) = metered {
@@ -316,13 +323,7 @@ async fn admit<B>(
 /// The bucket a request addresses: by virtual host, else the first segment of its path.
 fn bucket_of<B>(service: &Service, req: &http::Request<B>) -> Option<String> {
     let host = req.headers().get(http::header::HOST).and_then(|h| h.to_str().ok());
-    if let (Some(d), Some(h)) = (&service.host, host)
-        && let Some(b) = d.bucket_of_host(h)
-    {
-        return Some(b);
-    }
-    let first = req.uri().path().trim_start_matches('/').split('/').next()?;
-    (!first.is_empty()).then(|| first.to_string())
+    crate::host::bucket_of_request(service.host.as_deref(), host, req.uri().path())
 }
 
 /// A request from a browser across origins (it names an Origin): the bucket, the origin and the method
@@ -553,6 +554,9 @@ pub async fn serve(
     drain: Duration,
 ) -> std::io::Result<()> {
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    // Tells connections not yet handed to hyper (placed by their first request head) that the server
+    // stops: a client that connected and sent nothing must not hold the drain until its header timeout.
+    let (stopping, stopping_seen) = tokio::sync::watch::channel(false);
     let permits = Arc::new(Semaphore::new(limits.max_connections));
     tokio::pin!(shutdown);
     loop {
@@ -573,17 +577,17 @@ pub async fn serve(
         // Without TCP_NODELAY small responses wait on Nagle plus the client's delayed ACK (~40 ms).
         let _ = stream.set_nodelay(true);
         let watcher = graceful.watcher();
-        let (service, limits, tls) = (service.clone(), limits.clone(), tls.clone());
+        let (service, limits, tls, stopping) = (service.clone(), limits.clone(), tls.clone(), stopping_seen.clone());
         // Foreground work: what a client waits for, which background work yields to (paper 003).
         tokio::spawn(mosaic_store::in_foreground(async move {
             let Some(tls) = tls else {
-                serve_connection(stream, peer, None, service, &limits, watcher).await;
+                serve_plain(stream, peer, service, &limits, watcher, stopping).await;
                 drop(permit);
                 return;
             };
             match tokio::time::timeout(limits.header_read_timeout, tls.accept(stream)).await {
                 Ok(Ok(stream)) => {
-                    serve_connection(stream, peer, Some(SecureTransport), service, &limits, watcher).await
+                    serve_connection(stream, peer, Some(SecureTransport), service, &limits, watcher, None).await
                 }
                 Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
                 Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
@@ -592,6 +596,7 @@ pub async fn serve(
         }));
     }
     drop(listener);
+    let _ = stopping.send(true);
     tokio::select! {
         _ = graceful.shutdown() => {}
         _ = tokio::time::sleep(drain) => tracing::warn!("in-flight requests did not finish within the drain timeout"),
@@ -599,6 +604,50 @@ pub async fn serve(
     Ok(())
 }
 
+/// Serves a plain HTTP connection where its first request's CPU class runs (`crate::affinity`); the
+/// caller's task lasts as long as the connection, wherever it is served.
+async fn serve_plain(
+    stream: tokio::net::TcpStream,
+    peer: SocketAddr,
+    service: Service,
+    limits: &HttpLimits,
+    watcher: hyper_util::server::graceful::Watcher,
+    stopping: tokio::sync::watch::Receiver<bool>,
+) {
+    let placed = crate::affinity::place(
+        service.host.as_deref(),
+        service.microstores.as_deref(),
+        &stream,
+        limits.header_read_timeout,
+        stopping,
+    );
+    let runtime = match placed.await {
+        crate::affinity::Placement::Here => {
+            return serve_connection(stream, peer, None, service, limits, watcher, None).await;
+        }
+        crate::affinity::Placement::Closed => return tracing::debug!(%peer, "closed before a request head"),
+        crate::affinity::Placement::Bulk(runtime) => runtime,
+    };
+    // A socket is registered with one runtime's reactor: it leaves this one as a std socket and joins the
+    // bulk runtime's there.
+    let stream = match stream.into_std() {
+        Ok(s) => s,
+        Err(e) => return tracing::debug!(%peer, error = %e, "a connection could not leave its runtime"),
+    };
+    let (home, limits) = (tokio::runtime::Handle::current(), limits.clone());
+    let served = runtime.spawn(mosaic_store::in_foreground(async move {
+        match tokio::net::TcpStream::from_std(stream) {
+            Ok(stream) => serve_connection(stream, peer, None, service, &limits, watcher, Some(home)).await,
+            Err(e) => tracing::debug!(%peer, error = %e, "a connection could not join the bulk runtime"),
+        }
+    }));
+    if let Err(e) = served.await {
+        tracing::error!(%peer, error = %e, "a connection on the bulk runtime failed");
+    }
+}
+
+/// Serves one connection on the running runtime. `home`: the runtime it was accepted on, when that is
+/// another (a connection served on the bulk class's runtime hands its other classes' requests home).
 async fn serve_connection<I>(
     io: I,
     peer: SocketAddr,
@@ -606,6 +655,7 @@ async fn serve_connection<I>(
     service: Service,
     limits: &HttpLimits,
     watcher: hyper_util::server::graceful::Watcher,
+    home: Option<tokio::runtime::Handle>,
 ) where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
@@ -614,7 +664,7 @@ async fn serve_connection<I>(
         if let Some(s) = secure {
             req.extensions_mut().insert(s);
         }
-        handle(service.clone(), req)
+        handle(service.clone(), home.clone(), req)
     });
     let conn = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())

@@ -46,6 +46,8 @@ static BULK_NICE: AtomicI32 = AtomicI32::new(10);
 static BULK_POOL: OnceLock<Option<tokio::runtime::Runtime>> = OnceLock::new();
 /// Work run on bulk threads since the process started.
 static BULK_TASKS: AtomicU64 = AtomicU64::new(0);
+/// Connections served on the bulk class's runtime since the process started (`bulk_runtime`).
+static BULK_CONNECTIONS: AtomicU64 = AtomicU64::new(0);
 /// Whether background work's blocking work runs in the bulk class (`set_background_cpu_class`).
 static BACKGROUND_IN_BULK: AtomicBool = AtomicBool::new(true);
 
@@ -70,6 +72,11 @@ pub fn set_bulk_shares(shares: impl IntoIterator<Item = ShareId>) -> Result<(), 
     ANY_BULK.store(!new.is_empty(), Ordering::Release);
     *set = new;
     Ok(())
+}
+
+/// Whether any share's heavy CPU work runs in the bulk class.
+pub fn any_bulk() -> bool {
+    ANY_BULK.load(Ordering::Acquire)
 }
 
 /// Whether `share`'s heavy CPU work runs in the bulk class.
@@ -108,21 +115,61 @@ pub fn on_bulk_thread() -> bool {
 
 /// Runs a request's `work` in its CPU class, in `share` and as foreground work if the caller is: on the
 /// bulk class's async threads when the share is bulk (and the class could start), else on the caller's
-/// task. Dropping the returned future (a client gone) stops the work, as it would on the caller's task.
-/// Err: the work panicked on a bulk thread.
-pub async fn run_in_class<F>(share: ShareId, work: F) -> Result<F::Output, String>
+/// task. A caller on a bulk thread already (a connection served whole in the bulk class, `bulk_runtime`)
+/// runs bulk work on its own task and hands other work to `home`, the runtime the connection came from, so
+/// that a latency class's request never runs at the bulk nice. Dropping the returned future (a client
+/// gone) stops the work, as it would on the caller's task. Err: the work panicked on another runtime.
+pub async fn run_in_class<F>(
+    share: ShareId,
+    home: Option<&tokio::runtime::Handle>,
+    work: F,
+) -> Result<F::Output, String>
 where
     F: Future + Send + 'static,
     F::Output: Send + 'static,
 {
-    let Some(pool) = is_bulk(share).then(bulk_pool).flatten() else {
+    let bulk = is_bulk(share);
+    if on_bulk_thread() {
+        if bulk {
+            BULK_TASKS.fetch_add(1, Ordering::Relaxed);
+            return Ok(crate::with_io_share(share, work).await);
+        }
+        if let Some(home) = home {
+            return spawn_carried(home, share, work).await;
+        }
+    }
+    let Some(pool) = bulk.then(bulk_pool).flatten() else {
         // On the caller's task, which keeps its own foreground mark: only the share is set.
         return Ok(crate::with_io_share(share, work).await);
     };
     BULK_TASKS.fetch_add(1, Ordering::Relaxed);
-    // A spawned task starts unmarked: it carries the caller's mark and the share.
+    spawn_carried(pool.handle(), share, work).await
+}
+
+/// Runs `work` as a task on `runtime`, carrying the caller's foreground mark and `share` (a spawned task
+/// starts unmarked); aborted when the returned future is dropped.
+async fn spawn_carried<F>(runtime: &tokio::runtime::Handle, share: ShareId, work: F) -> Result<F::Output, String>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
     let work = crate::io_share::carry_request_as(crate::is_foreground(), share, work);
-    AbortOnDrop(pool.spawn(work)).await
+    AbortOnDrop(runtime.spawn(work)).await
+}
+
+/// The bulk class's runtime when `share` is bulk (and the class could start): a connection whose first
+/// request is the share's is served whole there, so that its socket IO, its bodies' hashing and its S3
+/// logic run at the bulk nice with no hand-over between runtimes per request or per body chunk (measured:
+/// docs/bench/2026-12-07-bulk-connections.md).
+pub fn bulk_runtime(share: ShareId) -> Option<tokio::runtime::Handle> {
+    let runtime = is_bulk(share).then(bulk_pool).flatten()?;
+    BULK_CONNECTIONS.fetch_add(1, Ordering::Relaxed);
+    Some(runtime.handle().clone())
+}
+
+/// Connections handed to the bulk class's runtime since the process started.
+pub fn bulk_connections_total() -> u64 {
+    BULK_CONNECTIONS.load(Ordering::Relaxed)
 }
 
 /// A spawned task that is aborted when its handle is dropped.
@@ -226,16 +273,37 @@ mod tests {
         assert_eq!(client(8).await.unwrap(), default, "not bulk: the default");
         // A bulk share's request runs whole on a bulk thread, in its share, foreground if its caller is.
         let marks = || async { (on_bulk_thread(), this_thread_nice(), crate::io_share(), crate::is_foreground()) };
-        let seen = crate::in_foreground(run_in_class(7, marks())).await.unwrap();
+        let seen = crate::in_foreground(run_in_class(7, None, marks())).await.unwrap();
         assert_eq!(seen, (true, MAX_BULK_NICE, 7, true));
-        assert_eq!(run_in_class(7, marks()).await.unwrap(), (true, MAX_BULK_NICE, 7, false));
-        assert_eq!(run_in_class(8, marks()).await.unwrap(), (false, default, 8, false), "not bulk: here");
+        assert_eq!(run_in_class(7, None, marks()).await.unwrap(), (true, MAX_BULK_NICE, 7, false));
+        assert_eq!(run_in_class(8, None, marks()).await.unwrap(), (false, default, 8, false), "not bulk: here");
         assert!(!on_bulk_thread(), "the caller's thread is not a bulk one");
-        assert!(run_in_class(7, async { panic!("a request's bug") }).await.is_err(), "a panic is an error");
+        // A connection served whole on the bulk runtime: its bulk requests run on its own task (no hop),
+        // another share's go home, to the default priority, and stay here only without a home.
+        let connections = bulk_connections_total();
+        let bulk_rt = bulk_runtime(7).expect("7 is bulk");
+        assert!(bulk_runtime(8).is_none(), "8 is not bulk");
+        assert_eq!(bulk_connections_total(), connections + 1);
+        let home = tokio::runtime::Handle::current();
+        let marks = || async { (on_bulk_thread(), this_thread_nice(), crate::io_share(), crate::is_foreground()) };
+        let on_connection = bulk_rt.spawn(crate::in_foreground(async move {
+            let own = run_in_class(7, Some(&home), async move { (tokio::task::try_id(), marks().await) });
+            let (task, own) = own.await.unwrap();
+            let here = tokio::task::try_id();
+            let other = run_in_class(8, Some(&home), marks()).await.unwrap();
+            let homeless = run_in_class(8, None, marks()).await.unwrap();
+            (task == here, own, other, homeless)
+        }));
+        let (same_task, own, other, homeless) = on_connection.await.unwrap();
+        assert!(same_task, "a bulk request on a bulk connection runs on its task");
+        assert_eq!(own, (true, MAX_BULK_NICE, 7, true));
+        assert_eq!(other, (false, default, 8, true), "another share's request runs at home, foreground");
+        assert_eq!(homeless, (true, MAX_BULK_NICE, 8, true), "without a home it stays");
+        assert!(run_in_class(7, None, async { panic!("a request's bug") }).await.is_err(), "a panic is an error");
         // Dropped (a client gone): the work stops.
         let (held, gone) = tokio::sync::oneshot::channel::<()>();
         let (begun, has_begun) = tokio::sync::oneshot::channel::<()>();
-        let running = tokio::spawn(run_in_class(7, async move {
+        let running = tokio::spawn(run_in_class(7, None, async move {
             let _held = held;
             let _ = begun.send(());
             std::future::pending::<()>().await

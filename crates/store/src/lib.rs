@@ -32,8 +32,8 @@ mod txn;
 
 pub use aligned::{AlignedBuf, IO_ALIGN_BYTES, assert_io_aligned};
 pub use cpu_class::{
-    BULK_THREADS_MAX, MAX_BULK_NICE, bulk_tasks_total, is_bulk, on_bulk_thread, run_in_class, set_background_cpu_class,
-    set_bulk_nice, set_bulk_shares, spawn_blocking_in,
+    BULK_THREADS_MAX, MAX_BULK_NICE, any_bulk, bulk_connections_total, bulk_runtime, bulk_tasks_total, is_bulk,
+    on_bulk_thread, run_in_class, set_background_cpu_class, set_bulk_nice, set_bulk_shares, spawn_blocking_in,
 };
 pub use error::{ErrorKind, StoreError, StoreResult};
 pub use foreground::{
