@@ -80,6 +80,8 @@ pub struct EngineBenchResult {
     pub rmw_in_lazy_sync: u64,
     pub fragments_outstanding: u64,
     pub groups_committed: u64,
+    /// Groups the committer held open for more writers (`EngineConfig::commit_gather`).
+    pub groups_gathered: u64,
     /// After the timed phase, lazy sync is let run until no block is over its thresholds; these count the
     /// whole run including that deferred work (what the workload really costs).
     pub lazy_sync_seconds: f64,
@@ -238,6 +240,7 @@ pub fn run_engine_bench(o: &EngineBenchOptions, progress: &dyn Fn(u64, u64)) -> 
         rmw_in_lazy_sync: after.rmw_in_lazy_sync - before.rmw_in_lazy_sync,
         fragments_outstanding: after.fragments_outstanding,
         groups_committed: after.groups_committed - before.groups_committed,
+        groups_gathered: after.groups_gathered - before.groups_gathered,
         lazy_sync_seconds,
         device_bytes_written_with_lazy_sync: dev_synced,
         kv_bytes_written_with_lazy_sync: kv_synced,
@@ -289,6 +292,7 @@ mod tests {
         let r = run_engine_bench(&opts(Workload::WithinBlock), &|_, _| {}).unwrap();
         assert_eq!(r.user_bytes, 256 << 10);
         assert_eq!(r.rmw_on_write_path, 0);
+        assert!(r.groups_committed > 0 && r.groups_gathered <= r.groups_committed, "{r:?}");
         let r =
             run_engine_bench(&EngineBenchOptions { mode: WriteMode::Rmw, ..opts(Workload::WithinBlock) }, &|_, _| {})
                 .unwrap();
