@@ -222,7 +222,7 @@ async fn each_microstore_s_requests_reach_the_drives_in_its_own_io_share() {
     assert!(big2 - big1 >= 8 << 20, "the GET of bulk's object read in big's share: {big1} -> {big2}");
     // A client that connected and sent nothing (its connection not yet placed) does not hold the server's
     // drain until its 30 s header timeout: the server stops as it would without CPU classes.
-    let silent = std::net::TcpStream::connect(s.s3.trim_start_matches("http://")).unwrap();
+    let silent = std::net::TcpStream::connect(&s.s3).unwrap();
     let stopping = Instant::now();
     stop(s);
     assert!(stopping.elapsed() < Duration::from_secs(15), "the drain waited {:?}", stopping.elapsed());

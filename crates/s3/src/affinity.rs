@@ -117,4 +117,20 @@ mod tests {
         assert_eq!(bucket_of_head(None, head(HEAD_PEEK_HEADERS_MAX).as_bytes()).as_deref(), Some("large"));
         assert_eq!(bucket_of_head(None, head(HEAD_PEEK_HEADERS_MAX + 1).as_bytes()), None);
     }
+
+    /// At and past the peek's byte bound: a head that fits is read, a longer one (seen cut at the bound)
+    /// names no bucket.
+    #[test]
+    fn a_head_past_the_peek_bound_names_no_bucket() {
+        let head = |bytes: usize| {
+            let start = "PUT /large/k HTTP/1.1\r\nHost: a\r\nx-amz-meta-pad: ";
+            let pad = bytes - start.len() - "\r\n\r\n".len();
+            format!("{start}{}\r\n\r\n", "v".repeat(pad))
+        };
+        let fits = head(HEAD_PEEK_BYTES_MAX);
+        assert_eq!(fits.len(), HEAD_PEEK_BYTES_MAX);
+        assert_eq!(bucket_of_head(None, fits.as_bytes()).as_deref(), Some("large"));
+        let longer = head(HEAD_PEEK_BYTES_MAX + 1);
+        assert_eq!(bucket_of_head(None, &longer.as_bytes()[..HEAD_PEEK_BYTES_MAX]), None);
+    }
 }
