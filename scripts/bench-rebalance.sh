@@ -80,6 +80,8 @@ counters() { # name: the time, then each running node's engine counters summed o
         END { if (NR > 0) print n, g + 0, f + 0, w + 0 }' || true
     done
   } >"$OUT/counters-$1.txt"
+  # Node 0's set commits by path (plain, armed, armed_followed): how many, seconds, slower than 10/20/40 ms.
+  curl -fsS -m 2 http://127.0.0.1:19001/metrics 2>/dev/null | awk '/^mosaic_set_commit/' >"$OUT/commits-$1.txt" || true
 }
 
 used_bytes() { # nodes...
@@ -170,5 +172,26 @@ for phase in ("before", "during", "after"):
     rates = [sum(v[i] - start.get(n, [0, 0, 0])[i] for n, v in end.items()) / (t1 - t0) for i in range(3)]
     print(f"drives while the load ran {phase}: {rates[0]:.0f} commit groups/s, {rates[1]:.0f} data-device "
           f"flushes/s, {rates[2] / 2**20:.1f} MiB/s written to data devices")
+def commits(name):
+    # {(metric, path, ms): value} from node 0's `mosaic_set_commit*` lines.
+    out_ = {}
+    for l in open(f"{out}/commits-{name}.txt"):
+        key, value = l.rsplit(" ", 1)
+        metric, _, labels = key.partition("{")
+        kv = dict(p.split("=", 1) for p in labels.rstrip("}").split(",") if "=" in p)
+        out_[(metric, kv.get("path", "").strip('"'), kv.get("ms", "").strip('"'))] = float(value)
+    return out_
+# Node 0's commits by how a moving group's step treated them: a move's cost to its groups' writes.
+for phase in ("before", "during", "after"):
+    a, b = commits(f"load-{phase}-start"), commits(f"load-{phase}-end")
+    d = lambda *k: b.get(k, 0) - a.get(k, 0)
+    parts = []
+    for path in ("plain", "armed", "armed_followed"):
+        n = d("mosaic_set_commits", path, "")
+        if n > 0:
+            mean_ms = d("mosaic_set_commit_seconds_total", path, "") / n * 1000
+            slow = "/".join(f"{d('mosaic_set_commits_slower_than', path, ms):.0f}" for ms in ("10", "20", "40"))
+            parts.append(f"{path} {n:.0f} (mean {mean_ms:.1f} ms, over 10/20/40 ms: {slow})")
+    print(f"node 0's set commits while the load ran {phase}: " + ("; ".join(parts) or "none"))
 EOF
 cat "$OUT/summary.txt"

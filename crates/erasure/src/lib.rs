@@ -15,6 +15,7 @@
 //!   keep other processes' writes out.
 
 mod codec;
+mod commit_times;
 mod heal;
 mod layout;
 mod locks;
@@ -25,6 +26,7 @@ mod write;
 pub use codec::{
     CODEC_NONE, CODEC_REED_SOLOMON, CODEC_REED_SOLOMON_GF8, Codec, CodecId, codec_by_id, codec_for, gf8_supported,
 };
+pub use commit_times::{COMMIT_SLOW_MS, CommitPath, PathTimes, commit_times};
 pub use heal::{HealProgress, Healed};
 pub use layout::{MAX_SET_DRIVES, ObjectLayout, SHARD_UNIT_BYTES, SetGeometry};
 pub use mosaic_store::{HeldShared, SharedLocks};
@@ -772,6 +774,64 @@ fn removed_names<C, St>(ops: &[Op<SetColl<C>, St>]) -> Vec<(Arc<str>, Vec<u8>)> 
         .collect()
 }
 
+impl<S: Store> ErasureSet<S> {
+    /// Commits `txn` under its group's step (when the set has a removal follower) and says how the step
+    /// treated it.
+    async fn commit_following(
+        &self,
+        txn: Txn<SetColl<S::Coll>, SetStaged<S::Staged>>,
+    ) -> (CommitPath, StoreResult<Outcome>) {
+        let kept = self.inner.cfg.kept_drives;
+        let Some(follower) = self.inner.cfg.removal_follower.clone() else {
+            return (CommitPath::Plain, write::commit(&self.inner, txn, kept).await);
+        };
+        let removed = removed_names(&txn.ops);
+        // Begun before anything is decided, so that an arming counts it among the writes under way.
+        let begun = match follower.begin(!removed.is_empty()).await {
+            Ok(begun) => begun,
+            Err(e) => return (CommitPath::Plain, Err(e)),
+        };
+        let kept = kept.filter(|_| begun.armed);
+        let path = if begun.armed { CommitPath::Armed } else { CommitPath::Plain };
+        if removed.is_empty() || !begun.armed {
+            return (path, write::commit(&self.inner, txn, kept).await);
+        }
+        (CommitPath::ArmedFollowed, self.commit_and_follow(txn, kept, removed, follower).await)
+    }
+
+    /// Commits an armed `txn` that removes `removed`, and follows each removal onto the step's new drives.
+    async fn commit_and_follow(
+        &self,
+        txn: Txn<SetColl<S::Coll>, SetStaged<S::Staged>>,
+        kept: Option<u16>,
+        removed: Vec<(Arc<str>, Vec<u8>)>,
+        follower: Arc<dyn RemovalFollower>,
+    ) -> StoreResult<Outcome> {
+        // The removals are followed under the write's locks: a heal of these names (on another node, over
+        // the set a step made) or a step's fill copying them cannot act between the commit and its follow,
+        // when the drives the step keeps lack a name the new ones may still hold. A follow begins within
+        // the locks' use window and ends within its length (`FOLLOW_TIMEOUT`), inside their lease. So the
+        // locks are renewed before each follow but the last: a renewal gives a next follow its window,
+        // and the last has none after it (a renewal fails once the window passed, so it could not help).
+        let (outcome, mut locks) = write::commit_locked(&self.inner, txn, kept).await?;
+        let follows = removed.len();
+        for (n, (coll, name)) in removed.into_iter().enumerate() {
+            let renewed = if n + 1 < follows { locks.renew().await } else { locks.check_held() };
+            if let Err(e) = renewed {
+                tracing::debug!(error = %e, "a removal is followed outside its locks' use window");
+            }
+            if let Err(e) = follower.removed(&coll, &name).await {
+                self.inner.counters.removals_not_followed.fetch_add(1, Ordering::Relaxed);
+                if let Some(since_last) = NOT_FOLLOWED_LOG.allow() {
+                    tracing::warn!(coll = %coll, name = %name.escape_ascii(), error = %e, not_logged_before = since_last,
+                        "a removal was not followed");
+                }
+            }
+        }
+        Ok(outcome)
+    }
+}
+
 #[async_trait]
 impl<S: Store> Store for ErasureSet<S> {
     type Coll = SetColl<S::Coll>;
@@ -796,39 +856,10 @@ impl<S: Store> Store for ErasureSet<S> {
     }
 
     async fn commit(&self, txn: Txn<Self::Coll, Self::Staged>) -> StoreResult<Outcome> {
-        let kept = self.inner.cfg.kept_drives;
-        let Some(follower) = self.inner.cfg.removal_follower.clone() else {
-            return write::commit(&self.inner, txn, kept).await;
-        };
-        let removed = removed_names(&txn.ops);
-        // Begun before anything is decided, so that an arming counts it among the writes under way.
-        let begun = follower.begin(!removed.is_empty()).await?;
-        let kept = kept.filter(|_| begun.armed);
-        if removed.is_empty() || !begun.armed {
-            return write::commit(&self.inner, txn, kept).await;
-        }
-        // The removals are followed under the write's locks: a heal of these names (on another node, over
-        // the set a step made) or a step's fill copying them cannot act between the commit and its follow,
-        // when the drives the step keeps lack a name the new ones may still hold. A follow begins within
-        // the locks' use window and ends within its length (`FOLLOW_TIMEOUT`), inside their lease. So the
-        // locks are renewed before each follow but the last: a renewal gives a next follow its window,
-        // and the last has none after it (a renewal fails once the window passed, so it could not help).
-        let (outcome, mut locks) = write::commit_locked(&self.inner, txn, kept).await?;
-        let follows = removed.len();
-        for (n, (coll, name)) in removed.into_iter().enumerate() {
-            let renewed = if n + 1 < follows { locks.renew().await } else { locks.check_held() };
-            if let Err(e) = renewed {
-                tracing::debug!(error = %e, "a removal is followed outside its locks' use window");
-            }
-            if let Err(e) = follower.removed(&coll, &name).await {
-                self.inner.counters.removals_not_followed.fetch_add(1, Ordering::Relaxed);
-                if let Some(since_last) = NOT_FOLLOWED_LOG.allow() {
-                    tracing::warn!(coll = %coll, name = %name.escape_ascii(), error = %e, not_logged_before = since_last,
-                        "a removal was not followed");
-                }
-            }
-        }
-        Ok(outcome)
+        let began = std::time::Instant::now();
+        let (path, outcome) = self.commit_following(txn).await;
+        commit_times::record(path, began.elapsed());
+        outcome
     }
 
     fn hold_priority(&self) -> PriorityHold {

@@ -68,6 +68,7 @@ fn render_metrics(state: &AdminState) -> String {
     for (i, set) in state.drives.sets.iter().enumerate() {
         set_gauges(set, "set", &i.to_string());
     }
+    commit_time_gauges();
     if let Some(cluster) = &state.cluster {
         let again = cluster.switch.made_again_total();
         metrics::gauge!("mosaic_switch_calls_made_again").set(again as f64);
@@ -80,6 +81,22 @@ fn render_metrics(state: &AdminState) -> String {
         }
     }
     state.prometheus.render()
+}
+
+/// The process's set commits by how a moving group's step treated them (`mosaic_erasure::CommitPath`):
+/// how many, their total time, and how many took longer than each of `COMMIT_SLOW_MS`.
+fn commit_time_gauges() {
+    for path in mosaic_erasure::CommitPath::ALL {
+        let t = mosaic_erasure::commit_times(path);
+        let label = path.label();
+        metrics::gauge!("mosaic_set_commits", "path" => label).set(t.commits.load(Relaxed) as f64);
+        let seconds = t.total_us.load(Relaxed) as f64 / 1e6;
+        metrics::gauge!("mosaic_set_commit_seconds_total", "path" => label).set(seconds);
+        for (ms, n) in mosaic_erasure::COMMIT_SLOW_MS.iter().zip(&t.slower_than) {
+            let g = metrics::gauge!("mosaic_set_commits_slower_than", "path" => label, "ms" => ms.to_string());
+            g.set(n.load(Relaxed) as f64);
+        }
+    }
 }
 
 /// An erasure set's counters, heal and lazy sync as gauges labelled `label_key` = `label`.
