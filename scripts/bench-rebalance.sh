@@ -192,7 +192,7 @@ for phase in ("before", "during", "after"):
             mean_ms = d("mosaic_set_commit_seconds_total", path, "") / n * 1000
             slow = "/".join(f"{d('mosaic_set_commits_slower_than', path, ms):.0f}" for ms in ("10", "20", "40"))
             parts.append(f"{path} {n:.0f} (mean {mean_ms:.1f} ms, over 10/20/40 ms: {slow})")
-    print(f"node 0's set commits during the load {phase}, its preload and cleanup included: "
+    print(f"node 0's set commits, load {phase} (its preload and cleanup included): "
           + ("; ".join(parts) or "none"))
 EOF
 cat "$OUT/summary.txt"
